@@ -1,0 +1,68 @@
+package diag
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestRenderQuotesLineWithCaret(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "job.yaml")
+	os.WriteFile(f, []byte("name: x\n  reduce: sum\n"), 0o644)
+	d := New(UnknownKey, "job", "unknown key %q", "reduce").At(f, 2, 3).WithHelp("did you mean %q?", "reducer")
+	var b bytes.Buffer
+	Render(&b, List{d})
+	want := fmt.Sprintf("error[SC1002]: %s:2:3: job: unknown key \"reduce\"\n  |\n2 |   reduce: sum\n  |   ^\n  = help: did you mean \"reducer\"?\n", f)
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	d := New(StepBudget, "program montecarlo-pi", "used %d steps", 10).At("x.star", 3, 1)
+	var b bytes.Buffer
+	if err := RenderJSON(&b, List{d}); err != nil {
+		t.Fatal(err)
+	}
+	var got struct{ Diagnostics []Diagnostic }
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Diagnostics) != 1 || got.Diagnostics[0].Code != "SC2004" || got.Diagnostics[0].Pos.Line != 3 {
+		t.Fatalf("bad round trip: %+v", got)
+	}
+}
+
+func TestAsUnwraps(t *testing.T) {
+	d := New(CSVRagged, "data.csv", "row 3 has 2 fields, want 4")
+	err := fmt.Errorf("loading: %w", d)
+	l, ok := As(err)
+	if !ok || l[0] != d {
+		t.Fatal("As did not find the wrapped diagnostic")
+	}
+	if _, ok := As(fmt.Errorf("plain")); ok {
+		t.Fatal("As found a diagnostic in a plain error")
+	}
+}
+
+// Every code must be documented, so a user who sees one can look it up.
+func TestEveryCodeDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/diagnostics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := Codes()
+	if len(codes) == 0 {
+		t.Fatal("no codes defined")
+	}
+	for _, c := range codes {
+		if !strings.Contains(string(doc), "`"+string(c)+"`") {
+			t.Errorf("code %s (%s) is not documented in docs/diagnostics.md", c, Title(c))
+		}
+	}
+}

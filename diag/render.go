@@ -1,0 +1,102 @@
+package diag
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+)
+
+// Render writes ds for a person, like a compiler error:
+//
+//	error[SC1003]: job.yaml:4:3: unknown key "reduce"
+//	  |
+//	4 |   reduce: sum
+//	  |   ^
+//	  = help: did you mean "reducer"?
+//
+// When a diagnostic has a position but no Source line, Render reads the line
+// from the file if it can; failure to read it is not an error.
+func Render(w io.Writer, ds List) {
+	for i, d := range ds {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		renderOne(w, d)
+	}
+}
+
+func renderOne(w io.Writer, d *Diagnostic) {
+	fmt.Fprintf(w, "%s[%s]: ", d.Severity, d.Code)
+	if d.Pos != nil {
+		fmt.Fprintf(w, "%s: ", d.Pos)
+	}
+	if d.Subject != "" {
+		fmt.Fprintf(w, "%s: ", d.Subject)
+	}
+	fmt.Fprintln(w, d.Message)
+	src := d.Source
+	if src == "" && d.Pos != nil && d.Pos.Line > 0 {
+		src = readLine(d.Pos.File, d.Pos.Line)
+	}
+	if src != "" && d.Pos != nil && d.Pos.Line > 0 {
+		num := fmt.Sprint(d.Pos.Line)
+		pad := strings.Repeat(" ", len(num))
+		fmt.Fprintf(w, "%s |\n%s | %s\n", pad, num, strings.TrimRight(src, "\r\n"))
+		if d.Pos.Col > 0 {
+			fmt.Fprintf(w, "%s | %s^\n", pad, caretIndent(src, d.Pos.Col))
+		}
+	}
+	if d.Help != "" {
+		fmt.Fprintf(w, "  = help: %s\n", d.Help)
+	}
+}
+
+// caretIndent keeps tabs so the caret lines up under the column.
+func caretIndent(src string, col int) string {
+	var b strings.Builder
+	for i, r := range src {
+		if i >= col-1 {
+			break
+		}
+		if r == '\t' {
+			b.WriteByte('\t')
+		} else {
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+// maxSourceRead bounds how much of a file Render reads to quote one line.
+const maxSourceRead = 4 << 20
+
+func readLine(file string, line int) string {
+	f, err := os.Open(file)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxSourceRead))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(string(b), "\n")
+	if line-1 < len(lines) {
+		return lines[line-1]
+	}
+	return ""
+}
+
+// RenderJSON writes ds as {"diagnostics": [...]}, the form the API returns.
+func RenderJSON(w io.Writer, ds List) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if ds == nil {
+		ds = List{}
+	}
+	return enc.Encode(struct {
+		Diagnostics List `json:"diagnostics"`
+	}{ds})
+}
