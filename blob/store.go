@@ -1,0 +1,136 @@
+// Package blob is the content-addressed result store and its HTTP endpoint.
+// It is deliberately separate from the coordinator API (law 3): result and
+// model bytes live here, keyed by their hash, and the coordinator only ever
+// handles the hashes. Invariant: a blob is stored only under the ref its
+// bytes hash to, so a reader can always check what it received.
+package blob
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/scellis/scellis/content"
+)
+
+// ErrNotFound is returned by Get for a ref the store does not hold.
+var ErrNotFound = errors.New("blob: not found")
+
+// ErrHashMismatch is returned by Put when the bytes do not hash to the ref.
+var ErrHashMismatch = errors.New("blob: bytes do not match their ref")
+
+// ErrTooLarge is returned by Put when a blob exceeds the store's limit.
+var ErrTooLarge = errors.New("blob: too large")
+
+// Store keeps blobs as files named by their hash, written atomically.
+type Store struct {
+	dir     string
+	maxSize int64
+}
+
+// DefaultMaxSize bounds one blob (a shard result or a model).
+const DefaultMaxSize = 64 << 20
+
+// Open returns a store in dir, creating it.
+func Open(dir string, maxSize int64) (*Store, error) {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	return &Store{dir: dir, maxSize: maxSize}, nil
+}
+
+func (s *Store) path(ref content.Ref) (string, error) {
+	if !content.IsRef(string(ref)) {
+		return "", fmt.Errorf("blob: %q is not a ref", ref)
+	}
+	hexd := strings.TrimPrefix(string(ref), "sha256:")
+	return filepath.Join(s.dir, hexd[:2], hexd), nil
+}
+
+// Put stores the bytes read from r under want, checking the hash and size.
+// Storing a blob that is already present is a no-op.
+func (s *Store) Put(want content.Ref, r io.Reader) error {
+	p, err := s.path(want)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(p); err == nil {
+		_, err = io.Copy(io.Discard, io.LimitReader(r, s.maxSize+1))
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(r, s.maxSize+1))
+	if err != nil {
+		f.Close()
+		return err
+	}
+	if n > s.maxSize {
+		f.Close()
+		return ErrTooLarge
+	}
+	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != string(want) {
+		f.Close()
+		return ErrHashMismatch
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// PutBytes stores b and returns its ref.
+func (s *Store) PutBytes(b []byte) (content.Ref, error) {
+	ref := content.Hash(b)
+	return ref, s.Put(ref, strings.NewReader(string(b)))
+}
+
+// Get returns the bytes stored under ref.
+func (s *Store) Get(ref content.Ref) ([]byte, error) {
+	p, err := s.path(ref)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	// A file damaged on disk must not be served as the blob.
+	if content.Hash(b) != ref {
+		return nil, fmt.Errorf("blob: %s is corrupt on disk", ref.Short())
+	}
+	return b, nil
+}
+
+// Has reports whether ref is stored.
+func (s *Store) Has(ref content.Ref) bool {
+	p, err := s.path(ref)
+	if err != nil {
+		return false
+	}
+	_, err = os.Stat(p)
+	return err == nil
+}

@@ -1,0 +1,55 @@
+package blob
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/scellis/scellis/content"
+)
+
+func TestPutGet(t *testing.T) {
+	s, err := Open(t.TempDir(), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := s.PutBytes([]byte("hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Get(ref)
+	if err != nil || string(b) != "hello" {
+		t.Fatalf("get: %q %v", b, err)
+	}
+	if _, err := s.PutBytes([]byte("hello")); err != nil {
+		t.Fatalf("re-put: %v", err)
+	}
+	if err := s.Put(content.Hash([]byte("x")), strings.NewReader("y")); !errors.Is(err, ErrHashMismatch) {
+		t.Fatalf("mismatch accepted: %v", err)
+	}
+	big := bytes.Repeat([]byte("a"), 17)
+	if err := s.Put(content.Hash(big), bytes.NewReader(big)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversize accepted: %v", err)
+	}
+	if _, err := s.Get(content.Hash([]byte("nope"))); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing: %v", err)
+	}
+	if _, err := s.Get("sha256:../../etc/passwd"); err == nil {
+		t.Fatal("path traversal accepted")
+	}
+}
+
+func TestCorruptOnDiskNotServed(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir, 0)
+	ref, _ := s.PutBytes([]byte("result"))
+	p, _ := s.path(ref)
+	os.WriteFile(p, []byte("tampered"), 0o600)
+	if _, err := s.Get(ref); err == nil {
+		t.Fatal("corrupt blob served")
+	}
+	_ = filepath.Base(p)
+}

@@ -1,0 +1,124 @@
+package catalog
+
+import (
+	"embed"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/scellis/scellis/diag"
+)
+
+//go:embed builtin/*.star
+var builtinFS embed.FS
+
+// Builtin returns a catalog holding every embedded builtin/*.star, each
+// loaded by Parse and Add exactly like a user's file.
+func Builtin() (*Catalog, error) {
+	c := New()
+	files, err := fs.Glob(builtinFS, "builtin/*.star")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	for _, name := range files {
+		src, err := builtinFS.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		e, err := Parse(name, src)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Add(e); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Open returns the built-in catalog plus every *.star file in dir (the
+// user's catalog, by default $SCELLIS_HOME/catalog). A missing dir is an
+// empty user catalog. Every file that fails to load is reported (as a
+// diag.List); the returned catalog then still holds every entry that did
+// load, for callers that can carry on without the broken ones.
+func Open(dir string) (*Catalog, error) {
+	c, err := Builtin()
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return c, nil
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return c, unreadable(dir, err)
+	}
+	var diags diag.List
+	for _, de := range ents { // ReadDir sorts by file name
+		if de.IsDir() || !strings.HasSuffix(de.Name(), ".star") {
+			continue
+		}
+		path := filepath.Join(dir, de.Name())
+		err := func() error {
+			src, err := ReadSource(path)
+			if err != nil {
+				return err
+			}
+			e, err := Parse(path, src)
+			if err != nil {
+				return err
+			}
+			return c.Add(e)
+		}()
+		if err != nil {
+			if ds, ok := diag.As(err); ok {
+				diags = append(diags, ds...)
+			} else {
+				return c, err
+			}
+		}
+	}
+	return c, diags.Err()
+}
+
+// Store writes e's source into the user's catalog dir as NAME.star, creating
+// dir if needed. Storing the same source again is a no-op; a different file
+// of that name already there is diag.CatalogDuplicate. The write is atomic
+// (temporary file, then rename).
+func Store(dir string, e *Entry) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return unreadable(dir, err)
+	}
+	target := filepath.Join(dir, e.Name+".star")
+	if old, err := os.ReadFile(target); err == nil {
+		if string(old) == string(e.Source) {
+			return nil
+		}
+		return diag.New(diag.CatalogDuplicate, e.Name, "%s already holds a different entry named %s", target, e.Name).
+			WithHelp("rename your file, or remove %s first if you mean to replace it", target)
+	}
+	tmp, err := os.CreateTemp(dir, ".add-*.star.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(e.Source); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), target)
+}

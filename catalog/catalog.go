@@ -1,0 +1,244 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+)
+
+// MaxSourceBytes bounds a content file read from disk.
+const MaxSourceBytes = 4 << 20
+
+// Catalog holds entries by name and by ref. It is safe for concurrent use.
+type Catalog struct {
+	mu     sync.RWMutex
+	byName map[string]*Entry
+	byRef  map[content.Ref]*Entry
+}
+
+// New returns an empty catalog (no built-ins; see Builtin and Open).
+func New() *Catalog {
+	return &Catalog{byName: map[string]*Entry{}, byRef: map[content.Ref]*Entry{}}
+}
+
+// Add stores e. Adding the same source under the same name again is a no-op;
+// a different source under a name already held is refused with
+// diag.CatalogDuplicate, so a user file can never shadow a built-in. Entries
+// are reachable by name and by ref (by ref, the first entry added with those
+// bytes wins).
+func (c *Catalog) Add(e *Entry) error {
+	if e == nil || e.Name == "" {
+		return errors.New("catalog: entry without a name")
+	}
+	if e.Ref != content.Hash(e.Source) {
+		return fmt.Errorf("catalog: entry %s has ref %s, but its source hashes to %s", e.Name, e.Ref, content.Hash(e.Source))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.byName[e.Name]; ok {
+		if old.Ref == e.Ref {
+			return nil
+		}
+		return diag.New(diag.CatalogDuplicate, e.Name, "%s (%s) differs from the catalog's %s %s (%s, from %s)",
+			e.Path, e.Ref.Short(), old.Kind, old.Name, old.Ref.Short(), old.Path).
+			WithHelp("rename the file to give the entry another name, or refer to the existing entry by its name")
+	}
+	c.byName[e.Name] = e
+	if _, ok := c.byRef[e.Ref]; !ok {
+		c.byRef[e.Ref] = e
+	}
+	return nil
+}
+
+// Lookup finds an entry by name or by ref.
+func (c *Catalog) Lookup(nameOrRef string) (*Entry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if content.IsRef(nameOrRef) {
+		e, ok := c.byRef[content.Ref(nameOrRef)]
+		return e, ok
+	}
+	e, ok := c.byName[nameOrRef]
+	return e, ok
+}
+
+// List returns every entry, sorted by name.
+func (c *Catalog) List() []*Entry {
+	c.mu.RLock()
+	out := make([]*Entry, 0, len(c.byName))
+	for _, e := range c.byName {
+		out = append(out, e)
+	}
+	c.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// IsPath reports whether a content reference names a file rather than a
+// catalog entry: it contains a slash or ends in ".star".
+func IsPath(s string) bool {
+	return strings.Contains(s, "/") || strings.Contains(s, string(filepath.Separator)) || strings.HasSuffix(s, ".star")
+}
+
+// Resolve finds the entry a job or command refers to: a name, a sha256: ref,
+// or a path (see IsPath; relative paths resolve against baseDir), which is
+// read, parsed and added. Unknown names and refs are diag.UnknownContent with
+// a hint; an unreadable path is diag.FileUnreadable.
+func (c *Catalog) Resolve(s, baseDir string) (*Entry, error) {
+	switch {
+	case content.IsRef(s):
+		if e, ok := c.Lookup(s); ok {
+			return e, nil
+		}
+		return nil, diag.New(diag.UnknownContent, s, "no catalog entry has ref %s", s).
+			WithHelp("scellis catalog ls lists the entries; add a file with scellis catalog add FILE")
+	case strings.HasPrefix(s, "sha256:"):
+		return nil, diag.New(diag.UnknownContent, s, "%q is not a well-formed ref", s).
+			WithHelp("a ref is sha256: followed by 64 lower-case hex digits, as scellis catalog ls --json prints")
+	case IsPath(s):
+		path := s
+		if !filepath.IsAbs(path) && baseDir != "" {
+			path = filepath.Join(baseDir, path)
+		}
+		src, err := ReadSource(path)
+		if err != nil {
+			return nil, err
+		}
+		e, err := Parse(path, src)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Add(e); err != nil {
+			return nil, err
+		}
+		return e, nil
+	}
+	if e, ok := c.Lookup(s); ok {
+		return e, nil
+	}
+	d := diag.New(diag.UnknownContent, s, "the catalog has no entry named %q", s)
+	if near := c.nearest(s); near != "" {
+		return nil, d.WithHelp("did you mean %q? scellis catalog ls lists the entries; a file path needs a / or the .star extension", near)
+	}
+	return nil, d.WithHelp("scellis catalog ls lists the entries; a file path needs a / or the .star extension")
+}
+
+// ReadSource reads a content file, refusing files over MaxSourceBytes.
+// Failures are diag.FileUnreadable.
+func ReadSource(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, unreadable(path, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxSourceBytes+1))
+	if err != nil {
+		return nil, unreadable(path, err)
+	}
+	if len(b) > MaxSourceBytes {
+		return nil, diag.New(diag.FileUnreadable, path, "content file is larger than %d MiB", MaxSourceBytes>>20).
+			WithHelp("content is code: keep data in inputs, not in the .star file")
+	}
+	return b, nil
+}
+
+func unreadable(path string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return diag.New(diag.FileUnreadable, path, "cannot read content file: %v", err).
+		WithHelp("check the path (relative paths resolve against the job file's folder) and permissions")
+}
+
+// nearest returns the entry name closest to s, if any is close.
+func (c *Catalog) nearest(s string) string {
+	best, bestD := "", 3
+	for _, e := range c.List() {
+		if d := editDistance(s, e.Name); d < bestD {
+			best, bestD = e.Name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Closure returns e and every entry it loads, transitively, sorted by name
+// (job IDs hash them). A load of a module the catalog lacks is
+// diag.ForbiddenLoad at the load statement.
+func (c *Catalog) Closure(e *Entry) ([]*Entry, error) {
+	seen := map[content.Ref]*Entry{e.Ref: e}
+	queue := []*Entry{e}
+	var diags diag.List
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		for _, site := range cur.sites() {
+			dep, ok := c.Lookup(site.module)
+			if !ok {
+				diags = append(diags, diag.New(diag.ForbiddenLoad, cur.Name, "load(%q): no catalog entry has that name or ref", site.module).
+					At(cur.Path, site.line, site.col).WithSource(cur.SourceLine(site.line)).
+					WithHelp("load() only names catalog entries; add the file with scellis catalog add, then load it by name"))
+				continue
+			}
+			if _, ok := seen[dep.Ref]; !ok {
+				seen[dep.Ref] = dep
+				queue = append(queue, dep)
+			}
+		}
+	}
+	if err := diags.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]*Entry, 0, len(seen))
+	for _, d := range seen {
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Ref < out[j].Ref
+	})
+	return out, nil
+}
+
+// sites returns the load statements of e; entries built by hand rather than
+// by Parse have only Loads, without positions.
+func (e *Entry) sites() []loadSite {
+	if len(e.loads) > 0 || len(e.Loads) == 0 {
+		return e.loads
+	}
+	s := make([]loadSite, len(e.Loads))
+	for i, m := range e.Loads {
+		s[i] = loadSite{module: m}
+	}
+	return s
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// The tests in this file drive the real binary the way a user does.
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// scellisBinary builds cmd/scellis once per test process.
+func scellisBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "scellis-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "scellis")
+		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		if err != nil {
+			buildErr = err
+			binPath = string(out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatalf("building scellis: %v\n%s", buildErr, binPath)
+	}
+	return binPath
+}
+
+// scellisCmd runs the binary in dir with an isolated SCELLIS_HOME.
+func scellisCmd(t *testing.T, dir string, args ...string) *exec.Cmd {
+	cmd := exec.Command(scellisBinary(t), args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(dir, ".scellis"))
+	return cmd
+}
+
+func mustRun(t *testing.T, cmd *exec.Cmd) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v: %v\nstdout:\n%s\nstderr:\n%s", cmd.Args, err, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// writeSweepFixture generates hospital data and a small 2-parameter sweep.
+func writeSweepFixture(t *testing.T) string {
+	dir := t.TempDir()
+	mustRun(t, scellisCmd(t, dir, "datagen", "hospitals", "--sites", "2", "--rows", "400", "--out", "data"))
+	job := `name: sweep
+program: train-eval
+partitioner:
+  use: grid
+  params: {lr: [0.03, 0.3], l2: [0.0, 0.01]}
+reducer: {use: collect, params: {metric: auc, goal: max}}
+params: {model: logistic, epochs: 2, batch_size: 32, test_frac: 0.25, seed: 3}
+inputs:
+  data: {path: data/hospital-1.csv, label: outcome}
+`
+	if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// Law 9: the replayable tier is byte-exact across runs.
+func TestRunTwiceByteIdentical(t *testing.T) {
+	dir := writeSweepFixture(t)
+	mustRun(t, scellisCmd(t, dir, "run", "job.yaml", "--out", "a"))
+	mustRun(t, scellisCmd(t, dir, "run", "job.yaml", "--out", "b", "--workers", "1", "--verify"))
+	a, _ := os.ReadFile(filepath.Join(dir, "a", "result.json"))
+	b, _ := os.ReadFile(filepath.Join(dir, "b", "result.json"))
+	// The verification method differs by design; everything else must not.
+	a = bytes.Replace(a, []byte("single execution (pool of one)"), []byte("X"), 1)
+	b = bytes.Replace(b, []byte("double execution, byte-identical"), []byte("X"), 1)
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Fatalf("result.json differs between runs:\n%s\n---\n%s", a, b)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "a", "heatmap.png")); err != nil {
+		t.Fatalf("2-parameter sweep wrote no heatmap: %v", err)
+	}
+}
+
+// Law 4: a pool of one needs no network at all.
+func TestRunWithoutNetwork(t *testing.T) {
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("unshare not installed")
+	}
+	if out, err := exec.Command("unshare", "-n", "true").CombinedOutput(); err != nil {
+		t.Skipf("cannot create a network namespace here: %v %s", err, out)
+	}
+	dir := writeSweepFixture(t)
+	bin := scellisBinary(t)
+	cmd := exec.Command("unshare", "-n", "sh", "-c", "ip link set lo down 2>/dev/null; "+bin+" run job.yaml --out offline")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(dir, ".scellis"))
+	out := mustRun(t, cmd)
+	if !strings.Contains(out, "verified 4/4") {
+		t.Fatalf("offline run did not verify all shards:\n%s", out)
+	}
+	mustRun(t, scellisCmd(t, dir, "run", "job.yaml", "--out", "online"))
+	a, _ := os.ReadFile(filepath.Join(dir, "offline", "result.json"))
+	b, _ := os.ReadFile(filepath.Join(dir, "online", "result.json"))
+	if !bytes.Equal(a, b) {
+		t.Fatal("offline and online runs differ")
+	}
+}

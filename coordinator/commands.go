@@ -1,0 +1,146 @@
+package coordinator
+
+import (
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/trust"
+)
+
+// Command is one input to the state machine: SubmitJob, Lease, RenewLease,
+// ReleaseLeases, Tick, ReportResult, ReportReduced or Batch (values or
+// pointers). Every command is a plain struct that EncodeCommand turns into
+// canonical bytes, so it can be a Raft log entry.
+//
+// Time enters only through the Now fields (unix ms, stamped by the leader
+// when it proposes the command), never from a clock read inside Apply.
+type Command interface {
+	command()
+}
+
+// Policy is a job's verification policy. Zero fields take the pool's
+// defaults when the job is submitted (see SubmitJob).
+type Policy struct {
+	// Replicas is how many distinct peers must report the byte-identical
+	// result hash. Default: 1 in an own pool, 2 in consortium and open.
+	Replicas int `cbor:"replicas" json:"replicas"`
+	// Attempts bounds the reports a shard may take before it is flagged
+	// unverified. Default: 2·Replicas+1. Must be ≥ Replicas.
+	Attempts int `cbor:"attempts" json:"attempts"`
+	// LeaseTTL is the default lease duration in ms. Default: the machine's
+	// Config.DefaultLeaseTTL.
+	LeaseTTL int64 `cbor:"lease_ttl" json:"lease_ttl"`
+}
+
+// ShardPlan is one shard as the planner made it: priced before execution.
+type ShardPlan struct {
+	Index int         `cbor:"index" json:"index"`
+	ID    content.Ref `cbor:"id" json:"id"`
+	// Price is the planner's price in work units; nothing a peer reports
+	// changes it.
+	Price int64 `cbor:"price" json:"price"`
+	// PriceBasis says how Price was derived, e.g. "program cost()".
+	PriceBasis string `cbor:"price_basis" json:"price_basis"`
+}
+
+// ShardRef names one shard of one job.
+type ShardRef struct {
+	Job   content.Ref `cbor:"job" json:"job"`
+	Shard int         `cbor:"shard" json:"shard"`
+}
+
+// SubmitJob admits a planned job. The planner (outside the machine) has
+// computed the job ID, the shards, their IDs and prices. The machine
+// re-checks the job against the pool's regime with trust.Admit. Submitting
+// the same job ID again with the same plan is a no-op returning the existing
+// job; with a different plan it is refused (SC7004).
+type SubmitJob struct {
+	Job              content.Ref  `cbor:"job" json:"job"`
+	Name             string       `cbor:"name" json:"name"`
+	Regime           trust.Regime `cbor:"regime" json:"regime"` // empty: the pool's
+	SecurityCritical bool         `cbor:"security_critical" json:"security_critical"`
+	Inputs           []trust.Item `cbor:"inputs" json:"inputs"` // inputs and their classes
+	Models           []trust.Item `cbor:"models" json:"models"` // classed content (models)
+	Policy           Policy       `cbor:"policy" json:"policy"`
+	Shards           []ShardPlan  `cbor:"shards" json:"shards"`
+	Now              int64        `cbor:"now" json:"now"`
+}
+
+// Lease asks for up to Max shards (default 1) for Peer. Grants go to
+// shards that still need replicas, jobs in submission order, shards in
+// index order; never a shard the peer already holds a live lease on or has
+// reported for. With a RequestID, repeating the peer's last request returns
+// the same grants instead of granting more.
+type Lease struct {
+	Peer      string      `cbor:"peer" json:"peer"`
+	Now       int64       `cbor:"now" json:"now"`
+	TTL       int64       `cbor:"ttl" json:"ttl"`               // ms; 0: the job's LeaseTTL
+	Max       int         `cbor:"max" json:"max"`               // 0: 1
+	Job       content.Ref `cbor:"job" json:"job"`               // optional: only this job
+	RequestID string      `cbor:"request_id" json:"request_id"` // optional: idempotent retry
+}
+
+// RenewLease extends Peer's live lease on one shard to Now+TTL (never
+// shortening it). Refused (SC7009) when the lease is no longer live: the
+// worker should stop working on the shard.
+type RenewLease struct {
+	Peer  string      `cbor:"peer" json:"peer"`
+	Job   content.Ref `cbor:"job" json:"job"`
+	Shard int         `cbor:"shard" json:"shard"`
+	Now   int64       `cbor:"now" json:"now"`
+	TTL   int64       `cbor:"ttl" json:"ttl"` // ms; 0: the job's LeaseTTL
+}
+
+// ReleaseLeases hands back Peer's live leases on Shards, or all of them
+// when Shards is empty (a worker stopping on SIGINT). Releasing a lease the
+// peer does not hold is a no-op.
+type ReleaseLeases struct {
+	Peer   string     `cbor:"peer" json:"peer"`
+	Now    int64      `cbor:"now" json:"now"`
+	Shards []ShardRef `cbor:"shards" json:"shards"`
+}
+
+// Tick advances the machine's clock to Now and expires every lease whose
+// expiry is ≤ Now, so its shard can be leased again. Every other command
+// with a Now does the same first.
+type Tick struct {
+	Now int64 `cbor:"now" json:"now"`
+}
+
+// ReportResult reports the hash of Peer's result for one shard. Accepted
+// with a live lease; after the lease ended (expired, released or revoked)
+// only as an extra replica, which counts while the shard is undecided and
+// never changes a decision. A peer that never held a lease on the shard is
+// refused (SC7007). Repeating a report is a no-op returning the same
+// response; reporting a different hash is refused (SC7008).
+type ReportResult struct {
+	Peer   string      `cbor:"peer" json:"peer"`
+	Job    content.Ref `cbor:"job" json:"job"`
+	Shard  int         `cbor:"shard" json:"shard"`
+	Result content.Ref `cbor:"result" json:"result"`
+	Now    int64       `cbor:"now" json:"now"`
+}
+
+// ReportReduced records the hash of a job's reduced result, reported by a
+// reducer peer once every shard is decided. Repeating it with the same hash
+// is a no-op; a different hash is refused (SC7011).
+type ReportReduced struct {
+	Job     content.Ref `cbor:"job" json:"job"`
+	Peer    string      `cbor:"peer" json:"peer"`
+	Reduced content.Ref `cbor:"reduced" json:"reduced"`
+	Now     int64       `cbor:"now" json:"now"`
+}
+
+// Batch applies several commands in order as one log entry. Each is
+// decided on its own: a refused command leaves the state as it was and the
+// rest still apply. Batches do not nest.
+type Batch struct {
+	Commands []Command `json:"commands"`
+}
+
+func (SubmitJob) command()     {}
+func (Lease) command()         {}
+func (RenewLease) command()    {}
+func (ReleaseLeases) command() {}
+func (Tick) command()          {}
+func (ReportResult) command()  {}
+func (ReportReduced) command() {}
+func (Batch) command()         {}

@@ -1,0 +1,295 @@
+package coordinator
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+)
+
+// MaxLeaseTTL bounds one lease (30 days in ms).
+const MaxLeaseTTL int64 = 30 * 24 * 3600 * 1000
+
+// maxTime bounds the Now of commands so Now+TTL cannot overflow.
+const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
+
+// Lease rules, in one place:
+//   - a lease is live while the machine's clock is before its expiry; a
+//     clock advance (any command with a Now) ends every lease whose expiry
+//     is ≤ Now, and its shard can be leased again;
+//   - a peer holds at most one live lease per shard, and never gets a
+//     lease on a shard it has reported for (it may lease a shard again
+//     after its lease on it expired without a report);
+//   - a shard is leased only while it needs replicas: while the reports
+//     plus live leases are fewer than the smallest number of further
+//     agreeing reports that could verify it (see need);
+//   - grants go to jobs in submission order, shards in index order;
+//   - when a shard is decided its remaining leases are revoked.
+
+func (m *Machine) lease(c Lease) Result {
+	if d := firstOf(checkPeer(c.Peer), checkTime(c.Now), checkTTL(c.TTL)); d != nil {
+		return refuse(d)
+	}
+	if c.Max < 0 || len(c.RequestID) > maxName {
+		return refuse(badCommand("lease: max %d must be ≥ 0 and a request ID at most %d bytes", c.Max, maxName))
+	}
+	if c.Job != "" && m.jobs[string(c.Job)] == nil {
+		return refuse(unknownJob(c.Job))
+	}
+	if c.RequestID != "" {
+		if memo := m.st.LeaseMemo[c.Peer]; memo != nil && memo.RequestID == c.RequestID {
+			return Result{Response: &LeaseResponse{Grants: slices.Clone(memo.Grants)}}
+		}
+	}
+
+	now := m.clock(c.Now)
+	events := m.advance(now)
+	limit := max(c.Max, 1)
+	grants := []LeaseGrant{}
+	for _, j := range m.st.Jobs {
+		if len(grants) == limit {
+			break
+		}
+		if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) {
+			continue
+		}
+		for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
+			s := j.Shards[i]
+			if !eligible(j, s, c.Peer) {
+				continue
+			}
+			ttl := c.TTL
+			if ttl == 0 {
+				ttl = j.Policy.LeaseTTL
+			}
+			expiry := now + ttl
+			s.addLease(c.Peer, expiry)
+			m.nextExpiry = min(m.nextExpiry, expiry)
+			grants = append(grants, LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: expiry})
+			events = append(events, ShardLeased{Job: j.ID, Shard: s.Index, Peer: c.Peer, Expiry: expiry})
+		}
+	}
+	if len(grants) > 0 {
+		m.peer(c.Peer).Leases += len(grants)
+	}
+	if c.RequestID != "" {
+		if m.st.LeaseMemo == nil {
+			m.st.LeaseMemo = map[string]*leaseMemo{}
+		}
+		m.st.LeaseMemo[c.Peer] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
+	}
+	return Result{Response: &LeaseResponse{Grants: grants}, Events: events}
+}
+
+// eligible reports whether peer may get a new lease on s now (after the
+// clock advance, so every lease in s.Leases is live).
+func eligible(j *jobState, s *shardState, peer string) bool {
+	if s.State != StatePending || s.reportOf(peer) != nil {
+		return false
+	}
+	if _, has := s.leaseOf(peer); has {
+		return false
+	}
+	return need(j, s) > len(s.Leases)
+}
+
+// need is the smallest number of further reports that could verify s if
+// they all agreed with its leading hash; live leases count toward it.
+func need(j *jobState, s *shardState) int {
+	n, lead := len(s.Reports), leadCount(s.Reports)
+	return max(j.Policy.Replicas-lead, n-2*lead+1, 1)
+}
+
+func (m *Machine) renew(c RenewLease) Result {
+	if d := firstOf(checkPeer(c.Peer), checkTime(c.Now), checkTTL(c.TTL)); d != nil {
+		return refuse(d)
+	}
+	j, s, d := m.shard(c.Job, c.Shard)
+	if d != nil {
+		return refuse(d)
+	}
+	now := m.clock(c.Now)
+	i, has := s.leaseOf(c.Peer)
+	if !has || s.Leases[i].Expiry <= now {
+		return refuse(diag.New(diag.PoolLeaseNotLive, shardSubject(j, s.Index),
+			"%s holds no live lease on shard %d: %s", c.Peer, s.Index, whyNotLive(s, c.Peer, now)).
+			WithHelp("stop working on this shard and lease new work"))
+	}
+	events := m.advance(now)
+	i, _ = s.leaseOf(c.Peer)
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = j.Policy.LeaseTTL
+	}
+	s.Leases[i].Expiry = max(s.Leases[i].Expiry, now+ttl)
+	g := LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: s.Leases[i].Expiry}
+	return Result{Response: &RenewResponse{Grant: g}, Events: events}
+}
+
+func whyNotLive(s *shardState, peer string, now int64) string {
+	if i, has := s.leaseOf(peer); has {
+		return fmt.Sprintf("the lease expired at %d (now %d)", s.Leases[i].Expiry, now)
+	}
+	switch {
+	case s.State != StatePending:
+		return fmt.Sprintf("the shard is already %s", s.State)
+	case s.reportOf(peer) != nil:
+		return "the peer already reported its result"
+	case s.held(peer):
+		return "the lease expired or was released"
+	}
+	return "it was never leased to this peer"
+}
+
+func (m *Machine) release(c ReleaseLeases) Result {
+	if d := firstOf(checkPeer(c.Peer), checkTime(c.Now)); d != nil {
+		return refuse(d)
+	}
+	for _, r := range c.Shards {
+		if _, _, d := m.shard(r.Job, r.Shard); d != nil {
+			return refuse(d)
+		}
+	}
+	now := m.clock(c.Now)
+	events := m.advance(now)
+	released := []ShardRef{}
+	drop := func(j *jobState, s *shardState) {
+		if i, has := s.leaseOf(c.Peer); has {
+			s.dropLease(i)
+			released = append(released, ShardRef{Job: j.ID, Shard: s.Index})
+			events = append(events, LeaseEnded{Job: j.ID, Shard: s.Index, Peer: c.Peer, Reason: LeaseReleased})
+		}
+	}
+	if len(c.Shards) == 0 {
+		for _, j := range m.st.Jobs {
+			if j.State != JobRunning {
+				continue
+			}
+			for _, s := range j.Shards[j.cursor:] {
+				drop(j, s)
+			}
+		}
+	} else {
+		for _, r := range c.Shards {
+			j, s, _ := m.shard(r.Job, r.Shard)
+			drop(j, s)
+		}
+	}
+	return Result{Response: &ReleaseResponse{Released: released}, Events: events}
+}
+
+func (m *Machine) tick(c Tick) Result {
+	if d := checkTime(c.Now); d != nil {
+		return refuse(d)
+	}
+	now := m.clock(c.Now)
+	events := m.advance(now)
+	resp := &TickResponse{Now: now, Expired: []ExpiredLease{}}
+	for _, e := range events {
+		if e, ok := e.(LeaseEnded); ok {
+			resp.Expired = append(resp.Expired, ExpiredLease{Job: e.Job, Shard: e.Shard, Peer: e.Peer})
+		}
+	}
+	return Result{Response: resp, Events: events}
+}
+
+// advance moves the clock to now (never back) and ends every lease whose
+// expiry is ≤ now. nextExpiry is a lower bound on the earliest expiry, so
+// most commands skip the scan.
+func (m *Machine) advance(now int64) []Event {
+	m.st.Now = max(m.st.Now, now)
+	if now < m.nextExpiry {
+		return nil
+	}
+	var events []Event
+	next := int64(math.MaxInt64)
+	for _, j := range m.st.Jobs {
+		if j.State != JobRunning {
+			continue
+		}
+		for _, s := range j.Shards[j.cursor:] {
+			if len(s.Leases) == 0 {
+				continue
+			}
+			kept := s.Leases[:0]
+			for _, l := range s.Leases {
+				if l.Expiry <= now {
+					events = append(events, LeaseEnded{Job: j.ID, Shard: s.Index, Peer: l.Peer, Reason: LeaseExpired})
+					continue
+				}
+				kept = append(kept, l)
+				next = min(next, l.Expiry)
+			}
+			s.Leases = kept
+			if len(s.Leases) == 0 {
+				s.Leases = nil
+			}
+		}
+	}
+	m.nextExpiry = next
+	return events
+}
+
+// revoke ends every lease on a shard that was just decided.
+func revoke(j *jobState, s *shardState) []Event {
+	var events []Event
+	for _, l := range s.Leases {
+		events = append(events, LeaseEnded{Job: j.ID, Shard: s.Index, Peer: l.Peer, Reason: LeaseRevoked})
+	}
+	s.Leases = nil
+	return events
+}
+
+// shard finds a job's shard or says why not.
+func (m *Machine) shard(id content.Ref, index int) (*jobState, *shardState, *diag.Diagnostic) {
+	j := m.jobs[string(id)]
+	if j == nil {
+		return nil, nil, unknownJob(id)
+	}
+	if index < 0 || index >= len(j.Shards) {
+		return nil, nil, diag.New(diag.PoolUnknownShard, "job "+j.Name,
+			"job %s has shards 0 to %d, not %d", id.Short(), len(j.Shards)-1, index)
+	}
+	return j, j.Shards[index], nil
+}
+
+func unknownJob(id content.Ref) *diag.Diagnostic {
+	return diag.New(diag.PoolUnknownJob, "job "+id.Short(), "no job %s in this pool", id).
+		WithHelp("submit the job first; `scellis job status` lists the pool's jobs")
+}
+
+func shardSubject(j *jobState, index int) string {
+	return fmt.Sprintf("job %s shard %d", j.Name, index)
+}
+
+func checkPeer(p string) *diag.Diagnostic {
+	if p == "" || len(p) > maxName {
+		return badCommand("peer name must have 1 to %d bytes", maxName)
+	}
+	return nil
+}
+
+func checkTime(now int64) *diag.Diagnostic {
+	if now < 0 || now > maxTime {
+		return badCommand("time %d out of range", now)
+	}
+	return nil
+}
+
+func checkTTL(ttl int64) *diag.Diagnostic {
+	if ttl < 0 || ttl > MaxLeaseTTL {
+		return badCommand("lease TTL %d ms outside 0 to %d", ttl, MaxLeaseTTL)
+	}
+	return nil
+}
+
+func firstOf(ds ...*diag.Diagnostic) *diag.Diagnostic {
+	for _, d := range ds {
+		if d != nil {
+			return d
+		}
+	}
+	return nil
+}

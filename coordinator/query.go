@@ -1,0 +1,243 @@
+package coordinator
+
+import (
+	"sort"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/trust"
+)
+
+// Queries read the state as of the last applied command. They take no
+// time argument (except Leasable): a lease shown as live is live as of the
+// machine's clock, Now(), which may lag the wall clock.
+
+// Counts summarises a job's shards. Pending shards have no live lease;
+// Leased ones are undecided with at least one.
+type Counts struct {
+	Total      int `json:"total"`
+	Pending    int `json:"pending"`
+	Leased     int `json:"leased"`
+	Verified   int `json:"verified"`
+	Unverified int `json:"unverified"`
+}
+
+// JobStatus is a job as the pool sees it.
+type JobStatus struct {
+	ID               content.Ref   `json:"id"`
+	Name             string        `json:"name"`
+	Regime           trust.Regime  `json:"regime"`
+	SecurityCritical bool          `json:"security_critical"`
+	Policy           Policy        `json:"policy"`
+	Method           string        `json:"method"`
+	State            JobState      `json:"state"`
+	SubmittedAt      int64         `json:"submitted_at"`
+	Counts           Counts        `json:"counts"`
+	Reduced          content.Ref   `json:"reduced,omitempty"`
+	Reducer          string        `json:"reducer,omitempty"`
+	DoneAt           int64         `json:"done_at,omitempty"`
+	Shards           []ShardStatus `json:"shards,omitempty"` // only from Job
+}
+
+// ShardStatus is one shard in detail.
+type ShardStatus struct {
+	Index      int         `json:"index"`
+	ID         content.Ref `json:"id"`
+	Price      int64       `json:"price"`
+	PriceBasis string      `json:"price_basis"`
+	// State is pending, leased, verified or unverified.
+	State   ShardState   `json:"state"`
+	Leases  []LeaseInfo  `json:"leases,omitempty"`
+	Reports []ReportInfo `json:"reports,omitempty"`
+	// Result is the canonical result hash of a verified shard: what the
+	// reducer fetches, in shard-index order.
+	Result    content.Ref `json:"result,omitempty"`
+	Agreeing  []string    `json:"agreeing,omitempty"`
+	Losers    []string    `json:"losers,omitempty"`
+	Receipt   uint64      `json:"receipt,omitempty"`
+	DecidedAt int64       `json:"decided_at,omitempty"`
+}
+
+// LeaseInfo is a live lease on a shard.
+type LeaseInfo struct {
+	Peer   string `json:"peer"`
+	Expiry int64  `json:"expiry"`
+}
+
+// ReportInfo is an accepted report on a shard.
+type ReportInfo struct {
+	Peer    string      `json:"peer"`
+	Result  content.Ref `json:"result"`
+	Late    bool        `json:"late"`
+	Outcome Outcome     `json:"outcome"`
+	At      int64       `json:"at"`
+}
+
+// Job returns a job's status with every shard's detail, or an SC7001
+// diagnostic for an unknown job.
+func (m *Machine) Job(id content.Ref) (JobStatus, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	j := m.jobs[string(id)]
+	if j == nil {
+		return JobStatus{}, unknownJob(id)
+	}
+	js := j.status()
+	js.Shards = make([]ShardStatus, len(j.Shards))
+	for i, s := range j.Shards {
+		js.Shards[i] = s.status()
+	}
+	return js, nil
+}
+
+// Jobs returns every job's status without shard detail, in submission order.
+func (m *Machine) Jobs() []JobStatus {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]JobStatus, len(m.st.Jobs))
+	for i, j := range m.st.Jobs {
+		out[i] = j.status()
+	}
+	return out
+}
+
+func (j *jobState) status() JobStatus {
+	js := JobStatus{
+		ID: j.ID, Name: j.Name, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
+		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt,
+		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
+	}
+	js.Counts.Total = len(j.Shards)
+	for _, s := range j.Shards {
+		switch {
+		case s.State == StateVerified:
+			js.Counts.Verified++
+		case s.State == StateUnverified:
+			js.Counts.Unverified++
+		case len(s.Leases) > 0:
+			js.Counts.Leased++
+		default:
+			js.Counts.Pending++
+		}
+	}
+	return js
+}
+
+func (s *shardState) status() ShardStatus {
+	ss := ShardStatus{
+		Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, State: s.State,
+		Result: s.Canonical, Agreeing: clone(s.Agreeing), Losers: clone(s.Losers),
+		Receipt: s.Receipt, DecidedAt: s.DecidedAt,
+	}
+	if s.State == StatePending && len(s.Leases) > 0 {
+		ss.State = StateLeased
+	}
+	for _, l := range s.Leases {
+		ss.Leases = append(ss.Leases, LeaseInfo{Peer: l.Peer, Expiry: l.Expiry})
+	}
+	for _, r := range s.Reports {
+		ss.Reports = append(ss.Reports, ReportInfo{Peer: r.Peer, Result: r.Result, Late: r.Late, Outcome: r.Outcome, At: r.At})
+	}
+	return ss
+}
+
+// Receipts returns the receipts with Seq > since, in order (since 0: all).
+func (m *Machine) Receipts(since uint64) []receipt.Receipt {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.chain.Since(since)
+}
+
+// Head returns the receipt chain's head: its last Seq and hash, or
+// (0, receipt.Genesis). Every replica's head must match after it applied
+// the same log.
+func (m *Machine) Head() (uint64, content.Ref) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.chain.Head()
+}
+
+// Contributions returns each peer's verified work units, computed from the
+// receipt chain with receipt.Contributions.
+func (m *Machine) Contributions() map[string]int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return receipt.Contributions(m.st.Receipts)
+}
+
+// Peers returns every peer's record, sorted by name.
+func (m *Machine) Peers() []PeerRecord {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]PeerRecord, 0, len(m.st.Peers))
+	for _, p := range m.st.Peers {
+		out = append(out, *p)
+	}
+	sort.Slice(out, func(i, k int) bool { return out[i].Peer < out[k].Peer })
+	return out
+}
+
+// Leases returns peer's live leases, jobs in submission order, shards in
+// index order.
+func (m *Machine) Leases(peer string) []LeaseGrant {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := []LeaseGrant{}
+	for _, j := range m.st.Jobs {
+		if j.State != JobRunning {
+			continue
+		}
+		for _, s := range j.Shards[j.cursor:] {
+			if i, has := s.leaseOf(peer); has {
+				out = append(out, LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: s.Leases[i].Expiry})
+			}
+		}
+	}
+	return out
+}
+
+// Leasable returns how many shards a Lease by peer at time now would be
+// granted if it asked for all of them, without changing anything. A server
+// can use it to answer an idle worker without proposing a log entry.
+func (m *Machine) Leasable(peer string, now int64) int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	now = m.clock(now)
+	n := 0
+	for _, j := range m.st.Jobs {
+		if j.State != JobRunning {
+			continue
+		}
+		for _, s := range j.Shards[j.cursor:] {
+			if s.State != StatePending || s.reportOf(peer) != nil {
+				continue
+			}
+			live := 0
+			mine := false
+			for _, l := range s.Leases {
+				if l.Expiry > now {
+					live++
+					mine = mine || l.Peer == peer
+				}
+			}
+			if !mine && need(j, s) > live {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// Now returns the machine's clock: the latest Now of an applied command.
+func (m *Machine) Now() int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.Now
+}
+
+// Regime returns the pool's trust regime.
+func (m *Machine) Regime() trust.Regime {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.st.Regime
+}

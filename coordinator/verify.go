@@ -1,0 +1,154 @@
+package coordinator
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/receipt"
+)
+
+// The verification rule (first regime: redundant exact match), applied
+// after every report counted on an undecided shard. With n reports, r the
+// job's replicas and a the job's attempts:
+//
+//   - verified when some hash h is reported by c ≥ r peers and by a strict
+//     majority of the reports (2c > n). At most one hash can hold a strict
+//     majority, so the first to reach it is canonical (BOINC's validator).
+//     With all reports agreeing this is "r peers report the same hash".
+//   - flagged unverified when no sequence of the a-n reports still allowed
+//     could verify it: when even if they all agreed with the leading hash
+//     (count c), c+(a-n) < r or 2c+(a-n) ≤ n. That includes n = a.
+//   - otherwise it stays pending and is leased again (see need).
+//
+// On verification the agreeing peers are credited the shard's price and
+// the others are recorded as losers; a receipt is minted with the command's
+// time. On either decision the shard's remaining leases are revoked.
+
+// leadCount is the largest number of reports sharing one hash.
+func leadCount(rs []report) int {
+	lead := 0
+	for i := range rs {
+		c := 0
+		for k := range rs {
+			if rs[k].Result == rs[i].Result {
+				c++
+			}
+		}
+		lead = max(lead, c)
+	}
+	return lead
+}
+
+// majority returns the hash held by ≥ r reports and a strict majority.
+func majority(rs []report, r int) (content.Ref, bool) {
+	for i := range rs {
+		c := 0
+		for k := range rs {
+			if rs[k].Result == rs[i].Result {
+				c++
+			}
+		}
+		if c >= r && 2*c > len(rs) {
+			return rs[i].Result, true
+		}
+	}
+	return "", false
+}
+
+// decide applies the verification rule to s after a counted report and
+// returns the report's outcome and the events of the decision.
+func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Event) {
+	r, a, n := j.Policy.Replicas, j.Policy.Attempts, len(s.Reports)
+	if h, ok := majority(s.Reports, r); ok {
+		return OutcomeVerified, m.verified(j, s, h, now)
+	}
+	left, lead := a-n, leadCount(s.Reports)
+	if left > 0 && lead+left >= r && 2*lead+left > n {
+		return OutcomeCounted, nil
+	}
+	s.State, s.DecidedAt = StateUnverified, now
+	for _, rep := range s.Reports {
+		m.peer(rep.Peer).Inconclusive++
+	}
+	events := revoke(j, s)
+	reason := fmt.Sprintf("no result reached %d agreeing peers and a strict majority within %d attempts", r, a)
+	if left > 0 {
+		reason = fmt.Sprintf("after %d disagreeing reports no result can reach %d agreeing peers and a strict majority within %d attempts", n, r, a)
+	}
+	events = append(events, ShardFlagged{Job: j.ID, Shard: s.Index, Reports: n, Reason: reason})
+	return OutcomeFlagged, append(events, m.decided(j)...)
+}
+
+// verified records h as s's canonical result, credits the agreeing peers,
+// records the losers and mints the receipt.
+func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64) []Event {
+	s.State, s.Canonical, s.DecidedAt = StateVerified, h, now
+	s.Agreeing, s.Losers = nil, nil
+	for _, rep := range s.Reports {
+		if rep.Result == h {
+			s.Agreeing = append(s.Agreeing, rep.Peer)
+		} else {
+			s.Losers = append(s.Losers, rep.Peer)
+		}
+	}
+	sort.Strings(s.Agreeing)
+	sort.Strings(s.Losers)
+	for _, p := range s.Agreeing {
+		rec := m.peer(p)
+		rec.Won++
+		rec.WorkUnits += s.Price
+	}
+	for _, p := range s.Losers {
+		m.peer(p).Lost++
+	}
+	rc := m.chain.Next(receipt.Receipt{
+		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: h, Peers: s.Agreeing,
+		Method: j.Method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
+	})
+	if err := m.chain.Append(rc); err != nil {
+		panic("coordinator: receipt chain: minted receipt does not append: " + err.Error())
+	}
+	m.st.Receipts = append(m.st.Receipts, rc.Clone())
+	s.Receipt = rc.Seq
+	events := revoke(j, s)
+	events = append(events, ShardVerified{
+		Job: j.ID, Shard: s.Index, Result: h, Agreeing: clone(s.Agreeing), Losers: clone(s.Losers), Receipt: rc.Seq,
+	})
+	return append(events, m.decided(j)...)
+}
+
+// decided counts one more decided shard of j, moves its cursor and, when
+// every shard is decided, moves the job on.
+func (m *Machine) decided(j *jobState) []Event {
+	j.decided++
+	for j.cursor < len(j.Shards) && j.Shards[j.cursor].State != StatePending {
+		j.cursor++
+	}
+	if j.decided < len(j.Shards) {
+		return nil
+	}
+	j.State = JobDecided
+	v, u := j.counts()
+	return []Event{AllShardsDecided{Job: j.ID, Verified: v, Unverified: u}}
+}
+
+// counts returns j's verified and unverified shards.
+func (j *jobState) counts() (verified, unverified int) {
+	for _, s := range j.Shards {
+		switch s.State {
+		case StateVerified:
+			verified++
+		case StateUnverified:
+			unverified++
+		}
+	}
+	return verified, unverified
+}
+
+func clone(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return append([]string(nil), s...)
+}

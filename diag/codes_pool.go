@@ -1,0 +1,20 @@
+package diag
+
+// Pools and coordination: the coordinator state machine, leases, results,
+// verification and the receipt chain (SC7xxx).
+var (
+	PoolUnknownJob        = define("SC7001", "unknown job")
+	PoolUnknownShard      = define("SC7002", "unknown shard")
+	PoolBadJob            = define("SC7003", "malformed job submission")
+	PoolJobConflict       = define("SC7004", "job ID already submitted with a different plan")
+	PoolOpenNeedsReplicas = define("SC7005", "an open pool requires at least two replicas")
+	PoolBadCommand        = define("SC7006", "malformed coordinator command")
+	PoolNoLease           = define("SC7007", "result for a shard the peer never leased")
+	PoolReportConflict    = define("SC7008", "peer already reported a different result for the shard")
+	PoolLeaseNotLive      = define("SC7009", "no live lease to renew")
+	PoolJobNotDecided     = define("SC7010", "job still has undecided shards")
+	PoolReducedConflict   = define("SC7011", "a different reduced result is already recorded")
+	PoolBadSnapshot       = define("SC7012", "coordinator snapshot cannot be restored")
+	ReceiptChainBroken    = define("SC7013", "receipt chain fails verification")
+	ReceiptMalformed      = define("SC7014", "malformed receipt")
+)

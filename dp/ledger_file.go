@@ -1,0 +1,167 @@
+package dp
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// This file holds the ledger's storage: the file lock, reading and scanning
+// frames, durable appends, cutting a torn tail, and atomic creation.
+//
+// Lock ordering: Ledger.mu, then the flock on the ledger file. No other lock
+// is taken while the flock is held. Writers hold LOCK_EX for the whole
+// read-check-append-fsync of one charge; readers (Verify) hold LOCK_SH while
+// they read, so they never see a write in progress. flock is per open file
+// description: two Ledgers opened on one file in one process exclude each
+// other just as two processes do. flock is reliable on local filesystems
+// only; do not keep a ledger on NFS.
+
+// lockFile takes a flock on f and returns the function that releases it.
+func lockFile(f *os.File, exclusive bool) (func(), error) {
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), how)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return nil, fmt.Errorf("dp: locking %s: %w", f.Name(), err)
+	}
+	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN) }, nil
+}
+
+// readRange reads bytes [from, to) of f.
+func readRange(f *os.File, from, to int64) ([]byte, error) {
+	buf := make([]byte, to-from)
+	if _, err := f.ReadAt(buf, from); err != nil && !(errors.Is(err, io.EOF) && len(buf) == 0) {
+		return nil, fmt.Errorf("dp: reading %s: %w", f.Name(), err)
+	}
+	return buf, nil
+}
+
+// tornTail describes bytes after the last complete entry that do not form
+// one: a write cut short by a crash or power loss.
+type tornTail struct {
+	Offset int64
+	Bytes  int64
+	Why    string
+}
+
+// VerifyError names the first entry that breaks a ledger's chain.
+type VerifyError struct {
+	Seq    uint64 // sequence number the bad entry has, or should have had
+	Offset int64  // byte offset of its frame in the file
+	Reason string
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("entry %d (byte %d): %s", e.Seq, e.Offset, e.Reason)
+}
+
+// scan applies the frames in data, which starts at file offset base, to c.
+// It returns the offset just past the last applied frame and, when the bytes
+// after it are a torn write, a description of them. A frame that is damaged
+// but not torn, or an entry that does not extend the chain, is a
+// *VerifyError; the entries before it stay applied.
+func scan(c *chain, data []byte, base int64) (end int64, torn *tornTail, err error) {
+	off := 0
+	for {
+		seq := uint64(len(c.entries))
+		payload, size, res, why := nextFrame(data[off:])
+		switch res {
+		case frameEnd:
+			return base + int64(off), nil, nil
+		case frameTorn:
+			return base + int64(off), &tornTail{Offset: base + int64(off), Bytes: int64(len(data) - off), Why: why}, nil
+		case frameCorrupt:
+			return base + int64(off), nil, &VerifyError{Seq: seq, Offset: base + int64(off), Reason: why}
+		}
+		e, derr := decodeRecord(payload)
+		if derr != nil {
+			return base + int64(off), nil, &VerifyError{Seq: seq, Offset: base + int64(off), Reason: derr.Error()}
+		}
+		if aerr := c.apply(e); aerr != nil {
+			reason := aerr.Error()
+			if d, ok := aerr.(*diag.Diagnostic); ok {
+				reason = d.Message
+			}
+			return base + int64(off), nil, &VerifyError{Seq: seq, Offset: base + int64(off), Reason: reason}
+		}
+		off += size
+	}
+}
+
+// checkMagic returns a diagnostic unless data starts with the ledger magic.
+func checkMagic(path string, data []byte) error {
+	if len(data) < len(fileMagic) || string(data[:len(fileMagic)]) != fileMagic {
+		return diag.New(diag.LedgerNotLedger, path, "file is not a Scellis privacy ledger").
+			WithHelp("give the file `scellis ledger init` created; a ledger starts with %q", fileMagic)
+	}
+	return nil
+}
+
+// cutTail saves the torn bytes next to the ledger (path.torn-OFFSET, for
+// forensics; nothing is destroyed silently), then truncates the ledger to
+// the end of its last complete entry and syncs it.
+func cutTail(f *os.File, path string, t *tornTail) error {
+	data, err := readRange(f, t.Offset, t.Offset+t.Bytes)
+	if err != nil {
+		return err
+	}
+	side := fmt.Sprintf("%s.torn-%d", path, t.Offset)
+	if err := os.WriteFile(side, data, 0o600); err != nil {
+		return fmt.Errorf("dp: saving torn tail: %w", err)
+	}
+	if err := f.Truncate(t.Offset); err != nil {
+		return fmt.Errorf("dp: cutting torn tail: %w", err)
+	}
+	return f.Sync()
+}
+
+// createFile atomically creates path holding data: it writes and syncs a
+// temporary file in the same directory, then hard-links it into place (which
+// fails if path exists), so a crash never leaves a half-written ledger.
+func createFile(path string, data []byte) error {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tmp := path + ".tmp-" + hex.EncodeToString(rnd[:])
+	if err := writeNewFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fs.ErrExist
+		}
+		return err
+	}
+	return syncDir(path)
+}
+
+// syncDir fsyncs the directory holding path, so a new name survives a crash.
+func syncDir(path string) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return nil
+}

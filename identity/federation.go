@@ -1,0 +1,371 @@
+package identity
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/yamlpos"
+	"github.com/scellis/scellis/trust"
+)
+
+// Role is what a member does in the federation.
+type Role string
+
+const (
+	// Aggregator: a replica of the coordinator cluster; serves the control
+	// plane (and Raft) at its address, which is required.
+	Aggregator Role = "aggregator"
+	// Silo: a data custodian; trains locally, may execute shards, may serve.
+	Silo Role = "silo"
+	// Worker: executes generic shards only; holds no data of its own.
+	Worker Role = "worker"
+)
+
+var roles = []string{string(Aggregator), string(Silo), string(Worker)}
+
+// ParseRole checks a role name; an unknown one is SC1101.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case Aggregator, Silo, Worker:
+		return r, nil
+	}
+	help := "use one of: " + strings.Join(roles, ", ")
+	if sug := yamlpos.Suggest(s, roles); sug != "" {
+		help = fmt.Sprintf("did you mean %q? %s", sug, help)
+	}
+	return "", diag.New(diag.MemberRole, "role", "unknown member role %q", s).WithHelp("%s", help)
+}
+
+// Member is one entry of the federation file.
+type Member struct {
+	Name      string
+	Role      Role
+	PublicKey PublicKey
+	// Address is the host:port the member serves on: required for an
+	// aggregator (its control-plane API), optional for silos and workers.
+	Address string
+	// RaftAddress is the host:port of an aggregator's Raft transport;
+	// optional, and only aggregators may have one.
+	RaftAddress string
+	// Pos is where the member's entry starts in the federation file.
+	Pos diag.Position
+}
+
+// Federation is a parsed federation file: its name, its pool regime and its
+// members in file order. A Federation is never modified after parsing; it is
+// safe for concurrent use. To change membership, parse the edited file again.
+type Federation struct {
+	File    string
+	Name    string
+	Regime  trust.Regime
+	Members []Member
+}
+
+// maxFederationFile bounds the federation file (about 5,000 members).
+const maxFederationFile = 1 << 20
+
+// namePattern is what a federation or member name may be: it becomes a
+// certificate subject, a Raft server ID and part of file names.
+var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+
+var (
+	topKeys    = []string{"federation", "regime", "members"}
+	memberKeys = []string{"name", "role", "public_key", "address", "raft_address"}
+)
+
+// LoadFederation reads and parses a federation file (see ParseFederation).
+// An unreadable file is SC1006.
+func LoadFederation(path string) (*Federation, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, diag.New(diag.FileUnreadable, "federation", "cannot read %s: %s", path, pathErr(err)).
+			WithHelp("check the path of the federation file")
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFederationFile+1))
+	if err != nil {
+		return nil, diag.New(diag.FileUnreadable, "federation", "cannot read %s: %s", path, pathErr(err))
+	}
+	return ParseFederation(path, data)
+}
+
+// ParseFederation parses a federation file, reporting every problem at once
+// as a diag.List ordered by position: unknown keys (SC1002), wrong types
+// (SC1003), missing fields (SC1004), unknown roles (SC1101), malformed keys
+// (SC1102), duplicate names (SC1103) or keys (SC1106), bad, missing or
+// duplicate addresses (SC1107), bad names (SC1108), no aggregator (SC1109)
+// and an unknown regime (SC4004). file names the file in positions.
+func ParseFederation(file string, data []byte) (*Federation, error) {
+	if len(data) > maxFederationFile {
+		return nil, diag.New(diag.InvalidValue, "federation", "the federation file is larger than %d bytes", maxFederationFile).At(file, 0, 0)
+	}
+	doc, err := yamlpos.Parse(file, data, "federation")
+	if err != nil {
+		return nil, err
+	}
+	if doc == nil {
+		return nil, diag.New(diag.MissingField, "federation", "the federation file is empty").At(file, 1, 1).
+			WithHelp("a federation file needs federation, regime and members; see docs/identity.md")
+	}
+	d := &yamlpos.Decoder{File: file}
+	fed := &Federation{File: file}
+	top := d.Fields(doc, "federation", topKeys...)
+	if n := d.Required(doc, top, "federation", "federation"); n != nil {
+		fed.Name = d.Str(n, "federation")
+		if n.Tag == "!!str" && !namePattern.MatchString(fed.Name) {
+			badName(d, n, "federation name", fed.Name)
+		}
+	}
+	if n := d.Required(doc, top, "regime", "federation"); n != nil {
+		s := d.Str(n, "regime")
+		if n.Tag == "!!str" {
+			r, err := trust.ParseRegime(s)
+			if err != nil {
+				dg := err.(*diag.Diagnostic)
+				dg.At(file, n.Line, n.Column)
+				d.Diags = append(d.Diags, dg)
+			}
+			fed.Regime = r
+		}
+	}
+	n := d.Required(doc, top, "members", "federation")
+	if n == nil {
+		return nil, d.Err()
+	}
+	items := d.Seq(n, "members")
+	if n.Kind == yaml.SequenceNode && len(items) == 0 {
+		d.Errorf(n, diag.NoAggregator, "members", "add at least one aggregator entry (name, role, public_key, address)", "the federation has no members")
+	}
+	v := &validator{d: d, names: map[string]*yaml.Node{}, addrs: map[string]*yaml.Node{}}
+	for i, item := range items {
+		if m, ok := v.member(item, i); ok {
+			fed.Members = append(fed.Members, m)
+		}
+	}
+	if len(items) > 0 && !v.badRole && len(fed.ByRole(Aggregator)) == 0 && len(fed.Members) == len(items) {
+		d.Errorf(n, diag.NoAggregator, "members", "add the aggregator nodes (role: aggregator, with an address); members connect to them", "the federation has no aggregator")
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return fed, nil
+}
+
+func badName(d *yamlpos.Decoder, n *yaml.Node, what, name string) {
+	d.Diags = append(d.Diags, nameDiag(what, name).At(d.File, n.Line, n.Column))
+}
+
+func nameDiag(what, name string) *diag.Diagnostic {
+	return diag.New(diag.MemberName, what, "%q is not a valid %s", name, what).
+		WithHelp("use 1 to 63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit")
+}
+
+// CheckName reports whether s can be a federation or member name: 1 to 63
+// lower-case letters, digits, '.', '_' or '-', starting with a letter or
+// digit (names become certificate subjects and Raft server IDs). A bad name
+// is SC1108.
+func CheckName(s string) error {
+	if !namePattern.MatchString(s) {
+		return nameDiag("name", s)
+	}
+	return nil
+}
+
+// CheckAddress reports whether s is a host:port a member can serve on: a
+// non-empty host and a port from 1 to 65535. A bad one is SC1107.
+func CheckAddress(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	p, perr := strconv.Atoi(port)
+	if err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+		return diag.New(diag.MemberAddress, "address", "%q is not a host:port", s).
+			WithHelp("write host:port, for example agg-1.example.org:7400 or [2001:db8::1]:7400")
+	}
+	return nil
+}
+
+type seenKey struct {
+	key  PublicKey
+	name string
+	line int
+}
+
+// validator carries what one member entry is checked against.
+type validator struct {
+	d       *yamlpos.Decoder
+	names   map[string]*yaml.Node // name → its node, for duplicates
+	addrs   map[string]*yaml.Node // address → its node, for duplicates
+	keys    []seenKey             // every well-formed key so far, for duplicates
+	badRole bool
+}
+
+func (v *validator) member(n *yaml.Node, i int) (Member, bool) {
+	d := v.d
+	subject := fmt.Sprintf("members[%d]", i)
+	if name := scalarField(n, "name"); namePattern.MatchString(name) {
+		subject = fmt.Sprintf("member %q", name)
+	}
+	m := Member{Pos: diag.Position{File: d.File, Line: n.Line, Col: n.Column}}
+	before := len(d.Diags)
+	f := d.Fields(n, subject, memberKeys...)
+	if n.Kind != yaml.MappingNode {
+		return m, false
+	}
+	if nn := d.Required(n, f, "name", subject); nn != nil {
+		m.Name = d.Str(nn, "name")
+		if nn.Tag == "!!str" {
+			if !namePattern.MatchString(m.Name) {
+				badName(d, nn, "member name", m.Name)
+			} else if first, dup := v.names[m.Name]; dup {
+				d.Errorf(nn, diag.MemberDuplicate, subject, fmt.Sprintf("it is first used on line %d; give each member its own name", first.Line), "member name %q is given twice", m.Name)
+			} else {
+				v.names[m.Name] = nn
+			}
+		}
+	}
+	if rn := d.Required(n, f, "role", subject); rn != nil {
+		s := d.Str(rn, "role")
+		if rn.Tag == "!!str" {
+			r, err := ParseRole(s)
+			if err != nil {
+				v.badRole = true
+				dg := err.(*diag.Diagnostic)
+				dg.Subject = subject
+				dg.At(d.File, rn.Line, rn.Column)
+				d.Diags = append(d.Diags, dg)
+			}
+			m.Role = r
+		} else {
+			v.badRole = true
+		}
+	}
+	kn := d.Required(n, f, "public_key", subject)
+	if kn != nil {
+		s := d.Str(kn, "public_key")
+		if kn.Tag == "!!str" {
+			k, err := ParsePublicKey(s)
+			if err != nil {
+				dg := err.(*diag.Diagnostic)
+				dg.Subject = subject
+				dg.At(d.File, kn.Line, kn.Column)
+				d.Diags = append(d.Diags, dg)
+			} else {
+				v.checkKey(kn, subject, m.Name, k)
+			}
+			m.PublicKey = k
+		}
+	}
+	if an := f["address"]; an != nil {
+		m.Address = v.address(an, subject, "address")
+	} else if m.Role == Aggregator {
+		d.Errorf(n, diag.MemberAddress, subject, "add address: host:port where this aggregator serves the API", "an aggregator needs an address")
+	}
+	if an := f["raft_address"]; an != nil {
+		m.RaftAddress = v.address(an, subject, "raft_address")
+		if m.Role != "" && m.Role != Aggregator {
+			d.Errorf(an, diag.MemberAddress, subject, "remove it: only aggregators take part in Raft", "a %s has no Raft address", m.Role)
+		}
+	}
+	return m, len(d.Diags) == before
+}
+
+// checkKey reports a key already listed for another member, comparing in
+// constant time.
+func (v *validator) checkKey(n *yaml.Node, subject, name string, k PublicKey) {
+	for _, s := range v.keys {
+		if s.key.Equal(k) {
+			v.d.Errorf(n, diag.PublicKeyDuplicate, subject,
+				fmt.Sprintf("member %q on line %d has the same key; every member needs its own key (scellis keygen)", s.name, s.line),
+				"this public key is already listed for member %q", s.name)
+			return
+		}
+	}
+	v.keys = append(v.keys, seenKey{k, name, n.Line})
+}
+
+// scalarField returns the string value of key in mapping n, or "".
+func scalarField(n *yaml.Node, key string) string {
+	for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key && n.Content[i+1].Kind == yaml.ScalarNode && n.Content[i+1].Tag == "!!str" {
+			return n.Content[i+1].Value
+		}
+	}
+	return ""
+}
+
+// address checks a host:port and that no other member uses it.
+func (v *validator) address(n *yaml.Node, subject, key string) string {
+	d := v.d
+	s := d.Str(n, key)
+	if n.Tag != "!!str" {
+		return ""
+	}
+	if err := CheckAddress(s); err != nil {
+		dg := err.(*diag.Diagnostic)
+		dg.Subject = subject
+		dg.Message = key + " " + dg.Message
+		d.Diags = append(d.Diags, dg.At(d.File, n.Line, n.Column))
+		return ""
+	}
+	if first, dup := v.addrs[s]; dup {
+		d.Errorf(n, diag.MemberAddress, subject, fmt.Sprintf("it is first used on line %d; each member serves on its own address", first.Line), "address %q is used twice", s)
+		return s
+	}
+	v.addrs[s] = n
+	return s
+}
+
+// Lookup finds the member with public key k. It compares k with every
+// member's key in constant time and always scans the whole list.
+func (f *Federation) Lookup(k PublicKey) (Member, bool) {
+	var found Member
+	ok := false
+	for _, m := range f.Members {
+		if m.PublicKey.Equal(k) && !ok {
+			found, ok = m, true
+		}
+	}
+	return found, ok
+}
+
+// Member finds a member by name.
+func (f *Federation) Member(name string) (Member, bool) {
+	for _, m := range f.Members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// ByRole returns the members with role r, in file order.
+func (f *Federation) ByRole(r Role) []Member {
+	var out []Member
+	for _, m := range f.Members {
+		if m.Role == r {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// errNotMember builds the SC1110 diagnostic for an identity or name that is
+// not in the federation.
+func (f *Federation) errNotMember(format string, args ...any) error {
+	return diag.New(diag.NotAMember, "federation "+f.Name, format, args...).
+		WithHelp("add the member's entry (name, role, public_key) to %s; 'scellis keygen' prints one", f.fileName())
+}
+
+func (f *Federation) fileName() string {
+	if f.File == "" {
+		return "the federation file"
+	}
+	return f.File
+}

@@ -1,0 +1,71 @@
+package identity
+
+import (
+	"crypto/ed25519"
+	"fmt"
+
+	"github.com/scellis/scellis/content"
+)
+
+// Purpose separates signatures by what they are for, so a signature made
+// for one purpose never verifies for another. It is used as the Ed25519ctx
+// context (RFC 8032 §5.1): 1 to 255 bytes, by convention
+// "scellis/<what>/v<version>". Because Ed25519ctx signs under its own
+// domain prefix, these signatures also never collide with the pure Ed25519
+// signatures the same key makes in TLS handshakes and certificates.
+//
+// Define every purpose here, so that no two packages pick the same string.
+type Purpose string
+
+const (
+	// PurposeReceipt signs a receipt of the hash-chained receipt ledger.
+	PurposeReceipt Purpose = "scellis/receipt/v1"
+	// PurposeResult signs a peer's shard result (its hash and metadata).
+	PurposeResult Purpose = "scellis/result/v1"
+	// PurposeLedgerEntry signs a privacy-ledger entry of a silo.
+	PurposeLedgerEntry Purpose = "scellis/ledger-entry/v1"
+	// PurposeSecaggAdvert signs a secure-aggregation key advertisement.
+	PurposeSecaggAdvert Purpose = "scellis/secagg-advert/v1"
+)
+
+func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }
+
+// Sign signs msg for purpose p. It panics when p is empty or longer than 255
+// bytes: purposes are constants, and a bad one is a programming error.
+func Sign(id *Identity, p Purpose, msg []byte) []byte {
+	if !p.valid() {
+		panic("identity: invalid signing purpose: must be 1 to 255 bytes")
+	}
+	sig, err := id.priv.Sign(nil, msg, &ed25519.Options{Context: string(p)})
+	if err != nil {
+		panic("identity: Ed25519ctx signing failed: " + err.Error())
+	}
+	return sig
+}
+
+// Verify reports whether sig is pub's signature of msg for purpose p.
+func Verify(pub PublicKey, p Purpose, msg, sig []byte) bool {
+	if !p.valid() || len(sig) != ed25519.SignatureSize {
+		return false
+	}
+	return ed25519.VerifyWithOptions(pub[:], msg, sig, &ed25519.Options{Context: string(p)}) == nil
+}
+
+// SignValue signs the canonical encoding (content.Encode) of v for purpose p.
+func SignValue(id *Identity, p Purpose, v any) ([]byte, error) {
+	b, err := content.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("identity: encoding the value to sign: %w", err)
+	}
+	return Sign(id, p, b), nil
+}
+
+// VerifyValue reports whether sig is pub's signature of the canonical
+// encoding of v for purpose p. A value that cannot be encoded never verifies.
+func VerifyValue(pub PublicKey, p Purpose, v any, sig []byte) bool {
+	b, err := content.Encode(v)
+	if err != nil {
+		return false
+	}
+	return Verify(pub, p, b, sig)
+}

@@ -1,0 +1,300 @@
+package job
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/trust"
+)
+
+// Spec is a job as a person writes it (YAML). It names content by catalog
+// name, path or ref; Compile resolves those into refs and the job ID.
+type Spec struct {
+	Name             string
+	Description      string
+	Regime           trust.Regime
+	SecurityCritical bool
+	Program          string
+	Partitioner      Use
+	Reducer          Use
+	Params           map[string]any
+	Inputs           map[string]Input
+	Verification     Verification
+	Limits           Limits
+
+	// File is the spec's path; relative paths in the spec resolve against
+	// its folder. Empty for specs that did not come from a file.
+	File string
+	// pos remembers where fields were written, for later diagnostics.
+	pos map[string]diag.Position
+}
+
+// Use names a piece of content and the parameters handed to it.
+type Use struct {
+	Ref    string
+	Params map[string]any
+}
+
+// Input is a data file a job reads. Only the file's hash enters the job ID,
+// so moving the file does not change the job; editing it does.
+type Input struct {
+	Path  string
+	Label string
+	Class trust.Class
+}
+
+// Verification is the job's verification policy.
+type Verification struct {
+	// Replicas is how many distinct peers must agree byte-for-byte on a
+	// shard's result (0: the pool's default).
+	Replicas int
+	// Tolerance is the convergent tier's allowed difference; 0 demands the
+	// replayable tier's byte-identical results.
+	Tolerance float64
+	// Attempts bounds executions of one shard before it is flagged unverified.
+	Attempts int
+}
+
+// Limits bound each content call.
+type Limits struct {
+	Steps    uint64
+	MemoryMB uint64
+}
+
+// BaseDir is the folder relative paths in the spec resolve against.
+func (s *Spec) BaseDir() string {
+	if s.File == "" {
+		return "."
+	}
+	return filepath.Dir(s.File)
+}
+
+// Pos returns where a field (e.g. "program", "inputs.data.path") was written.
+func (s *Spec) Pos(field string) *diag.Position {
+	if p, ok := s.pos[field]; ok {
+		return &p
+	}
+	if s.File != "" {
+		return &diag.Position{File: s.File}
+	}
+	return nil
+}
+
+// at positions d at a field of the spec.
+func (s *Spec) at(d *diag.Diagnostic, field string) *diag.Diagnostic {
+	d.Pos = s.Pos(field)
+	return d
+}
+
+var (
+	topKeys    = []string{"name", "description", "regime", "security_critical", "program", "partitioner", "reducer", "params", "inputs", "verification", "limits"}
+	useKeys    = []string{"use", "params"}
+	inputKeys  = []string{"path", "label", "class"}
+	verifyKeys = []string{"replicas", "tolerance", "attempts"}
+	limitKeys  = []string{"steps", "memory_mb"}
+)
+
+// maxSpecBytes bounds a job file; specs are small, data lives in inputs.
+const maxSpecBytes = 1 << 20
+
+// LoadSpec reads and parses a job file.
+func LoadSpec(path string) (*Spec, error) {
+	st, err := os.Stat(path)
+	if err == nil && st.Size() > maxSpecBytes {
+		return nil, diag.New(diag.InvalidValue, "job", "%s is %d bytes; job files are limited to %d", path, st.Size(), maxSpecBytes).
+			WithHelp("keep data in inputs, not in the job file")
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			msg = pe.Err.Error()
+		}
+		return nil, diag.New(diag.FileUnreadable, "job", "cannot read %s: %s", path, msg).
+			WithHelp("check the path of the job file")
+	}
+	return ParseSpec(path, data)
+}
+
+// ParseSpec parses a job spec, reporting every problem at once.
+func ParseSpec(file string, data []byte) (*Spec, error) {
+	if len(data) > maxSpecBytes {
+		return nil, diag.New(diag.InvalidValue, "job", "job spec is %d bytes; the limit is %d", len(data), maxSpecBytes)
+	}
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, yamlSyntax(file, err)
+	}
+	d := &decoder{file: file}
+	s := &Spec{File: file, pos: map[string]diag.Position{}, Regime: trust.Own}
+	if root.Kind == 0 || len(root.Content) == 0 {
+		return nil, diag.New(diag.MissingField, "job", "the job file is empty").At(file, 1, 1).
+			WithHelp("a job needs at least name, program and partitioner")
+	}
+	doc := root.Content[0]
+	f := d.fields(doc, "job", topKeys...)
+	for k, v := range f {
+		s.pos[k] = diag.Position{File: file, Line: v.Line, Col: v.Column}
+	}
+	required := func(key string) *yaml.Node {
+		n, ok := f[key]
+		if !ok && doc.Kind == yaml.MappingNode {
+			d.errorf(doc, diag.MissingField, "job", fmt.Sprintf("add a %q key", key), "required key %q is missing", key)
+		}
+		return n
+	}
+	if n := required("name"); n != nil {
+		s.Name = d.str(n, "name")
+	}
+	if n := f["description"]; n != nil {
+		s.Description = d.str(n, "description")
+	}
+	if n := f["regime"]; n != nil {
+		r, err := trust.ParseRegime(d.str(n, "regime"))
+		if err != nil && n.Tag == "!!str" {
+			dg := err.(*diag.Diagnostic)
+			dg.At(file, n.Line, n.Column)
+			d.diags = append(d.diags, dg)
+		}
+		s.Regime = r
+	}
+	if n := f["security_critical"]; n != nil {
+		s.SecurityCritical = d.boolean(n, "security_critical")
+	}
+	if n := required("program"); n != nil {
+		s.Program = d.str(n, "program")
+	}
+	if n := required("partitioner"); n != nil {
+		s.Partitioner = d.use(n, "partitioner")
+	}
+	if n := f["reducer"]; n != nil {
+		s.Reducer = d.use(n, "reducer")
+	} else {
+		s.Reducer = Use{Ref: "collect", Params: map[string]any{}}
+	}
+	s.Params = map[string]any{}
+	if n := f["params"]; n != nil {
+		s.Params = d.mapping(n, "params")
+	}
+	s.Inputs = map[string]Input{}
+	if n := f["inputs"]; n != nil {
+		if n.Kind != yaml.MappingNode {
+			d.errorf(n, diag.WrongType, "inputs", "give a mapping of input names to {path, label, class}", "inputs must be a mapping, not %s", kindName(n))
+		}
+		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+			name, v := n.Content[i].Value, n.Content[i+1]
+			if _, dup := s.Inputs[name]; dup {
+				d.errorf(n.Content[i], diag.ConfigDuplicate, "inputs", "remove one of them", "input %q given twice", name)
+				continue
+			}
+			s.Inputs[name] = d.input(v, "inputs."+name, s)
+		}
+	}
+	if n := f["verification"]; n != nil {
+		vf := d.fields(n, "verification", verifyKeys...)
+		if v := vf["replicas"]; v != nil {
+			s.Verification.Replicas = int(d.integer(v, "verification.replicas", 1, 16))
+		}
+		if v := vf["tolerance"]; v != nil {
+			s.Verification.Tolerance = d.number(v, "verification.tolerance", 0, 1e9)
+		}
+		if v := vf["attempts"]; v != nil {
+			s.Verification.Attempts = int(d.integer(v, "verification.attempts", 1, 100))
+		}
+	}
+	if n := f["limits"]; n != nil {
+		lf := d.fields(n, "limits", limitKeys...)
+		if v := lf["steps"]; v != nil {
+			s.Limits.Steps = uint64(d.integer(v, "limits.steps", 1000, 1<<50))
+		}
+		if v := lf["memory_mb"]; v != nil {
+			s.Limits.MemoryMB = uint64(d.integer(v, "limits.memory_mb", 1, 1<<20))
+		}
+	}
+	if err := d.diags.Err(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (d *decoder) use(n *yaml.Node, subject string) Use {
+	if n.Kind == yaml.ScalarNode {
+		return Use{Ref: d.str(n, subject), Params: map[string]any{}}
+	}
+	f := d.fields(n, subject, useKeys...)
+	u := Use{Params: map[string]any{}}
+	if v, ok := f["use"]; ok {
+		u.Ref = d.str(v, subject+".use")
+	} else if n.Kind == yaml.MappingNode {
+		d.errorf(n, diag.MissingField, subject, "name the content with use: NAME (see scellis catalog ls)", "%s needs a \"use\" key", subject)
+	}
+	if v, ok := f["params"]; ok {
+		u.Params = d.mapping(v, subject+".params")
+	}
+	return u
+}
+
+func (d *decoder) mapping(n *yaml.Node, subject string) map[string]any {
+	if n.Kind != yaml.MappingNode {
+		d.errorf(n, diag.WrongType, subject, "", "%s must be a mapping, not %s", subject, kindName(n))
+		return map[string]any{}
+	}
+	m, _ := d.value(n, subject).(map[string]any)
+	if m == nil {
+		m = map[string]any{}
+	}
+	return m
+}
+
+func (d *decoder) input(n *yaml.Node, subject string, s *Spec) Input {
+	f := d.fields(n, subject, inputKeys...)
+	in := Input{Class: trust.Confidential}
+	for k, v := range f {
+		s.pos[subject+"."+k] = diag.Position{File: d.file, Line: v.Line, Col: v.Column}
+	}
+	s.pos[subject] = diag.Position{File: d.file, Line: n.Line, Col: n.Column}
+	if v, ok := f["path"]; ok {
+		in.Path = d.str(v, subject+".path")
+	} else if n.Kind == yaml.MappingNode {
+		d.errorf(n, diag.MissingField, subject, "add path: FILE.csv", "%s needs a path", subject)
+	}
+	if v, ok := f["label"]; ok {
+		in.Label = d.str(v, subject+".label")
+	} else if n.Kind == yaml.MappingNode {
+		d.errorf(n, diag.MissingField, subject, "add label: COLUMN (the CSV column to predict)", "%s needs a label column", subject)
+	}
+	if v, ok := f["class"]; ok {
+		c, err := trust.ParseClass(d.str(v, subject+".class"))
+		if err != nil && v.Tag == "!!str" {
+			dg := err.(*diag.Diagnostic)
+			dg.At(d.file, v.Line, v.Column)
+			d.diags = append(d.diags, dg)
+		}
+		in.Class = c
+	}
+	return in
+}
+
+func yamlSyntax(file string, err error) error {
+	// yaml.v3 reports "yaml: line N: message"; keep the line for the caret.
+	msg := err.Error()
+	line := 0
+	if _, e := fmt.Sscanf(msg, "yaml: line %d:", &line); e == nil {
+		if i := len(fmt.Sprintf("yaml: line %d: ", line)); i <= len(msg) {
+			msg = msg[i:]
+		}
+	}
+	dg := diag.New(diag.YAMLSyntax, "job", "%s", msg).WithHelp("fix the YAML syntax (indentation, colons, quotes)")
+	if line > 0 {
+		dg.At(file, line, 0)
+	} else {
+		dg.Pos = &diag.Position{File: file}
+	}
+	return dg
+}

@@ -1,0 +1,239 @@
+package model
+
+import (
+	"math"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+)
+
+// workspace holds every buffer one forward/backward pass needs for up to
+// cap rows, so the training loop allocates nothing per step or per example.
+// A workspace belongs to one goroutine.
+type workspace struct {
+	l   layout
+	cap int
+	xb  []float64 // cap×in: gathered (and standardised) batch rows
+	yb  []float64 // cap: their labels
+	h   []float64 // cap×hidden: tanh activations
+	dh  []float64 // cap×hidden: gradient w.r.t. the pre-activations
+	z   []float64 // cap×out: outputs (logits), then ∂loss/∂output after the head
+}
+
+func newWorkspace(l layout, rows int) *workspace {
+	ws := &workspace{l: l}
+	ws.grow(max(rows, 1))
+	return ws
+}
+
+// grow makes room for at least rows rows.
+func (ws *workspace) grow(rows int) {
+	if rows <= ws.cap {
+		return
+	}
+	l := ws.l
+	ws.cap = rows
+	ws.xb = make([]float64, rows*l.in)
+	ws.yb = make([]float64, rows)
+	ws.h = make([]float64, rows*l.hidden)
+	ws.dh = make([]float64, rows*l.hidden)
+	ws.z = make([]float64, rows*l.out)
+}
+
+// rowView is one example as a 1×len(x) matrix, without allocating.
+func rowView(x []float64) blas64.General {
+	return blas64.General{Rows: 1, Cols: len(x), Stride: len(x), Data: x}
+}
+
+// rowsView is rows [i, i+r) of a c-column row-major buffer.
+func rowsView(data []float64, stride, i, r, c int) blas64.General {
+	return blas64.General{Rows: r, Cols: c, Stride: stride, Data: data[i*stride:]}
+}
+
+func matrix(data []float64, r, c int) blas64.General {
+	return blas64.General{Rows: r, Cols: c, Stride: c, Data: data[:r*c]}
+}
+
+func vector(data []float64) blas64.Vector {
+	return blas64.Vector{N: len(data), Inc: 1, Data: data}
+}
+
+// input returns the matrix feeding the output layer for the last forward
+// pass: the hidden activations, or x itself.
+func (ws *workspace) input(x blas64.General) blas64.General {
+	if ws.l.hidden > 0 {
+		return matrix(ws.h, x.Rows, ws.l.hidden)
+	}
+	return x
+}
+
+// forward computes the outputs (pre-head) for the rows of x into ws.z, and
+// the hidden activations into ws.h. x.Rows must not exceed ws.cap.
+func (ws *workspace) forward(p []float64, x blas64.General) {
+	l, b := ws.l, x.Rows
+	in := x
+	if l.hidden > 0 {
+		w1 := matrix(p[l.w1:l.b1], l.hidden, l.in)
+		h := matrix(ws.h, b, l.hidden)
+		blas64.Gemm(blas.NoTrans, blas.Trans, 1, x, w1, 0, h)
+		b1 := p[l.b1:l.w2]
+		for i := range b {
+			row := h.Data[i*l.hidden : (i+1)*l.hidden]
+			for j := range row {
+				row[j] = math.Tanh(row[j] + b1[j])
+			}
+		}
+		in = h
+	}
+	feed := l.feed()
+	z := ws.z[:b*l.out]
+	b2 := p[l.b2 : l.b2+l.out]
+	if l.out == 1 {
+		blas64.Gemv(blas.NoTrans, 1, in, vector(p[l.w2:l.w2+feed]), 0, vector(z))
+		for i := range z {
+			z[i] += b2[0]
+		}
+		return
+	}
+	blas64.Gemm(blas.NoTrans, blas.Trans, 1, in, matrix(p[l.w2:l.b2], l.out, feed), 0, matrix(z, b, l.out))
+	for i := range b {
+		row := z[i*l.out : (i+1)*l.out]
+		for k := range row {
+			row[k] += b2[k]
+		}
+	}
+}
+
+// head turns the outputs in ws.z for labels y, in place, into
+// ∂loss/∂output. With withLoss it returns the sum of the per-example losses
+// (training steps skip that cost), else 0.
+func (ws *workspace) head(y []float64, withLoss bool) float64 {
+	l := ws.l
+	var sum float64
+	switch l.head {
+	case headSigmoid:
+		z := ws.z[:len(y)]
+		for i, zi := range z {
+			if withLoss {
+				sum += softplus(zi) - y[i]*zi
+			}
+			z[i] = sigmoid(zi) - y[i]
+		}
+	case headIdentity:
+		z := ws.z[:len(y)]
+		for i, zi := range z {
+			r := zi - y[i]
+			sum += 0.5 * r * r
+			z[i] = r
+		}
+	case headSoftmax:
+		for i, yi := range y {
+			row := ws.z[i*l.out : (i+1)*l.out]
+			lse := logSumExp(row)
+			c := int(yi)
+			sum += lse - row[c]
+			for k := range row {
+				row[k] = math.Exp(row[k] - lse)
+			}
+			row[c]--
+		}
+	}
+	return sum
+}
+
+// backward writes into grad the sum over the rows of x of the per-example
+// loss gradients, from ∂loss/∂output left in ws.z by head. grad is
+// overwritten, not accumulated.
+func (ws *workspace) backward(p []float64, x blas64.General, grad []float64) {
+	l, b := ws.l, x.Rows
+	feed := l.feed()
+	in := ws.input(x)
+	r := ws.z[:b*l.out]
+	gb2 := grad[l.b2 : l.b2+l.out]
+	clear(gb2)
+	if l.out == 1 {
+		blas64.Gemv(blas.Trans, 1, in, vector(r), 0, vector(grad[l.w2:l.w2+feed]))
+		for _, ri := range r {
+			gb2[0] += ri
+		}
+	} else {
+		rm := matrix(r, b, l.out)
+		blas64.Gemm(blas.Trans, blas.NoTrans, 1, rm, in, 0, matrix(grad[l.w2:l.b2], l.out, feed))
+		for i := range b {
+			for k, v := range r[i*l.out : (i+1)*l.out] {
+				gb2[k] += v
+			}
+		}
+	}
+	if l.hidden == 0 {
+		return
+	}
+	// ∂loss/∂h = R·W2, then through tanh: ⊙ (1 − h²).
+	dh := matrix(ws.dh, b, l.hidden)
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, matrix(r, b, l.out), matrix(p[l.w2:l.b2], l.out, l.hidden), 0, dh)
+	gb1 := grad[l.b1:l.w2]
+	clear(gb1)
+	for i := range b {
+		hrow := ws.h[i*l.hidden : (i+1)*l.hidden]
+		drow := dh.Data[i*l.hidden : (i+1)*l.hidden]
+		for j, hv := range hrow {
+			drow[j] *= 1 - hv*hv
+			gb1[j] += drow[j]
+		}
+	}
+	blas64.Gemm(blas.Trans, blas.NoTrans, 1, dh, x, 0, matrix(grad[l.w1:l.b1], l.hidden, l.in))
+}
+
+// lossGrad runs a full pass over the rows of x with labels y: it returns the
+// summed loss and, when grad is non-nil, overwrites grad with the summed
+// gradient.
+func (ws *workspace) lossGrad(p []float64, x blas64.General, y []float64, grad []float64) float64 {
+	ws.forward(p, x)
+	loss := ws.head(y, true)
+	if grad != nil {
+		ws.backward(p, x, grad)
+	}
+	return loss
+}
+
+// grad overwrites grad with the summed loss gradient over the rows of x.
+func (ws *workspace) grad(p []float64, x blas64.General, y []float64, grad []float64) {
+	ws.forward(p, x)
+	ws.head(y, false)
+	ws.backward(p, x, grad)
+}
+
+func sigmoid(z float64) float64 {
+	if z >= 0 {
+		return 1 / (1 + math.Exp(-z))
+	}
+	e := math.Exp(z)
+	return e / (1 + e)
+}
+
+// softplus is log(1 + e^z), computed without overflow.
+func softplus(z float64) float64 {
+	if z > 0 {
+		return z + math.Log1p(math.Exp(-z))
+	}
+	return math.Log1p(math.Exp(z))
+}
+
+func logSumExp(v []float64) float64 {
+	m := v[0]
+	for _, x := range v[1:] {
+		m = max(m, x)
+	}
+	var s float64
+	for _, x := range v {
+		s += math.Exp(x - m)
+	}
+	return m + math.Log(s)
+}
+
+func softmaxInPlace(v []float64) {
+	lse := logSumExp(v)
+	for i := range v {
+		v[i] = math.Exp(v[i] - lse)
+	}
+}

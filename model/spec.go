@@ -1,0 +1,246 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// Model kinds, the values of Spec.Kind.
+const (
+	KindLogistic = "logistic"
+	KindSoftmax  = "softmax"
+	KindLinear   = "linear"
+	KindMLP      = "mlp"
+)
+
+// Spec describes a model's shape. Inputs is the number of features. Classes
+// is 2 for logistic (0 means 2), the number of classes (≥ 2) for softmax,
+// 1 for linear (0 means 1), and for mlp 1 (regression), 2 (binary) or the
+// number of classes. Hidden is the mlp's hidden width and 0 otherwise.
+type Spec struct {
+	Kind    string
+	Inputs  int
+	Classes int
+	Hidden  int
+}
+
+// maxParams bounds a model's size so a typo cannot allocate the machine away.
+const maxParams = 1 << 26
+
+// head is the loss applied to the output layer.
+type head int
+
+const (
+	headSigmoid  head = iota // one logit, binary log-loss
+	headSoftmax              // K logits, categorical log-loss
+	headIdentity             // one output, squared loss ½(ŷ−y)²
+)
+
+// layout is the resolved shape behind a Spec: an optional tanh hidden layer
+// of width hidden, an affine output layer of width out, and a head. The
+// offsets index the flat parameter vector (see the package documentation).
+type layout struct {
+	in, hidden, out int
+	classes         int // label values 0..classes-1 for classification, 0 for regression
+	head            head
+	w1, b1, w2, b2  int // offsets
+	n               int // total number of parameters
+}
+
+// Validate reports whether s describes a model New can build.
+func (s Spec) Validate() error {
+	_, err := s.layout()
+	return err
+}
+
+// NumParams returns the length of Params for a model of this Spec, or 0 if
+// the Spec is invalid.
+func (s Spec) NumParams() int {
+	l, err := s.layout()
+	if err != nil {
+		return 0
+	}
+	return l.n
+}
+
+func (s Spec) layout() (layout, error) {
+	bad := func(format string, args ...any) (layout, error) {
+		return layout{}, diag.New(diag.InvalidValue, "model "+s.Kind, format, args...)
+	}
+	if s.Inputs < 1 {
+		return bad("a model needs at least one input, got Inputs = %d", s.Inputs)
+	}
+	l := layout{in: s.Inputs}
+	switch s.Kind {
+	case KindLogistic:
+		if s.Classes != 0 && s.Classes != 2 {
+			return bad("logistic regression is binary: Classes must be 2, got %d", s.Classes)
+		}
+		l.out, l.classes, l.head = 1, 2, headSigmoid
+	case KindSoftmax:
+		if s.Classes < 2 {
+			return bad("softmax regression needs Classes ≥ 2, got %d", s.Classes)
+		}
+		l.out, l.classes, l.head = s.Classes, s.Classes, headSoftmax
+	case KindLinear:
+		if s.Classes > 1 || s.Classes < 0 {
+			return bad("linear regression has one output: Classes must be 0 or 1, got %d", s.Classes)
+		}
+		l.out, l.head = 1, headIdentity
+	case KindMLP:
+		if s.Hidden < 1 {
+			return bad("an mlp needs Hidden ≥ 1, got %d", s.Hidden)
+		}
+		l.hidden = s.Hidden
+		switch {
+		case s.Classes == 1:
+			l.out, l.head = 1, headIdentity
+		case s.Classes == 2:
+			l.out, l.classes, l.head = 1, 2, headSigmoid
+		case s.Classes > 2:
+			l.out, l.classes, l.head = s.Classes, s.Classes, headSoftmax
+		default:
+			return bad("an mlp needs Classes: 1 for regression, 2 for binary, K ≥ 3 for K classes; got %d", s.Classes)
+		}
+	default:
+		return layout{}, diag.New(diag.InvalidValue, "model", "unknown model kind %q", s.Kind).
+			WithHelp("use one of %q, %q, %q, %q", KindLogistic, KindSoftmax, KindLinear, KindMLP)
+	}
+	if s.Kind != KindMLP && s.Hidden != 0 {
+		return bad("only an mlp has a hidden layer: Hidden must be 0, got %d", s.Hidden)
+	}
+	feed := l.in
+	n := 0.0
+	if l.hidden > 0 {
+		n += float64(l.hidden)*float64(l.in) + float64(l.hidden)
+		feed = l.hidden
+	}
+	n += float64(l.out)*float64(feed) + float64(l.out)
+	if n > maxParams {
+		return bad("the model would have %.0f parameters, more than the limit of %d", n, maxParams)
+	}
+	if l.hidden > 0 {
+		l.w1 = 0
+		l.b1 = l.hidden * l.in
+		l.w2 = l.b1 + l.hidden
+	}
+	l.b2 = l.w2 + l.out*feed
+	l.n = l.b2 + l.out
+	return l, nil
+}
+
+// feed is the width of the output layer's input.
+func (l layout) feed() int {
+	if l.hidden > 0 {
+		return l.hidden
+	}
+	return l.in
+}
+
+// weightMask returns 1 for weights and 0 for biases: L2 and weight decay
+// apply to weights only, never to intercepts.
+func (l layout) weightMask() []float64 {
+	m := make([]float64, l.n)
+	if l.hidden > 0 {
+		for i := l.w1; i < l.b1; i++ {
+			m[i] = 1
+		}
+	}
+	for i := l.w2; i < l.b2; i++ {
+		m[i] = 1
+	}
+	return m
+}
+
+// Model is a Spec with its parameters in the canonical flat layout. When Std
+// is set, every input (Predict, Loss, Evaluate, Train) is standardised by it
+// first; leave it nil for data that is already standardised.
+type Model struct {
+	Spec   Spec
+	Params []float64
+	Std    *Standardizer
+}
+
+// New returns a model with deterministic initial parameters. Logistic,
+// softmax and linear models (convex) start at zero, whatever the seed; an mlp
+// draws its weights from the Glorot uniform distribution with a generator
+// keyed by seed, and starts its biases at zero.
+func New(spec Spec, seed uint64) (*Model, error) {
+	l, err := spec.layout()
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Spec: spec, Params: make([]float64, l.n)}
+	if l.hidden > 0 {
+		r := newRand("init", seed)
+		glorot := func(w []float64, fanIn, fanOut int) {
+			a := math.Sqrt(6 / float64(fanIn+fanOut))
+			for i := range w {
+				u := float64(r.Uint64()>>11) * 0x1p-53 // uniform [0,1)
+				w[i] = a * (2*u - 1)
+			}
+		}
+		glorot(m.Params[l.w1:l.b1], l.in, l.hidden)
+		glorot(m.Params[l.w2:l.b2], l.hidden, l.out)
+	}
+	return m, nil
+}
+
+// Clone returns a deep copy of m.
+func (m *Model) Clone() *Model {
+	c := &Model{Spec: m.Spec, Params: slices.Clone(m.Params)}
+	if m.Std != nil {
+		c.Std = &Standardizer{Mean: slices.Clone(m.Std.Mean), Std: slices.Clone(m.Std.Std)}
+	}
+	return c
+}
+
+// check resolves m's layout and verifies its parameter count.
+func (m *Model) check() (layout, error) {
+	if m == nil {
+		return layout{}, fmt.Errorf("model: nil model")
+	}
+	l, err := m.Spec.layout()
+	if err != nil {
+		return l, err
+	}
+	if len(m.Params) != l.n {
+		return l, diag.New(diag.InvalidValue, "model "+m.Spec.Kind, "has %d parameters, its spec needs %d", len(m.Params), l.n).
+			WithHelp("build models with model.New, or keep Params in the canonical layout")
+	}
+	if m.Std != nil && (len(m.Std.Mean) != l.in || len(m.Std.Std) != l.in) {
+		return l, diag.New(diag.InvalidValue, "model "+m.Spec.Kind, "standardizer has %d features, the model %d inputs", len(m.Std.Mean), l.in)
+	}
+	return l, nil
+}
+
+// Predict returns the model's output for one example of raw features x:
+// [P(y=1)] for a binary model, the K class probabilities for a multi-class
+// model, [ŷ] for regression. It panics if m is malformed or len(x) differs
+// from Spec.Inputs; it is safe for concurrent use.
+func (m *Model) Predict(x []float64) []float64 {
+	l, err := m.check()
+	if err != nil {
+		panic(err)
+	}
+	if len(x) != l.in {
+		panic(fmt.Sprintf("model: Predict got %d features, the model has %d inputs", len(x), l.in))
+	}
+	ws := newWorkspace(l, 1)
+	if m.Std != nil {
+		m.Std.applyRow(ws.xb, x)
+		x = ws.xb[:l.in]
+	}
+	ws.forward(m.Params, rowView(x))
+	out := slices.Clone(ws.z[:l.out])
+	switch l.head {
+	case headSigmoid:
+		out[0] = sigmoid(out[0])
+	case headSoftmax:
+		softmaxInPlace(out)
+	}
+	return out
+}

@@ -1,0 +1,89 @@
+package receipt
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+)
+
+// Chain is an append-only sequence of receipts, each linked to the one
+// before. The zero value is an empty chain whose head is (0, Genesis).
+// A Chain is not safe for concurrent use.
+type Chain struct {
+	receipts []Receipt
+}
+
+// NewChain returns a chain holding rs after checking that they form a valid
+// chain from Genesis (see Verify).
+func NewChain(rs []Receipt) (*Chain, error) {
+	if err := Verify(rs); err != nil {
+		return nil, err
+	}
+	c := &Chain{receipts: make([]Receipt, len(rs))}
+	for i, r := range rs {
+		c.receipts[i] = r.Clone()
+	}
+	return c, nil
+}
+
+// Head returns the sequence number and hash of the last receipt, or
+// (0, Genesis) for an empty chain.
+func (c *Chain) Head() (seq uint64, hash content.Ref) {
+	if len(c.receipts) == 0 {
+		return 0, Genesis
+	}
+	last := &c.receipts[len(c.receipts)-1]
+	return last.Seq, last.Hash
+}
+
+// Len is the number of receipts.
+func (c *Chain) Len() int { return len(c.receipts) }
+
+// Next seals r as the next receipt of c: it sets Seq, Prev and Hash (and
+// sorts Peers) without appending. Pass the result to Append.
+func (c *Chain) Next(r Receipt) Receipt {
+	r = r.Clone()
+	sort.Strings(r.Peers)
+	r.Peers = slices.Compact(r.Peers)
+	r.Seq, r.Prev = c.Head()
+	r.Seq++
+	r.Hash = r.ComputeHash()
+	return r
+}
+
+// Append adds r after checking that it is valid, that its Seq is one past
+// the head's and that its Prev is the head's hash. On error c is unchanged.
+func (c *Chain) Append(r Receipt) error {
+	seq, head := c.Head()
+	if r.Seq != seq+1 {
+		return diag.New(diag.ReceiptChainBroken, fmt.Sprintf("receipt %d", r.Seq),
+			"sequence %d does not follow the head %d", r.Seq, seq)
+	}
+	if r.Prev != head {
+		return diag.New(diag.ReceiptChainBroken, fmt.Sprintf("receipt %d", r.Seq),
+			"prev %s is not the head's hash %s", r.Prev.Short(), head.Short())
+	}
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	c.receipts = append(c.receipts, r.Clone())
+	return nil
+}
+
+// All returns a copy of every receipt in order.
+func (c *Chain) All() []Receipt { return c.Since(0) }
+
+// Since returns a copy of the receipts with Seq > seq, in order.
+func (c *Chain) Since(seq uint64) []Receipt {
+	if seq >= uint64(len(c.receipts)) {
+		return []Receipt{}
+	}
+	out := make([]Receipt, 0, uint64(len(c.receipts))-seq)
+	for _, r := range c.receipts[seq:] {
+		out = append(out, r.Clone())
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+// Package receipt is the hash-chained ledger of verified work. Every shard
+// the coordinator verifies mints one Receipt naming the job, the shard, the
+// canonical result hash, the agreeing peers and the planner's price in work
+// units; each receipt carries the hash of the one before it, so editing,
+// dropping, duplicating or reordering any receipt breaks the chain.
+//
+// Invariants: a receipt's Hash is the content hash of its canonical encoding
+// without the Hash field; receipt n has Seq n (the first is 1) and Prev equal
+// to the Hash of receipt n-1 (Genesis for the first); prices come from the
+// planner and nothing else (law 8: elapsed time never enters a price).
+package receipt
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+)
+
+// Genesis is the Prev of the first receipt of every chain: the hash of the
+// fixed string "scellis/receipt/genesis/v1".
+var Genesis = content.Hash([]byte("scellis/receipt/genesis/v1"))
+
+// Receipt records one verified shard. All fields but Hash are covered by
+// Hash; build receipts with Chain.Next, which fills Seq, Prev and Hash.
+type Receipt struct {
+	Seq        uint64      `cbor:"seq" json:"seq"`
+	Prev       content.Ref `cbor:"prev" json:"prev"`
+	Job        content.Ref `cbor:"job" json:"job"`
+	Shard      content.Ref `cbor:"shard" json:"shard"`
+	ShardIndex int         `cbor:"shard_index" json:"shard_index"`
+	// Result is the canonical result hash the agreeing peers reported.
+	Result content.Ref `cbor:"result" json:"result"`
+	// Peers are the agreeing peers' names, sorted, without duplicates.
+	Peers []string `cbor:"peers" json:"peers"`
+	// Method names the verification rule, e.g. "quorum-2-exact".
+	Method string `cbor:"method" json:"method"`
+	// WorkUnits is the planner's price of the shard, fixed before execution.
+	WorkUnits int64 `cbor:"work_units" json:"work_units"`
+	// PriceBasis says how the planner priced it, e.g. "program cost()".
+	PriceBasis string `cbor:"price_basis" json:"price_basis"`
+	// LeaderTime is the time (unix ms) carried by the log entry that
+	// verified the shard; it never enters the price.
+	LeaderTime int64       `cbor:"leader_time" json:"leader_time"`
+	Hash       content.Ref `cbor:"hash" json:"hash"`
+}
+
+// body is a Receipt without its Hash: the bytes the Hash covers.
+type body struct {
+	Seq        uint64      `cbor:"seq"`
+	Prev       content.Ref `cbor:"prev"`
+	Job        content.Ref `cbor:"job"`
+	Shard      content.Ref `cbor:"shard"`
+	ShardIndex int         `cbor:"shard_index"`
+	Result     content.Ref `cbor:"result"`
+	Peers      []string    `cbor:"peers"`
+	Method     string      `cbor:"method"`
+	WorkUnits  int64       `cbor:"work_units"`
+	PriceBasis string      `cbor:"price_basis"`
+	LeaderTime int64       `cbor:"leader_time"`
+}
+
+// ComputeHash returns the hash of r's canonical encoding without its Hash
+// field. It ignores the stored Hash.
+func (r *Receipt) ComputeHash() content.Ref {
+	b, err := content.Encode(body{
+		Seq: r.Seq, Prev: r.Prev, Job: r.Job, Shard: r.Shard, ShardIndex: r.ShardIndex,
+		Result: r.Result, Peers: r.Peers, Method: r.Method, WorkUnits: r.WorkUnits,
+		PriceBasis: r.PriceBasis, LeaderTime: r.LeaderTime,
+	})
+	if err != nil {
+		// Only strings, integers and refs: encoding cannot fail.
+		panic("receipt: encoding a receipt body: " + err.Error())
+	}
+	return content.Hash(b)
+}
+
+// Validate checks r's shape: refs well formed, Seq ≥ 1, a non-negative
+// shard index and price, at least one peer, peers sorted and distinct, and
+// Hash matching the content. It does not check r's place in a chain.
+func (r *Receipt) Validate() error {
+	bad := func(format string, args ...any) error {
+		return diag.New(diag.ReceiptMalformed, fmt.Sprintf("receipt %d", r.Seq), format, args...)
+	}
+	if r.Seq == 0 {
+		return bad("sequence number 0; the first receipt is 1")
+	}
+	for _, f := range []struct {
+		name string
+		ref  content.Ref
+	}{{"prev", r.Prev}, {"job", r.Job}, {"shard", r.Shard}, {"result", r.Result}, {"hash", r.Hash}} {
+		if !content.IsRef(string(f.ref)) {
+			return bad("%s %q is not a content ref", f.name, f.ref)
+		}
+	}
+	if r.ShardIndex < 0 {
+		return bad("negative shard index %d", r.ShardIndex)
+	}
+	if r.WorkUnits < 0 {
+		return bad("negative price %d work units", r.WorkUnits)
+	}
+	if len(r.Peers) == 0 {
+		return bad("no agreeing peers")
+	}
+	for i, p := range r.Peers {
+		if p == "" {
+			return bad("empty peer name")
+		}
+		if i > 0 && r.Peers[i-1] >= p {
+			return bad("peers not sorted and distinct at %q", p)
+		}
+	}
+	if h := r.ComputeHash(); h != r.Hash {
+		return bad("content hashes to %s but the receipt says %s", h.Short(), r.Hash.Short())
+	}
+	return nil
+}
+
+// Marshal returns the canonical bytes of r, Hash included.
+func (r *Receipt) Marshal() ([]byte, error) { return content.Encode(r) }
+
+// Unmarshal parses one receipt from untrusted bytes. It accepts only the
+// canonical encoding of a valid receipt, so Marshal of the result returns b
+// exactly.
+func Unmarshal(b []byte) (Receipt, error) {
+	var r Receipt
+	if err := content.Decode(b, &r); err != nil {
+		return Receipt{}, diag.New(diag.ReceiptMalformed, "receipt", "cannot decode: %v", err)
+	}
+	if err := r.Validate(); err != nil {
+		return Receipt{}, err
+	}
+	again, err := r.Marshal()
+	if err != nil || !bytes.Equal(again, b) {
+		return Receipt{}, diag.New(diag.ReceiptMalformed, fmt.Sprintf("receipt %d", r.Seq),
+			"not in canonical encoding (unknown fields, or non-canonical CBOR)")
+	}
+	return r, nil
+}
+
+// Clone returns a deep copy of r.
+func (r Receipt) Clone() Receipt {
+	r.Peers = slices.Clone(r.Peers)
+	return r
+}

@@ -1,0 +1,559 @@
+package secagg
+
+import (
+	"bytes"
+	"crypto/ecdh"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"slices"
+
+	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+)
+
+// Client is one site's side of a secure aggregation round. It is driven by
+// the messages the server relays, one method per phase, in order:
+//
+//	Advertise → ShareKeys(KeySet) → MaskInput(ShareDelivery, x) → Unmask(UnmaskRequest)
+//
+// A message of another round, or one that arrives in the wrong phase, is
+// refused and changes nothing. A message that breaks the protocol (a bad
+// signature, a duplicated advert, a request for both secrets of one site,
+// too few sites left) aborts the client: it refuses every later call and
+// never reveals anything more. A Client answers at most one unmask request.
+// A Client is not safe for concurrent use.
+type Client struct {
+	r        *round
+	id       string
+	identity ed25519.PrivateKey
+	state    clientState
+	abort    error // why the client aborted, once it has
+
+	encKey  *ecdh.PrivateKey // c_u: decrypts the shares sent to us
+	maskKey *ecdh.PrivateKey // s_u: agrees the pairwise mask seeds
+	u1      map[string]*Advert
+	pairs   map[string][]byte // s_uv, agreed with every v in U1
+	seed    []byte            // b_u
+	held    map[string]heldShares
+	u2      []string
+
+	// testEncoded, when set by a test, receives the plaintext ring
+	// encoding of the input, so a test can check the sum exactly.
+	testEncoded func([]uint64)
+}
+
+type clientState int
+
+const (
+	clientNew clientState = iota
+	clientAdvertised
+	clientShared
+	clientMasked
+	clientDone
+	clientAborted
+)
+
+var clientStateNames = [...]string{"new", "advertised", "shared", "masked", "done", "aborted"}
+
+func (s clientState) String() string { return clientStateNames[s] }
+
+// heldShares are the shares a client holds of one site's two secrets.
+type heldShares struct {
+	seed, key []byte
+}
+
+// NewClient returns the client id of the round p, holding identity, the
+// Ed25519 private key whose public half p lists for id.
+func NewClient(p Params, id string, identity ed25519.PrivateKey) (*Client, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return nil, err
+	}
+	pub, ok := r.members[id]
+	if !ok {
+		return nil, diag.New(diag.SecAggUnknownSite, r.subject(), "client %q is not a member of the round", id).
+			WithHelp("members are %v", r.ids)
+	}
+	if len(identity) != ed25519.PrivateKeySize || !pub.Equal(identity.Public()) {
+		return nil, diag.New(diag.SecAggBadParams, r.subject(), "identity key of client %q does not match its federation entry", id).
+			WithHelp("load the key generated for this site (scellis keygen), or fix its public key in the federation file")
+	}
+	return &Client{r: r, id: id, identity: identity}, nil
+}
+
+// ID returns the client's ID.
+func (c *Client) ID() string { return c.id }
+
+func (c *Client) subject() string { return fmt.Sprintf("%s, client %q", c.r.subject(), c.id) }
+
+// enter checks that the client may handle a message of phase want.
+func (c *Client) enter(kind string, want clientState, round string) error {
+	if c.state == clientAborted {
+		return diag.New(diag.SecAggAborted, c.subject(), "%s refused: the client aborted the round: %v", kind, c.abort).
+			WithHelp("start a new round")
+	}
+	if c.state != want {
+		return diag.New(diag.SecAggOutOfOrder, c.subject(), "%s arrived in phase %q", kind, c.state).
+			WithHelp("each phase's message is handled once, in order; drop the message")
+	}
+	return c.r.checkRound(kind, round)
+}
+
+// fail aborts the client with err and returns it.
+func (c *Client) fail(err error) error {
+	c.state = clientAborted
+	c.abort = err
+	c.wipe()
+	return err
+}
+
+// wipe forgets the round's secrets (best effort: the Go runtime may hold
+// copies).
+func (c *Client) wipe() {
+	clear(c.seed)
+	for _, s := range c.pairs {
+		clear(s)
+	}
+	for _, h := range c.held {
+		clear(h.seed)
+		clear(h.key)
+	}
+	c.seed, c.pairs, c.held, c.encKey, c.maskKey = nil, nil, nil, nil, nil
+}
+
+// Advertise starts the round: it draws the client's two X25519 key pairs
+// for this round and returns them signed with the identity key.
+func (c *Client) Advertise() (*Advert, error) {
+	if err := c.enter("advertise", clientNew, c.r.id); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.encKey, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
+		return nil, err
+	}
+	if c.maskKey, err = ecdh.X25519().GenerateKey(rand.Reader); err != nil {
+		return nil, err
+	}
+	a := &Advert{
+		Round: c.r.id, Client: c.id, Params: slices.Clone(c.r.session),
+		EncKey: c.encKey.PublicKey().Bytes(), MaskKey: c.maskKey.PublicKey().Bytes(),
+	}
+	a.Sig = ed25519.Sign(c.identity, a.signedBytes())
+	c.state = clientAdvertised
+	return a, nil
+}
+
+// advertSet accumulates checked adverts: by client, and which client
+// advertised each public key.
+type advertSet struct {
+	byID map[string]*Advert
+	keys map[string]string
+}
+
+func newAdvertSet() *advertSet {
+	return &advertSet{byID: map[string]*Advert{}, keys: map[string]string{}}
+}
+
+// add checks one advert against the round and the adverts already in the
+// set — for these params, from a member, signed by its identity, not twice,
+// no key reused — and adds it.
+func (set *advertSet) add(r *round, subject string, a *Advert) error {
+	if err := a.validate(); err != nil {
+		return err
+	}
+	if err := r.checkRound("key advert of "+a.Client, a.Round); err != nil {
+		return err
+	}
+	if !equalSecret(a.Params, r.session) {
+		return diag.New(diag.SecAggParamsMismatch, subject, "advert of %q was made for different round parameters", a.Client).
+			WithHelp("every site of a round must use the same Params (members, threshold, dimension, clip, weighting, PRG)")
+	}
+	pub, ok := r.members[a.Client]
+	if !ok {
+		return diag.New(diag.SecAggUnknownSite, subject, "advert from %q, which is not a member of the round", a.Client).
+			WithHelp("only sites listed in the round's members may take part")
+	}
+	if _, dup := set.byID[a.Client]; dup {
+		return diag.New(diag.SecAggDuplicate, subject, "two adverts for client %q", a.Client).
+			WithHelp("a client advertises once per round; a second advert is a replay or a faulty relay")
+	}
+	if !ed25519.Verify(pub, a.signedBytes(), a.Sig) {
+		return diag.New(diag.SecAggBadSignature, subject, "advert of %q does not verify under its identity key", a.Client).
+			WithHelp("the advert was tampered with or signed with another key; check the site's key in the federation file")
+	}
+	if bytes.Equal(a.EncKey, a.MaskKey) {
+		return diag.New(diag.SecAggDuplicate, subject, "advert of %q uses one key for encryption and masking", a.Client).
+			WithHelp("keys are drawn fresh per purpose, per client and per round")
+	}
+	for _, k := range [][]byte{a.EncKey, a.MaskKey} {
+		if other, dup := set.keys[string(k)]; dup {
+			return diag.New(diag.SecAggDuplicate, subject, "advert of %q reuses a public key already advertised by %q", a.Client, other).
+				WithHelp("keys are drawn fresh per client and per round; a reused key is a replay")
+		}
+	}
+	c := *a
+	set.byID[a.Client] = &c
+	set.keys[string(a.EncKey)] = a.Client
+	set.keys[string(a.MaskKey)] = a.Client
+	return nil
+}
+
+// ShareKeys handles the server's relay of the adverts (U1): it checks them,
+// draws the self-mask seed b_u, Shamir-shares b_u and the mask private key
+// t-of-|U1| and returns each other client's pair of shares encrypted for it
+// alone.
+func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
+	if err := c.enter("key set", clientAdvertised, ks.Round); err != nil {
+		return nil, err
+	}
+	if err := ks.validate(); err != nil {
+		return nil, c.fail(err)
+	}
+	set := newAdvertSet()
+	for i := range ks.Adverts {
+		if err := set.add(c.r, c.subject(), &ks.Adverts[i]); err != nil {
+			return nil, c.fail(err)
+		}
+	}
+	u1 := set.byID
+	mine, ok := u1[c.id]
+	if !ok || !equalSecret(mine.EncKey, c.encKey.PublicKey().Bytes()) || !equalSecret(mine.MaskKey, c.maskKey.PublicKey().Bytes()) {
+		return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "key set does not hold this client's advert").
+			WithHelp("the server must relay every advert it accepted, this client's included"))
+	}
+	if err := c.r.checkFloor("key sharing", len(u1)); err != nil {
+		return nil, c.fail(err)
+	}
+	ids := sortedKeys(u1)
+
+	// Agree every pairwise secret now, so a bad key surfaces before any
+	// share leaves the client.
+	c.pairs = make(map[string][]byte, len(ids))
+	encShared := make(map[string][]byte, len(ids))
+	defer func() {
+		for _, k := range encShared {
+			clear(k)
+		}
+	}()
+	for _, v := range ids {
+		if v == c.id {
+			continue
+		}
+		ek, err1 := agree(c.encKey, u1[v].EncKey)
+		mk, err2 := agree(c.maskKey, u1[v].MaskKey)
+		if err1 != nil || err2 != nil {
+			return nil, c.fail(malformed("key advert of "+v, "a public key is not a usable X25519 key"))
+		}
+		encShared[v], c.pairs[v] = ek, mk
+	}
+
+	c.seed = make([]byte, keySize)
+	if _, err := rand.Read(c.seed); err != nil {
+		return nil, c.fail(err)
+	}
+	xs := make([]byte, len(ids))
+	for i, v := range ids {
+		xs[i] = c.r.xs[v]
+	}
+	seedShares, err := shamirSplit(rand.Reader, c.seed, c.r.t, xs)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	keyShares, err := shamirSplit(rand.Reader, c.maskKey.Bytes(), c.r.t, xs)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	out := &Shares{Round: c.r.id, From: c.id, Commit: seedCommit(c.r.session, c.id, c.seed)}
+	c.held = make(map[string]heldShares, len(ids))
+	for i, v := range ids {
+		if v == c.id {
+			c.held[v] = heldShares{seed: seedShares[i], key: keyShares[i]}
+			continue
+		}
+		pt := mustEncode(sharePayload{Round: c.r.id, From: c.id, To: v, Seed: seedShares[i], Key: keyShares[i]})
+		sealed, err := seal(shareKey(encShared[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
+		clear(pt)
+		clear(seedShares[i])
+		clear(keyShares[i])
+		if err != nil {
+			return nil, c.fail(err)
+		}
+		out.Boxes = append(out.Boxes, Box{From: c.id, To: v, Sealed: sealed})
+	}
+	c.u1 = u1
+	c.state = clientShared
+	return out, nil
+}
+
+// MaskInput handles the server's relay of the shares sent to this client
+// (whose senders, with this client, are U2) and returns the input masked:
+//
+//	y_u = encode(x ‖ weight) + PRG(b_u) + Σ_{v ∈ U2, v ≠ u} Δ_uv·PRG(s_uv)
+//
+// x must have the round's dimension with every |x_i| ≤ Clip; weight must be
+// 0 on an unweighted round and in [0, MaxWeight] on a weighted one. A bad
+// input is refused without aborting, so the caller can fix it and retry.
+func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*MaskedInput, error) {
+	if err := c.enter("share delivery", clientShared, d.Round); err != nil {
+		return nil, err
+	}
+	if err := c.checkInput(x, weight); err != nil {
+		return nil, err
+	}
+	if err := d.validate(); err != nil {
+		return nil, c.fail(err)
+	}
+	if d.To != c.id {
+		return nil, diag.New(diag.SecAggUnknownSite, c.subject(), "share delivery is addressed to %q", d.To).
+			WithHelp("the delivery was misrouted; deliver each client its own")
+	}
+	u2 := []string{c.id}
+	for _, b := range d.Boxes {
+		if _, ok := c.u1[b.From]; !ok || b.From == c.id || b.To != c.id {
+			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "delivery holds a box from %q to %q", b.From, b.To).
+				WithHelp("a delivery may only hold boxes to this client from other clients of the key set"))
+		}
+		if _, dup := c.held[b.From]; dup {
+			return nil, c.fail(diag.New(diag.SecAggDuplicate, c.subject(), "delivery holds two boxes from %q", b.From).
+				WithHelp("the relay is faulty or tampered with"))
+		}
+		h, err := c.open(b)
+		if err != nil {
+			return nil, c.fail(err)
+		}
+		c.held[b.From] = h
+		u2 = append(u2, b.From)
+	}
+	if err := c.r.checkFloor("masked input collection", len(u2)); err != nil {
+		return nil, c.fail(err)
+	}
+	slices.Sort(u2)
+	c.u2 = u2
+	y, err := c.maskedVector(x, weight, u2)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	// The pairwise secrets and the seed are in the shares now; the client
+	// needs only the shares it holds.
+	clear(c.seed)
+	for _, s := range c.pairs {
+		clear(s)
+	}
+	c.seed, c.pairs, c.encKey, c.maskKey = nil, nil, nil, nil
+	c.state = clientMasked
+	out := make([]byte, 8*len(y))
+	for i, w := range y {
+		binary.LittleEndian.PutUint64(out[8*i:], w)
+	}
+	return &MaskedInput{Round: c.r.id, From: c.id, Masked: out}, nil
+}
+
+// checkInput refuses an input of the wrong length or out of range.
+func (c *Client) checkInput(x []float64, weight float64) error {
+	if len(x) != c.r.p.Dim {
+		return diag.New(diag.SecAggWrongLength, c.subject(), "input has %d values, the round aggregates %d", len(x), c.r.p.Dim).
+			WithHelp("send a vector of the round's dimension")
+	}
+	for i, v := range x {
+		if !inRange(v, c.r.p.Clip) {
+			return diag.New(diag.SecAggOutOfRange, c.subject(), "input value %d is %v, outside [-%v, %v]", i, v, c.r.p.Clip, c.r.p.Clip).
+				WithHelp("clip the update to the round's clip range (and check for NaN or Inf) before aggregating")
+		}
+	}
+	if !c.r.p.Weighted {
+		if weight != 0 {
+			return diag.New(diag.SecAggOutOfRange, c.subject(), "weight %v given on an unweighted round", weight).
+				WithHelp("pass weight 0, or make the round weighted")
+		}
+	} else if !inRange(weight, c.r.p.MaxWeight) || weight < 0 {
+		return diag.New(diag.SecAggOutOfRange, c.subject(), "weight %v, outside [0, %v]", weight, c.r.p.MaxWeight).
+			WithHelp("weights are non-negative and at most the round's max weight")
+	}
+	return nil
+}
+
+// maskedVector encodes x (and the weight) in the ring and adds the
+// client's masks for the survivors u2.
+func (c *Client) maskedVector(x []float64, weight float64, u2 []string) ([]uint64, error) {
+	y := make([]uint64, c.r.dim)
+	rd, err := newRounder(c.r.prg)
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range x {
+		y[i] = encodeValue(v, c.r.fracBits, rd)
+	}
+	if c.r.p.Weighted {
+		y[c.r.p.Dim] = encodeValue(weight, c.r.wFracBits, rd)
+	}
+	if c.testEncoded != nil {
+		c.testEncoded(slices.Clone(y))
+	}
+	m := &masker{prg: c.r.prg}
+	k := selfMaskKey(c.seed, c.r.session, c.id)
+	m.add(y, k, +1)
+	clear(k)
+	for _, v := range u2 {
+		if v == c.id {
+			continue
+		}
+		k := pairMaskKey(c.pairs[v], c.r.session, c.id, v)
+		m.add(y, k, pairSign(c.id, v))
+		clear(k)
+	}
+	return y, nil
+}
+
+// open decrypts a box sent to this client and checks what it holds.
+func (c *Client) open(b Box) (heldShares, error) {
+	peer := c.u1[b.From]
+	shared, err := agree(c.encKey, peer.EncKey)
+	if err != nil {
+		return heldShares{}, malformed("key advert of "+b.From, "encryption key is not a usable X25519 key")
+	}
+	key := shareKey(shared, c.r.session, b.From, c.id)
+	clear(shared)
+	pt, err := unseal(key, shareAD(c.r, b.From, c.id), b.Sealed)
+	clear(key)
+	if err != nil {
+		return heldShares{}, diag.New(diag.SecAggDecrypt, c.subject(), "box from %q does not authenticate", b.From).
+			WithHelp("the box was corrupted or tampered with in transit, or its sender is faulty")
+	}
+	defer clear(pt)
+	var p sharePayload
+	if err := content.Decode(pt, &p); err != nil || p.Round != c.r.id || p.From != b.From || p.To != c.id ||
+		len(p.Seed) != keySize || len(p.Key) != keySize {
+		return heldShares{}, diag.New(diag.SecAggDecrypt, c.subject(), "box from %q holds no valid shares for this round", b.From).
+			WithHelp("the sender is faulty")
+	}
+	return heldShares{seed: p.Seed, key: p.Key}, nil
+}
+
+// Unmask answers the server's unmask request: for every survivor it returns
+// this client's share of that survivor's self-mask seed, and for every
+// dropped client its share of that client's mask key. It refuses, and
+// aborts, if a site is named both survivor and dropped (both of its secrets
+// would let the server unmask its input), if the lists do not match the
+// clients that shared keys, or if fewer than three or fewer than the
+// threshold survive. A client answers one unmask request per round.
+func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
+	if err := c.enter("unmask request", clientMasked, req.Round); err != nil {
+		return nil, err
+	}
+	if err := req.validate(); err != nil {
+		return nil, c.fail(err)
+	}
+	named := make(map[string]bool, len(req.Survivors)+len(req.Dropped))
+	for _, v := range req.Survivors {
+		if named[v] {
+			return nil, c.fail(diag.New(diag.SecAggDuplicate, c.subject(), "unmask request names survivor %q twice", v).
+				WithHelp("the server is faulty"))
+		}
+		named[v] = true
+	}
+	for _, v := range req.Dropped {
+		if named[v] {
+			if slices.Contains(req.Survivors, v) {
+				return nil, c.fail(diag.New(diag.SecAggBothSecrets, c.subject(), "unmask request names %q both as survivor and as dropped", v).
+					WithHelp("revealing both the self-mask seed and the mask key of one site would expose its input; the round is aborted"))
+			}
+			return nil, c.fail(diag.New(diag.SecAggDuplicate, c.subject(), "unmask request names dropped client %q twice", v).
+				WithHelp("the server is faulty"))
+		}
+		named[v] = false
+	}
+	for v := range named {
+		if _, ok := c.held[v]; !ok {
+			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names %q, which did not share keys with this client", v).
+				WithHelp("survivors and dropped clients must come from the clients that shared keys"))
+		}
+	}
+	for _, v := range c.u2 {
+		if _, ok := named[v]; !ok {
+			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request leaves out %q", v).
+				WithHelp("every client that shared keys is either a survivor or dropped"))
+		}
+	}
+	if !named[c.id] {
+		return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names this client as dropped, but it sent its masked input").
+			WithHelp("the server is faulty"))
+	}
+	if err := c.r.checkFloor("unmasking", len(req.Survivors)); err != nil {
+		return nil, c.fail(err)
+	}
+	out := &Unmasking{Round: c.r.id, From: c.id}
+	for _, v := range sortedKeys(named) {
+		if named[v] {
+			out.Seeds = append(out.Seeds, Share{Of: v, Value: slices.Clone(c.held[v].seed)})
+		} else {
+			out.Keys = append(out.Keys, Share{Of: v, Value: slices.Clone(c.held[v].key)})
+		}
+	}
+	c.state = clientDone
+	c.wipe()
+	return out, nil
+}
+
+// agree is X25519 between our private key and a peer's advertised key.
+func agree(priv *ecdh.PrivateKey, peer []byte) ([]byte, error) {
+	pub, err := ecdh.X25519().NewPublicKey(peer)
+	if err != nil {
+		return nil, err
+	}
+	return priv.ECDH(pub)
+}
+
+// shareKey keys the box from → to; it differs per direction.
+func shareKey(shared, session []byte, from, to string) []byte {
+	return deriveKey(shared, session, labelShareKey, from, to)
+}
+
+// shareAD binds a box to the round and both identities.
+func shareAD(r *round, from, to string) []byte {
+	return mustEncode([]any{labelShareAD, r.session, r.id, from, to})
+}
+
+func seal(key, ad, pt []byte) ([]byte, error) {
+	aead, err := chacha20poly1305.NewX(key)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(pt)+chacha20poly1305.Overhead)
+	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
+		return nil, err
+	}
+	return aead.Seal(nonce, nonce, pt, ad), nil
+}
+
+func unseal(key, ad, sealed []byte) ([]byte, error) {
+	aead, err := chacha20poly1305.NewX(key)
+	if err != nil {
+		return nil, err
+	}
+	if len(sealed) < chacha20poly1305.NonceSizeX {
+		return nil, fmt.Errorf("secagg: sealed box too short")
+	}
+	return aead.Open(nil, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], ad)
+}
+
+// seedCommit commits to a self-mask seed: SHA-256 of the canonical encoding
+// of the label, the session, the client and the seed.
+func seedCommit(session []byte, u string, seed []byte) []byte {
+	sum := sha256.Sum256(mustEncode([]any{labelCommit, session, u, seed}))
+	return sum[:]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}

@@ -1,0 +1,17 @@
+// Package secagg is secure aggregation for cross-silo rounds: the protocol
+// of Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving
+// Machine Learning" (CCS 2017), for an honest-but-curious aggregator, as two
+// transport-agnostic state machines — Client and Server — driven by
+// messages that round-trip through canonical CBOR.
+//
+// Each client adds pairwise masks (which cancel in the sum) and a self mask
+// to its fixed-point encoded input; the server accumulates masked inputs as
+// they arrive and, with the help of the surviving clients' Shamir shares,
+// removes the self masks of the survivors and the pairwise masks of clients
+// that dropped out. The invariant it keeps: the server learns the sum of the
+// survivors' inputs and nothing about any single input — a round with fewer
+// than three sites or fewer survivors than the threshold ends with a
+// diagnostic, never a partial sum, and no client reveals both secrets of one
+// site. The sum itself is released, so differential privacy is still needed.
+// docs/secagg.md records where this departs from the paper.
+package secagg

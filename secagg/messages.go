@@ -1,0 +1,390 @@
+package secagg
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"unicode/utf8"
+
+	"golang.org/x/crypto/chacha20poly1305"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+)
+
+// The protocol's messages, in the order a round sends them:
+//
+//	client → server   Advert          (AdvertiseKeys)
+//	server → clients  KeySet
+//	client → server   Shares          (ShareKeys)
+//	server → client   ShareDelivery
+//	client → server   MaskedInput     (MaskedInputCollection)
+//	server → clients  UnmaskRequest
+//	client → server   Unmasking       (Unmasking)
+//
+// Every message names its round. On the wire a message is its canonical
+// CBOR encoding (content.Encode; Marshal does the same); the Parse functions
+// accept exactly those bytes — a non-canonical or unknown-field encoding is
+// refused — so parse-then-marshal gives back the input. Parsing checks the
+// shape of a message (sizes, identifiers); whether it fits the round is the
+// Client's and Server's business.
+
+// Advert is a client's two fresh X25519 public keys for the round, signed
+// with its long-term Ed25519 identity key.
+type Advert struct {
+	Round  string `cbor:"round"`
+	Client string `cbor:"client"`
+	// Params is the session digest of the round's Params (Params.Digest).
+	Params []byte `cbor:"params"`
+	// EncKey encrypts Shamir shares to this client (c_u^PK in the paper).
+	EncKey []byte `cbor:"enc_key"`
+	// MaskKey agrees the pairwise mask seeds (s_u^PK in the paper).
+	MaskKey []byte `cbor:"mask_key"`
+	// Sig is the Ed25519 signature over advertSigned.
+	Sig []byte `cbor:"sig"`
+}
+
+// advertSigned is what an advert's signature covers.
+type advertSigned struct {
+	Domain  string `cbor:"domain"`
+	Round   string `cbor:"round"`
+	Client  string `cbor:"client"`
+	Params  []byte `cbor:"params"`
+	EncKey  []byte `cbor:"enc_key"`
+	MaskKey []byte `cbor:"mask_key"`
+}
+
+func (a *Advert) signedBytes() []byte {
+	return mustEncode(advertSigned{Domain: labelAdvert, Round: a.Round, Client: a.Client, Params: a.Params, EncKey: a.EncKey, MaskKey: a.MaskKey})
+}
+
+// KeySet is the server's relay of the adverts it accepted (the set U1).
+type KeySet struct {
+	Round   string   `cbor:"round"`
+	Adverts []Advert `cbor:"adverts"`
+}
+
+// Box is one Shamir share pair encrypted from one client to another.
+type Box struct {
+	From string `cbor:"from"`
+	To   string `cbor:"to"`
+	// Sealed is a 24-byte nonce followed by the XChaCha20-Poly1305
+	// ciphertext of the shares, under a key only From and To can derive.
+	Sealed []byte `cbor:"sealed"`
+}
+
+// Shares is a client's encrypted shares for every other client of U1.
+type Shares struct {
+	Round string `cbor:"round"`
+	From  string `cbor:"from"`
+	// Commit is a hash of the client's self-mask seed b_u, bound to the
+	// round and the client, so the server can check the seed it
+	// reconstructs. (An addition to the paper; see docs/secagg.md.)
+	Commit []byte `cbor:"commit"`
+	Boxes  []Box  `cbor:"boxes"`
+}
+
+// ShareDelivery is the server's relay to one client of the boxes addressed
+// to it; the senders (plus the recipient) are the set U2.
+type ShareDelivery struct {
+	Round string `cbor:"round"`
+	To    string `cbor:"to"`
+	Boxes []Box  `cbor:"boxes"`
+}
+
+// MaskedInput is a client's input vector in the ring, masked.
+type MaskedInput struct {
+	Round string `cbor:"round"`
+	From  string `cbor:"from"`
+	// Masked holds the ring vector as little-endian uint64 words:
+	// 8·Dim bytes, plus 8 for the weight when the round is weighted.
+	Masked []byte `cbor:"masked"`
+}
+
+// UnmaskRequest names, for the survivors, which clients sent a masked
+// input (survivors, the set U3) and which shared keys but did not (dropped).
+type UnmaskRequest struct {
+	Round     string   `cbor:"round"`
+	Survivors []string `cbor:"survivors"`
+	Dropped   []string `cbor:"dropped"`
+}
+
+// Share is a client's Shamir share of one other client's secret.
+type Share struct {
+	Of    string `cbor:"of"`
+	Value []byte `cbor:"value"`
+}
+
+// Unmasking is a survivor's answer to an UnmaskRequest: its shares of the
+// self-mask seed of every survivor and of the mask key of every dropped
+// client — never both for one client.
+type Unmasking struct {
+	Round string  `cbor:"round"`
+	From  string  `cbor:"from"`
+	Seeds []Share `cbor:"seeds"`
+	Keys  []Share `cbor:"keys"`
+}
+
+// sharePayload is the plaintext inside a Box.
+type sharePayload struct {
+	Round string `cbor:"round"`
+	From  string `cbor:"from"`
+	To    string `cbor:"to"`
+	Seed  []byte `cbor:"seed"` // share of b_from
+	Key   []byte `cbor:"key"`  // share of s_from^SK
+}
+
+// Sizes of message fields.
+const (
+	keySize      = 32 // X25519 keys, seeds, digests, shares
+	sealedSize   = chacha20poly1305.NonceSizeX + chacha20poly1305.Overhead
+	maxSealedLen = 1024
+)
+
+func malformed(kind, format string, args ...any) *diag.Diagnostic {
+	return diag.New(diag.SecAggMalformed, kind, format, args...).
+		WithHelp("the sender runs an incompatible or faulty secure aggregation; drop the message")
+}
+
+func checkRoundID(kind, r string) error {
+	if r == "" || len(r) > maxRoundLen || !utf8.ValidString(r) {
+		return malformed(kind, "round ID missing or invalid")
+	}
+	return nil
+}
+
+func checkID(kind, field, id string) error {
+	if !validID(id) {
+		return malformed(kind, "%s %q is not a valid client ID", field, id)
+	}
+	return nil
+}
+
+func checkLen(kind, field string, b []byte, n int) error {
+	if len(b) != n {
+		return malformed(kind, "%s is %d bytes, want %d", field, len(b), n)
+	}
+	return nil
+}
+
+func (a *Advert) validate() error {
+	const k = "key advert"
+	if err := checkRoundID(k, a.Round); err != nil {
+		return err
+	}
+	if err := checkID(k, "client", a.Client); err != nil {
+		return err
+	}
+	if err := checkLen(k, "params digest", a.Params, sha256.Size); err != nil {
+		return err
+	}
+	if err := checkLen(k, "encryption key", a.EncKey, keySize); err != nil {
+		return err
+	}
+	if err := checkLen(k, "mask key", a.MaskKey, keySize); err != nil {
+		return err
+	}
+	if len(a.Sig) != ed25519.SignatureSize {
+		return diag.New(diag.SecAggBadSignature, k+" of "+a.Client, "advert carries a %d-byte signature, want %d", len(a.Sig), ed25519.SignatureSize).
+			WithHelp("adverts must be signed with the client's Ed25519 identity key")
+	}
+	return nil
+}
+
+func (m *KeySet) validate() error {
+	const k = "key set"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if len(m.Adverts) > MaxSites {
+		return malformed(k, "%d adverts, at most %d", len(m.Adverts), MaxSites)
+	}
+	for i := range m.Adverts {
+		if err := m.Adverts[i].validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *Box) validate(k string) error {
+	if err := checkID(k, "box sender", b.From); err != nil {
+		return err
+	}
+	if err := checkID(k, "box recipient", b.To); err != nil {
+		return err
+	}
+	if len(b.Sealed) < sealedSize || len(b.Sealed) > maxSealedLen {
+		return malformed(k, "sealed box of %d bytes", len(b.Sealed))
+	}
+	return nil
+}
+
+func validateBoxes(k string, bs []Box) error {
+	if len(bs) > MaxSites {
+		return malformed(k, "%d boxes, at most %d", len(bs), MaxSites)
+	}
+	for i := range bs {
+		if err := bs[i].validate(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Shares) validate() error {
+	const k = "shares"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if err := checkID(k, "sender", m.From); err != nil {
+		return err
+	}
+	if err := checkLen(k, "seed commitment", m.Commit, sha256.Size); err != nil {
+		return err
+	}
+	return validateBoxes(k, m.Boxes)
+}
+
+func (m *ShareDelivery) validate() error {
+	const k = "share delivery"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if err := checkID(k, "recipient", m.To); err != nil {
+		return err
+	}
+	return validateBoxes(k, m.Boxes)
+}
+
+func (m *MaskedInput) validate() error {
+	const k = "masked input"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if err := checkID(k, "sender", m.From); err != nil {
+		return err
+	}
+	if len(m.Masked) == 0 || len(m.Masked)%8 != 0 || len(m.Masked) > 8*(MaxDim+1) {
+		return malformed(k, "masked vector of %d bytes is not a whole number of ring elements", len(m.Masked))
+	}
+	return nil
+}
+
+func (m *UnmaskRequest) validate() error {
+	const k = "unmask request"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if len(m.Survivors)+len(m.Dropped) > MaxSites {
+		return malformed(k, "names %d clients, at most %d", len(m.Survivors)+len(m.Dropped), MaxSites)
+	}
+	for _, id := range m.Survivors {
+		if err := checkID(k, "survivor", id); err != nil {
+			return err
+		}
+	}
+	for _, id := range m.Dropped {
+		if err := checkID(k, "dropped client", id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateShares(k string, ss []Share) error {
+	if len(ss) > MaxSites {
+		return malformed(k, "%d shares, at most %d", len(ss), MaxSites)
+	}
+	for _, s := range ss {
+		if err := checkID(k, "share owner", s.Of); err != nil {
+			return err
+		}
+		if err := checkLen(k, "share", s.Value, keySize); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Unmasking) validate() error {
+	const k = "unmasking"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if err := checkID(k, "sender", m.From); err != nil {
+		return err
+	}
+	if err := validateShares(k, m.Seeds); err != nil {
+		return err
+	}
+	if len(m.Seeds)+len(m.Keys) > MaxSites {
+		return malformed(k, "%d shares, at most %d", len(m.Seeds)+len(m.Keys), MaxSites)
+	}
+	return validateShares(k, m.Keys)
+}
+
+// Marshal returns the canonical encoding of the advert.
+func (a *Advert) Marshal() ([]byte, error) { return content.Encode(a) }
+
+// Marshal returns the canonical encoding of the key set.
+func (m *KeySet) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// Marshal returns the canonical encoding of the shares.
+func (m *Shares) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// Marshal returns the canonical encoding of the delivery.
+func (m *ShareDelivery) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// Marshal returns the canonical encoding of the masked input.
+func (m *MaskedInput) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// Marshal returns the canonical encoding of the request.
+func (m *UnmaskRequest) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// Marshal returns the canonical encoding of the unmasking.
+func (m *Unmasking) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// parse decodes b into v, refuses any encoding but the canonical one, and
+// checks the message's shape.
+func parse[T interface{ validate() error }](kind string, b []byte, v T) (T, error) {
+	var zero T
+	if err := content.Decode(b, v); err != nil {
+		return zero, malformed(kind, "cannot decode: %v", err)
+	}
+	again, err := content.Encode(v)
+	if err != nil || !bytes.Equal(again, b) {
+		return zero, malformed(kind, "not in canonical encoding (unknown fields, non-minimal lengths or unsorted keys)")
+	}
+	if err := v.validate(); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+// ParseAdvert parses the canonical encoding of an Advert.
+func ParseAdvert(b []byte) (*Advert, error) { return parse("key advert", b, new(Advert)) }
+
+// ParseKeySet parses the canonical encoding of a KeySet.
+func ParseKeySet(b []byte) (*KeySet, error) { return parse("key set", b, new(KeySet)) }
+
+// ParseShares parses the canonical encoding of a Shares message.
+func ParseShares(b []byte) (*Shares, error) { return parse("shares", b, new(Shares)) }
+
+// ParseShareDelivery parses the canonical encoding of a ShareDelivery.
+func ParseShareDelivery(b []byte) (*ShareDelivery, error) {
+	return parse("share delivery", b, new(ShareDelivery))
+}
+
+// ParseMaskedInput parses the canonical encoding of a MaskedInput.
+func ParseMaskedInput(b []byte) (*MaskedInput, error) {
+	return parse("masked input", b, new(MaskedInput))
+}
+
+// ParseUnmaskRequest parses the canonical encoding of an UnmaskRequest.
+func ParseUnmaskRequest(b []byte) (*UnmaskRequest, error) {
+	return parse("unmask request", b, new(UnmaskRequest))
+}
+
+// ParseUnmasking parses the canonical encoding of an Unmasking.
+func ParseUnmasking(b []byte) (*Unmasking, error) { return parse("unmasking", b, new(Unmasking)) }

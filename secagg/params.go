@@ -1,0 +1,222 @@
+package secagg
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"fmt"
+	"math"
+	"slices"
+	"unicode/utf8"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// Member is one site allowed in a round: its client ID and its long-term
+// Ed25519 identity public key (from the federation file).
+type Member struct {
+	ID  string            `cbor:"id"`
+	Key ed25519.PublicKey `cbor:"key"`
+}
+
+// Params are the round's public parameters. Every client and the server of
+// a round must hold equal Params; their digest is bound into every signature,
+// key derivation and encryption of the round, so a site with different
+// Params cannot take part by accident.
+type Params struct {
+	// Round names the round (for example a content.Ref of the round spec).
+	// It travels in every message; messages of another round are refused.
+	Round string `cbor:"round"`
+	// Members lists the sites allowed to take part (at least 3, at most
+	// 255), each with its Ed25519 identity key. Order does not matter.
+	Members []Member `cbor:"members"`
+	// Threshold t is how many sites must survive to the end: a client's
+	// secrets are Shamir-shared t-of-n. Zero means the default ⌊n/2⌋+1;
+	// an explicit value must exceed n/2 and be at most n.
+	Threshold int `cbor:"threshold"`
+	// Dim is the length of each input vector.
+	Dim int `cbor:"dim"`
+	// Clip bounds every input value: |x_i| ≤ Clip, else the input is
+	// refused (clipping is the caller's job, under DP).
+	Clip float64 `cbor:"clip"`
+	// Weighted appends each site's weight as one more coordinate, so the
+	// result carries the total weight (for weighted means, pass w·x and w).
+	Weighted bool `cbor:"weighted"`
+	// MaxWeight bounds a weight: 0 ≤ w ≤ MaxWeight. Required when Weighted.
+	MaxWeight float64 `cbor:"max_weight"`
+	// PRG is the mask keystream; empty means AESCTR. Coordinators pick it
+	// with DefaultPRG.
+	PRG PRG `cbor:"prg"`
+}
+
+// Limits on parameters and identifiers.
+const (
+	MinSites    = 3       // a round needs at least three sites besides the aggregator
+	MaxSites    = 255     // Shamir over GF(2^8) has 255 non-zero x coordinates
+	MaxDim      = 1 << 27 // 1 GiB of masked input per site
+	MaxIDLength = 128     // bytes in a client ID
+	maxRoundLen = 256     // bytes in a round ID
+)
+
+// round is the validated, derived form of Params that clients and the
+// server work from.
+type round struct {
+	p         Params
+	id        string
+	n, t      int
+	dim       int    // ring coordinates: Dim, plus one when Weighted
+	fracBits  int    // f for the values
+	wFracBits int    // f for the weight coordinate
+	prg       PRG    // resolved keystream
+	session   []byte // SHA-256 of the canonical encoding of the params
+	members   map[string]ed25519.PublicKey
+	xs        map[string]byte // Shamir x coordinate of each member: 1 + rank by ID
+	ids       []string        // member IDs, sorted
+	floor     int             // max(MinSites, t): survivors needed at every phase
+	errBound1 float64         // per-site fixed-point rounding bound on a value
+}
+
+// paramsWire is what the session digest covers: the params plus what is
+// derived from them, so two sites that derive differently disagree loudly.
+type paramsWire struct {
+	Domain    string   `cbor:"domain"`
+	Round     string   `cbor:"round"`
+	Members   []Member `cbor:"members"`
+	Threshold int      `cbor:"threshold"`
+	Dim       int      `cbor:"dim"`
+	Clip      float64  `cbor:"clip"`
+	Weighted  bool     `cbor:"weighted"`
+	MaxWeight float64  `cbor:"max_weight"`
+	FracBits  int      `cbor:"frac_bits"`
+	WFracBits int      `cbor:"weight_frac_bits"`
+	PRG       PRG      `cbor:"prg"`
+}
+
+func validID(s string) bool {
+	return s != "" && len(s) <= MaxIDLength && utf8.ValidString(s)
+}
+
+// newRound validates p and derives everything a party needs.
+func newRound(p Params) (*round, error) {
+	bad := func(format string, args ...any) *diag.Diagnostic {
+		return diag.New(diag.SecAggBadParams, "secure aggregation round "+fmt.Sprintf("%q", p.Round), format, args...)
+	}
+	if p.Round == "" || len(p.Round) > maxRoundLen || !utf8.ValidString(p.Round) {
+		return nil, bad("round ID must be 1 to %d bytes of UTF-8", maxRoundLen).WithHelp("name the round, for example by the ref of its spec")
+	}
+	subject := "secure aggregation round " + fmt.Sprintf("%q", p.Round)
+	n := len(p.Members)
+	if n < MinSites {
+		return nil, diag.New(diag.SecAggTooFewSites, subject, "%d member sites; secure aggregation needs at least %d", n, MinSites).
+			WithHelp("with two sites each could subtract its own update from the sum and learn the other's; add sites or do not aggregate")
+	}
+	if n > MaxSites {
+		return nil, bad("%d member sites; at most %d are supported", n, MaxSites).WithHelp("split the federation into cohorts of at most %d", MaxSites)
+	}
+	r := &round{p: p, id: p.Round, n: n, members: make(map[string]ed25519.PublicKey, n), xs: make(map[string]byte, n)}
+	for _, m := range p.Members {
+		if !validID(m.ID) {
+			return nil, bad("member ID %q must be 1 to %d bytes of UTF-8", m.ID, MaxIDLength)
+		}
+		if len(m.Key) != ed25519.PublicKeySize {
+			return nil, bad("member %q has a %d-byte identity key, want %d", m.ID, len(m.Key), ed25519.PublicKeySize)
+		}
+		if _, dup := r.members[m.ID]; dup {
+			return nil, bad("member %q listed twice", m.ID).WithHelp("list each site once")
+		}
+		r.members[m.ID] = m.Key
+		r.ids = append(r.ids, m.ID)
+	}
+	slices.Sort(r.ids)
+	for i, id := range r.ids {
+		r.xs[id] = byte(i + 1)
+	}
+	r.t = p.Threshold
+	if r.t == 0 {
+		r.t = n/2 + 1
+	}
+	if 2*r.t <= n || r.t > n {
+		return nil, diag.New(diag.SecAggBadThreshold, subject, "threshold %d with %d sites; it must exceed n/2 and be at most n", r.t, n).
+			WithHelp("use a threshold between %d and %d, or 0 for the default %d", n/2+1, n, n/2+1)
+	}
+	r.floor = max(MinSites, r.t)
+	if p.Dim < 1 || p.Dim > MaxDim {
+		return nil, bad("dimension %d; want 1 to %d", p.Dim, MaxDim)
+	}
+	r.dim = p.Dim
+	var ok bool
+	if r.fracBits, ok = fracBitsFor(p.Clip, n); !ok {
+		return nil, bad("clip %v: want a finite positive bound with %d·clip below 2^62", p.Clip, n).WithHelp("clip updates to a smaller range before aggregating")
+	}
+	if p.Weighted {
+		if r.wFracBits, ok = fracBitsFor(p.MaxWeight, n); !ok {
+			return nil, bad("max weight %v: want a finite positive bound with %d·max weight below 2^62", p.MaxWeight, n)
+		}
+		r.dim++
+	} else if p.MaxWeight != 0 {
+		return nil, bad("max weight %v set on an unweighted round", p.MaxWeight).WithHelp("set weighted, or leave max weight at 0")
+	}
+	r.prg = p.PRG
+	if r.prg == "" {
+		r.prg = AESCTR
+	}
+	if !r.prg.valid() {
+		return nil, bad("unknown PRG %q", string(p.PRG)).WithHelp("use %q or %q", string(AESCTR), string(ChaCha20))
+	}
+	r.errBound1 = math.Ldexp(1, -r.fracBits)
+	members := make([]Member, n)
+	for i, id := range r.ids {
+		members[i] = Member{ID: id, Key: r.members[id]}
+	}
+	sum := sha256.Sum256(mustEncode(paramsWire{
+		Domain: "scellis/secagg/v1/params", Round: p.Round, Members: members, Threshold: r.t,
+		Dim: p.Dim, Clip: p.Clip, Weighted: p.Weighted, MaxWeight: p.MaxWeight,
+		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg,
+	}))
+	r.session = sum[:]
+	return r, nil
+}
+
+// Digest returns the session digest of p (the SHA-256 of the canonical
+// encoding of p and of what is derived from it), or an error if p is invalid.
+// Adverts carry it so that sites with different params refuse each other.
+func (p Params) Digest() ([]byte, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return nil, err
+	}
+	return slices.Clone(r.session), nil
+}
+
+// FracBits returns the fixed-point fraction bits f of the values: a value x
+// is encoded as a stochastic rounding of x·2^f.
+func (p Params) FracBits() (int, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return 0, err
+	}
+	return r.fracBits, nil
+}
+
+func (r *round) subject() string { return fmt.Sprintf("secure aggregation round %q", r.id) }
+
+// checkRound refuses a message of another round.
+func (r *round) checkRound(kind, got string) error {
+	if got != r.id {
+		return diag.New(diag.SecAggWrongRound, r.subject(), "%s is for round %q", kind, got).
+			WithHelp("a message from an earlier or another round was replayed or misrouted; drop it")
+	}
+	return nil
+}
+
+// checkFloor refuses a set of sites below three or below the threshold.
+func (r *round) checkFloor(phase string, have int) error {
+	if have < MinSites {
+		return diag.New(diag.SecAggTooFewSites, r.subject(), "%d sites left at %s; a round needs at least %d", have, phase, MinSites).
+			WithHelp("with fewer than three sites a site could learn another's update from the sum; the round ends without a result — run it again")
+	}
+	if have < r.t {
+		return diag.New(diag.SecAggBelowThreshold, r.subject(), "%d sites left at %s; the threshold is %d", have, phase, r.t).
+			WithHelp("too many sites dropped out to recover the sum safely; the round ends without a result — run it again")
+	}
+	return nil
+}

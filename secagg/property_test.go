@@ -1,0 +1,79 @@
+package secagg
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// TestSecureSumMatchesPlainSum runs rounds with random n in [3, 20],
+// threshold, dimension, inputs and dropouts at random steps, and checks the
+// result against the dumb reference — the plaintext sum of the survivors'
+// inputs — exactly in the ring and within the fixed-point bound as floats.
+// When too many clients drop, the round must be refused with SC6002 or
+// SC6004 and release no sum.
+func TestSecureSumMatchesPlainSum(t *testing.T) {
+	rounds := 40
+	if testing.Short() {
+		rounds = 12
+	}
+	// math/rand only chooses test cases; the protocol's randomness is
+	// crypto/rand throughout.
+	rng := rand.New(rand.NewPCG(20170101, 4))
+	var ok, refused int
+	for i := range rounds {
+		n := 3 + rng.IntN(18)
+		t0 := n/2 + 1 + rng.IntN(n-n/2)
+		dim := 1 + rng.IntN(40)
+		clip := []float64{1, 10, 1e6}[rng.IntN(3)]
+		p := testParams("prop", n, t0, dim, clip)
+		if rng.IntN(3) == 0 {
+			p.Weighted, p.MaxWeight = true, 1e4
+		}
+		p.PRG = []PRG{AESCTR, ChaCha20}[rng.IntN(2)]
+		h, err := newHarness(t, p)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		h.wire = rng.IntN(2) == 0
+		for _, id := range h.ids {
+			x := h.inputs[id]
+			for j := range x {
+				switch rng.IntN(8) {
+				case 0:
+					x[j] = clip
+				case 1:
+					x[j] = -clip
+				default:
+					x[j] = (2*rng.Float64() - 1) * clip
+				}
+			}
+			if p.Weighted {
+				h.weights[id] = rng.Float64() * p.MaxWeight
+			}
+			// Each client drops with probability 1/5, after a random step.
+			if rng.IntN(5) == 0 {
+				h.stop[id] = step(rng.IntN(int(stepUnmask)))
+			}
+		}
+		if h.run() {
+			ok++
+			if h.result == nil {
+				t.Fatalf("round %d: finished without a result", i)
+			}
+			continue
+		}
+		refused++
+		if h.result != nil {
+			t.Fatalf("round %d: refused but released a result", i)
+		}
+		if c := codeOf(h.server.Err()); c != diag.SecAggTooFewSites && c != diag.SecAggBelowThreshold {
+			t.Fatalf("round %d (n=%d t=%d): refused with %v, want SC6002 or SC6004\n%s", i, n, t0, h.server.Err(), h.out.String())
+		}
+	}
+	t.Logf("%d rounds summed, %d refused", ok, refused)
+	if ok < rounds/3 {
+		t.Fatalf("only %d of %d rounds produced a sum; the test exercises too little", ok, rounds)
+	}
+}

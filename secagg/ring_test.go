@@ -1,0 +1,99 @@
+package secagg
+
+import (
+	"math"
+	"math/big"
+	"testing"
+)
+
+func TestFracBitsLeaveHeadroom(t *testing.T) {
+	for _, n := range []int{3, 7, 20, 255} {
+		for _, clip := range []float64{1e-9, 0.5, 1, 3, 10, 1e6, 1e15} {
+			f, ok := fracBitsFor(clip, n)
+			if !ok {
+				t.Fatalf("n=%d clip=%v: no fraction bits", n, clip)
+			}
+			// Exact check with big integers: n·(clip·2^f + 1) ≤ 2^62 < 2^63.
+			limit := new(big.Float).SetInt(new(big.Int).Lsh(big.NewInt(1), 62))
+			worst := func(f int) *big.Float {
+				v := new(big.Float).SetMantExp(big.NewFloat(clip), f)
+				v.Add(v, big.NewFloat(1))
+				return v.Mul(v, big.NewFloat(float64(n)))
+			}
+			if worst(f).Cmp(limit) > 0 {
+				t.Errorf("n=%d clip=%v f=%d: sum can reach past 2^62", n, clip, f)
+			}
+			if f < maxFracBits && worst(f+1).Cmp(limit) <= 0 {
+				t.Errorf("n=%d clip=%v f=%d: f+1 would also fit", n, clip, f)
+			}
+		}
+	}
+	for _, clip := range []float64{0, -1, math.NaN(), math.Inf(1), 0x1p61} {
+		if _, ok := fracBitsFor(clip, 3); ok {
+			t.Errorf("clip %v accepted", clip)
+		}
+	}
+}
+
+func TestEncodeRoundsToANeighbour(t *testing.T) {
+	r, _ := newRounder(AESCTR)
+	for _, f := range []int{0, 3, 20, 56} {
+		for _, x := range []float64{0, 1, -1, 0.1, -0.1, 1.0 / 3, -2.75, 7.999, -1e-9} {
+			v := math.Ldexp(x, f)
+			lo, hi := math.Floor(v), math.Ceil(v)
+			for range 50 {
+				got := float64(int64(encodeValue(x, f, r)))
+				if got != lo && got != hi {
+					t.Fatalf("encode(%v, f=%d) = %v, not %v or %v", x, f, got, lo, hi)
+				}
+			}
+		}
+	}
+	// Exactly representable values encode exactly, negative ones as
+	// two's complement.
+	for _, x := range []float64{-1.5, 0.25, -0.125, 3, -10} {
+		if got := decodeValue(encodeValue(x, 40, r), 40); got != x {
+			t.Fatalf("decode(encode(%v)) = %v", x, got)
+		}
+	}
+}
+
+// TestStochasticRoundingIsUnbiased: E[encode(x)] = x·2^f.
+func TestStochasticRoundingIsUnbiased(t *testing.T) {
+	r, _ := newRounder(ChaCha20)
+	const trials = 40000
+	for _, x := range []float64{0.1, -0.1, 0.7, 1.0 / 3} {
+		f := 2
+		v := math.Ldexp(x, f)
+		p := v - math.Floor(v)
+		var sum float64
+		for range trials {
+			sum += float64(int64(encodeValue(x, f, r))) - math.Floor(v)
+		}
+		mean, sd := sum/trials, math.Sqrt(p*(1-p)/trials)
+		if math.Abs(mean-p) > 6*sd {
+			t.Errorf("x=%v: rounded up %.4f of the time, want %.4f ± %.4f", x, mean, p, sd)
+		}
+	}
+}
+
+// TestExtremesDoNotWrap: n clients all at +clip (or all at −clip) still
+// decode to n·clip.
+func TestExtremesDoNotWrap(t *testing.T) {
+	r, _ := newRounder(AESCTR)
+	for _, n := range []int{3, 30, 255} {
+		for _, clip := range []float64{1, 123.456, 1e12} {
+			f, _ := fracBitsFor(clip, n)
+			for _, sign := range []float64{1, -1} {
+				var acc uint64
+				for range n {
+					acc += encodeValue(sign*clip, f, r)
+				}
+				got, want := decodeValue(acc, f), sign*clip*float64(n)
+				if math.Abs(got-want) > float64(n)*math.Ldexp(1, -f)+math.Abs(want)*0x1p-52 {
+					t.Errorf("n=%d clip=%v: %d × %v decodes to %v", n, clip, n, sign*clip, got)
+				}
+			}
+		}
+	}
+}

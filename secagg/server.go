@@ -1,0 +1,480 @@
+package secagg
+
+import (
+	"crypto/ecdh"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// Server is the aggregator's side of a secure aggregation round, for an
+// honest-but-curious aggregator. Each phase collects one kind of message
+// from the clients, as they arrive, and ends when the driver calls its End
+// method (after a deadline, or once Missing is empty):
+//
+//	AddAdvert…        EndAdvertise → KeySet (to every client of U1)
+//	AddShares…        EndShare     → one ShareDelivery per client of U2
+//	AddMaskedInput…   EndMask      → UnmaskRequest (to every client of U3)
+//	AddUnmasking…     Finish       → Result
+//
+// A phase that ends with fewer than three clients, or fewer than the
+// threshold, ends the round with a diagnostic and no result. Masked inputs
+// are added into one accumulator as they arrive, so the server holds O(d)
+// ring elements whatever the number of clients (plus O(n²) small shares).
+// A Server is safe for concurrent use.
+type Server struct {
+	mu    sync.Mutex
+	r     *round
+	phase Phase
+	err   error // why the round failed, once it has
+
+	adverts    *advertSet         // U1 once advertising ends
+	shares     map[string]*Shares // U2 once sharing ends (boxes dropped then)
+	commits    map[string][]byte
+	acc        []uint64 // Σ masked inputs so far
+	masked     map[string]bool
+	survivors  []string // U3
+	dropped    []string // U2 \ U3
+	unmaskings map[string]*Unmasking
+
+	// testRing, when set by a test, receives the unmasked ring sum.
+	testRing func([]uint64)
+}
+
+// Phase is where a server is in its round.
+type Phase int
+
+const (
+	PhaseAdvertise Phase = iota // collecting adverts
+	PhaseShare                  // collecting encrypted shares
+	PhaseMask                   // collecting masked inputs
+	PhaseUnmask                 // collecting unmaskings
+	PhaseDone                   // the result was produced
+	PhaseFailed                 // the round ended without a result
+)
+
+var phaseNames = [...]string{"advertise", "share", "mask", "unmask", "done", "failed"}
+
+func (p Phase) String() string {
+	if p < 0 || int(p) >= len(phaseNames) {
+		return fmt.Sprintf("Phase(%d)", int(p))
+	}
+	return phaseNames[p]
+}
+
+// Result is the outcome of a round: the sum of the survivors' inputs and
+// nothing about any single one.
+type Result struct {
+	Round string
+	// Sum is Σ x_u over the contributors, decoded from the ring.
+	Sum []float64
+	// Weight is Σ w_u over the contributors (0 on an unweighted round).
+	Weight float64
+	// Contributors are the clients whose inputs the sum holds (U3).
+	Contributors []string
+	// Dropped are the clients that shared keys but sent no input; their
+	// masks were removed from the sum.
+	Dropped []string
+	// ErrorBound bounds |Sum_i − Σ x_u,i| due to fixed-point rounding:
+	// one unit in the last place, 2^-f, per contributor. Decoding to
+	// float64 adds at most half an ulp of Sum_i.
+	ErrorBound float64
+}
+
+// NewServer returns the server of the round p.
+func NewServer(p Params) (*Server, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{r: r, adverts: newAdvertSet()}, nil
+}
+
+// Phase returns the server's phase.
+func (s *Server) Phase() Phase {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.phase
+}
+
+// Err returns why the round failed, or nil.
+func (s *Server) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Missing returns, sorted, the clients the current phase still waits for:
+// members that have not advertised, clients of U1 that have not shared,
+// of U2 that have not sent a masked input, of U3 that have not unmasked.
+func (s *Server) Missing() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var want []string
+	var have func(string) bool
+	switch s.phase {
+	case PhaseAdvertise:
+		want, have = s.r.ids, func(id string) bool { return s.adverts.byID[id] != nil }
+	case PhaseShare:
+		want, have = sortedKeys(s.adverts.byID), func(id string) bool { return s.shares[id] != nil }
+	case PhaseMask:
+		want, have = sortedKeys(s.shares), func(id string) bool { return s.masked[id] }
+	case PhaseUnmask:
+		want, have = s.survivors, func(id string) bool { return s.unmaskings[id] != nil }
+	}
+	var out []string
+	for _, id := range want {
+		if !have(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func (s *Server) subject() string { return s.r.subject() + ", server" }
+
+// enter checks that the server is in phase want and that a message of
+// kind is for this round.
+func (s *Server) enter(kind string, want Phase, round string) error {
+	if s.phase == PhaseFailed {
+		return s.err
+	}
+	if s.phase != want {
+		return diag.New(diag.SecAggOutOfOrder, s.subject(), "%s arrived in phase %q", kind, s.phase).
+			WithHelp("the phase that takes it has ended; drop the message")
+	}
+	return s.r.checkRound(kind, round)
+}
+
+// fail ends the round without a result.
+func (s *Server) fail(err error) error {
+	s.phase, s.err = PhaseFailed, err
+	clear(s.acc)
+	s.acc = nil
+	return err
+}
+
+// sender checks that id belongs to the set a phase takes messages from, and
+// has not sent one already.
+func (s *Server) sender(kind, id string, in func(string) bool, seen bool) error {
+	if !in(id) {
+		return diag.New(diag.SecAggUnknownSite, s.subject(), "%s from %q, which is not expected in phase %q", kind, id, s.phase).
+			WithHelp("only clients that completed the previous phase take part in this one")
+	}
+	if seen {
+		return diag.New(diag.SecAggDuplicate, s.subject(), "second %s from %q", kind, id).
+			WithHelp("each client sends one per round; a resend is dropped")
+	}
+	return nil
+}
+
+// AddAdvert accepts a client's key advert, after checking its signature
+// against the client's identity key.
+func (s *Server) AddAdvert(a *Advert) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("key advert", PhaseAdvertise, a.Round); err != nil {
+		return err
+	}
+	if err := s.sender("key advert", a.Client, func(id string) bool { return s.r.members[id] != nil }, s.adverts.byID[a.Client] != nil); err != nil {
+		return err
+	}
+	return s.adverts.add(s.r, s.subject(), a)
+}
+
+// EndAdvertise closes advertising and returns the key set (U1) to relay to
+// every client that advertised.
+func (s *Server) EndAdvertise() (*KeySet, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("end of advertising", PhaseAdvertise, s.r.id); err != nil {
+		return nil, err
+	}
+	if err := s.r.checkFloor("advertising", len(s.adverts.byID)); err != nil {
+		return nil, s.fail(err)
+	}
+	ks := &KeySet{Round: s.r.id}
+	for _, id := range sortedKeys(s.adverts.byID) {
+		ks.Adverts = append(ks.Adverts, *s.adverts.byID[id])
+	}
+	s.phase = PhaseShare
+	s.shares = map[string]*Shares{}
+	return ks, nil
+}
+
+// AddShares accepts a client's encrypted shares: one box for every other
+// client of U1.
+func (s *Server) AddShares(m *Shares) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("shares", PhaseShare, m.Round); err != nil {
+		return err
+	}
+	if err := m.validate(); err != nil {
+		return err
+	}
+	if err := s.sender("shares", m.From, func(id string) bool { return s.adverts.byID[id] != nil }, s.shares[m.From] != nil); err != nil {
+		return err
+	}
+	to := make(map[string]bool, len(m.Boxes))
+	for _, b := range m.Boxes {
+		if b.From != m.From || b.To == m.From || s.adverts.byID[b.To] == nil || to[b.To] {
+			return malformed("shares from "+m.From, "box from %q to %q is not one of the boxes the client owes", b.From, b.To)
+		}
+		to[b.To] = true
+	}
+	if len(to) != len(s.adverts.byID)-1 {
+		return malformed("shares from "+m.From, "%d boxes for %d other clients", len(to), len(s.adverts.byID)-1)
+	}
+	c := *m
+	s.shares[m.From] = &c
+	return nil
+}
+
+// EndShare closes key sharing and returns, for every client of U2 (the
+// clients that sent shares), the boxes addressed to it by the others.
+func (s *Server) EndShare() ([]*ShareDelivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("end of key sharing", PhaseShare, s.r.id); err != nil {
+		return nil, err
+	}
+	if err := s.r.checkFloor("key sharing", len(s.shares)); err != nil {
+		return nil, s.fail(err)
+	}
+	u2 := sortedKeys(s.shares)
+	var out []*ShareDelivery
+	for _, v := range u2 {
+		d := &ShareDelivery{Round: s.r.id, To: v}
+		for _, u := range u2 {
+			if u == v {
+				continue
+			}
+			for _, b := range s.shares[u].Boxes {
+				if b.To == v {
+					d.Boxes = append(d.Boxes, b)
+				}
+			}
+		}
+		out = append(out, d)
+	}
+	s.commits = make(map[string][]byte, len(u2))
+	for _, u := range u2 {
+		s.commits[u] = s.shares[u].Commit
+		s.shares[u].Boxes = nil // relayed; the server keeps no ciphertexts
+	}
+	s.acc = make([]uint64, s.r.dim)
+	s.masked = map[string]bool{}
+	s.phase = PhaseMask
+	return out, nil
+}
+
+// AddMaskedInput adds a client's masked input into the running sum. The
+// message is not retained.
+func (s *Server) AddMaskedInput(m *MaskedInput) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("masked input", PhaseMask, m.Round); err != nil {
+		return err
+	}
+	if err := s.sender("masked input", m.From, func(id string) bool { return s.shares[id] != nil }, s.masked[m.From]); err != nil {
+		return err
+	}
+	if len(m.Masked) != 8*s.r.dim {
+		return diag.New(diag.SecAggWrongLength, s.subject(), "masked input from %q has %d bytes, want %d (%d ring elements)", m.From, len(m.Masked), 8*s.r.dim, s.r.dim).
+			WithHelp("the client uses a different dimension or weighting; check the round's Params")
+	}
+	acc := s.acc
+	for i := range acc {
+		acc[i] += binary.LittleEndian.Uint64(m.Masked[8*i:])
+	}
+	s.masked[m.From] = true
+	return nil
+}
+
+// EndMask closes input collection and returns the unmask request to send
+// to every survivor (U3, the clients whose masked input arrived).
+func (s *Server) EndMask() (*UnmaskRequest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("end of input collection", PhaseMask, s.r.id); err != nil {
+		return nil, err
+	}
+	if err := s.r.checkFloor("input collection", len(s.masked)); err != nil {
+		return nil, s.fail(err)
+	}
+	s.survivors, s.dropped = nil, nil
+	for _, u := range sortedKeys(s.shares) {
+		if s.masked[u] {
+			s.survivors = append(s.survivors, u)
+		} else {
+			s.dropped = append(s.dropped, u)
+		}
+	}
+	s.unmaskings = map[string]*Unmasking{}
+	s.phase = PhaseUnmask
+	return &UnmaskRequest{Round: s.r.id, Survivors: slices.Clone(s.survivors), Dropped: slices.Clone(s.dropped)}, nil
+}
+
+// AddUnmasking accepts a survivor's shares: of the seed of every survivor
+// and of the mask key of every dropped client.
+func (s *Server) AddUnmasking(m *Unmasking) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("unmasking", PhaseUnmask, m.Round); err != nil {
+		return err
+	}
+	if err := m.validate(); err != nil {
+		return err
+	}
+	if err := s.sender("unmasking", m.From, func(id string) bool { return s.masked[id] }, s.unmaskings[m.From] != nil); err != nil {
+		return err
+	}
+	if !sameIDs(m.Seeds, s.survivors) || !sameIDs(m.Keys, s.dropped) {
+		return malformed("unmasking from "+m.From, "shares do not match the request (seeds of the survivors, keys of the dropped)")
+	}
+	c := *m
+	s.unmaskings[m.From] = &c
+	return nil
+}
+
+// sameIDs reports whether shares are of exactly ids, in order.
+func sameIDs(shares []Share, ids []string) bool {
+	if len(shares) != len(ids) {
+		return false
+	}
+	for i, sh := range shares {
+		if sh.Of != ids[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Finish reconstructs the survivors' seeds and the dropped clients' mask
+// keys from the unmaskings, removes every mask from the accumulated sum and
+// returns it. It needs unmaskings from at least three survivors and at
+// least the threshold; every reconstructed secret is checked (a seed
+// against its commitment, a mask key against its advertised public key)
+// before the sum is released.
+func (s *Server) Finish() (*Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("finish", PhaseUnmask, s.r.id); err != nil {
+		return nil, err
+	}
+	if err := s.r.checkFloor("unmasking", len(s.unmaskings)); err != nil {
+		return nil, s.fail(err)
+	}
+	if err := s.unmask(s.acc); err != nil {
+		return nil, s.fail(err)
+	}
+	if s.testRing != nil {
+		s.testRing(slices.Clone(s.acc))
+	}
+	res := &Result{
+		Round:        s.r.id,
+		Sum:          make([]float64, s.r.p.Dim),
+		Contributors: slices.Clone(s.survivors),
+		Dropped:      slices.Clone(s.dropped),
+		ErrorBound:   float64(len(s.survivors)) * s.r.errBound1,
+	}
+	for i := range res.Sum {
+		res.Sum[i] = decodeValue(s.acc[i], s.r.fracBits)
+	}
+	if s.r.p.Weighted {
+		res.Weight = decodeValue(s.acc[s.r.p.Dim], s.r.wFracBits)
+	}
+	clear(s.acc)
+	s.acc = nil
+	s.phase = PhaseDone
+	return res, nil
+}
+
+// unmask removes every mask from acc: it reconstructs and checks all the
+// secrets first, so that it either fails before touching acc or succeeds.
+func (s *Server) unmask(acc []uint64) error {
+	ids := sortedKeys(s.unmaskings)
+	xs := make([]byte, len(ids))
+	for i, id := range ids {
+		xs[i] = s.r.xs[id]
+	}
+	ls, err := lagrangeAtZero(xs)
+	if err != nil {
+		panic("secagg: survivors' Shamir coordinates are not distinct: " + err.Error())
+	}
+	collect := func(pick func(*Unmasking) []Share, j int) [][]byte {
+		ys := make([][]byte, len(ids))
+		for i, id := range ids {
+			ys[i] = pick(s.unmaskings[id])[j].Value
+		}
+		return ys
+	}
+	inconsistent := func(what, u string) error {
+		return diag.New(diag.SecAggInconsistent, s.subject(), "reconstructed %s of %q does not match its commitment", what, u).
+			WithHelp("a survivor returned a corrupted share; the round ends without a result — run it again")
+	}
+	// Self-mask seeds of the survivors.
+	selfKeys := make([][]byte, len(s.survivors))
+	defer func() {
+		for _, k := range selfKeys {
+			clear(k)
+		}
+	}()
+	for j, u := range s.survivors {
+		seed, err := combineWith(ls, collect(func(m *Unmasking) []Share { return m.Seeds }, j))
+		if err != nil {
+			return inconsistent("self-mask seed", u)
+		}
+		ok := equalSecret(seedCommit(s.r.session, u, seed), s.commits[u])
+		if ok {
+			selfKeys[j] = selfMaskKey(seed, s.r.session, u)
+		}
+		clear(seed)
+		if !ok {
+			return inconsistent("self-mask seed", u)
+		}
+	}
+	// Pairwise mask keys between each dropped client and each survivor.
+	type pairKey struct {
+		key  []byte
+		sign int
+	}
+	var pairKeys []pairKey
+	defer func() {
+		for _, p := range pairKeys {
+			clear(p.key)
+		}
+	}()
+	for j, v := range s.dropped {
+		sk, err := combineWith(ls, collect(func(m *Unmasking) []Share { return m.Keys }, j))
+		if err != nil {
+			return inconsistent("mask key", v)
+		}
+		priv, err := ecdh.X25519().NewPrivateKey(sk)
+		clear(sk)
+		if err != nil || !equalSecret(priv.PublicKey().Bytes(), s.adverts.byID[v].MaskKey) {
+			return inconsistent("mask key", v)
+		}
+		for _, u := range s.survivors {
+			shared, err := agree(priv, s.adverts.byID[u].MaskKey)
+			if err != nil {
+				return inconsistent("mask key", v)
+			}
+			// u added Δ_uv·PRG(s_uv); take it away.
+			pairKeys = append(pairKeys, pairKey{pairMaskKey(shared, s.r.session, u, v), -pairSign(u, v)})
+			clear(shared)
+		}
+	}
+	m := &masker{prg: s.r.prg}
+	for _, k := range selfKeys {
+		m.add(acc, k, -1)
+	}
+	for _, p := range pairKeys {
+		m.add(acc, p.key, p.sign)
+	}
+	return nil
+}

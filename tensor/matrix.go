@@ -1,0 +1,165 @@
+package tensor
+
+import (
+	"fmt"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas64"
+)
+
+// Matrix is a dense row-major matrix: element (i, j) is Data[i*Cols+j].
+// A valid Matrix has Rows, Cols ≥ 0 and len(Data) == Rows*Cols.
+type Matrix struct {
+	Rows, Cols int
+	Data       []float64
+}
+
+// NewMatrix returns a rows×cols matrix over data, or over fresh zeros when
+// data is nil. It does not copy data.
+func NewMatrix(rows, cols int, data []float64) (*Matrix, error) {
+	if rows < 0 || cols < 0 {
+		return nil, fmt.Errorf("%w: matrix of %d×%d", ErrShape, rows, cols)
+	}
+	if data == nil {
+		data = make([]float64, rows*cols)
+	}
+	m := &Matrix{Rows: rows, Cols: cols, Data: data}
+	return m, m.Validate()
+}
+
+// FromRows builds a matrix by copying rows of equal length.
+func FromRows(rows [][]float64) (*Matrix, error) {
+	if len(rows) == 0 {
+		return &Matrix{}, nil
+	}
+	c := len(rows[0])
+	m := &Matrix{Rows: len(rows), Cols: c, Data: make([]float64, 0, len(rows)*c)}
+	for i, r := range rows {
+		if len(r) != c {
+			return nil, fmt.Errorf("%w: row %d has %d columns, row 0 has %d", ErrShape, i, len(r), c)
+		}
+		m.Data = append(m.Data, r...)
+	}
+	return m, nil
+}
+
+// Validate reports whether m's dimensions agree with its data.
+func (m *Matrix) Validate() error {
+	if m == nil {
+		return fmt.Errorf("%w: nil matrix", ErrShape)
+	}
+	if m.Rows < 0 || m.Cols < 0 || len(m.Data) != m.Rows*m.Cols {
+		return fmt.Errorf("%w: matrix of %d×%d holds %d elements", ErrShape, m.Rows, m.Cols, len(m.Data))
+	}
+	return nil
+}
+
+// Dims returns the number of rows and columns.
+func (m *Matrix) Dims() (rows, cols int) { return m.Rows, m.Cols }
+
+// At returns element (i, j). It panics when out of range.
+func (m *Matrix) At(i, j int) float64 {
+	m.check(i, j)
+	return m.Data[i*m.Cols+j]
+}
+
+// Set sets element (i, j). It panics when out of range.
+func (m *Matrix) Set(i, j int, v float64) {
+	m.check(i, j)
+	m.Data[i*m.Cols+j] = v
+}
+
+func (m *Matrix) check(i, j int) {
+	if i < 0 || i >= m.Rows || j < 0 || j >= m.Cols {
+		panic(fmt.Sprintf("tensor: index (%d, %d) out of range for a %d×%d matrix", i, j, m.Rows, m.Cols))
+	}
+}
+
+// Row returns row i sharing m's storage (capacity clipped, so appending to
+// it cannot overwrite the next row).
+func (m *Matrix) Row(i int) Vector {
+	if i < 0 || i >= m.Rows {
+		panic(fmt.Sprintf("tensor: row %d out of range for a %d×%d matrix", i, m.Rows, m.Cols))
+	}
+	return Vector(m.Data[i*m.Cols : (i+1)*m.Cols : (i+1)*m.Cols])
+}
+
+// Clone returns a deep copy of m.
+func (m *Matrix) Clone() *Matrix {
+	return &Matrix{Rows: m.Rows, Cols: m.Cols, Data: Vector(m.Data).Clone()}
+}
+
+// ToRows returns the rows of m as fresh slices.
+func (m *Matrix) ToRows() [][]float64 {
+	out := make([][]float64, m.Rows)
+	for i := range out {
+		out[i] = append([]float64(nil), m.Data[i*m.Cols:(i+1)*m.Cols]...)
+	}
+	return out
+}
+
+// T returns the transpose of m as a new matrix.
+func (m *Matrix) T() *Matrix {
+	t := &Matrix{Rows: m.Cols, Cols: m.Rows, Data: make([]float64, len(m.Data))}
+	for i := 0; i < m.Rows; i++ {
+		for j := 0; j < m.Cols; j++ {
+			t.Data[j*t.Cols+i] = m.Data[i*m.Cols+j]
+		}
+	}
+	return t
+}
+
+// Slice returns a copy of the block of rows [r0, r1) and columns [c0, c1).
+func (m *Matrix) Slice(r0, r1, c0, c1 int) (*Matrix, error) {
+	if r0 < 0 || r1 < r0 || r1 > m.Rows || c0 < 0 || c1 < c0 || c1 > m.Cols {
+		return nil, fmt.Errorf("%w: block [%d:%d, %d:%d] of a %d×%d matrix", ErrShape, r0, r1, c0, c1, m.Rows, m.Cols)
+	}
+	out := &Matrix{Rows: r1 - r0, Cols: c1 - c0, Data: make([]float64, 0, (r1-r0)*(c1-c0))}
+	for i := r0; i < r1; i++ {
+		out.Data = append(out.Data, m.Data[i*m.Cols+c0:i*m.Cols+c1]...)
+	}
+	return out, nil
+}
+
+func general(m *Matrix) blas64.General {
+	stride := m.Cols
+	if stride == 0 {
+		stride = 1
+	}
+	return blas64.General{Rows: m.Rows, Cols: m.Cols, Stride: stride, Data: m.Data}
+}
+
+// MatMul returns a·b, computed by gonum's BLAS (Dgemm). See the package
+// documentation for its determinism.
+func MatMul(a, b *Matrix) (*Matrix, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Cols != b.Rows {
+		return nil, fmt.Errorf("%w: product of %d×%d and %d×%d matrices", ErrShape, a.Rows, a.Cols, b.Rows, b.Cols)
+	}
+	c := &Matrix{Rows: a.Rows, Cols: b.Cols, Data: make([]float64, a.Rows*b.Cols)}
+	if a.Rows == 0 || b.Cols == 0 || a.Cols == 0 {
+		return c, nil
+	}
+	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, general(a), general(b), 0, general(c))
+	return c, nil
+}
+
+// MatVec returns a·x, each element summed in column order (replayable).
+func MatVec(a *Matrix, x Vector) (Vector, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Cols != len(x) {
+		return nil, fmt.Errorf("%w: product of a %d×%d matrix and a vector of length %d", ErrShape, a.Rows, a.Cols, len(x))
+	}
+	out := make(Vector, a.Rows)
+	for i := range out {
+		out[i] = dot(a.Row(i), x)
+	}
+	return out, nil
+}
