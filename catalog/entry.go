@@ -196,7 +196,8 @@ func (e *Entry) deduceKind(defs map[string]*syntax.DefStmt) error {
 		if _, ok := defs["run"]; !ok {
 			d := defs["cost"]
 			return diag.New(diag.MissingFunction, e.Name, "defines cost but not run: a program needs run(params, inputs)").
-				At(e.Path, int(d.Def.Line), int(d.Def.Col)).WithHelp("add def run(params, inputs)")
+				At(e.Path, int(d.Def.Line), int(d.Def.Col)).WithSource(e.SourceLine(int(d.Def.Line))).
+				WithHelp("add def run(params, inputs)")
 		}
 		e.Kind = Program
 	case kinds[Partitioner]:

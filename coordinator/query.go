@@ -228,6 +228,29 @@ func (m *Machine) Leasable(peer string, now int64) int {
 	return n
 }
 
+// NextExpiry returns the earliest expiry of a live lease, and false when
+// there is none. A server proposes a Tick once the wall clock passes it,
+// so that expired leases free their shards (and stream lease-ended events)
+// even when no other command arrives.
+func (m *Machine) NextExpiry() (int64, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	next, ok := int64(0), false
+	for _, j := range m.st.Jobs {
+		if j.State != JobRunning {
+			continue
+		}
+		for _, s := range j.Shards[j.cursor:] {
+			for _, l := range s.Leases {
+				if !ok || l.Expiry < next {
+					next, ok = l.Expiry, true
+				}
+			}
+		}
+	}
+	return next, ok
+}
+
 // Now returns the machine's clock: the latest Now of an applied command.
 func (m *Machine) Now() int64 {
 	m.mu.RLock()

@@ -9,9 +9,9 @@ import (
 // on the command, see Apply), the events that happened, or a refusal.
 // A refused command changed nothing; Response is then nil.
 type Result struct {
-	Response any
-	Events   []Event
-	Refusal  diag.List
+	Response any       `json:"response,omitempty"`
+	Events   []Event   `json:"events,omitempty"`
+	Refusal  diag.List `json:"refusal,omitempty"`
 }
 
 // Refused reports whether the command was refused.

@@ -151,15 +151,21 @@ var rngModule = func() starlark.Value {
 		if err := unpack("rng.stream", args, kw, "seed", &n); err != nil {
 			return nil, err
 		}
-		var buf [len(streamDomain) + 8]byte
-		copy(buf[:], streamDomain)
-		binary.BigEndian.PutUint64(buf[len(streamDomain):], uint64(n))
-		return newGenerator(sha256.Sum256(buf[:]), fmt.Sprintf("rng.stream(%d)", n)), nil
+		return newGenerator(streamKey(n), fmt.Sprintf("rng.stream(%d)", n)), nil
 	}
 	return makeModule("rng", fns)
 }()
 
 const streamDomain = "scellis/rng/stream\x00"
+
+// streamKey is the ChaCha8 key of rng.stream(n): SHA-256 of a domain
+// string and n, big-endian.
+func streamKey(n int64) [32]byte {
+	var buf [len(streamDomain) + 8]byte
+	copy(buf[:], streamDomain)
+	binary.BigEndian.PutUint64(buf[len(streamDomain):], uint64(n))
+	return sha256.Sum256(buf[:])
+}
 
 // shardRNG is the call's generator keyed by Env.Seed, created on first use.
 func (st *callState) shardRNG() (*generator, error) {

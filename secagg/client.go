@@ -39,6 +39,7 @@ type Client struct {
 	maskKey *ecdh.PrivateKey // s_u: agrees the pairwise mask seeds
 	u1      map[string]*Advert
 	pairs   map[string][]byte // s_uv, agreed with every v in U1
+	boxKeys map[string][]byte // X25519(c_u, c_v), for opening v's box
 	seed    []byte            // b_u
 	held    map[string]heldShares
 	u2      []string
@@ -120,11 +121,14 @@ func (c *Client) wipe() {
 	for _, s := range c.pairs {
 		clear(s)
 	}
+	for _, s := range c.boxKeys {
+		clear(s)
+	}
 	for _, h := range c.held {
 		clear(h.seed)
 		clear(h.key)
 	}
-	c.seed, c.pairs, c.held, c.encKey, c.maskKey = nil, nil, nil, nil, nil
+	c.seed, c.pairs, c.boxKeys, c.held, c.encKey, c.maskKey = nil, nil, nil, nil, nil, nil
 }
 
 // Advertise starts the round: it draws the client's two X25519 key pairs
@@ -235,12 +239,7 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 	// Agree every pairwise secret now, so a bad key surfaces before any
 	// share leaves the client.
 	c.pairs = make(map[string][]byte, len(ids))
-	encShared := make(map[string][]byte, len(ids))
-	defer func() {
-		for _, k := range encShared {
-			clear(k)
-		}
-	}()
+	c.boxKeys = make(map[string][]byte, len(ids))
 	for _, v := range ids {
 		if v == c.id {
 			continue
@@ -250,7 +249,7 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 		if err1 != nil || err2 != nil {
 			return nil, c.fail(malformed("key advert of "+v, "a public key is not a usable X25519 key"))
 		}
-		encShared[v], c.pairs[v] = ek, mk
+		c.boxKeys[v], c.pairs[v] = ek, mk
 	}
 
 	c.seed = make([]byte, keySize)
@@ -277,7 +276,7 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 			continue
 		}
 		pt := mustEncode(sharePayload{Round: c.r.id, From: c.id, To: v, Seed: seedShares[i], Key: keyShares[i]})
-		sealed, err := seal(shareKey(encShared[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
+		sealed, err := seal(shareKey(c.boxKeys[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
 		clear(pt)
 		clear(seedShares[i])
 		clear(keyShares[i])
@@ -345,7 +344,10 @@ func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*Mask
 	for _, s := range c.pairs {
 		clear(s)
 	}
-	c.seed, c.pairs, c.encKey, c.maskKey = nil, nil, nil, nil
+	for _, s := range c.boxKeys {
+		clear(s)
+	}
+	c.seed, c.pairs, c.boxKeys, c.encKey, c.maskKey = nil, nil, nil, nil, nil
 	c.state = clientMasked
 	out := make([]byte, 8*len(y))
 	for i, w := range y {
@@ -412,13 +414,7 @@ func (c *Client) maskedVector(x []float64, weight float64, u2 []string) ([]uint6
 
 // open decrypts a box sent to this client and checks what it holds.
 func (c *Client) open(b Box) (heldShares, error) {
-	peer := c.u1[b.From]
-	shared, err := agree(c.encKey, peer.EncKey)
-	if err != nil {
-		return heldShares{}, malformed("key advert of "+b.From, "encryption key is not a usable X25519 key")
-	}
-	key := shareKey(shared, c.r.session, b.From, c.id)
-	clear(shared)
+	key := shareKey(c.boxKeys[b.From], c.r.session, b.From, c.id)
 	pt, err := unseal(key, shareAD(c.r, b.From, c.id), b.Sealed)
 	clear(key)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 // When too many clients drop, the round must be refused with SC6002 or
 // SC6004 and release no sum.
 func TestSecureSumMatchesPlainSum(t *testing.T) {
-	rounds := 40
+	rounds := 30
 	if testing.Short() {
 		rounds = 12
 	}

@@ -33,6 +33,13 @@ exit code is 2 when there is one.`,
 	return cmd
 }
 
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // federationMember is one member in `federation check --json`.
 type federationMember struct {
 	Name        string `json:"name"`
@@ -60,15 +67,10 @@ func runFederationCheck(path string, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(out)
 	}
-	count := func(r identity.Role) string {
-		n := len(fed.ByRole(r))
-		if n == 1 {
-			return fmt.Sprintf("1 %s", r)
-		}
-		return fmt.Sprintf("%d %ss", n, r)
-	}
-	fmt.Fprintf(stdout, "%s: federation %s (regime %s) is valid: %d members: %s, %s, %s\n",
-		path, fed.Name, fed.Regime, len(fed.Members),
-		count(identity.Aggregator), count(identity.Silo), count(identity.Worker))
+	fmt.Fprintf(stdout, "%s: federation %s (regime %s) is valid: %s: %s, %s, %s\n",
+		path, fed.Name, fed.Regime, plural(len(fed.Members), "member"),
+		plural(len(fed.ByRole(identity.Aggregator)), "aggregator"),
+		plural(len(fed.ByRole(identity.Silo)), "silo"),
+		plural(len(fed.ByRole(identity.Worker)), "worker"))
 	return nil
 }

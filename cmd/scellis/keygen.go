@@ -31,6 +31,8 @@ type keygenOptions struct {
 	address        string
 	passphraseFile string
 	recipient      string
+	publicOf       string
+	ageIdentity    string
 }
 
 func newKeygenCmd() *cobra.Command {
@@ -43,11 +45,19 @@ func newKeygenCmd() *cobra.Command {
 DIR/identity.pub the public key. It prints the member entry to add under
 "members:" in the federation file; joining a federation is adding that entry.
 
-keygen never overwrites a key: a replaced key is a new identity.`,
+keygen never overwrites a key: a replaced key is a new identity.
+
+With --public-of FILE it makes nothing: it loads an existing key file
+(decrypting it with --passphrase-file or --age-identity) and prints its
+public key, which also checks the passphrase and the file's permissions.`,
 		Example: "  scellis keygen --out /etc/scellis --name hospital-a --role silo\n" +
-			"  scellis keygen --out keys/agg-1 --name agg-1 --role aggregator --address agg-1.example.org:7400 --passphrase-file pass.txt",
+			"  scellis keygen --out keys/agg-1 --name agg-1 --role aggregator --address agg-1.example.org:7400 --passphrase-file pass.txt\n" +
+			"  scellis keygen --public-of keys/agg-1/identity.key --passphrase-file pass.txt",
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.publicOf != "" {
+				return runPublicOf(o, cmd.OutOrStdout())
+			}
 			return runKeygen(o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -58,6 +68,8 @@ keygen never overwrites a key: a replaced key is a new identity.`,
 	f.StringVar(&o.address, "address", "", "host:port this member serves on, for the printed entry (required for an aggregator)")
 	f.StringVar(&o.passphraseFile, "passphrase-file", "", "encrypt the key with age under the passphrase on this file's first line")
 	f.StringVar(&o.recipient, "recipient", "", "encrypt the key with age to this recipient (age1…)")
+	f.StringVar(&o.publicOf, "public-of", "", "print the public key of this existing key file instead of making one")
+	f.StringVar(&o.ageIdentity, "age-identity", "", "with --public-of: file of age identities (AGE-SECRET-KEY-1…) that decrypts the key")
 	return cmd
 }
 
@@ -75,6 +87,9 @@ type keygenResult struct {
 func runKeygen(o keygenOptions, stdout, stderr io.Writer) error {
 	if o.out == "" {
 		return usageError{errors.New("keygen needs --out DIR, the folder for the key files")}
+	}
+	if o.ageIdentity != "" {
+		return usageError{errors.New("--age-identity only goes with --public-of; to encrypt to an age key, give --recipient")}
 	}
 	if o.passphraseFile != "" && o.recipient != "" {
 		return usageError{errors.New("give --passphrase-file or --recipient, not both")}
@@ -158,6 +173,42 @@ func runKeygen(o keygenOptions, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "- name: %s\n  role: %s\n  public_key: %s\n", name, role, pub)
 	if o.address != "" {
 		fmt.Fprintf(stdout, "  address: %s\n", yamlString(o.address))
+	}
+	return nil
+}
+
+// runPublicOf loads an existing key file and prints its public key.
+// Warnings about the file (its permissions) go to stderr; exit code 0.
+func runPublicOf(o keygenOptions, stdout io.Writer) error {
+	if o.out != "" || o.recipient != "" {
+		return usageError{errors.New("--public-of reads a key; it does not go with --out or --recipient")}
+	}
+	opts := identity.LoadOptions{AgeIdentityFile: o.ageIdentity}
+	if o.passphraseFile != "" {
+		pass, err := identity.ReadPassphraseFile(o.passphraseFile)
+		if err != nil {
+			return err
+		}
+		opts.Passphrase = pass
+	}
+	id, warnings, err := identity.Load(o.publicOf, opts)
+	if err != nil {
+		return err
+	}
+	pub := id.Public().String()
+	if jsonOutput {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			PublicKey string `json:"public_key"`
+		}{pub}); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout, pub)
+	}
+	if len(warnings) > 0 {
+		return warnings // rendered on stderr; warnings alone exit 0
 	}
 	return nil
 }

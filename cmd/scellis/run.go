@@ -218,4 +218,3 @@ func safeName(s string) string {
 	}
 	return s
 }
-

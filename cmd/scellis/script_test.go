@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"os"
+	"os/exec"
+	"strconv"
 	"path/filepath"
 	"testing"
 
@@ -26,6 +29,30 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir:                 "testdata/script",
 		RequireExplicitExec: false,
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			// exitcode N CMD ARGS...: run CMD and require exit code N, so
+			// scripts can tell refused input (2) from failure (1).
+			"exitcode": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) < 2 {
+					ts.Fatalf("usage: exitcode N command [args...]")
+				}
+				want, err := strconv.Atoi(args[0])
+				if err != nil {
+					ts.Fatalf("exitcode: %v", err)
+				}
+				got := 0
+				if err := ts.Exec(args[1], args[2:]...); err != nil {
+					var ee *exec.ExitError
+					if !errors.As(err, &ee) {
+						ts.Fatalf("exitcode: %v", err)
+					}
+					got = ee.ExitCode()
+				}
+				if (got == want) == neg {
+					ts.Fatalf("exit code %d, want %d", got, want)
+				}
+			},
+		},
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SCELLIS_HOME", filepath.Join(env.WorkDir, ".scellis"))
 			return nil

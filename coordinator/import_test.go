@@ -1,0 +1,38 @@
+package coordinator
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The ★ import rule of ARCHITECTURE.md: the coordinator never imports
+// tensor, model or script (nor anything under them), and within this
+// module it depends only on the packages below it that it needs.
+func TestImportRule(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go command not found")
+	}
+	const module = "github.com/scellis/scellis/"
+	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}", module+"coordinator").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	allowed := map[string]bool{"content": true, "diag": true, "trust": true, "receipt": true, "coordinator": true}
+	var deps int
+	for _, p := range strings.Fields(string(out)) {
+		deps++
+		for _, banned := range []string{"tensor", "model", "script"} {
+			if p == module+banned || strings.HasPrefix(p, module+banned+"/") {
+				t.Errorf("coordinator depends on %s (law 3: the coordinator never touches tensor bytes)", p)
+			}
+		}
+		if rest, ok := strings.CutPrefix(p, module); ok && !allowed[rest] {
+			t.Errorf("coordinator depends on %s; it may use only content, diag, trust and receipt", p)
+		}
+	}
+	if deps == 0 {
+		t.Fatal("go list returned no dependencies")
+	}
+}

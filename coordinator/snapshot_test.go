@@ -1,0 +1,127 @@
+package coordinator
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/trust"
+)
+
+// busy returns a machine in the middle of things: live leases, reports,
+// verified and flagged shards, a lease memo, a finished job and receipts.
+func busy(t *testing.T) (*Machine, []Command) {
+	t.Helper()
+	m, err := New(Config{Regime: trust.Consortium, DefaultLeaseTTL: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := func(s string) content.Ref { return content.Hash([]byte(s)) }
+	plan := func(id string, n int) SubmitJob {
+		c := SubmitJob{Job: ref(id), Name: id}
+		for i := 0; i < n; i++ {
+			c.Shards = append(c.Shards, ShardPlan{Index: i, ID: ref(id + string(rune('a'+i))), Price: int64(i + 1), PriceBasis: "program cost()"})
+		}
+		return c
+	}
+	cmds := []Command{
+		plan("j1", 3), plan("j2", 1),
+		Lease{Peer: "w1", Now: 10, Max: 3, RequestID: "r1"},
+		Lease{Peer: "w2", Now: 11, Max: 3},
+		ReportResult{Peer: "w1", Job: ref("j1"), Shard: 0, Result: ref("x"), Now: 12},
+		ReportResult{Peer: "w2", Job: ref("j1"), Shard: 0, Result: ref("x"), Now: 13},
+		ReportResult{Peer: "w1", Job: ref("j1"), Shard: 1, Result: ref("y"), Now: 14},
+		ReportResult{Peer: "w2", Job: ref("j1"), Shard: 1, Result: ref("z"), Now: 15},
+		Lease{Peer: "w3", Now: 16, Max: 1},
+		Lease{Peer: "w4", Now: 16, Max: 1},
+		Lease{Peer: "w4", Now: 17, Max: 1, Job: ref("j2")},
+		ReportResult{Peer: "w4", Job: ref("j2"), Shard: 0, Result: ref("q"), Now: 18},
+		Lease{Peer: "w5", Now: 19, Max: 1, Job: ref("j2")},
+		ReportResult{Peer: "w5", Job: ref("j2"), Shard: 0, Result: ref("q"), Now: 20},
+		ReportReduced{Job: ref("j2"), Peer: "agg", Reduced: ref("sum"), Now: 21},
+		Tick{Now: 40},
+	}
+	for _, c := range cmds {
+		m.Apply(c)
+	}
+	return m, cmds
+}
+
+func TestSnapshotRestoreReproducesStateHash(t *testing.T) {
+	m, _ := busy(t)
+	snap := m.Snapshot()
+	if m.StateHash() != content.Hash(snap) {
+		t.Fatal("StateHash is not the hash of Snapshot")
+	}
+	r, err := Load(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StateHash() != m.StateHash() {
+		t.Fatal("restore changed the state hash")
+	}
+	if s1, h1 := m.Head(); true {
+		if s2, h2 := r.Head(); s1 != s2 || h1 != h2 || s1 == 0 {
+			t.Fatalf("receipt heads differ: (%d %s) vs (%d %s)", s1, h1.Short(), s2, h2.Short())
+		}
+	}
+	// The original and the restored machine stay in step.
+	ref := func(s string) content.Ref { return content.Hash([]byte(s)) }
+	more := []Command{
+		Lease{Peer: "w1", Now: 41, Max: 3, RequestID: "r1"}, // memo hit
+		Tick{Now: 70},                                       // expiries
+		Lease{Peer: "w6", Now: 71, Max: 3},
+		ReportResult{Peer: "w6", Job: ref("j1"), Shard: 1, Result: ref("y"), Now: 72},
+	}
+	for _, c := range more {
+		a, b := m.Apply(c), r.Apply(c)
+		if len(a.Events) != len(b.Events) || a.Refused() != b.Refused() {
+			t.Fatalf("%T: original and restored answer differently", c)
+		}
+		if m.StateHash() != r.StateHash() {
+			t.Fatalf("%T: original and restored diverge", c)
+		}
+	}
+	// Restore replaces the state of a machine that already has one.
+	fresh, _ := New(Config{Regime: trust.Open})
+	if err := fresh.Restore(m.Snapshot()); err != nil || fresh.StateHash() != m.StateHash() || fresh.Regime() != trust.Consortium {
+		t.Fatalf("Restore over a used machine: %v", err)
+	}
+}
+
+func TestRestoreRefusesBadSnapshots(t *testing.T) {
+	m, _ := busy(t)
+	good := m.Snapshot()
+	target, _ := New(Config{Regime: trust.Own})
+	before := target.StateHash()
+	cases := map[string][]byte{
+		"empty":         nil,
+		"garbage":       []byte("not cbor"),
+		"trailing byte": append(append([]byte(nil), good...), 0),
+		"truncated":     good[:len(good)/2],
+	}
+	// An edited receipt inside an otherwise valid snapshot.
+	var st state
+	if err := content.Decode(good, &st); err != nil {
+		t.Fatal(err)
+	}
+	st.Receipts[0].WorkUnits = 1000
+	edited, _ := content.Encode(&st)
+	cases["edited receipt"] = edited
+	st.Receipts[0].WorkUnits = 1
+	st.Format = "scellis/coordinator/v0"
+	old, _ := content.Encode(&st)
+	cases["wrong format"] = old
+
+	for name, b := range cases {
+		err := target.Restore(b)
+		var d *diag.Diagnostic
+		if !errors.As(err, &d) || d.Code != diag.PoolBadSnapshot {
+			t.Errorf("%s: got %v, want SC7012", name, err)
+		}
+		if target.StateHash() != before {
+			t.Errorf("%s: a refused restore changed the machine", name)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package job
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+)
+
+func builtin(t *testing.T) *catalog.Catalog {
+	t.Helper()
+	c, err := catalog.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// compileFiles writes files into a fresh folder and compiles job.yaml.
+func compileFiles(t *testing.T, files map[string]string) *Plan {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := LoadSpec(filepath.Join(dir, "job.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(context.Background(), spec, builtin(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const prog = `def run(params, inputs):
+    return {"y": params["x"] * 2 + helper()}
+
+load("lib", "helper")
+`
+
+const lib = `def helper():
+    return 1
+`
+
+const data = "a,y\n1,0\n2,1\n3,0\n4,1\n"
+
+const jobA = `name: ids
+program: ./prog.star
+partitioner:
+  use: items
+  params: {items: [{x: 1}, {x: 2}, {x: 3}]}
+reducer: {use: sum}
+params: {scale: 1.5, tags: [a, b]}
+inputs:
+  d: {path: d.csv, label: y, class: public}
+`
+
+// The same job written with keys reordered, flow style and other
+// whitespace: the same canonical spec, so the same ID.
+const jobB = `
+reducer:
+    use:    sum
+inputs:   {d: {class: public, label: y, path: d.csv}}
+params:
+  tags:
+    - a
+    - b
+  scale: 1.5
+partitioner: {params: {items: [{x: 1}, {x: 2}, {x: 3}]}, use: items}
+program: "./prog.star"
+name: ids
+`
+
+func TestJobIDStableUnderFormatting(t *testing.T) {
+	// load() resolves by catalog name: add the library to the catalog first.
+	a := compileWithLib(t, jobA, prog, lib, data)
+	b := compileWithLib(t, jobB, prog, lib, data)
+	if a.ID != b.ID {
+		t.Fatalf("reformatting changed the job ID: %s vs %s", a.ID, b.ID)
+	}
+	for i := range a.Shards {
+		if a.Shards[i].ID != b.Shards[i].ID {
+			t.Fatalf("shard %d ID changed", i)
+		}
+	}
+}
+
+func TestJobIDSensitiveToContent(t *testing.T) {
+	base := compileWithLib(t, jobA, prog, lib, data)
+	cases := map[string]*Plan{
+		"one character of the program": compileWithLib(t, jobA, strings.Replace(prog, "* 2", "* 3", 1), lib, data),
+		"one character of a library":   compileWithLib(t, jobA, prog, "def helper():\n    return 2\n", data),
+		"one byte of the input data":    compileWithLib(t, jobA, prog, lib, data[:len(data)-2]+"0\n"),
+		"a parameter":                   compileWithLib(t, jobA+"limits: {steps: 5000}\n", prog, lib, data),
+	}
+	for what, p := range cases {
+		if p.ID == base.ID {
+			t.Errorf("changing %s did not change the job ID", what)
+		}
+	}
+}
+
+func compileWithLib(t *testing.T, jobYAML, progSrc, libSrc, csv string) *Plan {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("job.yaml", jobYAML)
+	write("prog.star", progSrc)
+	write("d.csv", csv)
+	cat := builtin(t)
+	e, err := catalog.Parse("lib.star", []byte(libSrc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cat.Add(e); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := LoadSpec(filepath.Join(dir, "job.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Compile(context.Background(), spec, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestShardIDsDistinctAndPriced(t *testing.T) {
+	p := compileWithLib(t, jobA, prog, lib, data)
+	seen := map[content.Ref]bool{}
+	for _, s := range p.Shards {
+		if seen[s.ID] {
+			t.Fatalf("duplicate shard ID %s", s.ID)
+		}
+		seen[s.ID] = true
+		if s.Cost != 1 {
+			t.Fatalf("flat price expected without cost(): %d", s.Cost)
+		}
+	}
+	if p.TotalCost() != 3 {
+		t.Fatalf("total cost %d", p.TotalCost())
+	}
+}
+
+// Law 9: the reduction is in shard-index order whatever the arrival order.
+func TestReduceOrderIsCanonical(t *testing.T) {
+	p := compileFiles(t, map[string]string{
+		"job.yaml": `name: order
+program: ./p.star
+partitioner: {use: items, params: {items: [{x: 1}, {x: 2}, {x: 3}, {x: 4}, {x: 5}]}}
+reducer: concat
+`,
+		"p.star": "def run(params, inputs):\n    return [params[\"x\"]]\n",
+	})
+	ctx := context.Background()
+	var results []*Result
+	for _, sh := range p.Shards {
+		r, err := p.Execute(ctx, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		results = append(results, r)
+	}
+	want, err := p.Reduce(ctx, results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wb, _ := content.Encode(want)
+	for i := 0; i < 20; i++ {
+		shuffled := append([]*Result(nil), results...)
+		rand.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+		got, err := p.Reduce(ctx, shuffled)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb, _ := content.Encode(got)
+		if string(gb) != string(wb) {
+			t.Fatalf("arrival order changed the reduction: %v vs %v", got, want)
+		}
+	}
+}
