@@ -99,8 +99,8 @@ func TestJobIDSensitiveToContent(t *testing.T) {
 	cases := map[string]*Plan{
 		"one character of the program": compileWithLib(t, jobA, strings.Replace(prog, "* 2", "* 3", 1), lib, data),
 		"one character of a library":   compileWithLib(t, jobA, prog, "def helper():\n    return 2\n", data),
-		"one byte of the input data":    compileWithLib(t, jobA, prog, lib, data[:len(data)-2]+"0\n"),
-		"a parameter":                   compileWithLib(t, jobA+"limits: {steps: 5000}\n", prog, lib, data),
+		"one byte of the input data":   compileWithLib(t, jobA, prog, lib, data[:len(data)-2]+"0\n"),
+		"a parameter":                  compileWithLib(t, jobA+"limits: {steps: 5000}\n", prog, lib, data),
 	}
 	for what, p := range cases {
 		if p.ID == base.ID {
