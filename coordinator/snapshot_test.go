@@ -61,16 +61,15 @@ func TestSnapshotRestoreReproducesStateHash(t *testing.T) {
 	if r.StateHash() != m.StateHash() {
 		t.Fatal("restore changed the state hash")
 	}
-	if s1, h1 := m.Head(); true {
-		if s2, h2 := r.Head(); s1 != s2 || h1 != h2 || s1 == 0 {
-			t.Fatalf("receipt heads differ: (%d %s) vs (%d %s)", s1, h1.Short(), s2, h2.Short())
-		}
+	s1, h1 := m.Head()
+	if s2, h2 := r.Head(); s1 != s2 || h1 != h2 || s1 == 0 {
+		t.Fatalf("receipt heads differ: (%d %s) vs (%d %s)", s1, h1.Short(), s2, h2.Short())
 	}
 	// The original and the restored machine stay in step.
 	ref := func(s string) content.Ref { return content.Hash([]byte(s)) }
 	more := []Command{
 		Lease{Peer: "w1", Now: 41, Max: 3, RequestID: "r1"}, // memo hit
-		Tick{Now: 70},                                       // expiries
+		Tick{Now: 70}, // expiries
 		Lease{Peer: "w6", Now: 71, Max: 3},
 		ReportResult{Peer: "w6", Job: ref("j1"), Shard: 1, Result: ref("y"), Now: 72},
 	}

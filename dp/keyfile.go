@@ -17,13 +17,14 @@ import (
 	"github.com/scellis/scellis/diag"
 )
 
-// Key files. Until the shared identity package lands (`scellis keygen`), a
-// silo's Ed25519 identity key lives in a PEM file:
+// Key files. Until the ledger reads keys through the shared identity package,
+// a silo's Ed25519 key lives in files compatible with `scellis keygen`:
 //
-//	-----BEGIN PRIVATE KEY-----   PKCS#8 (x509.MarshalPKCS8PrivateKey), mode 0600
-//	-----BEGIN PUBLIC KEY-----    PKIX  (x509.MarshalPKIXPublicKey)
+//	private: PEM "PRIVATE KEY", PKCS#8 (x509.MarshalPKCS8PrivateKey), mode 0600
+//	public:  one line "ed25519:<standard base64 of the 32 key bytes>"
 //
-// the format openssl and Go's crypto/x509 read and write.
+// Public keys are also read from a PEM "PUBLIC KEY" (PKIX) file or from the
+// private key file. age-encrypted key files are not read here.
 
 const (
 	pemPrivate = "PRIVATE KEY"
@@ -47,15 +48,11 @@ func GenerateKeyFile(path string) (ed25519.PrivateKey, error) {
 	return priv, nil
 }
 
-// WritePublicKeyFile writes pub to path as a PEM PUBLIC KEY. An existing
-// file holding the same key is left alone; one holding another key is an
-// error.
+// WritePublicKeyFile writes pub to path as one line "ed25519:<base64>". An
+// existing file holding the same key is left alone; one holding another key
+// is an error.
 func WritePublicKeyFile(path string, pub ed25519.PublicKey) error {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return err
-	}
-	data := pem.EncodeToMemory(&pem.Block{Type: pemPublic, Bytes: der})
+	data := []byte(PublicKeyString(pub) + "\n")
 	if old, err := ReadPublicKeyFile(path); err == nil {
 		if old.Equal(pub) {
 			return nil
@@ -88,9 +85,19 @@ func ReadPrivateKeyFile(path string) (ed25519.PrivateKey, error) {
 	return priv, nil
 }
 
-// ReadPublicKeyFile reads an Ed25519 public key from a PEM file holding a
-// PUBLIC KEY (PKIX) or a PRIVATE KEY (whose public half is returned).
+// ReadPublicKeyFile reads an Ed25519 public key from a file holding one line
+// "ed25519:<base64>", a PEM PUBLIC KEY (PKIX), or a PEM PRIVATE KEY (whose
+// public half is returned).
 func ReadPublicKeyFile(path string) (ed25519.PublicKey, error) {
+	if data, err := os.ReadFile(path); err == nil {
+		if line := strings.TrimSpace(string(data)); strings.HasPrefix(line, "ed25519:") {
+			pub, err := ParsePublicKey(line)
+			if err != nil {
+				return nil, keyFileDiag(path, "does not hold an Ed25519 public key: %v", err)
+			}
+			return pub, nil
+		}
+	}
 	block, err := readPEM(path)
 	if err != nil {
 		return nil, err

@@ -522,8 +522,10 @@ func (s *Snapshot) Find(ref content.Ref) (Entry, bool) {
 // must equal it — without it, Verify proves only that the ledger is
 // internally consistent, not who wrote it.
 //
-// On success it returns a Snapshot (a torn last write is reported in
-// TornBytes, not an error). A broken chain returns the Snapshot of the valid
+// On success it returns a Snapshot. A torn last write — shorter than its
+// frame, as a crash or kill -9 leaves it — is reported in TornBytes, not as
+// an error; a last entry of full length that fails its checksum is an error,
+// since an edit looks the same. A broken chain returns the Snapshot of the valid
 // prefix and a *VerifyError naming the first bad entry. A file that is not a
 // ledger or cannot be read returns a diagnostic.
 func Verify(path string, pub ed25519.PublicKey) (*Snapshot, error) {
@@ -560,11 +562,15 @@ func verifyBytes(path string, data []byte, pub ed25519.PublicKey) (*Snapshot, er
 	c := newChain()
 	_, torn, err := scan(c, data[len(fileMagic):], int64(len(fileMagic)))
 	s := &Snapshot{c: c}
-	if torn != nil {
-		s.TornBytes = torn.Bytes
-	}
 	if err != nil {
 		return s, err
+	}
+	if torn != nil {
+		if torn.Damaged {
+			return s, &VerifyError{Seq: uint64(len(c.entries)), Offset: torn.Offset,
+				Reason: "the last entry fails its checksum: an edit, or a power loss mid-write (the next charge cuts it off and saves its bytes aside)"}
+		}
+		s.TornBytes = torn.Bytes
 	}
 	if len(c.entries) == 0 {
 		return nil, diag.New(diag.LedgerNotLedger, path, "ledger has no genesis entry")

@@ -179,6 +179,7 @@ const (
 	frameOK      frameResult = iota
 	frameEnd                 // no bytes left
 	frameTorn                // an incomplete last frame: a write cut short
+	frameDamagedLast         // a complete-length last frame failing its CRC
 	frameCorrupt             // a damaged frame with data after it, or a nonsense length
 )
 
@@ -186,10 +187,12 @@ const (
 // the end of the file) and returns the payload of the frame there and the
 // frame's total size.
 //
-// A frame is torn, not corrupt, when it is the last thing in the file and
-// either shorter than its length field says, or complete but failing its CRC
-// (a write that reached the disk only in part), or when the remaining bytes
-// are all zero (a file extended by the filesystem before its data landed).
+// A frame is torn when it is the last thing in the file and shorter than its
+// length field says (a write cut short: kill -9 mid-write can only do this),
+// or when the remaining bytes are all zero (a file extended by the
+// filesystem before its data landed). A last frame of full length failing
+// its CRC is damaged-last: a power loss that persisted part of the write, or
+// an edit; a writer cuts it like a torn one, but verification reports it.
 // Anything else that does not parse is corrupt.
 func nextFrame(data []byte) (payload []byte, size int, res frameResult, why string) {
 	if len(data) == 0 {
@@ -212,7 +215,7 @@ func nextFrame(data []byte) (payload []byte, size int, res frameResult, why stri
 	crc := crc32.Update(0, crcTable, data[:4+n])
 	if binary.BigEndian.Uint32(data[4+n:]) != crc {
 		if len(data) == total {
-			return nil, 0, frameTorn, "last frame fails its checksum"
+			return nil, 0, frameDamagedLast, "last frame fails its checksum"
 		}
 		return nil, 0, frameCorrupt, "frame fails its checksum"
 	}

@@ -57,9 +57,10 @@ func readRange(f *os.File, from, to int64) ([]byte, error) {
 // tornTail describes bytes after the last complete entry that do not form
 // one: a write cut short by a crash or power loss.
 type tornTail struct {
-	Offset int64
-	Bytes  int64
-	Why    string
+	Offset  int64
+	Bytes   int64
+	Why     string
+	Damaged bool // a full-length frame failing its CRC, not merely short
 }
 
 // VerifyError names the first entry that breaks a ledger's chain.
@@ -75,7 +76,7 @@ func (e *VerifyError) Error() string {
 
 // scan applies the frames in data, which starts at file offset base, to c.
 // It returns the offset just past the last applied frame and, when the bytes
-// after it are a torn write, a description of them. A frame that is damaged
+// after it are a torn write (or a damaged last frame), a description of them. A frame that is damaged
 // but not torn, or an entry that does not extend the chain, is a
 // *VerifyError; the entries before it stay applied.
 func scan(c *chain, data []byte, base int64) (end int64, torn *tornTail, err error) {
@@ -86,8 +87,8 @@ func scan(c *chain, data []byte, base int64) (end int64, torn *tornTail, err err
 		switch res {
 		case frameEnd:
 			return base + int64(off), nil, nil
-		case frameTorn:
-			return base + int64(off), &tornTail{Offset: base + int64(off), Bytes: int64(len(data) - off), Why: why}, nil
+		case frameTorn, frameDamagedLast:
+			return base + int64(off), &tornTail{Offset: base + int64(off), Bytes: int64(len(data) - off), Why: why, Damaged: res == frameDamagedLast}, nil
 		case frameCorrupt:
 			return base + int64(off), nil, &VerifyError{Seq: seq, Offset: base + int64(off), Reason: why}
 		}

@@ -98,7 +98,8 @@ func LoadFederation(path string) (*Federation, error) {
 }
 
 // ParseFederation parses a federation file, reporting every problem at once
-// as a diag.List ordered by position: unknown keys (SC1002), wrong types
+// as a diag.List ordered by position (or one *diag.Diagnostic when the file
+// is too big, empty or not YAML): unknown keys (SC1002), wrong types
 // (SC1003), missing fields (SC1004), unknown roles (SC1101), malformed keys
 // (SC1102), duplicate names (SC1103) or keys (SC1106), bad, missing or
 // duplicate addresses (SC1107), bad names (SC1108), no aggregator (SC1109)

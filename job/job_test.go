@@ -193,3 +193,35 @@ reducer: concat
 		}
 	}
 }
+
+// A bundle compiles to the same job on a peer that has none of the
+// submitter's files.
+func TestBundleRoundTripKeepsJobID(t *testing.T) {
+	p := compileWithLib(t, jobA, prog, lib, data)
+	b := p.Bundle()
+	enc, err := content.Encode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Bundle
+	if err := content.Decode(enc, &back); err != nil {
+		t.Fatal(err)
+	}
+	sources, inputs := p.Blobs()
+	fetch := func(_ context.Context, ref content.Ref) ([]byte, error) {
+		if s, ok := sources[ref]; ok {
+			return s, nil
+		}
+		if path, ok := inputs[ref]; ok {
+			return os.ReadFile(path)
+		}
+		return nil, os.ErrNotExist
+	}
+	q, err := CompileBundle(context.Background(), &back, catalog.New(), fetch, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.ID != p.ID || len(q.Shards) != len(p.Shards) || q.Shards[2].ID != p.Shards[2].ID {
+		t.Fatalf("bundle compiled to another job: %s vs %s", q.ID, p.ID)
+	}
+}

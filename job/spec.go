@@ -2,13 +2,13 @@ package job
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/yamlpos"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -122,53 +122,49 @@ func LoadSpec(path string) (*Spec, error) {
 	return ParseSpec(path, data)
 }
 
+// decoder adds the job spec's shapes to the shared positioned decoder.
+type decoder struct{ yamlpos.Decoder }
+
 // ParseSpec parses a job spec, reporting every problem at once.
 func ParseSpec(file string, data []byte) (*Spec, error) {
 	if len(data) > maxSpecBytes {
 		return nil, diag.New(diag.InvalidValue, "job", "job spec is %d bytes; the limit is %d", len(data), maxSpecBytes)
 	}
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, yamlSyntax(file, err)
+	doc, err := yamlpos.Parse(file, data, "job")
+	if err != nil {
+		return nil, err
 	}
-	d := &decoder{file: file}
-	s := &Spec{File: file, pos: map[string]diag.Position{}, Regime: trust.Own}
-	if root.Kind == 0 || len(root.Content) == 0 {
+	if doc == nil {
 		return nil, diag.New(diag.MissingField, "job", "the job file is empty").At(file, 1, 1).
 			WithHelp("a job needs at least name, program and partitioner")
 	}
-	doc := root.Content[0]
-	f := d.fields(doc, "job", topKeys...)
+	d := &decoder{yamlpos.Decoder{File: file}}
+	s := &Spec{File: file, pos: map[string]diag.Position{}, Regime: trust.Own}
+	f := d.Fields(doc, "job", topKeys...)
 	for k, v := range f {
 		s.pos[k] = diag.Position{File: file, Line: v.Line, Col: v.Column}
 	}
-	required := func(key string) *yaml.Node {
-		n, ok := f[key]
-		if !ok && doc.Kind == yaml.MappingNode {
-			d.errorf(doc, diag.MissingField, "job", fmt.Sprintf("add a %q key", key), "required key %q is missing", key)
-		}
-		return n
-	}
+	required := func(key string) *yaml.Node { return d.Required(doc, f, key, "job") }
 	if n := required("name"); n != nil {
-		s.Name = d.str(n, "name")
+		s.Name = d.Str(n, "name")
 	}
 	if n := f["description"]; n != nil {
-		s.Description = d.str(n, "description")
+		s.Description = d.Str(n, "description")
 	}
 	if n := f["regime"]; n != nil {
-		r, err := trust.ParseRegime(d.str(n, "regime"))
+		r, err := trust.ParseRegime(d.Str(n, "regime"))
 		if err != nil && n.Tag == "!!str" {
 			dg := err.(*diag.Diagnostic)
 			dg.At(file, n.Line, n.Column)
-			d.diags = append(d.diags, dg)
+			d.Diags = append(d.Diags, dg)
 		}
 		s.Regime = r
 	}
 	if n := f["security_critical"]; n != nil {
-		s.SecurityCritical = d.boolean(n, "security_critical")
+		s.SecurityCritical = d.Bool(n, "security_critical")
 	}
 	if n := required("program"); n != nil {
-		s.Program = d.str(n, "program")
+		s.Program = d.Str(n, "program")
 	}
 	if n := required("partitioner"); n != nil {
 		s.Partitioner = d.use(n, "partitioner")
@@ -185,39 +181,39 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 	s.Inputs = map[string]Input{}
 	if n := f["inputs"]; n != nil {
 		if n.Kind != yaml.MappingNode {
-			d.errorf(n, diag.WrongType, "inputs", "give a mapping of input names to {path, label, class}", "inputs must be a mapping, not %s", kindName(n))
+			d.Errorf(n, diag.WrongType, "inputs", "give a mapping of input names to {path, label, class}", "inputs must be a mapping, not %s", yamlpos.KindName(n))
 		}
 		for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
 			name, v := n.Content[i].Value, n.Content[i+1]
 			if _, dup := s.Inputs[name]; dup {
-				d.errorf(n.Content[i], diag.ConfigDuplicate, "inputs", "remove one of them", "input %q given twice", name)
+				d.Errorf(n.Content[i], diag.ConfigDuplicate, "inputs", "remove one of them", "input %q given twice", name)
 				continue
 			}
 			s.Inputs[name] = d.input(v, "inputs."+name, s)
 		}
 	}
 	if n := f["verification"]; n != nil {
-		vf := d.fields(n, "verification", verifyKeys...)
+		vf := d.Fields(n, "verification", verifyKeys...)
 		if v := vf["replicas"]; v != nil {
-			s.Verification.Replicas = int(d.integer(v, "verification.replicas", 1, 16))
+			s.Verification.Replicas = int(d.Integer(v, "verification.replicas", 1, 16))
 		}
 		if v := vf["tolerance"]; v != nil {
-			s.Verification.Tolerance = d.number(v, "verification.tolerance", 0, 1e9)
+			s.Verification.Tolerance = d.Number(v, "verification.tolerance", 0, 1e9)
 		}
 		if v := vf["attempts"]; v != nil {
-			s.Verification.Attempts = int(d.integer(v, "verification.attempts", 1, 100))
+			s.Verification.Attempts = int(d.Integer(v, "verification.attempts", 1, 100))
 		}
 	}
 	if n := f["limits"]; n != nil {
-		lf := d.fields(n, "limits", limitKeys...)
+		lf := d.Fields(n, "limits", limitKeys...)
 		if v := lf["steps"]; v != nil {
-			s.Limits.Steps = uint64(d.integer(v, "limits.steps", 1000, 1<<50))
+			s.Limits.Steps = uint64(d.Integer(v, "limits.steps", 1000, 1<<50))
 		}
 		if v := lf["memory_mb"]; v != nil {
-			s.Limits.MemoryMB = uint64(d.integer(v, "limits.memory_mb", 1, 1<<20))
+			s.Limits.MemoryMB = uint64(d.Integer(v, "limits.memory_mb", 1, 1<<20))
 		}
 	}
-	if err := d.diags.Err(); err != nil {
+	if err := d.Err(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -225,14 +221,14 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 
 func (d *decoder) use(n *yaml.Node, subject string) Use {
 	if n.Kind == yaml.ScalarNode {
-		return Use{Ref: d.str(n, subject), Params: map[string]any{}}
+		return Use{Ref: d.Str(n, subject), Params: map[string]any{}}
 	}
-	f := d.fields(n, subject, useKeys...)
+	f := d.Fields(n, subject, useKeys...)
 	u := Use{Params: map[string]any{}}
 	if v, ok := f["use"]; ok {
-		u.Ref = d.str(v, subject+".use")
+		u.Ref = d.Str(v, subject+".use")
 	} else if n.Kind == yaml.MappingNode {
-		d.errorf(n, diag.MissingField, subject, "name the content with use: NAME (see scellis catalog ls)", "%s needs a \"use\" key", subject)
+		d.Errorf(n, diag.MissingField, subject, "name the content with use: NAME (see scellis catalog ls)", "%s needs a \"use\" key", subject)
 	}
 	if v, ok := f["params"]; ok {
 		u.Params = d.mapping(v, subject+".params")
@@ -242,10 +238,10 @@ func (d *decoder) use(n *yaml.Node, subject string) Use {
 
 func (d *decoder) mapping(n *yaml.Node, subject string) map[string]any {
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, diag.WrongType, subject, "", "%s must be a mapping, not %s", subject, kindName(n))
+		d.Errorf(n, diag.WrongType, subject, "", "%s must be a mapping, not %s", subject, yamlpos.KindName(n))
 		return map[string]any{}
 	}
-	m, _ := d.value(n, subject).(map[string]any)
+	m, _ := d.Value(n, subject).(map[string]any)
 	if m == nil {
 		m = map[string]any{}
 	}
@@ -253,48 +249,30 @@ func (d *decoder) mapping(n *yaml.Node, subject string) map[string]any {
 }
 
 func (d *decoder) input(n *yaml.Node, subject string, s *Spec) Input {
-	f := d.fields(n, subject, inputKeys...)
+	f := d.Fields(n, subject, inputKeys...)
 	in := Input{Class: trust.Confidential}
 	for k, v := range f {
-		s.pos[subject+"."+k] = diag.Position{File: d.file, Line: v.Line, Col: v.Column}
+		s.pos[subject+"."+k] = diag.Position{File: d.File, Line: v.Line, Col: v.Column}
 	}
-	s.pos[subject] = diag.Position{File: d.file, Line: n.Line, Col: n.Column}
+	s.pos[subject] = diag.Position{File: d.File, Line: n.Line, Col: n.Column}
 	if v, ok := f["path"]; ok {
-		in.Path = d.str(v, subject+".path")
+		in.Path = d.Str(v, subject+".path")
 	} else if n.Kind == yaml.MappingNode {
-		d.errorf(n, diag.MissingField, subject, "add path: FILE.csv", "%s needs a path", subject)
+		d.Errorf(n, diag.MissingField, subject, "add path: FILE.csv", "%s needs a path", subject)
 	}
 	if v, ok := f["label"]; ok {
-		in.Label = d.str(v, subject+".label")
+		in.Label = d.Str(v, subject+".label")
 	} else if n.Kind == yaml.MappingNode {
-		d.errorf(n, diag.MissingField, subject, "add label: COLUMN (the CSV column to predict)", "%s needs a label column", subject)
+		d.Errorf(n, diag.MissingField, subject, "add label: COLUMN (the CSV column to predict)", "%s needs a label column", subject)
 	}
 	if v, ok := f["class"]; ok {
-		c, err := trust.ParseClass(d.str(v, subject+".class"))
+		c, err := trust.ParseClass(d.Str(v, subject+".class"))
 		if err != nil && v.Tag == "!!str" {
 			dg := err.(*diag.Diagnostic)
-			dg.At(d.file, v.Line, v.Column)
-			d.diags = append(d.diags, dg)
+			dg.At(d.File, v.Line, v.Column)
+			d.Diags = append(d.Diags, dg)
 		}
 		in.Class = c
 	}
 	return in
-}
-
-func yamlSyntax(file string, err error) error {
-	// yaml.v3 reports "yaml: line N: message"; keep the line for the caret.
-	msg := err.Error()
-	line := 0
-	if _, e := fmt.Sscanf(msg, "yaml: line %d:", &line); e == nil {
-		if i := len(fmt.Sprintf("yaml: line %d: ", line)); i <= len(msg) {
-			msg = msg[i:]
-		}
-	}
-	dg := diag.New(diag.YAMLSyntax, "job", "%s", msg).WithHelp("fix the YAML syntax (indentation, colons, quotes)")
-	if line > 0 {
-		dg.At(file, line, 0)
-	} else {
-		dg.Pos = &diag.Position{File: file}
-	}
-	return dg
 }

@@ -389,26 +389,27 @@ func (c *Client) maskedVector(x []float64, weight float64, u2 []string) ([]uint6
 		return nil, err
 	}
 	for i, v := range x {
-		y[i] = encodeValue(v, c.r.fracBits, rd)
+		y[i] = encodeValue(v, c.r.scale, rd)
 	}
 	if c.r.p.Weighted {
-		y[c.r.p.Dim] = encodeValue(weight, c.r.wFracBits, rd)
+		y[c.r.p.Dim] = encodeValue(weight, c.r.wScale, rd)
 	}
 	if c.testEncoded != nil {
 		c.testEncoded(slices.Clone(y))
 	}
-	m := &masker{prg: c.r.prg}
-	k := selfMaskKey(c.seed, c.r.session, c.id)
-	m.add(y, k, +1)
-	clear(k)
-	for _, v := range u2 {
-		if v == c.id {
-			continue
+	masks := make([]mask, 0, len(u2))
+	defer func() {
+		for _, mk := range masks {
+			clear(mk.key)
 		}
-		k := pairMaskKey(c.pairs[v], c.r.session, c.id, v)
-		m.add(y, k, pairSign(c.id, v))
-		clear(k)
+	}()
+	masks = append(masks, mask{selfMaskKey(c.seed, c.r.session, c.id), +1})
+	for _, v := range u2 {
+		if v != c.id {
+			masks = append(masks, mask{pairMaskKey(c.pairs[v], c.r.session, c.id, v), pairSign(c.id, v)})
+		}
 	}
+	(&masker{prg: c.r.prg}).apply(y, masks)
 	return y, nil
 }
 

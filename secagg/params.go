@@ -63,11 +63,13 @@ type round struct {
 	p         Params
 	id        string
 	n, t      int
-	dim       int    // ring coordinates: Dim, plus one when Weighted
-	fracBits  int    // f for the values
-	wFracBits int    // f for the weight coordinate
-	prg       PRG    // resolved keystream
-	session   []byte // SHA-256 of the canonical encoding of the params
+	dim       int     // ring coordinates: Dim, plus one when Weighted
+	fracBits  int     // f for the values
+	wFracBits int     // f for the weight coordinate
+	scale     float64 // 2^fracBits
+	wScale    float64 // 2^wFracBits
+	prg       PRG     // resolved keystream
+	session   []byte  // SHA-256 of the canonical encoding of the params
 	members   map[string]ed25519.PublicKey
 	xs        map[string]byte // Shamir x coordinate of each member: 1 + rank by ID
 	ids       []string        // member IDs, sorted
@@ -163,6 +165,7 @@ func newRound(p Params) (*round, error) {
 		return nil, bad("unknown PRG %q", string(p.PRG)).WithHelp("use %q or %q", string(AESCTR), string(ChaCha20))
 	}
 	r.errBound1 = math.Ldexp(1, -r.fracBits)
+	r.scale, r.wScale = math.Ldexp(1, r.fracBits), math.Ldexp(1, r.wFracBits)
 	members := make([]Member, n)
 	for i, id := range r.ids {
 		members[i] = Member{ID: id, Key: r.members[id]}

@@ -75,3 +75,25 @@ func TestDefaultPRG(t *testing.T) {
 		t.Fatalf("DefaultPRG() = %s, want %s", got, want)
 	}
 }
+
+// TestApplyTiledEqualsOneByOne: applying many masks tile by tile gives the
+// same vector as applying them one after the other.
+func TestApplyTiledEqualsOneByOne(t *testing.T) {
+	session := bytes.Repeat([]byte{4}, 32)
+	for _, g := range []PRG{AESCTR, ChaCha20} {
+		var masks []mask
+		for i := range 7 {
+			masks = append(masks, mask{selfMaskKey([]byte{byte(i)}, session, "u"), 1 - 2*(i%2)})
+		}
+		n := 3*chunkWords + 5
+		a, b := make([]uint64, n), make([]uint64, n)
+		m := &masker{prg: g}
+		m.apply(a, masks)
+		for _, mk := range masks {
+			m.add(b, mk.key, mk.sign)
+		}
+		if !slices.Equal(a, b) {
+			t.Fatalf("%s: tiled masking differs from one mask at a time", g)
+		}
+	}
+}

@@ -70,13 +70,15 @@ func (r *rounder) next() uint64 {
 }
 
 // encodeValue maps x (finite, |x| ≤ the bound the caller checked) to the
-// ring with f fraction bits, rounding up with probability frac(x·2^f).
-func encodeValue(x float64, f int, r *rounder) uint64 {
-	v := math.Ldexp(x, f)
+// ring with scale = 2^f, rounding up with probability frac(x·2^f). Scaling
+// by a power of two is exact here (no overflow below 2^62, no underflow
+// since f ≥ 0), and so are the floor, the fraction and frac·2^64.
+func encodeValue(x, scale float64, r *rounder) uint64 {
+	v := x * scale
 	fl := math.Floor(v)
-	frac := v - fl // exact: in [0, 1)
+	frac := v - fl // in [0, 1)
 	n := int64(fl)
-	if r.next() < uint64(math.Ldexp(frac, 64)) {
+	if r.next() < uint64(frac*0x1p64) {
 		n++
 	}
 	return uint64(n)

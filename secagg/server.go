@@ -418,10 +418,10 @@ func (s *Server) unmask(acc []uint64) error {
 			WithHelp("a survivor returned a corrupted share; the round ends without a result — run it again")
 	}
 	// Self-mask seeds of the survivors.
-	selfKeys := make([][]byte, len(s.survivors))
+	var masks []mask
 	defer func() {
-		for _, k := range selfKeys {
-			clear(k)
+		for _, mk := range masks {
+			clear(mk.key)
 		}
 	}()
 	for j, u := range s.survivors {
@@ -431,7 +431,7 @@ func (s *Server) unmask(acc []uint64) error {
 		}
 		ok := equalSecret(seedCommit(s.r.session, u, seed), s.commits[u])
 		if ok {
-			selfKeys[j] = selfMaskKey(seed, s.r.session, u)
+			masks = append(masks, mask{selfMaskKey(seed, s.r.session, u), -1})
 		}
 		clear(seed)
 		if !ok {
@@ -439,16 +439,6 @@ func (s *Server) unmask(acc []uint64) error {
 		}
 	}
 	// Pairwise mask keys between each dropped client and each survivor.
-	type pairKey struct {
-		key  []byte
-		sign int
-	}
-	var pairKeys []pairKey
-	defer func() {
-		for _, p := range pairKeys {
-			clear(p.key)
-		}
-	}()
 	for j, v := range s.dropped {
 		sk, err := combineWith(ls, collect(func(m *Unmasking) []Share { return m.Keys }, j))
 		if err != nil {
@@ -465,16 +455,10 @@ func (s *Server) unmask(acc []uint64) error {
 				return inconsistent("mask key", v)
 			}
 			// u added Δ_uv·PRG(s_uv); take it away.
-			pairKeys = append(pairKeys, pairKey{pairMaskKey(shared, s.r.session, u, v), -pairSign(u, v)})
+			masks = append(masks, mask{pairMaskKey(shared, s.r.session, u, v), -pairSign(u, v)})
 			clear(shared)
 		}
 	}
-	m := &masker{prg: s.r.prg}
-	for _, k := range selfKeys {
-		m.add(acc, k, -1)
-	}
-	for _, p := range pairKeys {
-		m.add(acc, p.key, p.sign)
-	}
+	(&masker{prg: s.r.prg}).apply(acc, masks)
 	return nil
 }
