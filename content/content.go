@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"reflect"
 	"strings"
 
 	"github.com/fxamacker/cbor/v2"
@@ -37,6 +38,10 @@ func init() {
 		MaxNestedLevels:  64,
 		MaxArrayElements: 1 << 24,
 		MaxMapPairs:      1 << 20,
+		// Decoding into an untyped value gives the plain values content
+		// works with: string-keyed maps and int64 integers.
+		DefaultMapType: reflect.TypeOf(map[string]any(nil)),
+		IntDec:         cbor.IntDecConvertSignedOrFail,
 	}).DecMode(); err != nil {
 		panic("content: cbor decoding options: " + err.Error())
 	}

@@ -55,6 +55,7 @@ type ShardRef struct {
 type SubmitJob struct {
 	Job              content.Ref  `cbor:"job" json:"job"`
 	Name             string       `cbor:"name" json:"name"`
+	Bundle           content.Ref  `cbor:"bundle" json:"bundle"` // the job bundle blob peers compile the plan from
 	Regime           trust.Regime `cbor:"regime" json:"regime"` // empty: the pool's
 	SecurityCritical bool         `cbor:"security_critical" json:"security_critical"`
 	Inputs           []trust.Item `cbor:"inputs" json:"inputs"` // inputs and their classes

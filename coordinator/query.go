@@ -26,6 +26,7 @@ type Counts struct {
 type JobStatus struct {
 	ID               content.Ref   `json:"id"`
 	Name             string        `json:"name"`
+	Bundle           content.Ref   `json:"bundle"`
 	Regime           trust.Regime  `json:"regime"`
 	SecurityCritical bool          `json:"security_critical"`
 	Policy           Policy        `json:"policy"`
@@ -103,7 +104,7 @@ func (m *Machine) Jobs() []JobStatus {
 
 func (j *jobState) status() JobStatus {
 	js := JobStatus{
-		ID: j.ID, Name: j.Name, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
+		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
 	}

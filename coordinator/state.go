@@ -50,6 +50,7 @@ const (
 type jobState struct {
 	ID               content.Ref   `cbor:"id"`
 	Name             string        `cbor:"name"`
+	Bundle           content.Ref   `cbor:"bundle"`
 	Regime           trust.Regime  `cbor:"regime"`
 	SecurityCritical bool          `cbor:"security_critical"`
 	Policy           Policy        `cbor:"policy"`

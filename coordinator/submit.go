@@ -42,7 +42,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 	now := m.clock(c.Now)
 	events := m.advance(now)
 	j := &jobState{
-		ID: c.Job, Name: c.Name, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
+		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
 		Policy: pol, Method: fmt.Sprintf("quorum-%d-exact", pol.Replicas), Plan: plan,
 		SubmittedAt: now, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
 	}

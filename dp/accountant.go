@@ -173,12 +173,16 @@ func checkEpsilon(e float64) error {
 	return nil
 }
 
-// CheckOrders checks an order grid: non-empty, every order finite and > 1,
-// no duplicates.
+// CheckOrders checks an order grid: 1 to 1024 orders, every order finite
+// and > 1, no duplicates.
 func CheckOrders(orders []float64) error {
 	if len(orders) == 0 {
 		return diag.New(diag.DPBadOrder, "orders", "the order grid is empty").
 			WithHelp("omit the orders to use the default grid")
+	}
+	if len(orders) > maxOrders {
+		return diag.New(diag.DPBadOrder, "orders", "%d orders given, at most %d are allowed", len(orders), maxOrders).
+			WithHelp("the default grid has 151 orders; a few dozen well-spread orders suffice")
 	}
 	seen := make(map[float64]bool, len(orders))
 	for _, a := range orders {

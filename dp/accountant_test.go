@@ -275,7 +275,7 @@ func TestBadInputIsDiagnosed(t *testing.T) {
 	}
 }
 
-func errOf[T any](_ T, err error) error         { return err }
+func errOf[T any](_ T, err error) error          { return err }
 func errOf3[A, B any](_ A, _ B, err error) error { return err }
 
 func BenchmarkAccountant100kSteps(b *testing.B) {

@@ -3,7 +3,6 @@ package dp
 import (
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
@@ -142,13 +141,6 @@ func ParsePublicKey(s string) (ed25519.PublicKey, error) {
 // PublicKeyString renders pub as "ed25519:<base64>".
 func PublicKeyString(pub ed25519.PublicKey) string {
 	return "ed25519:" + base64.StdEncoding.EncodeToString(pub)
-}
-
-// KeyFingerprint is a short, stable name for a public key for people:
-// "ed25519:" and the first 16 hex digits of its SHA-256.
-func KeyFingerprint(pub []byte) string {
-	sum := sha256.Sum256(pub)
-	return "ed25519:" + hex.EncodeToString(sum[:8])
 }
 
 func readPEM(path string) (*pem.Block, error) {

@@ -174,7 +174,7 @@ func Open(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error) {
 	if !l.c.pub.Equal(key.Public()) {
 		f.Close()
 		return nil, diag.New(diag.LedgerKeyMismatch, path, "the key %s does not match the ledger's key %s",
-			KeyFingerprint(key.Public().(ed25519.PublicKey)), KeyFingerprint(l.c.pub)).
+			PublicKeyString(key.Public().(ed25519.PublicKey)), PublicKeyString(l.c.pub)).
 			WithHelp("charge with the silo key the ledger was created with (by default PATH.key)")
 	}
 	return l, nil
@@ -285,23 +285,29 @@ func (l *Ledger) appendEntry(e *Entry) (*Entry, error) {
 		return nil, l.broken
 	}
 	l.size += int64(len(frame))
-	if err := l.c.apply(e); err != nil {
+	if err := l.c.applyEntry(e, false); err != nil {
 		panic(fmt.Sprintf("dp: ledger rejected its own entry %d: %v", e.Seq, err))
 	}
 	out := *e
 	return &out, nil
 }
 
+// ValidateBudget checks a budget declaration's values without a ledger: a
+// printable dataset name, ε finite and ≥ 0, δ in (0, 1).
+func ValidateBudget(dataset string, epsilon, delta float64) error {
+	if err := checkName("dataset", dataset); err != nil {
+		return err
+	}
+	if err := checkEpsilon(epsilon); err != nil {
+		return err
+	}
+	return checkDelta(delta)
+}
+
 // DeclareBudget records dataset's budget: its cumulative ε at delta may never
 // exceed epsilon. A dataset's budget is declared once and never changed.
 func (l *Ledger) DeclareBudget(dataset string, epsilon, delta float64) (*Entry, error) {
-	if err := checkName("dataset", dataset); err != nil {
-		return nil, err
-	}
-	if err := checkEpsilon(epsilon); err != nil {
-		return nil, err
-	}
-	if err := checkDelta(delta); err != nil {
+	if err := ValidateBudget(dataset, epsilon, delta); err != nil {
 		return nil, err
 	}
 	end, err := l.begin()
@@ -577,7 +583,7 @@ func verifyBytes(path string, data []byte, pub ed25519.PublicKey) (*Snapshot, er
 	}
 	if pub != nil && !c.pub.Equal(pub) {
 		return s, &VerifyError{Seq: 0, Offset: int64(len(fileMagic)),
-			Reason: fmt.Sprintf("ledger is signed by %s, not by the expected key %s", KeyFingerprint(c.pub), KeyFingerprint(pub))}
+			Reason: fmt.Sprintf("ledger is signed by %s, not by the expected key %s", PublicKeyString(c.pub), PublicKeyString(pub))}
 	}
 	return s, nil
 }

@@ -176,11 +176,11 @@ func appendFrame(dst, p []byte) []byte {
 type frameResult int
 
 const (
-	frameOK      frameResult = iota
-	frameEnd                 // no bytes left
-	frameTorn                // an incomplete last frame: a write cut short
-	frameDamagedLast         // a complete-length last frame failing its CRC
-	frameCorrupt             // a damaged frame with data after it, or a nonsense length
+	frameOK          frameResult = iota
+	frameEnd                     // no bytes left
+	frameTorn                    // an incomplete last frame: a write cut short
+	frameDamagedLast             // a complete-length last frame failing its CRC
+	frameCorrupt                 // a damaged frame with data after it, or a nonsense length
 )
 
 // nextFrame looks at data (the bytes of the file from the frame's offset to

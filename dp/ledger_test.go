@@ -234,8 +234,14 @@ func TestLedgerCutsTornTail(t *testing.T) {
 	for _, tail := range [][]byte{{0, 0}, {0, 0, 1, 0, 0xa1}, make([]byte, 4096), []byte("\x00\x00\x00\x05abcde\x00\x00\x00\x00")} {
 		os.WriteFile(path, append(append([]byte{}, good...), tail...), 0o644)
 		s, err := Verify(path, nil)
-		if err != nil || s.TornBytes != int64(len(tail)) || s.Len() != 3 {
-			t.Fatalf("tail %q: verify %v, torn %d", tail, err, s.TornBytes)
+		if tail[0] != 0 || len(tail) < 4 || tail[3] != 5 {
+			if err != nil || s.TornBytes != int64(len(tail)) || s.Len() != 3 {
+				t.Fatalf("tail %q: verify %v, torn %d", tail, err, s.TornBytes)
+			}
+		} else if err == nil || !strings.Contains(err.Error(), "fails its checksum") {
+			// A full-length last frame failing its CRC may be an edit:
+			// verification reports it, a writer still cuts it.
+			t.Fatalf("tail %q: damaged last frame verified: %v", tail, err)
 		}
 		l, err := Open(path, testKey(1), nil)
 		if err != nil {
@@ -256,18 +262,29 @@ func TestLedgerCutsTornTail(t *testing.T) {
 	}
 }
 
+// BenchmarkLedgerCharge measures charges per second with fsync. The
+// default grid's 151 orders make the accountant most of the cost; six
+// integer orders show the cost of locking, signing, writing and fsync.
 func BenchmarkLedgerCharge(b *testing.B) {
-	path := filepath.Join(b.TempDir(), "bench.ledger")
-	l, err := Create(path, testKey(1), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	l.DeclareBudget("icu", 1e9, 1e-5)
-	req := charge("bench", 5, 0.001, 1)
-	for b.Loop() {
-		if _, err := l.Charge(req); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name   string
+		orders []float64
+	}{{"default-orders", nil}, {"6-integer-orders", []float64{2, 4, 8, 16, 32, 64}}} {
+		b.Run(bc.name, func(b *testing.B) {
+			path := filepath.Join(b.TempDir(), "bench.ledger")
+			l, err := Create(path, testKey(1), &Options{Orders: bc.orders})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			l.DeclareBudget("icu", 1e9, 1e-5)
+			req := charge("bench", 5, 0.001, 1)
+			for b.Loop() {
+				if _, err := l.Charge(req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "charges/s")
+		})
 	}
 }

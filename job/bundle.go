@@ -143,7 +143,8 @@ func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch
 		}
 	}
 	for name, in := range b.Inputs {
-		path := filepath.Join(cacheDir, strings.TrimPrefix(string(in.Ref), "sha256:")+".csv")
+		file := strings.TrimPrefix(string(in.Ref), "sha256:") + ".csv"
+		path := filepath.Join(cacheDir, file)
 		if _, err := os.Stat(path); err != nil {
 			data, err := fetch(ctx, in.Ref)
 			if err != nil {
@@ -153,7 +154,8 @@ func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch
 				return nil, err
 			}
 		}
-		spec.Inputs[name] = Input{Path: path, Label: in.Label, Class: trust.Class(in.Class)}
+		// Relative to the spec's folder, which is cacheDir.
+		spec.Inputs[name] = Input{Path: file, Label: in.Label, Class: trust.Class(in.Class)}
 	}
 	return Compile(ctx, spec, cat)
 }

@@ -76,7 +76,7 @@ func NewDocument(p *Plan, results []*Result, reduced any, method string, unverif
 		Job:          DocJob{p.ID, p.Spec.Name, string(p.Spec.Regime)},
 		Content:      p.Content,
 		Inputs:       []DocInput{},
-		Verification: DocVerify{Tier: "replayable", Method: method, Verified: len(results) - len(unverified)},
+		Verification: DocVerify{Tier: "replayable", Method: method, Verified: countVerified(results, unverified)},
 		WorkUnits:    p.TotalCost(),
 		Result:       reduced,
 		Unverified:   unverified,
@@ -138,4 +138,18 @@ func WriteFileAtomic(path string, data []byte) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+func countVerified(results []*Result, unverified []int) int {
+	flagged := map[int]bool{}
+	for _, i := range unverified {
+		flagged[i] = true
+	}
+	n := 0
+	for _, r := range results {
+		if r != nil && !flagged[r.Index] {
+			n++
+		}
+	}
+	return n
 }

@@ -35,11 +35,22 @@ func (p *Plan) Execute(ctx context.Context, sh Shard) (*Result, error) {
 	return NewResult(sh, v)
 }
 
-// NewResult encodes a shard's value canonically and hashes it.
+// NewResult encodes a shard's value canonically and hashes it. Value is
+// the decoded canonical form, exactly what a remote reducer gets from the
+// bytes, so a solo run and a pool reduce the same values.
 func NewResult(sh Shard, v any) (*Result, error) {
 	b, err := content.Encode(v)
 	if err != nil {
 		return nil, diag.New(diag.ContentShape, fmt.Sprintf("shard %d", sh.Index), "result cannot be encoded: %v", err)
+	}
+	return DecodeResult(sh, b)
+}
+
+// DecodeResult rebuilds a Result from canonical bytes (fetched by hash).
+func DecodeResult(sh Shard, b []byte) (*Result, error) {
+	var v any
+	if err := content.Decode(b, &v); err != nil {
+		return nil, diag.New(diag.ContentShape, fmt.Sprintf("shard %d", sh.Index), "result bytes do not decode: %v", err)
 	}
 	return &Result{Index: sh.Index, Shard: sh.ID, Value: v, Bytes: b, Hash: content.Hash(b)}, nil
 }

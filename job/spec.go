@@ -139,7 +139,9 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 			WithHelp("a job needs at least name, program and partitioner")
 	}
 	d := &decoder{yamlpos.Decoder{File: file}}
-	s := &Spec{File: file, pos: map[string]diag.Position{}, Regime: trust.Own}
+	// An empty regime means "the pool's": a solo run is own, a submitted
+	// job takes the regime of the pool it is submitted to.
+	s := &Spec{File: file, pos: map[string]diag.Position{}}
 	f := d.Fields(doc, "job", topKeys...)
 	for k, v := range f {
 		s.pos[k] = diag.Position{File: file, Line: v.Line, Col: v.Column}

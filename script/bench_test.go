@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/scellis/scellis/tensor"
 )
@@ -64,6 +65,38 @@ func BenchmarkWeightedMeanGo(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkWeightedMeanRatio alternates the two on every iteration and
+// reports starlark/go, the sandbox's overhead measured against a baseline
+// in the same run (robust to a machine whose load changes).
+func BenchmarkWeightedMeanRatio(b *testing.B) {
+	args, ws, vs := weightedMeanInputs()
+	e := entry(b, "wmean.star", `
+def run(params, inputs):
+    return tensor.weighted_mean(inputs["vectors"], params["weights"])
+`)
+	wsAny := make([]any, len(ws))
+	for i, w := range ws {
+		wsAny[i] = w
+	}
+	params := map[string]any{"weights": wsAny}
+	inputs := map[string]any{"vectors": args}
+	ctx := context.Background()
+	var inStarlark, inGo time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if _, err := Call(ctx, Env{}, e, "run", params, inputs); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, err := tensor.WeightedMean(vs, ws); err != nil {
+			b.Fatal(err)
+		}
+		inStarlark += t1.Sub(t0)
+		inGo += time.Since(t1)
+	}
+	b.ReportMetric(float64(inStarlark)/float64(inGo), "starlark/go")
 }
 
 // BenchmarkCallTrivial is the fixed cost of one sandboxed call: a fresh

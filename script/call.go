@@ -117,10 +117,28 @@ type module struct {
 // a millisecond, rare enough to cost nothing measurable.
 const checkEvery = 1 << 14
 
-// Call runs fn of entry e with args converted to Starlark (see ToStarlark)
-// and returns its result converted to plain Go values (see FromStarlark). It
-// is safe for concurrent use; each call gets a fresh interpreter thread and
-// fresh module globals, so calls share no state.
+// Call runs fn of entry e with args converted to Starlark and returns its
+// result converted to plain Go values. It is safe for concurrent use; each
+// call gets a fresh interpreter thread and fresh module globals, so calls
+// share no state.
+//
+// Arguments: nil → None; bool; any integer → int; float → float; string;
+// []any and other slices → list; map[string]any (and maps with string keys,
+// as a CBOR decoder produces) → dict with keys inserted in sorted order;
+// []float64 and tensor.Vector → vector; *tensor.Matrix → matrix;
+// *model.Dataset → dataset handle. Vectors, matrices and datasets are lent,
+// not copied: content cannot modify them and they are not charged to its
+// memory budget.
+//
+// Result: None → nil; bool; int → int64; float → float64; string; list and
+// tuple → []any; dict with string keys → map[string]any; vector →
+// []float64; matrix → [][]float64. NaN or ±Inf anywhere is
+// diag.NonFinite naming the place (result["auc"]); other types, ints beyond
+// 64 bits and non-string keys are diag.ContentShape; a list longer than
+// 2^24 or a dict larger than 2^20 is diag.ShardBudgetLimits.
+//
+// Every failure is a *diag.Diagnostic (or a diag.List of them), except a Go
+// argument that cannot be converted, which is a plain error (an engine bug).
 func Call(ctx context.Context, env Env, e *catalog.Entry, fn string, args ...any) (any, error) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -167,7 +185,7 @@ func Call(ctx context.Context, env Env, e *catalog.Entry, fn string, args ...any
 	}
 	sargs := make(starlark.Tuple, len(args))
 	for i, a := range args {
-		v, err := ToStarlark(a)
+		v, err := toStarlarkValue(a)
 		if err != nil {
 			return nil, fmt.Errorf("script: argument %d of %s: %w", i, fn, err)
 		}
@@ -177,7 +195,7 @@ func Call(ctx context.Context, env Env, e *catalog.Entry, fn string, args ...any
 	if err != nil {
 		return nil, st.mapError(err)
 	}
-	out, err := FromStarlark(res)
+	out, err := fromStarlarkValue(res)
 	if err != nil {
 		if d, ok := err.(*diag.Diagnostic); ok {
 			d.Subject = e.Subject()

@@ -18,7 +18,19 @@ import (
 // inside the canonical decoder's limit, and stops a self-containing list.
 const maxDepth = 48
 
-// ToStarlark converts a Go value for content:
+// Result size limits, matching what package content's decoder accepts, so a
+// result one peer returns can be decoded by every other.
+const (
+	maxResultElements = 1 << 24 // elements of one list or vector
+	maxResultPairs    = 1 << 20 // entries of one dict
+)
+
+func tooLarge(path, what string, n, limit int) error {
+	return diag.New(diag.ShardBudgetLimits, "", "%s with %d elements at %s; the limit is %d", what, n, path, limit).
+		WithHelp("return summaries (metrics, histograms) rather than raw data")
+}
+
+// toStarlarkValue converts a Go value for content:
 //
 //	nil → None; bool → bool; any integer → int; float32/64 → float;
 //	string → string; []any and other slices → list; map[string]any (and
@@ -29,7 +41,7 @@ const maxDepth = 48
 //
 // Vectors, matrices and datasets are lent, not copied: content cannot
 // modify them, and the memory guard does not charge them to the call.
-func ToStarlark(v any) (starlark.Value, error) { return toStarlark(v, 0) }
+func toStarlarkValue(v any) (starlark.Value, error) { return toStarlark(v, 0) }
 
 func toStarlark(v any, depth int) (starlark.Value, error) {
 	if depth > maxDepth {
@@ -157,7 +169,7 @@ func reflectToStarlark(rv reflect.Value, depth int) (starlark.Value, error) {
 	return nil, fmt.Errorf("cannot hand a %s to content", rv.Type())
 }
 
-// FromStarlark converts a content result to plain Go values that encode
+// fromStarlarkValue converts a content result to plain Go values that encode
 // canonically and render as JSON:
 //
 //	None → nil; bool; int → int64; float → float64; string; list and tuple
@@ -166,8 +178,10 @@ func reflectToStarlark(rv reflect.Value, depth int) (starlark.Value, error) {
 //
 // NaN or ±Inf anywhere is diag.NonFinite naming the place (result["auc"]);
 // an int beyond int64, a dict key that is not a string, any other type, or
-// nesting deeper than 48 levels is diag.ContentShape.
-func FromStarlark(v starlark.Value) (any, error) { return fromStarlark(v, "result", 0) }
+// nesting deeper than 48 levels is diag.ContentShape; a list or vector of
+// more than 2^24 elements, or a dict of more than 2^20 entries (what the
+// canonical decoder accepts), is diag.ShardBudgetLimits.
+func fromStarlarkValue(v starlark.Value) (any, error) { return fromStarlark(v, "result", 0) }
 
 func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 	if depth > maxDepth {
@@ -194,6 +208,9 @@ func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 	case starlark.String:
 		return string(x), nil
 	case *starlark.List:
+		if x.Len() > maxResultElements {
+			return nil, tooLarge(path, "a list", x.Len(), maxResultElements)
+		}
 		out := make([]any, x.Len())
 		for i := range out {
 			e, err := fromStarlark(x.Index(i), path+"["+strconv.Itoa(i)+"]", depth+1)
@@ -204,6 +221,9 @@ func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 		}
 		return out, nil
 	case starlark.Tuple:
+		if len(x) > maxResultElements {
+			return nil, tooLarge(path, "a tuple", len(x), maxResultElements)
+		}
 		out := make([]any, len(x))
 		for i := range out {
 			e, err := fromStarlark(x[i], path+"["+strconv.Itoa(i)+"]", depth+1)
@@ -214,6 +234,9 @@ func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 		}
 		return out, nil
 	case *starlark.Dict:
+		if x.Len() > maxResultPairs {
+			return nil, tooLarge(path, "a dict", x.Len(), maxResultPairs)
+		}
 		out := make(map[string]any, x.Len())
 		for _, item := range x.Items() {
 			k, ok := item[0].(starlark.String)
@@ -229,6 +252,9 @@ func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 		}
 		return out, nil
 	case *vectorValue:
+		if len(x.data) > maxResultElements {
+			return nil, tooLarge(path, "a vector", len(x.data), maxResultElements)
+		}
 		if i := tensor.FirstNonFinite(x.data); i >= 0 {
 			return nil, nonFinite(path+"["+strconv.Itoa(i)+"]", x.data[i])
 		}
@@ -237,6 +263,9 @@ func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 		}
 		return []float64(x.data), nil
 	case *matrixValue:
+		if x.m.Rows > maxResultElements || x.m.Cols > maxResultElements {
+			return nil, tooLarge(path, "a matrix", max(x.m.Rows, x.m.Cols), maxResultElements)
+		}
 		if i := tensor.FirstNonFinite(x.m.Data); i >= 0 {
 			return nil, nonFinite(fmt.Sprintf("%s[%d][%d]", path, i/x.m.Cols, i%x.m.Cols), x.m.Data[i])
 		}

@@ -44,7 +44,9 @@ import (
 //     call running, or if the growth exceeds 1.5 × that sum (then every
 //     running call stops at its next checkpoint). This catches what audits
 //     cannot see: temporaries on the interpreter's operand stack, such as
-//     a comprehension still building its list.
+//     a comprehension still building its list. The starting point is the
+//     larger of the live figure and the heap's current objects, so that
+//     what the engine allocated just before the call is not charged to it.
 //
 // Not covered: a single built-in operation runs to completion before any
 // check — "x" * n and [0] * n can allocate up to 2^30 elements (16 GiB for
@@ -72,6 +74,7 @@ const (
 	auditMinSpacing = 4
 	bytesPerStep    = 64
 	liveMetric      = "/gc/heap/live:bytes"
+	objectsMetric   = "/memory/classes/heap/objects:bytes"
 )
 
 // backstopSlack is the heap growth the backstop tolerates beyond the
@@ -87,8 +90,18 @@ var (
 func (g *memGuard) start(limit uint64) {
 	g.limit = limit
 	g.nextAudit = auditMinSteps
-	g.live = []metrics.Sample{{Name: liveMetric}}
-	g.startLive = g.readLive()
+	// The baseline is the larger of the live heap at the last GC and the
+	// heap's current objects (live plus unswept garbage): the first may be
+	// stale, and a stale, low baseline would charge this call with what the
+	// engine allocated before it started.
+	start := []metrics.Sample{{Name: liveMetric}, {Name: objectsMetric}}
+	metrics.Read(start)
+	for _, s := range start {
+		if s.Value.Kind() == metrics.KindUint64 {
+			g.startLive = max(g.startLive, s.Value.Uint64())
+		}
+	}
+	g.live = start[:1]
 	activeCalls.Add(1)
 	activeLimit.Add(limit)
 }

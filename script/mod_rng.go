@@ -104,6 +104,9 @@ var rngFuncs = map[string]func(st *callState, g *generator, name string, args st
 			return nil, err
 		}
 		n := l.Len()
+		if err := st.reserve(uint64(n)*slotBytes, name); err != nil {
+			return nil, err
+		}
 		elems := make([]starlark.Value, n)
 		for i := range elems {
 			elems[i] = l.Index(i)

@@ -80,11 +80,13 @@ var statsModule = makeModule("stats", map[string]nativeFunc{
 		if err != nil {
 			return nil, err
 		}
+		if bins > 0 && bins <= maxBins {
+			if err := st.reserve(uint64(2*bins+1)*(slotBytes+floatBytes)+3*listBytes, "stats.histogram"); err != nil {
+				return nil, err
+			}
+		}
 		edges, counts, outside, err := histogram(v, bins, float64(lo), float64(hi))
 		if err != nil {
-			return nil, err
-		}
-		if err := st.reserve(uint64(2*bins+1)*(slotBytes+floatBytes)+3*listBytes, "stats.histogram"); err != nil {
 			return nil, err
 		}
 		cs := make([]starlark.Value, len(counts))
@@ -156,11 +158,14 @@ func quantile(sorted []float64, q float64) (float64, error) {
 	return sorted[lo] + float64(frac*(sorted[lo+1]-sorted[lo])), nil
 }
 
+// maxBins bounds a histogram's size.
+const maxBins = 1 << 20
+
 // histogram counts values in bins equal-width bins over [lo, hi]; the last
 // bin includes hi. Values outside (and NaN) are counted in outside.
 func histogram(v tensor.Vector, bins int, lo, hi float64) (edges []float64, counts []int, outside int, err error) {
-	if bins < 1 || bins > 1<<20 {
-		return nil, nil, 0, fmt.Errorf("bins must be between 1 and %d, got %d", 1<<20, bins)
+	if bins < 1 || bins > maxBins {
+		return nil, nil, 0, fmt.Errorf("bins must be between 1 and %d, got %d", maxBins, bins)
 	}
 	if !(lo < hi) || !finite(lo) || !finite(hi) {
 		return nil, nil, 0, fmt.Errorf("need finite lo < hi, got [%v, %v]", lo, hi)

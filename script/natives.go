@@ -33,10 +33,6 @@ func init() {
 	predeclared.Freeze()
 }
 
-// Predeclared returns the names content can use besides the Starlark
-// universe (for documentation and tests).
-func Predeclared() []string { return predeclared.Keys() }
-
 // nativeFunc is a native's implementation; st is the calling sandbox.
 type nativeFunc func(st *callState, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error)
 
@@ -45,8 +41,15 @@ type nativeFunc func(st *callState, args starlark.Tuple, kwargs []starlark.Tuple
 // memory reservation refused) pass through.
 func native(module, fn string, impl nativeFunc) *starlark.Builtin {
 	name := module + "." + fn
-	return starlark.NewBuiltin(name, func(thread *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		v, err := impl(stateOf(thread), args, kwargs)
+	return starlark.NewBuiltin(name, func(thread *starlark.Thread, _ *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (v starlark.Value, err error) {
+		// A panic in a native is a bug in Scellis, not in the content; it
+		// fails this call rather than the process running many.
+		defer func() {
+			if r := recover(); r != nil {
+				v, err = nil, fmt.Errorf("internal error in %s: %v", name, r)
+			}
+		}()
+		v, err = impl(stateOf(thread), args, kwargs)
 		if err != nil {
 			var d *diag.Diagnostic
 			if errors.As(err, &d) {

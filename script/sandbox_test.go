@@ -350,7 +350,7 @@ def run(p, i):
 // reads files, the network, the clock or the environment.
 func TestNoEffects(t *testing.T) {
 	want := []string{"data", "enumerate", "list", "math", "model", "rng", "set", "sorted", "stats", "tensor", "tuple", "zip"}
-	if got := Predeclared(); !slices.Equal(got, want) {
+	if got := predeclared.Keys(); !slices.Equal(got, want) {
 		t.Fatalf("predeclared names %v, want %v", got, want)
 	}
 	for _, name := range []string{"open", "time", "os", "env", "getenv", "exec", "http", "json"} {
@@ -463,4 +463,54 @@ func TestCallIsolation(t *testing.T) {
 			t.Fatalf("concurrent calls disagree: %v vs %v", v, first)
 		}
 	}
+}
+
+// What the engine lends is not charged: a 64 MiB input vector under an 8 MiB
+// budget is fine, and so is returning it.
+func TestBorrowedValuesNotCharged(t *testing.T) {
+	big := make([]float64, 8<<20)
+	e := entry(t, "borrow.star", `
+def run(p, i):
+    v = i["v"]
+    m = tensor.reshape(v, 1024, len(v) // 1024)
+    return [tensor.sum(v), len(m[0]), len(v)]
+`)
+	got, err := Call(context.Background(), Env{Limits: Limits{MemoryBytes: 8 << 20, Steps: 1 << 20}}, e, "run", nil, map[string]any{"v": big})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, []any{0.0, int64(8 << 10), int64(8 << 20)}) {
+		t.Fatalf("got %v", got)
+	}
+	// A copy of it is charged.
+	_, err = Call(context.Background(), Env{Limits: Limits{MemoryBytes: 8 << 20}}, entry(t, "copy.star", "def run(p, i):\n    return len(i[\"v\"] * 2.0)\n"), "run", nil, map[string]any{"v": big})
+	if err != nil {
+		t.Fatalf("one operator result is audited later, not refused: %v", err)
+	}
+	_, err = Call(context.Background(), Env{Limits: Limits{MemoryBytes: 8 << 20}}, entry(t, "copy2.star", "def run(p, i):\n    return len(tensor.scale(i[\"v\"], 2.0))\n"), "run", nil, map[string]any{"v": big})
+	wantDiag(t, err, diag.MemoryBudget)
+}
+
+// A memory refusal is deterministic: the same call fails the same way.
+func TestMemoryRefusalDeterministic(t *testing.T) {
+	e := entry(t, "det.star", `
+def run(p, i):
+    kept = []
+    for k in range(1000):
+        kept.append([float(j) for j in range(1000)])
+        kept.append(tensor.ones(20000))
+    return len(kept)
+`)
+	env := Env{Limits: Limits{MemoryBytes: 16 << 20}}
+	_, err1 := Call(context.Background(), env, e, "run", nil, nil)
+	_, err2 := Call(context.Background(), env, e, "run", nil, nil)
+	d1, d2 := wantDiag(t, err1, diag.MemoryBudget), wantDiag(t, err2, diag.MemoryBudget)
+	if d1.Error() != d2.Error() {
+		t.Fatalf("two runs refused differently:\n%s\n%s", d1.Error(), d2.Error())
+	}
+}
+
+func TestResultSizeLimit(t *testing.T) {
+	_, err := run(t, "def run(p, i):\n    return tensor.zeros(16777217)\n", "run", nil, nil)
+	wantDiag(t, err, diag.ShardBudgetLimits)
 }

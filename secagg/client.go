@@ -213,6 +213,9 @@ func (set *advertSet) add(r *round, subject string, a *Advert) error {
 // t-of-|U1| and returns each other client's pair of shares encrypted for it
 // alone.
 func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
+	if ks == nil {
+		return nil, malformed("key set", "no message")
+	}
 	if err := c.enter("key set", clientAdvertised, ks.Round); err != nil {
 		return nil, err
 	}
@@ -299,6 +302,9 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 // 0 on an unweighted round and in [0, MaxWeight] on a weighted one. A bad
 // input is refused without aborting, so the caller can fix it and retry.
 func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*MaskedInput, error) {
+	if d == nil {
+		return nil, malformed("share delivery", "no message")
+	}
 	if err := c.enter("share delivery", clientShared, d.Round); err != nil {
 		return nil, err
 	}
@@ -440,6 +446,9 @@ func (c *Client) open(b Box) (heldShares, error) {
 // clients that shared keys, or if fewer than three or fewer than the
 // threshold survive. A client answers one unmask request per round.
 func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
+	if req == nil {
+		return nil, malformed("unmask request", "no message")
+	}
 	if err := c.enter("unmask request", clientMasked, req.Round); err != nil {
 		return nil, err
 	}

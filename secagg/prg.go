@@ -31,7 +31,7 @@ const (
 
 // DefaultPRG returns the keystream a coordinator should pick for a round run
 // on machines like this one: AESCTR when the CPU has AES instructions,
-// ChaCha20 otherwise. The benchmarks in prg_bench_test.go justify the choice.
+// ChaCha20 otherwise. BenchmarkKeystream (bench_test.go) justifies the choice.
 func DefaultPRG() PRG {
 	if cpu.X86.HasAES || cpu.ARM64.HasAES || cpu.S390X.HasAES {
 		return AESCTR

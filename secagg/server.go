@@ -174,6 +174,9 @@ func (s *Server) sender(kind, id string, in func(string) bool, seen bool) error 
 // AddAdvert accepts a client's key advert, after checking its signature
 // against the client's identity key.
 func (s *Server) AddAdvert(a *Advert) error {
+	if a == nil {
+		return malformed("key advert", "no message")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("key advert", PhaseAdvertise, a.Round); err != nil {
@@ -208,6 +211,9 @@ func (s *Server) EndAdvertise() (*KeySet, error) {
 // AddShares accepts a client's encrypted shares: one box for every other
 // client of U1.
 func (s *Server) AddShares(m *Shares) error {
+	if m == nil {
+		return malformed("shares", "no message")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("shares", PhaseShare, m.Round); err != nil {
@@ -275,6 +281,9 @@ func (s *Server) EndShare() ([]*ShareDelivery, error) {
 // AddMaskedInput adds a client's masked input into the running sum. The
 // message is not retained.
 func (s *Server) AddMaskedInput(m *MaskedInput) error {
+	if m == nil {
+		return malformed("masked input", "no message")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("masked input", PhaseMask, m.Round); err != nil {
@@ -322,6 +331,9 @@ func (s *Server) EndMask() (*UnmaskRequest, error) {
 // AddUnmasking accepts a survivor's shares: of the seed of every survivor
 // and of the mask key of every dropped client.
 func (s *Server) AddUnmasking(m *Unmasking) error {
+	if m == nil {
+		return malformed("unmasking", "no message")
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.enter("unmasking", PhaseUnmask, m.Round); err != nil {

@@ -224,3 +224,40 @@ func BenchmarkMatMul256(b *testing.B) {
 		}
 	}
 }
+
+func TestFirstNonFinite(t *testing.T) {
+	for n := 0; n < 40; n++ {
+		v := make(Vector, n)
+		for i := range v {
+			v[i] = float64(i) - 7.5
+		}
+		if got := FirstNonFinite(v); got != -1 {
+			t.Fatalf("n=%d finite: got %d", n, got)
+		}
+		for _, bad := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+			for k := 0; k < n; k++ {
+				w := v.Clone()
+				w[k] = bad
+				if k+1 < n {
+					w[n-1] = bad
+				}
+				if got := FirstNonFinite(w); got != k {
+					t.Fatalf("n=%d bad=%v at %d: got %d", n, bad, k, got)
+				}
+			}
+		}
+	}
+	if FirstNonFinite(Vector{math.MaxFloat64, -math.MaxFloat64, math.SmallestNonzeroFloat64}) != -1 {
+		t.Fatal("extreme finite values flagged")
+	}
+}
+
+func BenchmarkFirstNonFinite(b *testing.B) {
+	v := randVec(rand.New(rand.NewPCG(9, 9)), 1_000_000)
+	b.SetBytes(8 * 1_000_000)
+	for b.Loop() {
+		if FirstNonFinite(v) != -1 {
+			b.Fatal("finite vector flagged")
+		}
+	}
+}

@@ -116,6 +116,14 @@ order grid and the RDP conversion are fixed in the ledger's first entry.`,
 				if derr != nil {
 					return derr
 				}
+				if err := dp.ValidateBudget(name, v, d); err != nil {
+					return err
+				}
+				for _, prev := range bs {
+					if prev.name == name {
+						return diag.New(diag.LedgerBudgetExists, "dataset "+name, "--budget %s is given twice", name)
+					}
+				}
 				bs = append(bs, budget{name, v})
 			}
 			if _, err := os.Lstat(path); err == nil {
@@ -144,7 +152,7 @@ order grid and the RDP conversion are fixed in the ledger's first entry.`,
 				verb = "generated"
 			}
 			fmt.Fprintf(out, "created ledger %s\n", path)
-			fmt.Fprintf(out, "%s silo key %s (public key %s in %s)\n", verb, key, dp.KeyFingerprint(pub), path+".pub")
+			fmt.Fprintf(out, "%s silo key %s (public key %s in %s)\n", verb, key, dp.PublicKeyString(pub), path+".pub")
 			for _, b := range bs {
 				if _, err := l.DeclareBudget(b.name, b.eps, d); err != nil {
 					return err
@@ -400,7 +408,7 @@ func newLedgerShowCmd() *cobra.Command {
 					"charges": rows, "datasets": sums,
 				})
 			}
-			fmt.Fprintf(out, "ledger %s: %d entries, signed by %s, head %s\n\n", path, s.Len(), dp.KeyFingerprint(s.PublicKey()), s.Head().Short())
+			fmt.Fprintf(out, "ledger %s: %d entries, signed by %s, head %s\n\n", path, s.Len(), dp.PublicKeyString(s.PublicKey()), s.Head().Short())
 			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "SEQ\tWHEN (UTC)\tDATASET\tCONSUMER\tMECHANISM\tε\tCUMULATIVE ε\tREMAINING ε")
 			for _, r := range rows {
@@ -486,9 +494,9 @@ last entries leaves a consistent ledger; give a head hash recorded earlier
 			if !jsonOutput {
 				fmt.Fprintf(out, "ledger %s is intact: %d entries, head %s\n", path, s.Len(), s.Head())
 				if pub != nil {
-					fmt.Fprintf(out, "every entry is signed by the expected key %s\n", dp.KeyFingerprint(pub))
+					fmt.Fprintf(out, "every entry is signed by the expected key %s\n", dp.PublicKeyString(pub))
 				} else {
-					fmt.Fprintf(out, "entries are signed by %s (not checked against a trusted key: give --pubkey)\n", dp.KeyFingerprint(s.PublicKey()))
+					fmt.Fprintf(out, "entries are signed by %s (not checked against a trusted key: give --pubkey)\n", dp.PublicKeyString(s.PublicKey()))
 				}
 				if s.TornBytes > 0 {
 					fmt.Fprintf(out, "note: %d bytes of a torn last write follow the last complete entry (a crash mid-write); the next charge cuts them\n", s.TornBytes)
@@ -546,7 +554,16 @@ prefixed with a single quote.`,
 				w = f
 			}
 			if format == "json" {
-				return writeJSON(w, map[string]any{"ledger": path, "head": s.Head(), "entries": s.Entries()})
+				type jsonEntry struct {
+					dp.Entry
+					When string `json:"time"`
+				}
+				var es []jsonEntry
+				for _, e := range s.Entries() {
+					es = append(es, jsonEntry{e, e.At().Format(time.RFC3339Nano)})
+				}
+				return writeJSON(w, map[string]any{"ledger": path, "head": s.Head(),
+					"public_key": dp.PublicKeyString(s.PublicKey()), "entries": es})
 			}
 			return exportCSV(w, s)
 		},

@@ -51,12 +51,27 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 		t.Fatalf("truncated ledger with --head: exit %d, %s", code, stderr)
 	}
 
-	// Flip one byte inside entry 4's frame.
+	// Flip one byte inside the last entry: verify fails (an edit and a
+	// power loss look alike there); the next charge cuts it and says so.
 	bad := bytes.Clone(good)
 	bad[len(good)-600] ^= 0x20
 	os.WriteFile(path, bad, 0o644)
 	code, out, stderr := scellisInProcess(t, "--json", "ledger", "verify", "--ledger", path)
 	if code != 1 || !strings.Contains(stderr, "fails verification: entry 4") || !strings.Contains(out, `"intact": false`) {
+		t.Fatalf("edited last entry: exit %d\n%s%s", code, out, stderr)
+	}
+	code, _, stderr = scellisInProcess(t, "ledger", "charge", "--ledger", path, "--dataset", "icu", "--consumer", "r",
+		"--sigma", "2", "--q", "0.01", "--steps", "1")
+	if code != 0 || !strings.Contains(stderr, "note: cut a torn last write") {
+		t.Fatalf("charge after a damaged last entry: exit %d, %s", code, stderr)
+	}
+
+	// Flip one byte inside entry 3, in the middle of the chain.
+	bad = bytes.Clone(good)
+	bad[entryOffset(t, path, 3)+100] ^= 0x20
+	os.WriteFile(path, bad, 0o644)
+	code, out, stderr = scellisInProcess(t, "--json", "ledger", "verify", "--ledger", path)
+	if code != 1 || !strings.Contains(stderr, "fails verification: entry 3") || !strings.Contains(out, `"intact": false`) {
 		t.Fatalf("edited ledger: exit %d\n%s%s", code, out, stderr)
 	}
 	// show and export refuse a broken ledger (exit 1), and charge refuses with SC5014.

@@ -233,9 +233,9 @@ to compose several mechanisms (their RDP curves add).`,
 func newPrivacyCalibrateCmd() *cobra.Command {
 	var eps, delta, q, steps, orders, conv string
 	c := &cobra.Command{
-		Use:   "calibrate --epsilon E --delta D --q Q --steps T",
-		Short: "Print the smallest noise multiplier σ that meets a target ε",
-		Args:  cobra.NoArgs,
+		Use:     "calibrate --epsilon E --delta D --q Q --steps T",
+		Short:   "Print the smallest noise multiplier σ that meets a target ε",
+		Args:    cobra.NoArgs,
 		Example: `  scellis privacy calibrate --epsilon 1 --delta 1e-5 --q 0.01 --steps 1000`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			e, err := requireFloat(cmd, "epsilon", eps, diag.DPBadEpsilon)

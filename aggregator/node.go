@@ -1,0 +1,285 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/blob"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/consensus"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/receipt"
+)
+
+// Node is one running aggregator.
+type Node struct {
+	Self identity.Member
+
+	id      *identity.Identity
+	fed     *identity.Federation
+	raft    *consensus.Node
+	fsm     *fsm
+	hub     *api.Hub
+	blobs   *blob.Store
+	planner *planner
+	log     *slog.Logger
+	http    *http.Server
+	ln      net.Listener
+
+	cancel context.CancelFunc
+	done   sync.WaitGroup
+
+	reducing sync.Map // job ID → struct{}: a reduction in progress
+}
+
+// Options tune a node; the zero value is production.
+type Options struct {
+	LeaseTTL time.Duration
+	Log      io.Writer // operational log; nil: stderr
+	LogLevel string
+}
+
+// Start opens the node's stores, joins (or bootstraps) the Raft cluster
+// of the federation's aggregators and serves the API and blob endpoint.
+func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir string, opt Options) (*Node, error) {
+	self, ok := fed.Member(name)
+	if !ok || self.Role != identity.Aggregator {
+		return nil, diag.New(diag.WorkerConfig, name, "%q is not an aggregator in %s", name, fed.File).
+			WithHelp("name an aggregator member of the federation file")
+	}
+	if !self.PublicKey.Equal(id.Public()) {
+		return nil, diag.New(diag.WorkerConfig, name, "the identity key is not %s's key in the federation file", name).
+			WithHelp("use the key whose public half is listed for %s", name)
+	}
+	if self.RaftAddress == "" {
+		return nil, diag.New(diag.WorkerConfig, name, "aggregator %s has no raft_address in %s", name, fed.File).
+			At(self.Pos.File, self.Pos.Line, self.Pos.Col).
+			WithHelp("give each aggregator a raft_address (host:port) for replication")
+	}
+	logOut := opt.Log
+	if logOut == nil {
+		logOut = os.Stderr
+	}
+	level := slog.LevelWarn
+	_ = level.UnmarshalText([]byte(opt.LogLevel))
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})).With("node", name)
+
+	ttl := opt.LeaseTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	machine, err := coordinator.New(coordinator.Config{Regime: fed.Regime, DefaultLeaseTTL: ttl.Milliseconds()})
+	if err != nil {
+		return nil, err
+	}
+	blobs, err := blob.Open(filepath.Join(dataDir, "blobs"), 0)
+	if err != nil {
+		return nil, err
+	}
+	builtin, err := catalog.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{
+		Self: self, id: id, fed: fed, log: log, blobs: blobs, hub: api.NewHub(),
+		planner: &planner{blobs: blobs, builtin: builtin, cacheDir: filepath.Join(dataDir, "plans"), plans: map[content.Ref]*job.Plan{}},
+	}
+	n.fsm = &fsm{m: machine, hub: n.hub}
+
+	raftTLS, err := identity.ServerTLSConfig(id, fed, identity.Aggregator)
+	if err != nil {
+		return nil, err
+	}
+	var boot []consensus.Server
+	for _, m := range fed.ByRole(identity.Aggregator) {
+		if m.RaftAddress != "" {
+			boot = append(boot, consensus.Server{ID: m.Name, Address: m.RaftAddress})
+		}
+	}
+	n.raft, err = consensus.Open(consensus.Config{
+		NodeID:    name,
+		BindAddr:  self.RaftAddress,
+		Dir:       filepath.Join(dataDir, "raft"),
+		ServerTLS: raftTLS,
+		ClientTLS: func(serverID string) *tls.Config {
+			c, err := identity.ClientTLSConfig(id, fed, serverID, identity.Aggregator)
+			if err != nil {
+				return nil
+			}
+			return c
+		},
+		Bootstrap: boot,
+		Logger:    logOut,
+		LogLevel:  opt.LogLevel,
+	}, n.fsm)
+	if err != nil {
+		return nil, err
+	}
+
+	apiTLS, err := identity.ServerTLSConfig(id, fed)
+	if err != nil {
+		n.raft.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", self.Address)
+	if err != nil {
+		n.raft.Close()
+		return nil, diag.New(diag.WorkerConfig, name, "cannot listen on %s: %v", self.Address, err).
+			WithHelp("another process holds the port, or the address is not this machine's")
+	}
+	n.ln = tls.NewListener(ln, apiTLS)
+	srv := &api.Server{
+		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
+		Status: func() any { return n.Status() }, Log: log,
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", srv.Handler())
+	mux.Handle("/blobs/", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
+		if _, ok := fed.PeerFromRequest(r); !ok {
+			http.Error(w, "not a federation member", http.StatusUnauthorized)
+			return false
+		}
+		return true
+	}))
+	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.done.Add(2)
+	go func() {
+		defer n.done.Done()
+		if err := n.http.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server", "err", err)
+		}
+	}()
+	go func() {
+		defer n.done.Done()
+		n.leaderDuties(ctx)
+	}()
+	return n, nil
+}
+
+// Close stops serving and closes the Raft node; the data stays on disk.
+func (n *Node) Close() error {
+	n.cancel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n.http.Shutdown(ctx)
+	err := n.raft.Close()
+	n.done.Wait()
+	return err
+}
+
+// Apply implements api.Applier through Raft.
+func (n *Node) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied, error) {
+	b, err := coordinator.EncodeCommand(cmd)
+	if err != nil {
+		return api.Applied{}, diag.New(diag.PoolBadCommand, "command", "%v", err)
+	}
+	out, err := n.raft.Apply(ctx, b)
+	if err != nil {
+		var nl *consensus.NotLeaderError
+		if errors.As(err, &nl) {
+			e := &api.NotLeaderError{Leader: nl.LeaderID}
+			if m, ok := n.fed.Member(nl.LeaderID); ok {
+				e.URL = "https://" + m.Address
+			}
+			return api.Applied{}, e
+		}
+		return api.Applied{}, err
+	}
+	var a api.Applied
+	if err := json.Unmarshal(out, &a); err != nil {
+		return api.Applied{}, fmt.Errorf("aggregator: undecodable outcome: %w", err)
+	}
+	return a, nil
+}
+
+// NodeStatus is what `scellis aggregator status` shows for one node.
+type NodeStatus struct {
+	Node      string           `json:"node"`
+	Raft      consensus.Status `json:"raft"`
+	ChainSeq  uint64           `json:"chain_seq"`
+	ChainHead content.Ref      `json:"chain_head"`
+	StateHash content.Ref      `json:"state_hash"`
+	Jobs      int              `json:"jobs"`
+}
+
+// Status reports this node's Raft and state view.
+func (n *Node) Status() NodeStatus {
+	m := n.fsm.machine()
+	seq, head := m.Head()
+	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs())}
+}
+
+// leaderDuties runs on every node but acts only on the leader: it proposes
+// clock ticks so expired leases free their shards, and it runs the reducer
+// peer for jobs whose shards are all decided.
+func (n *Node) leaderDuties(ctx context.Context) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.raft.Status().State != consensus.StateLeader {
+			continue
+		}
+		m := n.fsm.machine()
+		now := time.Now().UnixMilli()
+		if exp, ok := m.NextExpiry(); ok && exp <= now {
+			if _, err := n.Apply(ctx, coordinator.Tick{Now: now}); err != nil {
+				n.log.Debug("tick", "err", err)
+			}
+		}
+		for _, js := range m.Jobs() {
+			if js.State != coordinator.JobDecided {
+				continue
+			}
+			if _, busy := n.reducing.LoadOrStore(js.ID, struct{}{}); busy {
+				continue
+			}
+			go func(id content.Ref) {
+				defer n.reducing.Delete(id)
+				ref, err := n.reduceJob(ctx, id)
+				if err != nil {
+					n.log.Error("reduce", "job", id.Short(), "err", err)
+					return
+				}
+				res, err := n.Apply(ctx, coordinator.ReportReduced{Job: id, Peer: n.Self.Name, Reduced: ref, Now: time.Now().UnixMilli()})
+				if err != nil {
+					n.log.Warn("report reduced", "job", id.Short(), "err", err)
+				} else if len(res.Refusal) > 0 {
+					n.log.Warn("report reduced refused", "job", id.Short(), "err", res.Refusal)
+				}
+			}(js.ID)
+		}
+	}
+}
+
+// readerOf serves queries from the node's current machine (which Restore
+// may replace).
+type readerOf struct{ f *fsm }
+
+func (r readerOf) Job(id content.Ref) (coordinator.JobStatus, error) { return r.f.machine().Job(id) }
+func (r readerOf) Jobs() []coordinator.JobStatus                     { return r.f.machine().Jobs() }
+func (r readerOf) Receipts(since uint64) []receipt.Receipt           { return r.f.machine().Receipts(since) }
+func (r readerOf) Contributions() map[string]int64                   { return r.f.machine().Contributions() }
+func (r readerOf) Peers() []coordinator.PeerRecord                   { return r.f.machine().Peers() }

@@ -1,0 +1,98 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/scellis/scellis/blob"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/trust"
+)
+
+// planner compiles bundles on the aggregator: the shards and their prices
+// are derived here from the content itself, never taken from the submitter.
+// Compiled plans are cached by bundle ref for the reducer peer.
+type planner struct {
+	blobs    *blob.Store
+	builtin  *catalog.Catalog
+	cacheDir string
+
+	mu    sync.Mutex
+	plans map[content.Ref]*job.Plan
+}
+
+func (p *planner) fetch(_ context.Context, ref content.Ref) ([]byte, error) {
+	b, err := p.blobs.Get(ref)
+	if err != nil {
+		return nil, diag.New(diag.BlobMissing, ref.Short(), "blob %s is not on this aggregator: %v", ref, err).
+			WithHelp("upload the bundle's content and inputs before submitting (scellis job submit does this)")
+	}
+	return b, nil
+}
+
+// compile returns the plan of a bundle, compiling it once.
+func (p *planner) compile(ctx context.Context, bundleRef content.Ref) (*job.Plan, error) {
+	p.mu.Lock()
+	if pl, ok := p.plans[bundleRef]; ok {
+		p.mu.Unlock()
+		return pl, nil
+	}
+	p.mu.Unlock()
+	raw, err := p.fetch(ctx, bundleRef)
+	if err != nil {
+		return nil, err
+	}
+	var b job.Bundle
+	if err := content.Decode(raw, &b); err != nil {
+		return nil, diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
+	}
+	dir := filepath.Join(p.cacheDir, strings.TrimPrefix(string(bundleRef), "sha256:")[:16])
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	pl, err := job.CompileBundle(ctx, &b, p.builtin, p.fetch, dir)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	p.plans[bundleRef] = pl
+	p.mu.Unlock()
+	return pl, nil
+}
+
+// Plan implements api.Planner.
+func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter string) (coordinator.SubmitJob, error) {
+	pl, err := p.compile(ctx, bundleRef)
+	if err != nil {
+		return coordinator.SubmitJob{}, err
+	}
+	basis := "flat: 1 work unit per shard"
+	if pl.Program.HasFunc("cost") {
+		basis = fmt.Sprintf("cost() of program %s (%s)", pl.Program.Name, pl.Program.Ref.Short())
+	}
+	req := pl.AdmissionRequest()
+	cmd := coordinator.SubmitJob{
+		Job:              pl.ID,
+		Name:             pl.Spec.Name,
+		Bundle:           bundleRef,
+		Regime:           pl.Spec.Regime,
+		SecurityCritical: pl.Spec.SecurityCritical,
+		Inputs:           req.Inputs,
+		Policy:           coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts},
+	}
+	if cmd.Inputs == nil {
+		cmd.Inputs = []trust.Item{}
+	}
+	for _, sh := range pl.Shards {
+		cmd.Shards = append(cmd.Shards, coordinator.ShardPlan{Index: sh.Index, ID: sh.ID, Price: sh.Cost, PriceBasis: basis})
+	}
+	return cmd, nil
+}

@@ -1,0 +1,108 @@
+// Package api is the control plane's HTTP/JSON interface: submit and watch
+// jobs, lease shards, renew and release leases, report result hashes, read
+// receipts. It runs behind mutual TLS pinned to the federation file, so every
+// request has an authenticated member. It carries hashes, never result bytes
+// (law 3): request bodies are small and bounded, and results travel through
+// the separate blob endpoint. Writes go to the Raft leader; a follower
+// answers 307 with the leader's address and clients follow it.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/receipt"
+)
+
+// Applied is the outcome of one coordinator command: its JSON response, or
+// the diagnostics that refused it.
+type Applied struct {
+	Response json.RawMessage `json:"response,omitempty"`
+	Refusal  diag.List       `json:"refusal,omitempty"`
+}
+
+// Applier proposes coordinator commands (through Raft on an aggregator).
+// Apply returns a *NotLeaderError when this node cannot commit writes.
+type Applier interface {
+	Apply(ctx context.Context, cmd coordinator.Command) (Applied, error)
+}
+
+// Reader answers queries from the local replica of the coordinator state.
+// Followers may lag the leader by a few entries.
+type Reader interface {
+	Job(id content.Ref) (coordinator.JobStatus, error)
+	Jobs() []coordinator.JobStatus
+	Receipts(since uint64) []receipt.Receipt
+	Contributions() map[string]int64
+	Peers() []coordinator.PeerRecord
+}
+
+// Planner turns a submitted bundle into the SubmitJob command: it compiles
+// the bundle itself (prices come from the planner, never from the
+// submitter) and runs admission.
+type Planner interface {
+	Plan(ctx context.Context, bundle content.Ref, submitter string) (coordinator.SubmitJob, error)
+}
+
+// NotLeaderError says which node to send writes to.
+type NotLeaderError struct {
+	Leader string // member name, "" when unknown (an election is running)
+	URL    string // the leader's API base URL
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == "" {
+		return "not the leader, and no leader is known yet"
+	}
+	return fmt.Sprintf("not the leader; the leader is %s (%s)", e.Leader, e.URL)
+}
+
+// ErrNoLeader is returned by clients when no node can accept writes.
+var ErrNoLeader = errors.New("api: no leader reachable")
+
+// Request and response bodies.
+
+// SubmitRequest submits a job bundle already uploaded to the blob store.
+type SubmitRequest struct {
+	Bundle content.Ref `json:"bundle"`
+}
+
+// LeaseRequest asks for up to Max shards.
+type LeaseRequest struct {
+	Max       int         `json:"max"`
+	Job       content.Ref `json:"job,omitempty"`
+	RequestID string      `json:"request_id,omitempty"`
+}
+
+// RenewRequest renews one lease.
+type RenewRequest struct {
+	Job   content.Ref `json:"job"`
+	Shard int         `json:"shard"`
+}
+
+// ReleaseRequest hands back leases (all when Shards is empty).
+type ReleaseRequest struct {
+	Shards []coordinator.ShardRef `json:"shards,omitempty"`
+}
+
+// ResultReport reports a result's hash (the bytes went to the blob store).
+type ResultReport struct {
+	Job    content.Ref `json:"job"`
+	Shard  int         `json:"shard"`
+	Result content.Ref `json:"result"`
+}
+
+// ReducedReport reports a job's reduced result document.
+type ReducedReport struct {
+	Job     content.Ref `json:"job"`
+	Reduced content.Ref `json:"reduced"`
+}
+
+// MaxRequestBytes bounds every control-plane request body: hashes and
+// names fit easily; tensors and result bytes do not, by design.
+const MaxRequestBytes = 16 << 10

@@ -1,0 +1,129 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+)
+
+// Hub fans coordinator events out to watchers. Every node applies the same
+// log, so every node's hub sees the same events and any node can serve a
+// watch stream. A watcher that falls behind is dropped (its channel
+// closed); it reconnects and reads the status again.
+type Hub struct {
+	mu   sync.Mutex
+	subs map[*subscription]struct{}
+}
+
+type subscription struct {
+	job content.Ref // "" for every job
+	ch  chan coordinator.Event
+}
+
+// NewHub returns an empty hub.
+func NewHub() *Hub { return &Hub{subs: map[*subscription]struct{}{}} }
+
+// Publish delivers events to their watchers without blocking.
+func (h *Hub) Publish(events []coordinator.Event) {
+	if h == nil || len(events) == 0 {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		for _, e := range events {
+			if s.job != "" && e.JobID() != s.job {
+				continue
+			}
+			select {
+			case s.ch <- e:
+			default:
+				close(s.ch)
+				delete(h.subs, s)
+				goto next
+			}
+		}
+	next:
+	}
+}
+
+// Subscribe returns a channel of events for job ("" for all) and a cancel
+// function that must be called when done.
+func (h *Hub) Subscribe(job content.Ref) (<-chan coordinator.Event, func()) {
+	s := &subscription{job: job, ch: make(chan coordinator.Event, 1024)}
+	h.mu.Lock()
+	h.subs[s] = struct{}{}
+	h.mu.Unlock()
+	return s.ch, func() {
+		h.mu.Lock()
+		if _, ok := h.subs[s]; ok {
+			delete(h.subs, s)
+			close(s.ch)
+		}
+		h.mu.Unlock()
+	}
+}
+
+// jobEvents streams a job's progress as server-sent events: first a
+// "status" event with the job's current counts, then each event as it is
+// applied, ending after "job-complete".
+func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	events, cancel := s.Events.Subscribe(id)
+	defer cancel()
+	js, err := s.Read.Job(id)
+	if err != nil {
+		s.jobStatus(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	js.Shards = nil
+	writeEvent(w, "status", js)
+	flusher.Flush()
+	if js.State == coordinator.JobDone {
+		return
+	}
+	keepAlive := time.NewTicker(15 * time.Second)
+	defer keepAlive.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keepAlive.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			flusher.Flush()
+		case e, ok := <-events:
+			if !ok {
+				return
+			}
+			writeEvent(w, e.Kind(), e)
+			flusher.Flush()
+			if _, done := e.(coordinator.JobComplete); done {
+				return
+			}
+		}
+	}
+}
+
+func writeEvent(w http.ResponseWriter, kind string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", kind, b)
+}

@@ -1,0 +1,297 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+)
+
+// Server serves the control-plane API of one aggregator node.
+type Server struct {
+	Fed     *identity.Federation
+	Apply   Applier
+	Read    Reader
+	Plan    Planner
+	Events  *Hub
+	Status  func() any // node status for GET /v1/status
+	Log     *slog.Logger
+	Now     func() time.Time
+	NodeURL string
+}
+
+// Handler returns the API routes. Mount it behind a TLS listener whose
+// config requires and pins client certificates.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/jobs", s.auth(s.submit, identity.Aggregator, identity.Silo, identity.Worker))
+	mux.HandleFunc("GET /v1/jobs", s.auth(s.listJobs))
+	mux.HandleFunc("GET /v1/jobs/{id}", s.auth(s.jobStatus))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.auth(s.jobEvents))
+	mux.HandleFunc("POST /v1/lease", s.auth(s.lease, identity.Worker, identity.Silo))
+	mux.HandleFunc("POST /v1/renew", s.auth(s.renew, identity.Worker, identity.Silo))
+	mux.HandleFunc("POST /v1/release", s.auth(s.release, identity.Worker, identity.Silo))
+	mux.HandleFunc("POST /v1/results", s.auth(s.report, identity.Worker, identity.Silo))
+	mux.HandleFunc("POST /v1/reduced", s.auth(s.reduced, identity.Aggregator))
+	mux.HandleFunc("GET /v1/receipts", s.auth(s.receipts))
+	mux.HandleFunc("GET /v1/contributions", s.auth(s.contributions))
+	mux.HandleFunc("GET /v1/status", s.auth(s.status))
+	return mux
+}
+
+type peerKey struct{}
+
+// peerOf returns the authenticated member making the request.
+func peerOf(r *http.Request) identity.Member {
+	m, _ := r.Context().Value(peerKey{}).(identity.Member)
+	return m
+}
+
+// auth admits only federation members (the TLS layer already refused
+// unknown keys; this is the second lock) with one of roles, if given.
+func (s *Server) auth(h http.HandlerFunc, roles ...identity.Role) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		m, ok := s.Fed.PeerFromRequest(r)
+		if !ok {
+			writeDiag(w, http.StatusUnauthorized, diag.New(diag.PoolUnknownPeer, "request", "the client certificate is not a member of the federation").
+				WithHelp("add the member's public key to the federation file"))
+			return
+		}
+		if len(roles) > 0 {
+			allowed := false
+			for _, role := range roles {
+				allowed = allowed || m.Role == role
+			}
+			if !allowed {
+				writeDiag(w, http.StatusForbidden, diag.New(diag.PoolUnknownPeer, m.Name, "a %s may not call %s %s", m.Role, r.Method, r.URL.Path).
+					WithHelp("use the identity of a member with the right role"))
+				return
+			}
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+		h(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, m)))
+	}
+}
+
+func (s *Server) now() int64 {
+	if s.Now != nil {
+		return s.Now().UnixMilli()
+	}
+	return time.Now().UnixMilli()
+}
+
+// decode reads a bounded JSON body, refusing unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeDiag(w, status, diag.New(diag.PoolBadRequest, r.URL.Path, "malformed request body: %v", err).
+			WithHelp("control-plane requests carry hashes, not data; upload bytes to the blob endpoint"))
+		return false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, r.URL.Path, "trailing data after the JSON body"))
+		return false
+	}
+	return true
+}
+
+// apply proposes cmd and writes its outcome: 200 with the response, 4xx
+// with diagnostics when refused, 307 to the leader from a follower.
+func (s *Server) apply(w http.ResponseWriter, r *http.Request, cmd coordinator.Command) {
+	res, err := s.Apply.Apply(r.Context(), cmd)
+	if err != nil {
+		var nl *NotLeaderError
+		if errors.As(err, &nl) {
+			if nl.URL == "" {
+				writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolNoLeader, "cluster", "no leader is elected yet").
+					WithHelp("retry in a moment"))
+				return
+			}
+			w.Header().Set("X-Scellis-Leader", nl.Leader)
+			http.Redirect(w, r, nl.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+			return
+		}
+		if ds, ok := diag.As(err); ok {
+			writeDiags(w, http.StatusBadRequest, ds)
+			return
+		}
+		s.logError("apply", err)
+		writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolNoLeader, "cluster", "the command was not committed: %v", err).
+			WithHelp("retry; requests are idempotent"))
+		return
+	}
+	if len(res.Refusal) > 0 {
+		writeDiags(w, statusFor(res.Refusal), res.Refusal)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(res.Response)
+	w.Write([]byte("\n"))
+}
+
+func statusFor(ds diag.List) int {
+	switch ds[0].Code {
+	case diag.PoolUnknownJob:
+		return http.StatusNotFound
+	case diag.PoolNoLease, diag.PoolLeaseNotLive:
+		return http.StatusConflict
+	}
+	return http.StatusBadRequest
+}
+
+func (s *Server) logError(what string, err error) {
+	if s.Log != nil {
+		s.Log.Error(what, "err", err)
+	}
+}
+
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	var req SubmitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !content.IsRef(string(req.Bundle)) {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "submit", "bundle %q is not a ref", req.Bundle))
+		return
+	}
+	cmd, err := s.Plan.Plan(r.Context(), req.Bundle, peerOf(r).Name)
+	if err != nil {
+		if ds, ok := diag.As(err); ok {
+			writeDiags(w, http.StatusBadRequest, ds)
+			return
+		}
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadJob, "submit", "cannot plan the job: %v", err).
+			WithHelp("upload the bundle and every blob it names before submitting"))
+		return
+	}
+	cmd.Now = s.now()
+	s.apply(w, r, cmd)
+}
+
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Read.Jobs())
+}
+
+func (s *Server) jobID(w http.ResponseWriter, r *http.Request) (content.Ref, bool) {
+	id, err := content.ParseRef(r.PathValue("id"))
+	if err != nil {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "job", "%v", err))
+		return "", false
+	}
+	return id, true
+}
+
+func (s *Server) jobStatus(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	js, err := s.Read.Job(id)
+	if err != nil {
+		ds, _ := diag.As(err)
+		writeDiags(w, http.StatusNotFound, ds)
+		return
+	}
+	writeJSON(w, http.StatusOK, js)
+}
+
+func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
+	var req LeaseRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.apply(w, r, coordinator.Lease{Peer: peerOf(r).Name, Now: s.now(), Max: req.Max, Job: req.Job, RequestID: req.RequestID})
+}
+
+func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
+	var req RenewRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.apply(w, r, coordinator.RenewLease{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Now: s.now()})
+}
+
+func (s *Server) release(w http.ResponseWriter, r *http.Request) {
+	var req ReleaseRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.apply(w, r, coordinator.ReleaseLeases{Peer: peerOf(r).Name, Now: s.now(), Shards: req.Shards})
+}
+
+func (s *Server) report(w http.ResponseWriter, r *http.Request) {
+	var req ResultReport
+	if !decode(w, r, &req) {
+		return
+	}
+	s.apply(w, r, coordinator.ReportResult{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Now: s.now()})
+}
+
+func (s *Server) reduced(w http.ResponseWriter, r *http.Request) {
+	var req ReducedReport
+	if !decode(w, r, &req) {
+		return
+	}
+	s.apply(w, r, coordinator.ReportReduced{Job: req.Job, Peer: peerOf(r).Name, Reduced: req.Reduced, Now: s.now()})
+}
+
+func (s *Server) receipts(w http.ResponseWriter, r *http.Request) {
+	var since uint64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "receipts", "since=%q is not a sequence number", v))
+			return
+		}
+		since = n
+	}
+	writeJSON(w, http.StatusOK, s.Read.Receipts(since))
+}
+
+func (s *Server) contributions(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Read.Contributions())
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	if s.Status == nil {
+		writeJSON(w, http.StatusOK, map[string]any{})
+		return
+	}
+	writeJSON(w, http.StatusOK, s.Status())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(w, "\n")
+	}
+}
+
+func writeDiag(w http.ResponseWriter, status int, d *diag.Diagnostic) {
+	writeDiags(w, status, diag.List{d})
+}
+
+func writeDiags(w http.ResponseWriter, status int, ds diag.List) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	diag.RenderJSON(w, ds)
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scellis/scellis/aggregator"
+	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/identity"
+)
+
+func init() { commands = append(commands, newAggregatorCmd) }
+
+func newAggregatorCmd() *cobra.Command {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:   "aggregator --config agg.yaml",
+		Short: "Run an aggregator node (coordinator replica, API, blob store, reducer peer)",
+		Long: `Run one node of the aggregator cluster. The node replicates the
+coordinator state and the receipt chain with Raft (log and snapshots on local
+disk under data_dir), serves the control-plane API and the blob endpoint over
+mutual TLS pinned to the federation file, and reduces verified results.
+
+The cluster is every aggregator in the federation file; a new cluster
+bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
+		Example: `  scellis aggregator --config agg.yaml
+
+  # agg.yaml
+  name: agg-1                 # this node's member name in the federation file
+  identity: agg-1/identity.key
+  federation: federation.yaml
+  data_dir: agg-1/data
+  lease_ttl: 30s              # how long a worker holds a shard without renewing`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" {
+				return usageError{fmt.Errorf("--config is required")}
+			}
+			c, err := config.LoadAggregator(cfgPath)
+			if err != nil {
+				return err
+			}
+			f := memberFlags{identity: c.Identity, passphraseFile: c.PassphraseFile, federation: c.Federation}
+			id, fed, err := f.loadMember(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s serving https://%s (raft %s), data in %s\n", c.Name, n.Self.Address, n.Self.RaftAddress, c.DataDir)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			<-ctx.Done()
+			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s stopping\n", c.Name)
+			return n.Close()
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "aggregator config file (YAML)")
+	cmd.AddCommand(newAggregatorStatusCmd())
+	return cmd
+}
+
+func newAggregatorStatusCmd() *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every aggregator: leader, term, commit and applied index, receipt-chain head",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, fed, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
+			defer cancel()
+			var all []json.RawMessage
+			w := cmd.OutOrStdout()
+			if !jsonOutput {
+				fmt.Fprintf(w, "%-12s %-10s %6s %8s %8s %6s  %-14s %s\n", "node", "state", "term", "commit", "applied", "chain", "head", "leader")
+			}
+			for _, m := range fed.ByRole(identity.Aggregator) {
+				raw, err := c.StatusOf(ctx, "https://"+m.Address)
+				if err != nil {
+					if !jsonOutput {
+						fmt.Fprintf(w, "%-12s unreachable: %v\n", m.Name, err)
+					}
+					continue
+				}
+				all = append(all, raw)
+				var st aggregator.NodeStatus
+				if json.Unmarshal(raw, &st) == nil && !jsonOutput {
+					fmt.Fprintf(w, "%-12s %-10s %6d %8d %8d %6d  %-14s %s\n", st.Node, st.Raft.State, st.Raft.Term,
+						st.Raft.CommitIndex, st.Raft.AppliedIndex, st.ChainSeq, st.ChainHead.Short(), st.Raft.Leader.ID)
+				}
+			}
+			if jsonOutput {
+				b, _ := json.MarshalIndent(all, "", "  ")
+				printJSON(w, b)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}

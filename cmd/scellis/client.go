@@ -1,0 +1,99 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+)
+
+// memberFlags are how a CLI command authenticates to the pool: an identity
+// key and the federation file that pins every member's key.
+type memberFlags struct {
+	identity       string
+	passphraseFile string
+	federation     string
+	pool           string
+}
+
+func (f *memberFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.identity, "identity", "", "identity key file (default $SCELLIS_IDENTITY or $SCELLIS_HOME/identity.key)")
+	cmd.Flags().StringVar(&f.passphraseFile, "passphrase-file", "", "file holding the identity key's passphrase, if it is encrypted")
+	cmd.Flags().StringVar(&f.federation, "federation", "", "federation file (default $SCELLIS_FEDERATION or $SCELLIS_HOME/federation.yaml)")
+	cmd.Flags().StringVar(&f.pool, "pool", "", "aggregator address host:port to try first (default: every aggregator in the federation)")
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// loadMember loads the identity and the federation.
+func (f *memberFlags) loadMember(stderr io.Writer) (*identity.Identity, *identity.Federation, error) {
+	keyPath := firstNonEmpty(f.identity, os.Getenv("SCELLIS_IDENTITY"), filepath.Join(scellisHome(), "identity.key"))
+	fedPath := firstNonEmpty(f.federation, os.Getenv("SCELLIS_FEDERATION"), filepath.Join(scellisHome(), "federation.yaml"))
+	opts := identity.LoadOptions{}
+	if f.passphraseFile != "" {
+		p, err := identity.ReadPassphraseFile(f.passphraseFile)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.Passphrase = p
+	}
+	id, warnings, err := identity.Load(keyPath, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(warnings) > 0 {
+		diag.Render(stderr, warnings)
+	}
+	fed, err := identity.LoadFederation(fedPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := fed.Lookup(id.Public()); !ok {
+		return nil, nil, diag.New(diag.PoolUnknownPeer, keyPath, "this identity (%s) is not a member of %s", id.Public(), fedPath).
+			WithHelp("add it to the federation file (scellis keygen prints the entry), or use a member's key with --identity")
+	}
+	return id, fed, nil
+}
+
+// client returns an API client for the pool.
+func (f *memberFlags) client(stderr io.Writer) (*api.Client, *identity.Federation, error) {
+	id, fed, err := f.loadMember(stderr)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := api.NewClient(id, fed)
+	if err != nil {
+		return nil, nil, err
+	}
+	if f.pool != "" {
+		eps := []string{"https://" + f.pool}
+		for _, e := range c.Endpoints() {
+			if e != eps[0] {
+				eps = append(eps, e)
+			}
+		}
+		tlsCfg, err := identity.ClientTLSConfig(id, fed, "", identity.Aggregator)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = api.NewClientTLS(api.Transport(tlsCfg), eps)
+	}
+	return c, fed, nil
+}
+
+func printJSON(w io.Writer, b []byte) {
+	fmt.Fprintln(w, string(b))
+}

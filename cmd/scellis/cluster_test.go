@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// cluster is a federation of real scellis processes on 127.0.0.1, made
+// and driven through the CLI the way an operator would.
+type cluster struct {
+	t     *testing.T
+	dir   string
+	aggs  []string
+	procs map[string]*exec.Cmd
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// member is one entry of the federation file.
+type member struct {
+	name, role string
+}
+
+// newCluster makes keys with `scellis keygen` and a federation file.
+func newCluster(t *testing.T, regime string, aggs int, others ...member) *cluster {
+	c := &cluster{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}}
+	var fed strings.Builder
+	fmt.Fprintf(&fed, "federation: test\nregime: %s\nmembers:\n", regime)
+	var all []member
+	for i := 1; i <= aggs; i++ {
+		name := fmt.Sprintf("agg-%d", i)
+		c.aggs = append(c.aggs, name)
+		all = append(all, member{name, "aggregator"})
+	}
+	all = append(all, others...)
+	for _, m := range all {
+		pub := c.keygen(m.name)
+		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", m.name, m.role, pub)
+		if m.role == "aggregator" {
+			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freePort(t), freePort(t))
+			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\nlease_ttl: 2s\nlog_level: error\n", m.name, m.name, m.name))
+		} else {
+			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ncache_dir: %s/cache\nparallel: 1\npoll: 100ms\n", m.name, m.name, m.name))
+		}
+	}
+	c.write("federation.yaml", fed.String())
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+func (c *cluster) keygen(name string) string {
+	out := mustRun(c.t, scellisCmd(c.t, c.dir, "keygen", "--out", name, "--name", name, "--json"))
+	var k struct {
+		PublicKey string `json:"public_key"`
+	}
+	if err := json.Unmarshal([]byte(out), &k); err != nil || k.PublicKey == "" {
+		c.t.Fatalf("keygen output: %q %v", out, err)
+	}
+	return k.PublicKey
+}
+
+func (c *cluster) write(name, body string) {
+	if err := os.WriteFile(filepath.Join(c.dir, name), []byte(body), 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// start runs `scellis <args...>` in the background as name, logging to name.log.
+func (c *cluster) start(name string, args ...string) {
+	log, err := os.Create(filepath.Join(c.dir, name+".log"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd := scellisCmd(c.t, c.dir, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.procs[name] = cmd
+	go cmd.Wait()
+}
+
+func (c *cluster) startAggregators() {
+	for _, a := range c.aggs {
+		c.start(a, "aggregator", "--config", a+".yaml")
+	}
+	c.waitLeader()
+}
+
+// waitLeader waits until some aggregator reports itself leader.
+func (c *cluster) waitLeader() {
+	waitFor(c.t, "a leader", time.Minute, func() bool {
+		for _, a := range c.aggs {
+			out, _, err := c.cli(a, "--json", "aggregator", "status")
+			if err == nil && strings.Contains(out, `"State": "leader"`) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+func (c *cluster) startWorker(name string) { c.start(name, "worker", "--config", name+".yaml") }
+
+func (c *cluster) kill(name string, sig syscall.Signal) {
+	if p := c.procs[name]; p != nil && p.Process != nil {
+		p.Process.Signal(sig)
+	}
+}
+
+func (c *cluster) stopAll() {
+	for name := range c.procs {
+		c.kill(name, syscall.SIGKILL)
+	}
+	if c.t.Failed() {
+		for name := range c.procs {
+			b, _ := os.ReadFile(filepath.Join(c.dir, name+".log"))
+			if len(b) > 3000 {
+				b = b[len(b)-3000:]
+			}
+			c.t.Logf("--- %s.log (tail) ---\n%s", name, b)
+		}
+	}
+}
+
+// cli runs a client command as the member `as`.
+func (c *cluster) cli(as string, args ...string) (string, string, error) {
+	cmd := scellisCmd(c.t, c.dir, args...)
+	cmd.Env = append(cmd.Env, "SCELLIS_IDENTITY="+filepath.Join(c.dir, as, "identity.key"), "SCELLIS_FEDERATION="+filepath.Join(c.dir, "federation.yaml"))
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	return out.String(), errb.String(), err
+}
+
+func (c *cluster) mustCLI(as string, args ...string) string {
+	out, errs, err := c.cli(as, args...)
+	if err != nil {
+		c.t.Fatalf("scellis %v: %v\n%s%s", args, err, out, errs)
+	}
+	return out
+}
+
+type jobStatus struct {
+	State  string
+	Counts struct{ Total, Verified, Unverified, Leased, Pending int }
+	Shards []struct {
+		Index    int
+		State    string
+		Price    int64
+		Agreeing []string
+		Losers   []string
+		Leases   []struct{ Peer string }
+	}
+}
+
+func (c *cluster) status(as, id string) jobStatus {
+	var st jobStatus
+	out := c.mustCLI(as, "--json", "job", "status", id)
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		c.t.Fatalf("status: %v\n%s", err, out)
+	}
+	return st
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sweep50 writes a 50-shard train-eval sweep over generated hospital data.
+func (c *cluster) sweep50() string {
+	mustRun(c.t, scellisCmd(c.t, c.dir, "datagen", "hospitals", "--sites", "1", "--rows", "300", "--out", "data"))
+	c.write("sweep.yaml", `name: sweep50
+program: train-eval
+partitioner:
+  use: grid
+  params: {lr: [0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5], l2: [0.0, 0.001, 0.01, 0.1, 1.0]}
+reducer: {use: collect, params: {metric: auc, goal: max}}
+params: {model: logistic, epochs: 1, batch_size: 32, test_frac: 0.3, seed: 5}
+inputs:
+  data: {path: data/hospital-1.csv, label: outcome, class: confidential}
+`)
+	return "sweep.yaml"
+}
+
+func TestPoolSweepMatchesSoloAndOutvotesLiar(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process pool test")
+	}
+	c := newCluster(t, "consortium", 1, member{"w1", "worker"}, member{"w2", "worker"}, member{"liar", "worker"}, member{"alice", "worker"})
+	c.write("liar.yaml", "name: liar\nidentity: liar/identity.key\nfederation: federation.yaml\ncache_dir: liar/cache\npoll: 100ms\ncorrupt_results: true\n")
+	job := c.sweep50()
+	mustRun(t, scellisCmd(t, c.dir, "run", job, "--out", "solo"))
+	c.startAggregators()
+	for _, w := range []string{"w1", "w2", "liar"} {
+		c.startWorker(w)
+	}
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
+	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	c.mustCLI("alice", "job", "result", id, "--out", "pool")
+
+	var solo, pool map[string]json.RawMessage
+	readJSON(t, filepath.Join(c.dir, "solo", "result.json"), &solo)
+	readJSON(t, filepath.Join(c.dir, "pool", "result.json"), &pool)
+	for _, k := range []string{"format", "job", "content", "inputs", "shards", "work_units", "result"} {
+		if !bytes.Equal(solo[k], pool[k]) {
+			t.Errorf("pool result.json differs from the solo run in %q:\nsolo %s\npool %s", k, solo[k], pool[k])
+		}
+	}
+	st := c.status("alice", id)
+	if st.Counts.Verified != 50 {
+		t.Fatalf("verified %d/50", st.Counts.Verified)
+	}
+	liarLost, liarWon := 0, 0
+	var priced int64
+	for _, s := range st.Shards {
+		for _, p := range s.Agreeing {
+			if p == "liar" {
+				liarWon++
+			}
+		}
+		for _, p := range s.Losers {
+			if p == "liar" {
+				liarLost++
+			}
+		}
+		priced += s.Price * int64(len(s.Agreeing))
+	}
+	if liarWon != 0 || liarLost == 0 {
+		t.Fatalf("the corrupting worker won %d shards and lost %d; want 0 and >0", liarWon, liarLost)
+	}
+	out := c.mustCLI("alice", "receipts", "verify")
+	if !strings.Contains(out, "intact: 50 receipts") {
+		t.Fatalf("receipts verify: %s", out)
+	}
+	var contrib map[string]int64
+	if err := json.Unmarshal([]byte(c.mustCLI("alice", "--json", "receipts", "contributions")), &contrib); err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, v := range contrib {
+		sum += v
+	}
+	if sum != priced || contrib["liar"] != 0 {
+		t.Fatalf("contributions %v sum to %d, planner prices × agreeing peers = %d", contrib, sum, priced)
+	}
+}
+
+func TestPoolWorkerKilledMidShardIsReplaced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process pool test")
+	}
+	c := newCluster(t, "own", 1, member{"victim", "worker"}, member{"w1", "worker"}, member{"alice", "worker"})
+	// Shards that take a moment, so the victim is killed while holding one.
+	c.write("slow.star", "def run(params, inputs):\n    n = 0\n    for i in range(params[\"n\"]):\n        n += i % 7\n    return {\"n\": n}\n")
+	c.write("slow.yaml", "name: slow\nprogram: ./slow.star\npartitioner: {use: items, params: {items: [{n: 3000000}, {n: 3000001}, {n: 3000002}, {n: 3000003}]}}\nreducer: concat\nlimits: {steps: 100000000}\n")
+	c.startAggregators()
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "slow.yaml"))
+	c.startWorker("victim")
+	waitFor(t, "the victim to hold a lease", time.Minute, func() bool {
+		for _, s := range c.status("alice", id).Shards {
+			for _, l := range s.Leases {
+				if l.Peer == "victim" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	c.kill("victim", syscall.SIGKILL)
+	c.startWorker("w1")
+	waitFor(t, "the job to complete without the victim", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	for _, s := range c.status("alice", id).Shards {
+		if len(s.Agreeing) != 1 || s.Agreeing[0] != "w1" {
+			t.Fatalf("shard %d verified by %v, want w1", s.Index, s.Agreeing)
+		}
+	}
+}
+
+func TestPoolRefusesUnknownKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process pool test")
+	}
+	c := newCluster(t, "own", 1, member{"alice", "worker"})
+	c.startAggregators()
+	c.mustCLI("alice", "job", "ls") // the pool is up for members
+	// An outsider writes itself into its own copy of the federation file:
+	// the aggregator's file does not list it, so the handshake fails.
+	pub := c.keygen("mallory")
+	fed, _ := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
+	c.write("mallory-fed.yaml", string(fed)+fmt.Sprintf("  - name: mallory\n    role: worker\n    public_key: %s\n", pub))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, scellisBinary(t), "job", "ls", "--identity", "mallory/identity.key", "--federation", "mallory-fed.yaml")
+	cmd.Dir = c.dir
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("an unknown key was served: %s", out)
+	}
+	if !strings.Contains(string(out), "certificate") && !strings.Contains(string(out), "tls") {
+		t.Fatalf("refusal does not mention the TLS handshake: %s", out)
+	}
+}
+
+func readJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/trust"
+)
+
+func init() { commands = append(commands, newJobCmd) }
+
+func newJobCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "job",
+		Short: "Submit jobs to a pool and follow them",
+		Long: `Submit a job to a pool of workers coordinated by the aggregator cluster,
+watch it land shard by shard, and fetch its result.json (the same document
+a solo run writes, plus the receipts of the verified shards).`,
+	}
+	cmd.AddCommand(newJobSubmitCmd(), newJobWatchCmd(), newJobStatusCmd(), newJobResultCmd(), newJobListCmd())
+	return cmd
+}
+
+func parseJobID(s string) (content.Ref, error) {
+	id, err := content.ParseRef(s)
+	if err != nil {
+		return "", diag.New(diag.InvalidValue, "job", "%q is not a job ID", s).
+			WithHelp("job IDs look like sha256:<64 hex digits>; scellis job ls lists them")
+	}
+	return id, nil
+}
+
+func newJobSubmitCmd() *cobra.Command {
+	var f memberFlags
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "submit JOB.yaml",
+		Short: "Submit a job; prints its ID",
+		Long: `Compile the job locally (the same checks and job ID as 'scellis run'),
+upload its bundle, content and inputs to the pool's blob store, and submit
+it. The aggregator re-plans the job itself: shard prices come from the
+content, never from the submitter. Prints the job ID on stdout.`,
+		Example: "  scellis job submit examples/sweep/job.yaml --pool 127.0.0.1:7400",
+		Args:    exactArgs(1, "JOB.yaml"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			c, fed, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			spec, err := job.LoadSpec(args[0])
+			if err != nil {
+				return err
+			}
+			cat, err := openCatalog()
+			if err != nil {
+				return err
+			}
+			plan, err := job.Compile(ctx, spec, cat)
+			if err != nil {
+				return err
+			}
+			// Refuse early what the pool would refuse; the pool checks again.
+			if ds := trust.Admit(fed.Regime, plan.AdmissionRequest()); ds.HasErrors() {
+				return ds
+			}
+			sources, inputs := plan.Blobs()
+			uctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			for ref, src := range sources {
+				if _, err := c.PutBlob(uctx, src); err != nil {
+					return fmt.Errorf("uploading content %s: %w", ref.Short(), err)
+				}
+			}
+			for ref, path := range inputs {
+				b, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				if content.Hash(b) != ref {
+					return fmt.Errorf("input %s changed while submitting", path)
+				}
+				if _, err := c.PutBlob(uctx, b); err != nil {
+					return fmt.Errorf("uploading input %s: %w", filepath.Base(path), err)
+				}
+			}
+			bundle, err := content.Encode(plan.Bundle())
+			if err != nil {
+				return err
+			}
+			bref, err := c.PutBlob(uctx, bundle)
+			if err != nil {
+				return fmt.Errorf("uploading the bundle: %w", err)
+			}
+			resp, err := c.Submit(uctx, bref)
+			if err != nil {
+				return err
+			}
+			if resp.Job != plan.ID {
+				return fmt.Errorf("the pool planned job %s, but this job is %s", resp.Job, plan.ID)
+			}
+			if jsonOutput {
+				b, _ := json.Marshal(resp)
+				printJSON(cmd.OutOrStdout(), b)
+			} else {
+				fmt.Fprintln(cmd.OutOrStdout(), resp.Job)
+				again := ""
+				if resp.Existing {
+					again = " (already submitted; nothing changed)"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "submitted %s: %d shards, %d work units, verification %s%s\n",
+					spec.Name, resp.Shards, plan.TotalCost(), resp.Method, again)
+			}
+			if watch {
+				return watchJob(ctx, c, resp.Job, cmd.ErrOrStderr())
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&watch, "watch", false, "follow the job's progress after submitting")
+	return cmd
+}
+
+func newJobWatchCmd() *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   "watch JOB_ID",
+		Short: "Follow a job live: shards leased, verified, flagged",
+		Args:  exactArgs(1, "JOB_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return watchJob(ctx, c, id, cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+// watchJob prints a job's event stream until it completes.
+func watchJob(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) error {
+	var total, verified, flagged int
+	return c.Watch(ctx, id, func(e api.Event) error {
+		if jsonOutput {
+			fmt.Fprintf(w, "{\"event\":%q,\"data\":%s}\n", e.Kind, e.Data)
+			return nil
+		}
+		switch e.Kind {
+		case "status":
+			var st coordinator.JobStatus
+			json.Unmarshal(e.Data, &st)
+			total, verified, flagged = st.Counts.Total, st.Counts.Verified, st.Counts.Unverified
+			fmt.Fprintf(w, "job %s (%s): %s; %d/%d verified, %d flagged, %d leased\n",
+				st.Name, id.Short(), st.State, verified, total, flagged, st.Counts.Leased)
+		case "shard-leased":
+			var ev coordinator.ShardLeased
+			json.Unmarshal(e.Data, &ev)
+			fmt.Fprintf(w, "  shard %d leased to %s\n", ev.Shard, ev.Peer)
+		case "lease-ended":
+			var ev coordinator.LeaseEnded
+			json.Unmarshal(e.Data, &ev)
+			fmt.Fprintf(w, "  shard %d: lease of %s %s\n", ev.Shard, ev.Peer, ev.Reason)
+		case "shard-verified":
+			var ev coordinator.ShardVerified
+			json.Unmarshal(e.Data, &ev)
+			verified++
+			losers := ""
+			if len(ev.Losers) > 0 {
+				losers = fmt.Sprintf("; out-voted: %v", ev.Losers)
+			}
+			fmt.Fprintf(w, "  shard %d verified by %v (receipt %d)%s  [%d/%d]\n", ev.Shard, ev.Agreeing, ev.Receipt, losers, verified, total)
+		case "shard-flagged":
+			var ev coordinator.ShardFlagged
+			json.Unmarshal(e.Data, &ev)
+			flagged++
+			fmt.Fprintf(w, "  shard %d FLAGGED unverified after %d reports: %s\n", ev.Shard, ev.Reports, ev.Reason)
+		case "job-decided":
+			var ev coordinator.AllShardsDecided
+			json.Unmarshal(e.Data, &ev)
+			fmt.Fprintf(w, "all shards decided: %d verified, %d unverified; reducing\n", ev.Verified, ev.Unverified)
+		case "job-complete":
+			var ev coordinator.JobComplete
+			json.Unmarshal(e.Data, &ev)
+			fmt.Fprintf(w, "job complete: result %s (reduced by %s)\n", ev.Reduced.Short(), ev.Reducer)
+		}
+		return nil
+	})
+}
+
+func newJobStatusCmd() *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   "status JOB_ID",
+		Short: "Show a job's state and shard counts",
+		Args:  exactArgs(1, "JOB_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			st, err := c.Job(ctx, id)
+			if err != nil {
+				return err
+			}
+			if jsonOutput {
+				b, _ := json.MarshalIndent(st, "", "  ")
+				printJSON(cmd.OutOrStdout(), b)
+				return nil
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "job %s  %s\n  state %s; regime %s; verification %s\n", st.Name, st.ID, st.State, st.Regime, st.Method)
+			fmt.Fprintf(out, "  shards: %d total, %d verified, %d unverified, %d leased, %d pending\n",
+				st.Counts.Total, st.Counts.Verified, st.Counts.Unverified, st.Counts.Leased, st.Counts.Pending)
+			if st.Reduced != "" {
+				fmt.Fprintf(out, "  result %s (scellis job result %s --out DIR)\n", st.Reduced, st.ID)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newJobResultCmd() *cobra.Command {
+	var f memberFlags
+	var out string
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "result JOB_ID --out DIR",
+		Short: "Fetch a finished job's result.json",
+		Args:  exactArgs(1, "JOB_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if wait {
+				if err := c.Watch(ctx, id, func(api.Event) error { return nil }); err != nil {
+					return err
+				}
+			}
+			st, err := c.Job(ctx, id)
+			if err != nil {
+				return err
+			}
+			if st.Reduced == "" {
+				return &exitError{code: 1, msg: fmt.Sprintf("job %s is %s (%d/%d shards verified); no result yet — use --wait, or scellis job watch %s", st.Name, st.State, st.Counts.Verified, st.Counts.Total, id)}
+			}
+			b, err := c.GetBlob(ctx, st.Reduced)
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(out, 0o755); err != nil {
+				return err
+			}
+			path := filepath.Join(out, "result.json")
+			if err := job.WriteFileAtomic(path, b); err != nil {
+				return err
+			}
+			if jsonOutput {
+				cmd.OutOrStdout().Write(b)
+				return nil
+			}
+			var doc job.Document
+			if err := json.Unmarshal(b, &doc); err == nil {
+				printSummary(cmd.OutOrStdout(), &doc)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "  wrote %s\n", path)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&out, "out", ".", "folder to write result.json into")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the job to complete first")
+	return cmd
+}
+
+func newJobListCmd() *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the pool's jobs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			jobs, err := c.Jobs(ctx)
+			if err != nil {
+				return err
+			}
+			if jsonOutput {
+				b, _ := json.MarshalIndent(jobs, "", "  ")
+				printJSON(cmd.OutOrStdout(), b)
+				return nil
+			}
+			for _, j := range jobs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s  %-20s %-9s %d/%d verified\n", j.ID, j.Name, j.State, j.Counts.Verified, j.Counts.Total)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/pool"
+)
+
+func init() { commands = append(commands, newWorkerCmd) }
+
+func newWorkerCmd() *cobra.Command {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:   "worker --config worker.yaml",
+		Short: "Execute shards for a pool: lease, run in the sandbox, upload, report",
+		Long: `Run a worker: it leases shards from the aggregator cluster, runs each in
+the sandbox (no file, network or clock access for the content), uploads the
+result bytes to the blob store and reports their hash. Results count only
+after other peers agree. The worker renews its leases while it runs and
+hands them back when it stops (SIGINT, or 'scellis worker stop').`,
+		Example: `  scellis worker --config worker.yaml
+
+  # worker.yaml
+  name: worker-1
+  identity: worker-1/identity.key
+  federation: federation.yaml
+  cache_dir: worker-1/cache
+  parallel: 2              # shards at once
+  shard_timeout: 10m       # budget per shard`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" {
+				return usageError{fmt.Errorf("--config is required")}
+			}
+			c, err := config.LoadWorker(cfgPath)
+			if err != nil {
+				return err
+			}
+			f := memberFlags{identity: c.Identity, passphraseFile: c.PassphraseFile, federation: c.Federation}
+			id, fed, err := f.loadMember(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if m, ok := fed.Lookup(id.Public()); !ok || m.Name != c.Name {
+				return diag.New(diag.WorkerConfig, c.Name, "the identity key does not belong to member %q", c.Name).
+					At(c.File, 1, 1).WithHelp("set name to the member whose public key matches the identity file")
+			}
+			client, err := api.NewClient(id, fed)
+			if err != nil {
+				return err
+			}
+			builtin, err := catalog.Builtin()
+			if err != nil {
+				return err
+			}
+			if err := os.MkdirAll(c.CacheDir, 0o700); err != nil {
+				return err
+			}
+			pidFile := filepath.Join(c.CacheDir, "worker.pid")
+			if err := os.WriteFile(pidFile, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+				return err
+			}
+			defer os.Remove(pidFile)
+			out := cmd.ErrOrStderr()
+			w := &pool.Worker{
+				Client: client, Catalog: builtin, CacheDir: c.CacheDir, Parallel: c.Parallel,
+				ShardTimeout: c.ShardTimeout, Poll: c.Poll, Corrupt: c.CorruptResults,
+				Logf: func(format string, args ...any) {
+					fmt.Fprintf(out, "%s %s: %s\n", time.Now().Format("15:04:05.000"), c.Name, fmt.Sprintf(format, args...))
+				},
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			fmt.Fprintf(cmd.OutOrStdout(), "worker %s: %d shard(s) at once, pool %s\n", c.Name, c.Parallel, strings.Join(client.Endpoints(), ", "))
+			return w.Run(ctx)
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "worker config file (YAML)")
+	cmd.AddCommand(newWorkerStopCmd())
+	return cmd
+}
+
+func newWorkerStopCmd() *cobra.Command {
+	var cfgPath string
+	cmd := &cobra.Command{
+		Use:   "stop --config worker.yaml",
+		Short: "Stop a running worker at once; it hands its leases back",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cfgPath == "" {
+				return usageError{fmt.Errorf("--config is required")}
+			}
+			c, err := config.LoadWorker(cfgPath)
+			if err != nil {
+				return err
+			}
+			b, err := os.ReadFile(filepath.Join(c.CacheDir, "worker.pid"))
+			if err != nil {
+				return &exitError{code: 1, msg: fmt.Sprintf("no worker is running for %s (no pid file in %s)", cfgPath, c.CacheDir)}
+			}
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				return &exitError{code: 1, msg: "the worker's pid file is damaged"}
+			}
+			if err := syscall.Kill(pid, syscall.SIGINT); err != nil {
+				return &exitError{code: 1, msg: fmt.Sprintf("stopping worker %d: %v", pid, err)}
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "sent stop to worker %s (pid %d)\n", c.Name, pid)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&cfgPath, "config", "", "the worker's config file")
+	return cmd
+}

@@ -1,0 +1,80 @@
+package config
+
+import "time"
+
+// Aggregator configures `scellis aggregator`.
+type Aggregator struct {
+	File           string
+	Name           string        // this node's member name in the federation file
+	Identity       string        // private key file (scellis keygen)
+	PassphraseFile string        // for an encrypted key file
+	Federation     string        // federation file
+	DataDir        string        // Raft log, snapshots, blobs
+	LeaseTTL       time.Duration // default lease length for shards
+	LogLevel       string        // off, error, warn, info, debug
+}
+
+// LoadAggregator reads an aggregator config.
+func LoadAggregator(file string) (*Aggregator, error) {
+	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn"}
+	fields := []field{
+		mk("name", true, "the node's member name in the federation file", str(&c.Name)),
+		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
+		mk("passphrase_file", false, "", str(&c.PassphraseFile)),
+		mk("federation", true, "the federation file listing every member", str(&c.Federation)),
+		mk("data_dir", true, "a folder for the Raft log, snapshots and blobs", str(&c.DataDir)),
+		mk("lease_ttl", false, "", duration(&c.LeaseTTL)),
+		mk("log_level", false, "", str(&c.LogLevel)),
+	}
+	if err := load(file, "aggregator config", fields); err != nil {
+		return nil, err
+	}
+	c.Identity = resolve(file, c.Identity)
+	c.PassphraseFile = resolve(file, c.PassphraseFile)
+	c.Federation = resolve(file, c.Federation)
+	c.DataDir = resolve(file, c.DataDir)
+	return c, nil
+}
+
+// Worker configures `scellis worker`: who it is, where the pool is, and the
+// budget it gives the pool.
+type Worker struct {
+	File           string
+	Name           string
+	Identity       string
+	PassphraseFile string
+	Federation     string
+	CacheDir       string        // job bundles and inputs fetched from the pool
+	Parallel       int           // shards at once
+	MemoryMB       int           // per-shard memory budget for content
+	ShardTimeout   time.Duration // CPU/wall budget per shard
+	Poll           time.Duration // wait between lease requests when idle
+	// CorruptResults makes the worker return wrong results: a test switch
+	// to show that such a worker is out-voted. Never set it in production.
+	CorruptResults bool
+}
+
+// LoadWorker reads a worker config.
+func LoadWorker(file string) (*Worker, error) {
+	c := &Worker{File: file, Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond}
+	fields := []field{
+		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
+		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
+		mk("passphrase_file", false, "", str(&c.PassphraseFile)),
+		mk("federation", true, "the federation file listing every member", str(&c.Federation)),
+		mk("cache_dir", true, "a folder for job bundles and inputs fetched from the pool", str(&c.CacheDir)),
+		mk("parallel", false, "", integer(&c.Parallel, 1, 256)),
+		mk("memory_mb", false, "", integer(&c.MemoryMB, 16, 1<<20)),
+		mk("shard_timeout", false, "", duration(&c.ShardTimeout)),
+		mk("poll", false, "", duration(&c.Poll)),
+		mk("corrupt_results", false, "", boolean(&c.CorruptResults)),
+	}
+	if err := load(file, "worker config", fields); err != nil {
+		return nil, err
+	}
+	c.Identity = resolve(file, c.Identity)
+	c.PassphraseFile = resolve(file, c.PassphraseFile)
+	c.Federation = resolve(file, c.Federation)
+	c.CacheDir = resolve(file, c.CacheDir)
+	return c, nil
+}

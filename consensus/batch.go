@@ -1,0 +1,225 @@
+package consensus
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/scellis/scellis/content"
+)
+
+// Log entry kinds: the first byte of every LogCommand entry's data.
+const (
+	// entryNoop entries change nothing. Only the raw-Raft baseline of the
+	// benchmarks writes them; every node skips them.
+	entryNoop byte = 0x00
+	// entryBatch is followed by the canonical CBOR of an envelope.
+	entryBatch byte = 0x01
+)
+
+// envelope is the body of an entryBatch log entry: commands in the order
+// they are applied. Encoded with content.Encode (deterministic CBOR) as
+// {1: [bstr, ...]}.
+type envelope struct {
+	Cmds [][]byte `cbor:"1,keyasint"`
+}
+
+// encodeBatch returns the log entry data for cmds.
+func encodeBatch(cmds [][]byte) ([]byte, error) {
+	body, err := content.Encode(envelope{Cmds: cmds})
+	if err != nil {
+		return nil, fmt.Errorf("consensus: encode batch: %w", err)
+	}
+	data := make([]byte, 1+len(body))
+	data[0] = entryBatch
+	copy(data[1:], body)
+	return data, nil
+}
+
+// decodeEntry splits log entry data into its kind and, for a batch, its
+// commands. It refuses unknown kinds and non-canonical or trailing bytes.
+func decodeEntry(data []byte) (kind byte, cmds [][]byte, err error) {
+	if len(data) == 0 {
+		return 0, nil, errors.New("consensus: empty log entry")
+	}
+	switch data[0] {
+	case entryNoop:
+		return entryNoop, nil, nil
+	case entryBatch:
+		var env envelope
+		if err := content.Decode(data[1:], &env); err != nil {
+			return 0, nil, fmt.Errorf("consensus: batch envelope: %w", err)
+		}
+		if len(env.Cmds) == 0 {
+			return 0, nil, errors.New("consensus: batch envelope holds no command")
+		}
+		return entryBatch, env.Cmds, nil
+	default:
+		return 0, nil, fmt.Errorf("consensus: unknown log entry kind 0x%02x", data[0])
+	}
+}
+
+// request is one Apply call waiting for its command's response.
+type request struct {
+	cmd  []byte
+	done chan reply // buffered: the batcher never blocks on a caller
+}
+
+type reply struct {
+	resp []byte
+	err  error
+}
+
+// inflight is one batch handed to Raft, in log order.
+type inflight struct {
+	f    raft.ApplyFuture
+	reqs []*request
+}
+
+// batcher packs concurrent Apply calls into log entries (group commit).
+//
+// One goroutine (run) takes the first queued request, waits for a free
+// in-flight slot — requests arriving meanwhile queue behind it — then drains
+// the queue up to the size limits and hands the batch to Raft as one entry.
+// A second goroutine (wait) resolves the futures in log order, gives each
+// caller its own response and frees the slot. A lone writer therefore pays
+// one commit; many writers share each commit (and its fsyncs).
+type batcher struct {
+	raft     *raft.Raft
+	mapErr   func(error) error
+	maxCmds  int
+	maxBytes int
+
+	in      chan *request
+	slots   chan struct{}
+	pending chan inflight
+	stop    chan struct{} // closed by close: form no more batches
+	ranOut  chan struct{} // closed when run has returned
+	waited  chan struct{} // closed when wait has returned
+}
+
+func newBatcher(r *raft.Raft, mapErr func(error) error, cfg Config) *batcher {
+	b := &batcher{
+		raft:     r,
+		mapErr:   mapErr,
+		maxCmds:  cfg.MaxBatchCommands,
+		maxBytes: cfg.MaxBatchBytes,
+		in:       make(chan *request, 4*cfg.MaxBatchCommands),
+		slots:    make(chan struct{}, cfg.MaxInflightBatches),
+		pending:  make(chan inflight, cfg.MaxInflightBatches),
+		stop:     make(chan struct{}),
+		ranOut:   make(chan struct{}),
+		waited:   make(chan struct{}),
+	}
+	go b.run()
+	go b.wait()
+	return b
+}
+
+// run forms batches until stop.
+func (b *batcher) run() {
+	defer close(b.ranOut)
+	defer close(b.pending)
+	var carry *request
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-b.in:
+			case <-b.stop:
+				return
+			}
+		}
+		select {
+		case b.slots <- struct{}{}:
+		case <-b.stop:
+			first.done <- reply{err: ErrClosed}
+			return
+		}
+		reqs := []*request{first}
+		size := len(first.cmd)
+	fill:
+		for len(reqs) < b.maxCmds {
+			select {
+			case r := <-b.in:
+				if size+len(r.cmd) > b.maxBytes {
+					carry = r
+					break fill
+				}
+				reqs = append(reqs, r)
+				size += len(r.cmd)
+			default:
+				break fill
+			}
+		}
+		cmds := make([][]byte, len(reqs))
+		for i, r := range reqs {
+			cmds[i] = r.cmd
+		}
+		data, err := encodeBatch(cmds)
+		if err != nil {
+			for _, r := range reqs {
+				r.done <- reply{err: err}
+			}
+			<-b.slots
+			continue
+		}
+		b.pending <- inflight{f: b.raft.Apply(data, 0), reqs: reqs}
+	}
+}
+
+// wait answers the callers of each batch once Raft resolves it.
+func (b *batcher) wait() {
+	defer close(b.waited)
+	for inf := range b.pending {
+		if err := inf.f.Error(); err != nil {
+			err = b.mapErr(err)
+			for _, r := range inf.reqs {
+				r.done <- reply{err: err}
+			}
+		} else {
+			resps, ok := inf.f.Response().([][]byte)
+			if !ok || len(resps) != len(inf.reqs) {
+				panic(fmt.Sprintf("consensus: batch of %d commands got %d responses (invariant: one response per command)", len(inf.reqs), len(resps)))
+			}
+			for i, r := range inf.reqs {
+				r.done <- reply{resp: resps[i]}
+			}
+		}
+		<-b.slots
+	}
+}
+
+// close stops the batcher while Raft still runs: it forms no more batches,
+// fails the requests still queued with ErrClosed (they never reached Raft),
+// and waits up to drain for the batches in flight to resolve — they commit,
+// or fail once the leader loses its quorum. It reports whether they all
+// resolved.
+//
+// Draining before Raft shuts down matters: raft v1.8 never resolves an
+// Apply future that is committed but still queued for the FSM when it shuts
+// down, so a waiter on it would block for ever.
+func (b *batcher) close(drain time.Duration) bool {
+	close(b.stop)
+	<-b.ranOut
+	for {
+		select {
+		case r := <-b.in:
+			r.done <- reply{err: ErrClosed}
+			continue
+		default:
+		}
+		break
+	}
+	t := time.NewTimer(drain)
+	defer t.Stop()
+	select {
+	case <-b.waited:
+		return true
+	case <-t.C:
+		return false
+	}
+}

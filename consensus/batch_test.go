@@ -1,0 +1,212 @@
+package consensus
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestBatchOneResponsePerCaller holds the leader's state machine on one
+// command so that fifty more queue behind it, then checks that they travel
+// as one log entry and that each caller gets its own response, in log order.
+func TestBatchOneResponsePerCaller(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = 1 })
+	leader := c.waitLeader()
+	n := c.nodes[leader]
+	g := c.sms[leader].holdNext()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	const callers = 50
+	type answer struct {
+		cmd, resp []byte
+		err       error
+	}
+	answers := make(chan answer, callers+1)
+	call := func(cmd []byte) {
+		resp, err := n.Apply(ctx, cmd)
+		answers <- answer{cmd, resp, err}
+	}
+	go call([]byte("first"))
+	select {
+	case <-g.entered:
+	case <-ctx.Done():
+		t.Fatal("the first command never reached the state machine")
+	}
+	entries := n.raft.LastIndex() // the first command's entry is in the log
+
+	for i := 0; i < callers; i++ {
+		go call(fmt.Appendf(nil, "caller-%d", i))
+	}
+	waitFor(t, 10*time.Second, func() bool { return len(n.b.in) == callers }, "%d queued commands", callers)
+	close(g.release)
+
+	got := make([]answer, 0, callers+1)
+	for range callers + 1 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("apply %s: %v", a.cmd, a.err)
+		}
+		got = append(got, a)
+	}
+	if d := n.raft.LastIndex() - entries; d != 1 {
+		t.Errorf("%d commands took %d log entries, want 1", callers, d)
+	}
+
+	// Order the answers by the sequence number in each response and replay
+	// the chain: every response must be the state right after its own
+	// command.
+	sort.Slice(got, func(i, j int) bool {
+		return binary.BigEndian.Uint64(got[i].resp) < binary.BigEndian.Uint64(got[j].resp)
+	})
+	var ref chain
+	for i, a := range got {
+		want := ref.add(a.cmd)
+		if !bytes.Equal(a.resp, want) {
+			t.Fatalf("answer %d (%s): response %x, want %x", i, a.cmd, a.resp, want)
+		}
+	}
+	if !bytes.Equal(got[0].cmd, []byte("first")) {
+		t.Errorf("first applied command is %s", got[0].cmd)
+	}
+	c.waitConverged(c.live(), ref)
+}
+
+// TestBatchConcurrentWriters: many writers, no gate; every response is the
+// chain state right after its own command and replicas agree.
+func TestBatchConcurrentWriters(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	leader := c.waitLeader()
+	n := c.nodes[leader]
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const writers, each = 16, 25
+	var mu sync.Mutex
+	bySeq := map[uint64][2][]byte{}
+	var wg sync.WaitGroup
+	start := n.raft.LastIndex()
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				cmd := fmt.Appendf(nil, "w%d-%d", w, i)
+				resp, err := n.Apply(ctx, cmd)
+				if err != nil {
+					t.Errorf("apply %s: %v", cmd, err)
+					return
+				}
+				mu.Lock()
+				bySeq[binary.BigEndian.Uint64(resp)] = [2][]byte{cmd, resp}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	var ref chain
+	for seq := uint64(1); seq <= writers*each; seq++ {
+		a, ok := bySeq[seq]
+		if !ok {
+			t.Fatalf("no caller got sequence number %d", seq)
+		}
+		if want := ref.add(a[0]); !bytes.Equal(a[1], want) {
+			t.Fatalf("seq %d (%s): response %x, want %x", seq, a[0], a[1], want)
+		}
+	}
+	c.waitConverged(c.live(), ref)
+	t.Logf("%d commands in %d log entries", writers*each, n.raft.LastIndex()-start)
+}
+
+// TestBatchLargeCommandsSplit: a batch never exceeds MaxBatchBytes unless a
+// single command does, and order survives the split.
+func TestBatchLargeCommandsSplit(t *testing.T) {
+	c := newCluster(t, 1, func(cfg *Config) { cfg.MaxBatchBytes = 100; cfg.MaxInflightBatches = 1 })
+	leader := c.waitLeader()
+	n := c.nodes[leader]
+	g := c.sms[leader].holdNext()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 8)
+	go func() { _, err := n.Apply(ctx, []byte("first")); errs <- err }()
+	<-g.entered
+	before := n.raft.LastIndex()
+	var ref chain
+	ref.add([]byte("first"))
+	cmds := [][]byte{bytes.Repeat([]byte("a"), 60), bytes.Repeat([]byte("b"), 60), bytes.Repeat([]byte("c"), 150), []byte("d")}
+	// Queue them in a known order: each waits until the previous is queued.
+	for i, cmd := range cmds {
+		ref.add(cmd)
+		go func() { _, err := n.Apply(ctx, cmd); errs <- err }()
+		waitFor(t, 5*time.Second, func() bool { return len(n.b.in) == i+1 }, "command %d queued", i)
+	}
+	close(g.release)
+	for range len(cmds) + 1 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// a | b | c (alone, over the limit) | d
+	if d := n.raft.LastIndex() - before; d != 4 {
+		t.Errorf("%d log entries for a, b, c, d under a 100-byte limit; want 4", d)
+	}
+	c.waitConverged(c.live(), ref)
+}
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	for _, cmds := range [][][]byte{
+		{{}},
+		{[]byte("one")},
+		{[]byte("a"), {}, bytes.Repeat([]byte{0xff}, 1000)},
+	} {
+		data, err := encodeBatch(cmds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kind, got, err := decodeEntry(data)
+		if err != nil || kind != entryBatch || len(got) != len(cmds) {
+			t.Fatalf("decode(encode(%q)) = %v, %q, %v", cmds, kind, got, err)
+		}
+		for i := range cmds {
+			if !bytes.Equal(got[i], cmds[i]) {
+				t.Fatalf("command %d: %q, want %q", i, got[i], cmds[i])
+			}
+		}
+	}
+	for _, bad := range [][]byte{nil, {0x02}, {entryBatch}, {entryBatch, 0xa0}, {entryBatch, 0xa1, 0x01, 0x80}} {
+		if _, _, err := decodeEntry(bad); err == nil {
+			t.Errorf("decodeEntry(%x) accepted", bad)
+		}
+	}
+}
+
+// FuzzDecodeEntry: decoding never panics, and whatever decodes re-encodes
+// to the same bytes (the envelope is canonical).
+func FuzzDecodeEntry(f *testing.F) {
+	for _, cmds := range [][][]byte{{[]byte("x")}, {{}, []byte("yz")}} {
+		b, _ := encodeBatch(cmds)
+		f.Add(b)
+	}
+	f.Add([]byte{entryNoop, 1, 2, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		kind, cmds, err := decodeEntry(data)
+		if err != nil || kind != entryBatch {
+			return
+		}
+		again, err := encodeBatch(cmds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(again, data) {
+			t.Fatalf("not canonical: %x re-encodes as %x", data, again)
+		}
+	})
+}

@@ -1,0 +1,416 @@
+// Package consensus replicates a deterministic state machine across the
+// aggregator cluster (1, 3 or 5 nodes) with hashicorp/raft: a raft-wal log
+// and stable store and file snapshots on local disk, and a stream layer of
+// TLS 1.3 with mutual authentication. Concurrent commands are packed into one
+// log entry (group commit) and each caller gets its own response.
+//
+// The invariant: every node applies the same commands in the same order, so
+// state machines that keep the StateMachine contract hold byte-identical
+// state; Apply returns a response only for a command committed by a
+// majority and applied on the leader.
+package consensus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// Node is one member of a Raft cluster. Its methods are safe for concurrent
+// use.
+type Node struct {
+	cfg    Config
+	raft   *raft.Raft
+	trans  *raft.NetworkTransport
+	stream *tlsStream
+	store  *wal.WAL
+	meta   *metadb.BoltMetaDB
+	b      *batcher
+
+	// rp is raft for the stream's address resolver, which may run before
+	// Open has assigned n.raft.
+	rp atomic.Pointer[raft.Raft]
+	// known maps addresses to server IDs from Bootstrap and AddVoter, for
+	// dials made before the configuration lists a server.
+	mu    sync.Mutex
+	known map[string]string
+
+	closeOnce sync.Once
+	closing   chan struct{} // closed when Close starts: refuse new work
+	closed    chan struct{} // closed when Close is done
+}
+
+// Open starts a node on cfg with sm as its state machine, which must be in
+// its initial state. With an empty data directory and a Bootstrap list, the
+// node founds the cluster with that configuration; with an empty directory
+// and no list, it waits to be added by the leader (AddVoter); otherwise it
+// restores its latest snapshot and log. Configuration problems are reported
+// as diag diagnostics (SC8001–SC8003).
+func Open(cfg Config, sm StateMachine) (*Node, error) {
+	if sm == nil {
+		return nil, diag.New(diag.ConsensusConfig, "state machine", "no state machine given")
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	logger := cfg.hclogger()
+
+	walDir := filepath.Join(cfg.Dir, "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		return nil, storeErr(cfg.Dir, err)
+	}
+	// raft-wal v0.4.0's Close does not close its bolt meta store, whose file
+	// lock would then block the next Open in this process: own it and close
+	// it after the WAL.
+	meta := &metadb.BoltMetaDB{}
+	store, err := wal.Open(walDir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(cfg.SegmentSize))
+	if err != nil {
+		_ = meta.Close()
+		return nil, storeErr(walDir, err)
+	}
+	closeStore := func() {
+		_ = store.Close()
+		_ = meta.Close()
+	}
+	// NewFileSnapshotStore keeps its files in <base>/snapshots.
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotRetain, logger.Named("snapshots"))
+	if err != nil {
+		closeStore()
+		return nil, storeErr(filepath.Join(cfg.Dir, "snapshots"), err)
+	}
+
+	ln := cfg.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.BindAddr); err != nil {
+			closeStore()
+			return nil, diag.New(diag.ConsensusListen, cfg.BindAddr, "%v", err).
+				WithHelp("choose a free port on an address of this machine")
+		}
+	}
+	advertise := cfg.AdvertiseAddr
+	if advertise == "" {
+		advertise = ln.Addr().String()
+	}
+	if err := cfg.checkAdvertised(advertise); err != nil {
+		_ = ln.Close()
+		closeStore()
+		return nil, err
+	}
+
+	n := &Node{
+		cfg:     cfg,
+		store:   store,
+		meta:    meta,
+		known:   map[string]string{},
+		closing: make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	for _, s := range cfg.Bootstrap {
+		n.known[s.Address] = s.ID
+	}
+	n.stream = newTLSStream(ln, addr(advertise), cfg.ServerTLS, cfg.ClientTLS, n.serverID, cfg.IOTimeout)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  n.stream,
+		MaxPool: 3,
+		Timeout: cfg.IOTimeout,
+		Logger:  logger.Named("net"),
+	})
+	fail := func(err error) (*Node, error) {
+		_ = n.trans.Close()
+		_ = n.stream.Close()
+		closeStore()
+		return nil, err
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	rc.Logger = logger
+	rc.LogLevel = cfg.LogLevel
+	if err := raft.ValidateConfig(rc); err != nil {
+		return fail(diag.New(diag.ConsensusConfig, "timeouts", "%v", err).
+			WithHelp("the leader lease must not exceed the heartbeat timeout, nor the heartbeat timeout the election timeout"))
+	}
+
+	has, err := raft.HasExistingState(store, store, snaps)
+	if err != nil {
+		return fail(storeErr(cfg.Dir, err))
+	}
+	if !has && len(cfg.Bootstrap) > 0 {
+		var c raft.Configuration
+		for _, s := range cfg.Bootstrap {
+			c.Servers = append(c.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(s.ID), Address: raft.ServerAddress(s.Address)})
+		}
+		if err := raft.BootstrapCluster(rc, store, store, snaps, n.trans, c); err != nil {
+			return fail(storeErr(cfg.Dir, fmt.Errorf("bootstrap: %w", err)))
+		}
+	}
+
+	r, err := raft.NewRaft(rc, &fsm{sm: sm}, store, store, snaps, n.trans)
+	if err != nil {
+		return fail(storeErr(cfg.Dir, err))
+	}
+	n.raft = r
+	n.rp.Store(r)
+	n.b = newBatcher(r, n.mapErr, cfg)
+	return n, nil
+}
+
+func storeErr(path string, err error) error {
+	return diag.New(diag.ConsensusStore, path, "%v", err).
+		WithHelp("check the directory's permissions; if the log or snapshots are damaged, move the directory away and let the node catch up from the cluster")
+}
+
+// addr is the advertised address as given, never resolved through DNS: it
+// must equal the address in the Raft configuration.
+type addr string
+
+func (a addr) Network() string { return "tcp" }
+func (a addr) String() string  { return string(a) }
+
+// Close stops the node: it refuses new commands, lets the batches in flight
+// resolve, shuts Raft down and closes the transport and the log store. The
+// data directory keeps the node's state for the next Open. Close is
+// idempotent; the state machine is not touched after Close returns.
+func (n *Node) Close() error {
+	var err error
+	n.closeOnce.Do(func() {
+		close(n.closing)
+		drain := 2*n.cfg.HeartbeatTimeout + n.cfg.IOTimeout
+		n.b.close(drain)
+		// Shutdown waits for Raft's goroutines and closes the transport,
+		// unless Raft already shut itself down (a leader that removed
+		// itself): then close the transport here.
+		if e := n.raft.Shutdown().Error(); e != nil {
+			err = e
+		}
+		_ = n.trans.Close()
+		_ = n.stream.Close()
+		if e := n.store.Close(); e != nil && err == nil {
+			err = e
+		}
+		if e := n.meta.Close(); e != nil && err == nil {
+			err = e
+		}
+		close(n.closed)
+	})
+	return err
+}
+
+// Apply replicates cmd and returns the state machine's response to it, once
+// the command is committed and applied on this node, the leader. Concurrent
+// calls share log entries. Apply copies cmd.
+//
+// Errors: a *NotLeaderError (ErrNotLeader) on a follower; ctx's error when
+// ctx ends before the command reached Raft (it is not applied);
+// ErrOutcomeUnknown (wrapping ctx's error or the Raft error) when it ends
+// after — the command may still commit; ErrClosed after Close.
+func (n *Node) Apply(ctx context.Context, cmd []byte) ([]byte, error) {
+	select {
+	case <-n.closing:
+		return nil, ErrClosed
+	default:
+	}
+	if n.raft.State() != raft.Leader {
+		return nil, n.notLeader()
+	}
+	req := &request{cmd: append([]byte(nil), cmd...), done: make(chan reply, 1)}
+	select {
+	case n.b.in <- req:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-n.closing:
+		return nil, ErrClosed
+	}
+	select {
+	case r := <-req.done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	case <-n.closed:
+		select {
+		case r := <-req.done:
+			return r.resp, r.err
+		default:
+			return nil, fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
+		}
+	}
+}
+
+// AddVoter adds a voting server to the cluster; it must run on the leader.
+// Before changing the configuration it dials addr and checks the server's
+// certificate with ClientTLS(id): a server that cannot be reached, or whose
+// key is not the one pinned for id, is refused (ErrPeerRefused, SC8004), so a
+// typo or an impostor never becomes a voter that lowers the cluster's fault
+// tolerance. Adding a server already in the configuration at addr is a
+// no-op.
+func (n *Node) AddVoter(ctx context.Context, id, address string) error {
+	if err := n.leaderCheck(); err != nil {
+		return err
+	}
+	if id == "" || address == "" {
+		return diag.New(diag.ConsensusConfig, "add voter", "server ID and address are required")
+	}
+	conn, err := n.stream.dial(ctx, address, id, n.cfg.IOTimeout)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrPeerRefused, diag.New(diag.ConsensusRefused, id, "%v", err).
+			WithHelp("check the member's key and address in the federation file and that the node is running"))
+	}
+	_ = conn.Close()
+	n.mu.Lock()
+	n.known[address] = id
+	n.mu.Unlock()
+	return n.await(ctx, n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(address), 0, enqueueTimeout(ctx)))
+}
+
+// RemoveServer removes a server from the cluster; it must run on the leader.
+// A leader that removes itself steps down once the change commits; a
+// removed node shuts its Raft down (Close it to release its resources).
+func (n *Node) RemoveServer(ctx context.Context, id string) error {
+	if err := n.leaderCheck(); err != nil {
+		return err
+	}
+	return n.await(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, enqueueTimeout(ctx)))
+}
+
+// WaitLeader waits until this node knows a leader, and returns it.
+func (n *Node) WaitLeader(ctx context.Context) (id, address string, err error) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if id, address = n.Leader(); id != "" {
+			return id, address, nil
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return "", "", ctx.Err()
+		case <-n.closing:
+			return "", "", ErrClosed
+		}
+	}
+}
+
+// Barrier waits until every command committed before it is applied on this
+// node, the leader. Reads served by the leader after a Barrier see every
+// write acknowledged before it.
+func (n *Node) Barrier(ctx context.Context) error {
+	if err := n.leaderCheck(); err != nil {
+		return err
+	}
+	return n.await(ctx, n.raft.Barrier(enqueueTimeout(ctx)))
+}
+
+// Snapshot takes a snapshot now and compacts the log (keeping TrailingLogs
+// entries). Having nothing new to snapshot is not an error.
+func (n *Node) Snapshot() error {
+	select {
+	case <-n.closing:
+		return ErrClosed
+	default:
+	}
+	err := n.raft.Snapshot().Error()
+	if errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil
+	}
+	return n.mapErr(err)
+}
+
+// leaderCheck refuses writes on a follower before they reach Raft.
+func (n *Node) leaderCheck() error {
+	select {
+	case <-n.closing:
+		return ErrClosed
+	default:
+	}
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	return nil
+}
+
+func (n *Node) notLeader() error {
+	id, a := n.Leader()
+	if id == n.cfg.NodeID {
+		id, a = "", ""
+	}
+	return &NotLeaderError{LeaderID: id, LeaderAddr: a}
+}
+
+// mapErr translates Raft's errors into this package's.
+func (n *Node) mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return n.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrClosed, ErrOutcomeUnknown)
+	default:
+		return fmt.Errorf("consensus: %w", err)
+	}
+}
+
+// await waits for a Raft future or the end of ctx.
+func (n *Node) await(ctx context.Context, f raft.Future) error {
+	ch := make(chan error, 1)
+	go func() { ch <- f.Error() }()
+	select {
+	case err := <-ch:
+		return n.mapErr(err)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// enqueueTimeout bounds how long Raft may take to accept an operation.
+func enqueueTimeout(ctx context.Context) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		if t := time.Until(d); t > 0 {
+			return t
+		}
+		return time.Millisecond
+	}
+	return 0
+}
+
+// serverID maps a Raft address to the server ID that ClientTLS pins: first
+// through the latest configuration (committed or not), then through
+// Bootstrap and AddVoter.
+func (n *Node) serverID(address string) (string, bool) {
+	if r := n.rp.Load(); r != nil {
+		if f := r.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				if string(s.Address) == address {
+					return string(s.ID), true
+				}
+			}
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	id, ok := n.known[address]
+	return id, ok
+}

@@ -1,0 +1,89 @@
+package consensus
+
+import (
+	"strconv"
+
+	"github.com/hashicorp/raft"
+)
+
+// State is a node's Raft role.
+type State string
+
+const (
+	StateFollower  State = "follower"
+	StateCandidate State = "candidate"
+	StateLeader    State = "leader"
+	StateShutdown  State = "shutdown"
+)
+
+func stateOf(s raft.RaftState) State {
+	switch s {
+	case raft.Leader:
+		return StateLeader
+	case raft.Candidate:
+		return StateCandidate
+	case raft.Follower:
+		return StateFollower
+	default:
+		return StateShutdown
+	}
+}
+
+// Status is a node's view of the cluster, for `scellis aggregator status`.
+type Status struct {
+	ID    string
+	State State
+	Term  uint64
+	// CommitIndex is the last log index this node knows committed.
+	CommitIndex uint64
+	// AppliedIndex is the last log index handed to the state machine (the
+	// machine may still be applying it).
+	AppliedIndex uint64
+	// LastSnapshotIndex is the log index of this node's latest snapshot, 0 if
+	// it has none.
+	LastSnapshotIndex uint64
+	// Leader is the leader this node knows of; empty fields when none.
+	Leader Server
+	// Servers is the latest configuration this node knows (possibly not yet
+	// committed), in configuration order.
+	Servers []Server
+}
+
+// Status returns the node's current view. It does not block on the cluster.
+func (n *Node) Status() Status {
+	r := n.raft
+	st := Status{
+		ID:           n.cfg.NodeID,
+		State:        stateOf(r.State()),
+		Term:         r.CurrentTerm(),
+		CommitIndex:  r.CommitIndex(),
+		AppliedIndex: r.AppliedIndex(),
+	}
+	if v, err := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64); err == nil {
+		st.LastSnapshotIndex = v
+	}
+	st.Leader.ID, st.Leader.Address = n.Leader()
+	st.Servers = n.servers()
+	return st
+}
+
+// Leader returns the ID and Raft address of the leader this node knows of,
+// or empty strings when none is known.
+func (n *Node) Leader() (id, addr string) {
+	a, i := n.raft.LeaderWithID()
+	return string(i), string(a)
+}
+
+// servers returns the latest configuration (non-blocking in raft v1.8).
+func (n *Node) servers() []Server {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	cfg := f.Configuration()
+	out := make([]Server, 0, len(cfg.Servers))
+	for _, s := range cfg.Servers {
+		out = append(out, Server{ID: string(s.ID), Address: string(s.Address)})
+	}
+	return out
+}

@@ -1,0 +1,244 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/job"
+)
+
+// Worker is a remote pool's executor: lease → run the shard in the sandbox
+// → upload the result bytes to the blob store → report the hash → repeat.
+// It renews leases while a shard runs, never runs more than Parallel shards
+// at once, and hands its leases back when it stops.
+type Worker struct {
+	Client       *api.Client
+	Catalog      *catalog.Catalog // the worker's built-ins; other content is fetched by ref
+	CacheDir     string
+	Parallel     int
+	ShardTimeout time.Duration
+	Poll         time.Duration
+	// Corrupt makes every result wrong: a test switch showing that a lying
+	// worker is out-voted and recorded. Never set in production.
+	Corrupt bool
+	// Logf reports progress for people; nil is silent.
+	Logf func(format string, args ...any)
+
+	mu    sync.Mutex
+	plans map[content.Ref]*job.Plan
+}
+
+func (w *Worker) logf(format string, args ...any) {
+	if w.Logf != nil {
+		w.Logf(format, args...)
+	}
+}
+
+// Run works until ctx ends, then releases its leases and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	parallel := max(w.Parallel, 1)
+	poll := w.Poll
+	if poll <= 0 {
+		poll = 500 * time.Millisecond
+	}
+	slots := make(chan struct{}, parallel)
+	var running sync.WaitGroup
+	defer func() {
+		running.Wait()
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.Client.Release(rctx, api.ReleaseRequest{}); err != nil {
+			w.logf("releasing leases: %v", err)
+		} else {
+			w.logf("stopped; leases handed back")
+		}
+	}()
+	for ctx.Err() == nil {
+		free := parallel - len(slots)
+		if free == 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case slots <- struct{}{}:
+				<-slots
+			}
+			continue
+		}
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := w.Client.Lease(lctx, api.LeaseRequest{Max: free, RequestID: requestID()})
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			w.logf("lease: %v", err)
+			sleep(ctx, poll)
+			continue
+		}
+		if len(resp.Grants) == 0 {
+			sleep(ctx, poll)
+			continue
+		}
+		for _, g := range resp.Grants {
+			slots <- struct{}{}
+			running.Add(1)
+			go func(g coordinator.LeaseGrant) {
+				defer running.Done()
+				defer func() { <-slots }()
+				w.runGrant(ctx, g)
+			}(g)
+		}
+	}
+	return nil
+}
+
+func requestID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// plan compiles a job's bundle once per worker, checking it is the job
+// the coordinator named.
+func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
+	w.mu.Lock()
+	if p, ok := w.plans[id]; ok {
+		w.mu.Unlock()
+		return p, nil
+	}
+	w.mu.Unlock()
+	st, err := w.Client.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := w.Client.GetBlob(ctx, st.Bundle)
+	if err != nil {
+		return nil, fmt.Errorf("fetching bundle: %w", err)
+	}
+	var b job.Bundle
+	if err := content.Decode(raw, &b); err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", st.Bundle.Short(), err)
+	}
+	dir := filepath.Join(w.CacheDir, strings.TrimPrefix(string(id), "sha256:")[:16])
+	fetch := func(ctx context.Context, ref content.Ref) ([]byte, error) { return w.Client.GetBlob(ctx, ref) }
+	p, err := job.CompileBundle(ctx, &b, w.Catalog, fetch, dir)
+	if err != nil {
+		return nil, err
+	}
+	if p.ID != id {
+		return nil, fmt.Errorf("bundle compiles to job %s, not %s: refusing to work on it", p.ID.Short(), id.Short())
+	}
+	w.mu.Lock()
+	if w.plans == nil {
+		w.plans = map[content.Ref]*job.Plan{}
+	}
+	w.plans[id] = p
+	w.mu.Unlock()
+	return p, nil
+}
+
+// runGrant executes one leased shard and reports it; on any failure the
+// lease is handed back so another peer can take the shard.
+func (w *Worker) runGrant(ctx context.Context, g coordinator.LeaseGrant) {
+	release := func(why error) {
+		w.logf("shard %d of %s: %v; handing the lease back", g.Shard, g.Job.Short(), why)
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		w.Client.Release(rctx, api.ReleaseRequest{Shards: []coordinator.ShardRef{{Job: g.Job, Shard: g.Shard}}})
+	}
+	p, err := w.plan(ctx, g.Job)
+	if err != nil {
+		release(err)
+		return
+	}
+	if g.Shard < 0 || g.Shard >= len(p.Shards) || p.Shards[g.Shard].ID != g.ShardID {
+		release(errors.New("the lease names a shard this job does not have"))
+		return
+	}
+	sh := p.Shards[g.Shard]
+
+	runCtx, cancel := context.WithCancel(ctx)
+	if w.ShardTimeout > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, w.ShardTimeout)
+	}
+	defer cancel()
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		w.renew(runCtx, cancel, g)
+	}()
+	res, err := p.Execute(runCtx, sh)
+	cancel()
+	<-renewDone
+	if err != nil {
+		if ctx.Err() == nil {
+			release(err)
+		}
+		return
+	}
+	if w.Corrupt {
+		if res, err = job.NewResult(sh, map[string]any{"corrupted": res.Value}); err != nil {
+			release(err)
+			return
+		}
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer rcancel()
+	if _, err := w.Client.PutBlob(rctx, res.Bytes); err != nil {
+		release(fmt.Errorf("uploading result: %w", err))
+		return
+	}
+	out, err := w.Client.Report(rctx, api.ResultReport{Job: g.Job, Shard: g.Shard, Result: res.Hash})
+	if err != nil {
+		if ds, ok := diag.As(err); ok {
+			w.logf("shard %d of %s: report refused: %s", g.Shard, g.Job.Short(), ds[0].Message)
+			return
+		}
+		w.logf("shard %d of %s: report: %v", g.Shard, g.Job.Short(), err)
+		return
+	}
+	w.logf("shard %d of %s: reported %s (%s)", g.Shard, g.Job.Short(), res.Hash.Short(), out.Outcome)
+}
+
+// renew keeps the lease alive while the shard runs; if the coordinator
+// says the lease is gone, the run is cancelled (someone else has the shard).
+func (w *Worker) renew(ctx context.Context, cancel context.CancelFunc, g coordinator.LeaseGrant) {
+	ttl := time.Until(time.UnixMilli(g.Expiry))
+	every := max(ttl/3, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, rcancel := context.WithTimeout(ctx, every)
+		_, err := w.Client.Renew(rctx, api.RenewRequest{Job: g.Job, Shard: g.Shard})
+		rcancel()
+		if ds, ok := diag.As(err); ok {
+			w.logf("shard %d of %s: lease lost (%s); stopping it", g.Shard, g.Job.Short(), ds[0].Message)
+			cancel()
+			return
+		}
+	}
+}
