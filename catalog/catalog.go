@@ -161,33 +161,12 @@ func unreadable(path string, err error) error {
 
 // nearest returns the entry name closest to s, if any is close.
 func (c *Catalog) nearest(s string) string {
-	best, bestD := "", 3
-	for _, e := range c.List() {
-		if d := editDistance(s, e.Name); d < bestD {
-			best, bestD = e.Name, d
-		}
+	entries := c.List()
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name
 	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return diag.Suggest(s, names)
 }
 
 // Closure returns e and every entry it loads, transitively, sorted by name

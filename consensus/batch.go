@@ -139,22 +139,8 @@ func (b *batcher) run() {
 			first.done <- reply{err: ErrClosed}
 			return
 		}
-		reqs := []*request{first}
-		size := len(first.cmd)
-	fill:
-		for len(reqs) < b.maxCmds {
-			select {
-			case r := <-b.in:
-				if size+len(r.cmd) > b.maxBytes {
-					carry = r
-					break fill
-				}
-				reqs = append(reqs, r)
-				size += len(r.cmd)
-			default:
-				break fill
-			}
-		}
+		var reqs []*request
+		reqs, carry = b.fill(first)
 		cmds := make([][]byte, len(reqs))
 		for i, r := range reqs {
 			cmds[i] = r.cmd
@@ -169,6 +155,28 @@ func (b *batcher) run() {
 		}
 		b.pending <- inflight{f: b.raft.Apply(data, 0), reqs: reqs}
 	}
+}
+
+// fill forms a batch: first, then whatever is queued, up to maxCmds
+// commands and maxBytes of commands. The request that would overflow the
+// bytes is returned as carry, to open the next batch; first always goes, so
+// a command larger than maxBytes travels alone.
+func (b *batcher) fill(first *request) (reqs []*request, carry *request) {
+	reqs = []*request{first}
+	size := len(first.cmd)
+	for len(reqs) < b.maxCmds {
+		select {
+		case r := <-b.in:
+			if size+len(r.cmd) > b.maxBytes {
+				return reqs, r
+			}
+			reqs = append(reqs, r)
+			size += len(r.cmd)
+		default:
+			return reqs, nil
+		}
+	}
+	return reqs, nil
 }
 
 // wait answers the callers of each batch once Raft resolves it.

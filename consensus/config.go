@@ -31,7 +31,7 @@ type Config struct {
 	// appears in the Raft configuration. Default: the listener's address.
 	AdvertiseAddr string
 	// Listener, when set, is used instead of binding BindAddr (tests, socket
-	// activation). The node closes it on Close.
+	// activation). The node owns it: Close, or a failed Open, closes it.
 	Listener net.Listener
 
 	// Dir is the node's data directory: the raft-wal log and stable store in

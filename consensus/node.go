@@ -37,6 +37,7 @@ type Node struct {
 	stream *tlsStream
 	store  *wal.WAL
 	meta   *metadb.BoltMetaDB
+	lock   *os.File
 	b      *batcher
 
 	// rp is raft for the stream's address resolver, which may run before
@@ -59,6 +60,14 @@ type Node struct {
 // restores its latest snapshot and log. Configuration problems are reported
 // as diag diagnostics (SC8001–SC8003).
 func Open(cfg Config, sm StateMachine) (*Node, error) {
+	n, err := open(cfg, sm)
+	if err != nil && cfg.Listener != nil {
+		_ = cfg.Listener.Close()
+	}
+	return n, err
+}
+
+func open(cfg Config, sm StateMachine) (*Node, error) {
 	if sm == nil {
 		return nil, diag.New(diag.ConsensusConfig, "state machine", "no state machine given")
 	}
@@ -68,8 +77,29 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 	cfg = cfg.withDefaults()
 	logger := cfg.hclogger()
 
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
+	rc.CommitTimeout = cfg.CommitTimeout
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	rc.Logger = logger
+	rc.LogLevel = cfg.LogLevel
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, diag.New(diag.ConsensusConfig, "timeouts", "%v", err).
+			WithHelp("the leader lease must not exceed the heartbeat timeout, nor the heartbeat timeout the election timeout")
+	}
+
 	walDir := filepath.Join(cfg.Dir, "wal")
 	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		return nil, storeErr(cfg.Dir, err)
+	}
+	lock, err := lockDir(cfg.Dir)
+	if err != nil {
 		return nil, storeErr(cfg.Dir, err)
 	}
 	// raft-wal v0.4.0's Close does not close its bolt meta store, whose file
@@ -79,11 +109,13 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 	store, err := wal.Open(walDir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(cfg.SegmentSize))
 	if err != nil {
 		_ = meta.Close()
+		_ = lock.Close()
 		return nil, storeErr(walDir, err)
 	}
 	closeStore := func() {
 		_ = store.Close()
 		_ = meta.Close()
+		_ = lock.Close()
 	}
 	// NewFileSnapshotStore keeps its files in <base>/snapshots.
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, cfg.SnapshotRetain, logger.Named("snapshots"))
@@ -114,6 +146,7 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 		cfg:     cfg,
 		store:   store,
 		meta:    meta,
+		lock:    lock,
 		known:   map[string]string{},
 		closing: make(chan struct{}),
 		closed:  make(chan struct{}),
@@ -133,23 +166,6 @@ func Open(cfg Config, sm StateMachine) (*Node, error) {
 		_ = n.stream.Close()
 		closeStore()
 		return nil, err
-	}
-
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.LeaderLeaseTimeout
-	rc.CommitTimeout = cfg.CommitTimeout
-	rc.SnapshotThreshold = cfg.SnapshotThreshold
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.TrailingLogs
-	rc.BatchApplyCh = true
-	rc.Logger = logger
-	rc.LogLevel = cfg.LogLevel
-	if err := raft.ValidateConfig(rc); err != nil {
-		return fail(diag.New(diag.ConsensusConfig, "timeouts", "%v", err).
-			WithHelp("the leader lease must not exceed the heartbeat timeout, nor the heartbeat timeout the election timeout"))
 	}
 
 	has, err := raft.HasExistingState(store, store, snaps)
@@ -212,6 +228,7 @@ func (n *Node) Close() error {
 		if e := n.meta.Close(); e != nil && err == nil {
 			err = e
 		}
+		_ = n.lock.Close()
 		close(n.closed)
 	})
 	return err
