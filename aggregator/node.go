@@ -46,6 +46,10 @@ type Node struct {
 	done   sync.WaitGroup
 
 	reducing sync.Map // job ID → struct{}: a reduction in progress
+
+	// peerClient talks to the other aggregators as this node (blob
+	// replication and fetches).
+	peerClient *api.Client
 }
 
 // Options tune a node; the zero value is production.
@@ -101,6 +105,10 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		planner: &planner{blobs: blobs, builtin: builtin, cacheDir: filepath.Join(dataDir, "plans"), plans: map[content.Ref]*job.Plan{}},
 	}
 	n.fsm = &fsm{m: machine, hub: n.hub}
+	n.planner.fetchBlob = n.fetchBlob
+	if n.peerClient, err = api.NewClient(id, fed); err != nil {
+		return nil, err
+	}
 
 	raftTLS, err := identity.ServerTLSConfig(id, fed, identity.Aggregator)
 	if err != nil {
@@ -113,10 +121,11 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		}
 	}
 	n.raft, err = consensus.Open(consensus.Config{
-		NodeID:    name,
-		BindAddr:  self.RaftAddress,
-		Dir:       filepath.Join(dataDir, "raft"),
-		ServerTLS: raftTLS,
+		NodeID:        name,
+		BindAddr:      self.RaftAddress,
+		AdvertiseAddr: self.RaftAddress,
+		Dir:           filepath.Join(dataDir, "raft"),
+		ServerTLS:     raftTLS,
 		ClientTLS: func(serverID string) *tls.Config {
 			c, err := identity.ClientTLSConfig(id, fed, serverID, identity.Aggregator)
 			if err != nil {
@@ -146,7 +155,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	n.ln = tls.NewListener(ln, apiTLS)
 	srv := &api.Server{
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
-		Status: func() any { return n.Status() }, Log: log,
+		Status: func() any { return n.Status() }, Log: log, Durable: n.durable,
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", srv.Handler())

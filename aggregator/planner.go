@@ -24,13 +24,15 @@ type planner struct {
 	blobs    *blob.Store
 	builtin  *catalog.Catalog
 	cacheDir string
+	// fetchBlob reads a blob from this node, or from another aggregator.
+	fetchBlob func(ctx context.Context, ref content.Ref) ([]byte, error)
 
 	mu    sync.Mutex
 	plans map[content.Ref]*job.Plan
 }
 
-func (p *planner) fetch(_ context.Context, ref content.Ref) ([]byte, error) {
-	b, err := p.blobs.Get(ref)
+func (p *planner) fetch(ctx context.Context, ref content.Ref) ([]byte, error) {
+	b, err := p.fetchBlob(ctx, ref)
 	if err != nil {
 		return nil, diag.New(diag.BlobMissing, ref.Short(), "blob %s is not on this aggregator: %v", ref, err).
 			WithHelp("upload the bundle's content and inputs before submitting (scellis job submit does this)")

@@ -32,7 +32,7 @@ func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, erro
 			unverified = append(unverified, s.Index)
 			continue
 		}
-		b, err := n.blobs.Get(s.Result)
+		b, err := n.fetchBlob(ctx, s.Result)
 		if err != nil {
 			return "", fmt.Errorf("shard %d: result %s: %w", s.Index, s.Result.Short(), err)
 		}

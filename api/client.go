@@ -400,3 +400,43 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 func Transport(cfg *tls.Config) *http.Transport {
 	return &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: true}
 }
+
+// GetBlobFrom fetches a blob from the first of bases that has it.
+func (c *Client) GetBlobFrom(ctx context.Context, bases []string, ref content.Ref) ([]byte, error) {
+	var lastErr error = errors.New("no node to ask")
+	for _, base := range bases {
+		req, err := http.NewRequestWithContext(ctx, "GET", base+"/blobs/"+string(ref), nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		var b []byte
+		if err := readResponse(resp, &b); err != nil {
+			lastErr = err
+			continue
+		}
+		if content.Hash(b) != ref {
+			lastErr = fmt.Errorf("%s served bytes that do not hash to %s", base, ref.Short())
+			continue
+		}
+		return b, nil
+	}
+	return nil, lastErr
+}
+
+// PutBlobTo stores a blob on one given node.
+func (c *Client) PutBlobTo(ctx context.Context, base string, b []byte) error {
+	req, err := http.NewRequestWithContext(ctx, "PUT", base+"/blobs/"+string(content.Hash(b)), bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	return readResponse(resp, nil)
+}

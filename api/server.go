@@ -28,6 +28,11 @@ type Server struct {
 	Log     *slog.Logger
 	Now     func() time.Time
 	NodeURL string
+	// Durable, if set, is called before a result hash is proposed: it
+	// makes sure the result's bytes are stored on enough nodes that losing
+	// one loses no accepted result. An error refuses the report (503); the
+	// worker retries.
+	Durable func(ctx context.Context, ref content.Ref) error
 }
 
 // Handler returns the API routes. Mount it behind a TLS listener whose
@@ -239,6 +244,13 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	var req ResultReport
 	if !decode(w, r, &req) {
 		return
+	}
+	if s.Durable != nil {
+		if err := s.Durable(r.Context(), req.Result); err != nil {
+			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.BlobMissing, req.Result.Short(),
+				"the result is not stored durably yet: %v", err).WithHelp("upload the result blob, then report again"))
+			return
+		}
 	}
 	s.apply(w, r, coordinator.ReportResult{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Now: s.now()})
 }

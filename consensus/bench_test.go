@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -22,11 +20,7 @@ import (
 //
 //	go test -run '^$' -bench Commit -benchtime 2s ./consensus/
 func BenchmarkCommit(b *testing.B) {
-	c := newCluster(b, 3, func(cfg *Config) {
-		if v := os.Getenv("INFLIGHT"); v != "" {
-			cfg.MaxInflightBatches, _ = strconv.Atoi(v)
-		}
-	})
+	c := newCluster(b, 3, nil)
 	leader := c.waitLeader()
 	n := c.nodes[leader]
 	const size = 128 // about one receipt or lease decision

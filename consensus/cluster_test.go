@@ -214,3 +214,20 @@ func TestSnapshotCatchUp(t *testing.T) {
 	c.applyN(leader, "without n4", 2, &ref)
 	c.waitConverged([]string{"n1", "n2", "n3"}, ref)
 }
+
+// TestFiveNodesLoseTwo: five nodes tolerate two failures, the leader among
+// them.
+func TestFiveNodesLoseTwo(t *testing.T) {
+	c := newCluster(t, 5, nil)
+	leader := c.waitLeader()
+	var ref chain
+	c.applyN(leader, "five", 5, &ref)
+	c.stop(leader)
+	for _, id := range c.live() {
+		c.stop(id)
+		break
+	}
+	leader = c.waitLeader()
+	c.applyN(leader, "three", 5, &ref)
+	c.waitConverged(c.live(), ref)
+}

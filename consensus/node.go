@@ -243,13 +243,8 @@ func (n *Node) Close() error {
 // ErrOutcomeUnknown (wrapping ctx's error or the Raft error) when it ends
 // after — the command may still commit; ErrClosed after Close.
 func (n *Node) Apply(ctx context.Context, cmd []byte) ([]byte, error) {
-	select {
-	case <-n.closing:
-		return nil, ErrClosed
-	default:
-	}
-	if n.raft.State() != raft.Leader {
-		return nil, n.notLeader()
+	if err := n.leaderCheck(); err != nil {
+		return nil, err
 	}
 	req := &request{cmd: append([]byte(nil), cmd...), done: make(chan reply, 1)}
 	select {
@@ -360,10 +355,14 @@ func (n *Node) leaderCheck() error {
 		return ErrClosed
 	default:
 	}
-	if n.raft.State() != raft.Leader {
+	switch n.raft.State() {
+	case raft.Leader:
+		return nil
+	case raft.Shutdown:
+		return fmt.Errorf("%w: raft has shut down (was this node removed from the cluster?)", ErrClosed)
+	default:
 		return n.notLeader()
 	}
-	return nil
 }
 
 func (n *Node) notLeader() error {

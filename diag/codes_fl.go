@@ -1,0 +1,11 @@
+package diag
+
+// Federated training: strategies, client and server steps (SC91xx).
+var (
+	FLContract      = define("SC9101", "strategy broke the client or server step contract")
+	FLDPSteps       = define("SC9102", "record-level DP step allowance of a client step spent")
+	FLDimension     = define("SC9103", "updates of one round differ in length")
+	FLUnprotected   = define("SC9104", "record-level DP: update released without DP-SGD training")
+	FLBadPrivacy    = define("SC9105", "invalid privacy parameters for a client step")
+	FLBadSimulation = define("SC9106", "invalid federated simulation options")
+)
