@@ -54,9 +54,21 @@ type Node struct {
 
 // Options tune a node; the zero value is production.
 type Options struct {
+	// Join: do not bootstrap; wait to be added to a running cluster.
+	Join bool
+	// Raft tuning (0: the consensus defaults).
+	SnapshotThreshold, TrailingLogs, SegmentBytes int
+	SnapshotInterval                              time.Duration
+
 	LeaseTTL time.Duration
 	Log      io.Writer // operational log; nil: stderr
 	LogLevel string
+	// WrapAPI, if set, wraps the control-plane handler (the /v1/ routes
+	// only, not the blob endpoint). It is a test and observability hook:
+	// tests use it to record every control-plane request and response and
+	// prove that no result bytes pass through the coordinator API (law 3).
+	// Production leaves it nil.
+	WrapAPI func(http.Handler) http.Handler
 }
 
 // Start opens the node's stores, joins (or bootstraps) the Raft cluster
@@ -106,6 +118,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	}
 	n.fsm = &fsm{m: machine, hub: n.hub}
 	n.planner.fetchBlob = n.fetchBlob
+	n.planner.durable = n.durable
 	if n.peerClient, err = api.NewClient(id, fed); err != nil {
 		return nil, err
 	}
@@ -116,7 +129,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	}
 	var boot []consensus.Server
 	for _, m := range fed.ByRole(identity.Aggregator) {
-		if m.RaftAddress != "" {
+		if m.RaftAddress != "" && !opt.Join {
 			boot = append(boot, consensus.Server{ID: m.Name, Address: m.RaftAddress})
 		}
 	}
@@ -133,9 +146,13 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 			}
 			return c
 		},
-		Bootstrap: boot,
-		Logger:    logOut,
-		LogLevel:  opt.LogLevel,
+		Bootstrap:         boot,
+		Logger:            logOut,
+		LogLevel:          opt.LogLevel,
+		SnapshotThreshold: uint64(opt.SnapshotThreshold),
+		TrailingLogs:      uint64(opt.TrailingLogs),
+		SnapshotInterval:  opt.SnapshotInterval,
+		SegmentSize:       opt.SegmentBytes,
 	}, n.fsm)
 	if err != nil {
 		return nil, err
@@ -155,10 +172,14 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	n.ln = tls.NewListener(ln, apiTLS)
 	srv := &api.Server{
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
-		Status: func() any { return n.Status() }, Log: log, Durable: n.durable,
+		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, Membership: n, Leader: n.leader,
+	}
+	var control http.Handler = srv.Handler()
+	if opt.WrapAPI != nil {
+		control = opt.WrapAPI(control)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", srv.Handler())
+	mux.Handle("/v1/", control)
 	mux.Handle("/blobs/", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
 		if _, ok := fed.PeerFromRequest(r); !ok {
 			http.Error(w, "not a federation member", http.StatusUnauthorized)
@@ -202,15 +223,7 @@ func (n *Node) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied,
 	}
 	out, err := n.raft.Apply(ctx, b)
 	if err != nil {
-		var nl *consensus.NotLeaderError
-		if errors.As(err, &nl) {
-			e := &api.NotLeaderError{Leader: nl.LeaderID}
-			if m, ok := n.fed.Member(nl.LeaderID); ok {
-				e.URL = "https://" + m.Address
-			}
-			return api.Applied{}, e
-		}
-		return api.Applied{}, err
+		return api.Applied{}, n.leaderErr(err)
 	}
 	var a api.Applied
 	if err := json.Unmarshal(out, &a); err != nil {
@@ -291,4 +304,44 @@ func (r readerOf) Job(id content.Ref) (coordinator.JobStatus, error) { return r.
 func (r readerOf) Jobs() []coordinator.JobStatus                     { return r.f.machine().Jobs() }
 func (r readerOf) Receipts(since uint64) []receipt.Receipt           { return r.f.machine().Receipts(since) }
 func (r readerOf) Contributions() map[string]int64                   { return r.f.machine().Contributions() }
-func (r readerOf) Peers() []coordinator.PeerRecord                   { return r.f.machine().Peers() }
+func (r readerOf) Leasable(peer string, now int64) int {
+	return r.f.machine().Leasable(peer, now)
+}
+func (r readerOf) Peers() []coordinator.PeerRecord { return r.f.machine().Peers() }
+
+// Join adds a federation aggregator to the Raft voters (leader only).
+func (n *Node) Join(ctx context.Context, member string) error {
+	m, ok := n.fed.Member(member)
+	if !ok || m.Role != identity.Aggregator || m.RaftAddress == "" {
+		return diag.New(diag.WorkerConfig, member, "%q is not an aggregator with a raft_address in this node's federation file", member).
+			WithHelp("add the member to the federation file of every node (and restart them) before joining it")
+	}
+	return n.leaderErr(n.raft.AddVoter(ctx, m.Name, m.RaftAddress))
+}
+
+// Leave removes a voter (leader only).
+func (n *Node) Leave(ctx context.Context, member string) error {
+	return n.leaderErr(n.raft.RemoveServer(ctx, member))
+}
+
+// leaderErr maps consensus's not-leader error to the API's redirect.
+func (n *Node) leaderErr(err error) error {
+	var nl *consensus.NotLeaderError
+	if errors.As(err, &nl) {
+		e := &api.NotLeaderError{Leader: nl.LeaderID}
+		if m, ok := n.fed.Member(nl.LeaderID); ok {
+			e.URL = "https://" + m.Address
+		}
+		return e
+	}
+	return err
+}
+
+// leader reports the leader this node knows and its API URL.
+func (n *Node) leader() (name, url string, self bool) {
+	id, _ := n.raft.Leader()
+	if m, ok := n.fed.Member(id); ok {
+		url = "https://" + m.Address
+	}
+	return id, url, id == n.Self.Name
+}

@@ -26,6 +26,9 @@ type planner struct {
 	cacheDir string
 	// fetchBlob reads a blob from this node, or from another aggregator.
 	fetchBlob func(ctx context.Context, ref content.Ref) ([]byte, error)
+	// durable stores a blob on a second aggregator, so a new leader can
+	// plan and reduce the job after this node is gone.
+	durable func(ctx context.Context, ref content.Ref) error
 
 	mu    sync.Mutex
 	plans map[content.Ref]*job.Plan
@@ -75,6 +78,21 @@ func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter str
 	pl, err := p.compile(ctx, bundleRef)
 	if err != nil {
 		return coordinator.SubmitJob{}, err
+	}
+	// The bundle and every blob it names must survive this node.
+	refs := []content.Ref{bundleRef}
+	for _, c := range pl.Content {
+		if _, builtin := p.builtin.Lookup(string(c.Ref)); !builtin {
+			refs = append(refs, c.Ref)
+		}
+	}
+	for _, in := range pl.Inputs {
+		refs = append(refs, in.Ref)
+	}
+	for _, ref := range refs {
+		if err := p.durable(ctx, ref); err != nil {
+			return coordinator.SubmitJob{}, err
+		}
 	}
 	basis := "flat: 1 work unit per shard"
 	if pl.Program.HasFunc("cost") {

@@ -40,6 +40,9 @@ type Reader interface {
 	Receipts(since uint64) []receipt.Receipt
 	Contributions() map[string]int64
 	Peers() []coordinator.PeerRecord
+	// Leasable is how many shards a lease by peer at now would get; an
+	// idle worker's poll is answered from it without a log entry.
+	Leasable(peer string, now int64) int
 }
 
 // Planner turns a submitted bundle into the SubmitJob command: it compiles

@@ -440,3 +440,13 @@ func (c *Client) PutBlobTo(ctx context.Context, base string, b []byte) error {
 	}
 	return readResponse(resp, nil)
 }
+
+// Join adds an aggregator member to the Raft voters.
+func (c *Client) Join(ctx context.Context, member string) error {
+	return c.do(ctx, "POST", "/v1/cluster/join", MemberRequest{Member: member}, nil)
+}
+
+// Leave removes an aggregator member from the Raft voters.
+func (c *Client) Leave(ctx context.Context, member string) error {
+	return c.do(ctx, "POST", "/v1/cluster/leave", MemberRequest{Member: member}, nil)
+}

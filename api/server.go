@@ -33,6 +33,23 @@ type Server struct {
 	// one loses no accepted result. An error refuses the report (503); the
 	// worker retries.
 	Durable func(ctx context.Context, ref content.Ref) error
+	// Leader names the current leader and its API URL, and whether this
+	// node is it; nil on a single node.
+	Leader func() (name, url string, self bool)
+	// Membership changes the Raft voters (join and leave); nil disables them.
+	Membership Membership
+}
+
+// Membership adds and removes aggregator voters. Both return a
+// *NotLeaderError on a follower.
+type Membership interface {
+	Join(ctx context.Context, member string) error
+	Leave(ctx context.Context, member string) error
+}
+
+// MemberRequest names a federation member for join or leave.
+type MemberRequest struct {
+	Member string `json:"member"`
 }
 
 // Handler returns the API routes. Mount it behind a TLS listener whose
@@ -51,6 +68,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/receipts", s.auth(s.receipts))
 	mux.HandleFunc("GET /v1/contributions", s.auth(s.contributions))
 	mux.HandleFunc("GET /v1/status", s.auth(s.status))
+	mux.HandleFunc("POST /v1/cluster/join", s.auth(s.membership(true), identity.Aggregator))
+	mux.HandleFunc("POST /v1/cluster/leave", s.auth(s.membership(false), identity.Aggregator))
 	return mux
 }
 
@@ -209,6 +228,15 @@ func (s *Server) jobStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	js, err := s.Read.Job(id)
 	if err != nil {
+		// A follower may not have applied a just-submitted job yet: send
+		// the reader to the leader rather than deny the job exists.
+		if s.Leader != nil {
+			if name, url, self := s.Leader(); !self && url != "" {
+				w.Header().Set("X-Scellis-Leader", name)
+				http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+				return
+			}
+		}
 		ds, _ := diag.As(err)
 		writeDiags(w, http.StatusNotFound, ds)
 		return
@@ -221,7 +249,14 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.apply(w, r, coordinator.Lease{Peer: peerOf(r).Name, Now: s.now(), Max: req.Max, Job: req.Job, RequestID: req.RequestID})
+	now := s.now()
+	if s.Read.Leasable(peerOf(r).Name, now) == 0 {
+		// Nothing to grant: answer without writing to the replicated log,
+		// so idle workers polling cost no consensus round.
+		writeJSON(w, http.StatusOK, coordinator.LeaseResponse{Grants: []coordinator.LeaseGrant{}})
+		return
+	}
+	s.apply(w, r, coordinator.Lease{Peer: peerOf(r).Name, Now: now, Max: req.Max, Job: req.Job, RequestID: req.RequestID})
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {
@@ -243,6 +278,12 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request) {
 func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	var req ResultReport
 	if !decode(w, r, &req) {
+		return
+	}
+	// A malformed ref is refused here, not mistaken for a blob to wait for.
+	if !content.IsRef(string(req.Result)) {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "results", "result %q is not a ref", req.Result).
+			WithHelp("report the sha256 ref of the result bytes uploaded to the blob endpoint"))
 		return
 	}
 	if s.Durable != nil {
@@ -306,4 +347,36 @@ func writeDiags(w http.ResponseWriter, status int, ds diag.List) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	diag.RenderJSON(w, ds)
+}
+
+func (s *Server) membership(join bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req MemberRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if s.Membership == nil {
+			writeDiag(w, http.StatusNotImplemented, diag.New(diag.PoolBadRequest, "cluster", "this node does not change membership"))
+			return
+		}
+		op := s.Membership.Leave
+		if join {
+			op = s.Membership.Join
+		}
+		err := op(r.Context(), req.Member)
+		var nl *NotLeaderError
+		switch {
+		case err == nil:
+			writeJSON(w, http.StatusOK, map[string]any{"member": req.Member, "joined": join})
+		case errors.As(err, &nl) && nl.URL != "":
+			http.Redirect(w, r, nl.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+		default:
+			if ds, ok := diag.As(err); ok {
+				writeDiags(w, http.StatusBadRequest, ds)
+				return
+			}
+			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolNoLeader, req.Member, "%v", err).
+				WithHelp("the member must be running, listed as an aggregator with a raft_address in every node's federation file"))
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -41,7 +42,9 @@ func TestParseDeducesKind(t *testing.T) {
 		{"def cost(params):\n    return 1\ndef run(params, inputs):\n    return 1\n", Program},
 		{"def partition(params):\n    return []\n", Partitioner},
 		{"def reduce(results, params):\n    return 1\n", Reducer},
-		{"def client_step(model, data, state):\n    return model\ndef server_step(model, updates, state):\n    return model\n", Strategy},
+		{"def client_step(g, data, params, state):\n    return g\ndef server_step(g, total, weight, params):\n    return g\n", Strategy},
+		{"def client_step(g, data, params, state=None):\n    return g\ndef server_step(g, total, weight, params):\n    return g\ndef init(params, dims):\n    return {}\ndef evaluate(g, data, params):\n    return {}\n", Strategy},
+		{"def init(params, dims, extra):\n    return {}\n", Library}, // only a strategy's init is checked
 		{"def helper(x):\n    return x\n", Library},
 		{"X = 1\n", Library},
 		{"def run(params, inputs, *rest):\n    return 1\n", Program},
@@ -108,6 +111,8 @@ func TestParseRefusals(t *testing.T) {
 		{"half strategy", "s.star", "def client_step(m):\n    pass\n", diag.MissingFunction, 0, 0},
 		{"cost alone", "c.star", "def cost(params):\n    return 1\n", diag.MissingFunction, 1, 1},
 		{"arity", "a.star", "def run(params):\n    return 1\n", diag.MissingFunction, 1, 1},
+		{"strategy arity", "s.star", "def client_step(g, data, state):\n    pass\ndef server_step(g, total, weight, params):\n    pass\n", diag.MissingFunction, 1, 1},
+		{"strategy init arity", "s.star", "def client_step(g, data, params, state):\n    pass\ndef server_step(g, total, weight, params):\n    pass\ndef init(params):\n    pass\n", diag.MissingFunction, 5, 1},
 		{"bad name", "my prog.star", "X = 1\n", diag.InvalidValue, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,10 +191,10 @@ func TestUserStrategyLoadsLikeBuiltin(t *testing.T) {
 	dir := t.TempDir()
 	src := `"""my-fedavg: a user's strategy."""
 
-def client_step(global_model, data, state):
-    return global_model
+def client_step(global_model, data, params, state):
+    return {"update": None, "weight": 0, "metrics": {}, "state": None}
 
-def server_step(global_model, updates, state):
+def server_step(global_model, total, weight, params):
     return global_model
 `
 	path := filepath.Join(dir, "my-fedavg.star")
@@ -319,5 +324,30 @@ func TestStore(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
 		t.Fatalf("temporary files left behind: %v", ents)
+	}
+}
+
+// The built-in strategies are strategies, with the optional init and
+// evaluate, and share the fl-common library; they load like any entry.
+func TestBuiltinStrategies(t *testing.T) {
+	c, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fedavg", "fedprox", "scaffold", "diloco", "fedbuff"} {
+		e, ok := c.Lookup(name)
+		if !ok {
+			t.Fatalf("no built-in %s", name)
+		}
+		if e.Kind != Strategy || !e.HasFunc("init") || !e.HasFunc("evaluate") || !strings.HasPrefix(e.Doc, name+": ") {
+			t.Errorf("%s: kind %s, funcs %v, doc %.30q", name, e.Kind, e.Funcs, e.Doc)
+		}
+		deps, err := c.Closure(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(deps) != 2 || !slices.ContainsFunc(deps, func(d *Entry) bool { return d.Name == "fl-common" && d.Kind == Library }) {
+			t.Errorf("%s loads %v", name, deps)
+		}
 	}
 }

@@ -22,7 +22,7 @@ const (
 	Program     Kind = "program"     // defines run(params, inputs), optionally cost(params)
 	Partitioner Kind = "partitioner" // defines partition(params)
 	Reducer     Kind = "reducer"     // defines reduce(results, params)
-	Strategy    Kind = "strategy"    // defines client_step and server_step
+	Strategy    Kind = "strategy"    // defines client_step and server_step, optionally init and evaluate
 	Library     Kind = "library"     // defines helpers only, for load()
 )
 
@@ -92,6 +92,8 @@ var roles = []role{
 	{"cost", Program, 1, "cost(params)"},
 	{"partition", Partitioner, 1, "partition(params)"},
 	{"reduce", Reducer, 2, "reduce(results, params)"},
+	// A strategy's signatures are checked by CheckStrategy when it is
+	// loaded to run, not here: parsing stays as permissive as it was.
 	{"client_step", Strategy, -1, "client_step(...)"},
 	{"server_step", Strategy, -1, "server_step(...)"},
 }

@@ -12,6 +12,15 @@ type Aggregator struct {
 	DataDir        string        // Raft log, snapshots, blobs
 	LeaseTTL       time.Duration // default lease length for shards
 	LogLevel       string        // off, error, warn, info, debug
+	// Join: this node joins a running cluster (scellis aggregator join on
+	// the leader adds it) instead of bootstrapping one.
+	Join bool
+	// Raft tuning for operators and tests: log entries between snapshots,
+	// entries kept after one, and the log segment size.
+	SnapshotThreshold int
+	SnapshotInterval  time.Duration
+	TrailingLogs      int
+	SegmentBytes      int
 }
 
 // LoadAggregator reads an aggregator config.
@@ -25,6 +34,11 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("data_dir", true, "a folder for the Raft log, snapshots and blobs", str(&c.DataDir)),
 		mk("lease_ttl", false, "", duration(&c.LeaseTTL)),
 		mk("log_level", false, "", str(&c.LogLevel)),
+		mk("join", false, "", boolean(&c.Join)),
+		mk("snapshot_threshold", false, "", integer(&c.SnapshotThreshold, 1, 1<<30)),
+		mk("snapshot_interval", false, "", duration(&c.SnapshotInterval)),
+		mk("trailing_logs", false, "", integer(&c.TrailingLogs, 1, 1<<30)),
+		mk("segment_bytes", false, "", integer(&c.SegmentBytes, 1<<10, 1<<30)),
 	}
 	if err := load(file, "aggregator config", fields); err != nil {
 		return nil, err

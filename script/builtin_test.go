@@ -76,7 +76,9 @@ func TestBuiltinKinds(t *testing.T) {
 		"collect": catalog.Reducer, "sum": catalog.Reducer, "mean": catalog.Reducer, "histogram": catalog.Reducer,
 		"argmin": catalog.Reducer, "argmax": catalog.Reducer, "concat": catalog.Reducer,
 		"montecarlo-pi": catalog.Program, "train-eval": catalog.Program, "matmul": catalog.Program,
-		"numeric": catalog.Library, "select": catalog.Library,
+		"numeric": catalog.Library, "select": catalog.Library, "fl-common": catalog.Library,
+		"fedavg": catalog.Strategy, "fedprox": catalog.Strategy, "scaffold": catalog.Strategy,
+		"diloco": catalog.Strategy, "fedbuff": catalog.Strategy,
 	}
 	for name, kind := range want {
 		e := lookup(t, c, name)

@@ -59,6 +59,10 @@ type Env struct {
 	Seed []byte
 	// Print receives the output of Starlark's print(); nil discards it.
 	Print func(msg string)
+	// Training is the engine's rule for model.train (record-level DP-SGD
+	// and the record of what ran); see TrainingPolicy. Nil trains as the
+	// content asks, deterministically given its seed.
+	Training *TrainingPolicy
 }
 
 // stop reasons, recorded before the thread is cancelled so that the
@@ -83,6 +87,7 @@ type callState struct {
 	paths   map[string]*catalog.Entry // source files seen, for quoting lines
 	guard   memGuard
 	rng     *generator
+	dpSteps int // DP-SGD steps model.train has taken in this call (TrainingPolicy)
 	reason  atomic.Int32
 	detail  atomic.Pointer[string] // why the thread was stopped, for the diagnostic
 }

@@ -10,12 +10,18 @@ import (
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/tensor"
 )
 
 // modelValue is a trained *model.Model inside Starlark: an opaque handle
 // with attributes kind, inputs, classes, hidden and size (parameters).
 type modelValue struct {
 	m *model.Model
+	// What model.train did: optimizer steps and example gradients (0 for a
+	// handle built from parameters), and AdamW's state after the run (nil
+	// unless optimizer was adamw).
+	steps, examples int
+	adam            *model.AdamState
 }
 
 var _ starlark.HasAttrs = (*modelValue)(nil)
@@ -28,7 +34,7 @@ func (m *modelValue) Freeze()               {}
 func (m *modelValue) Truth() starlark.Bool  { return true }
 func (m *modelValue) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable type: model") }
 func (m *modelValue) AttrNames() []string {
-	return []string{"classes", "hidden", "inputs", "kind", "size"}
+	return []string{"classes", "examples", "hidden", "inputs", "kind", "size", "steps"}
 }
 func (m *modelValue) Attr(name string) (starlark.Value, error) {
 	s := m.m.Spec
@@ -43,10 +49,20 @@ func (m *modelValue) Attr(name string) (starlark.Value, error) {
 		return starlark.MakeInt(s.Hidden), nil
 	case "size":
 		return starlark.MakeInt(len(m.m.Params)), nil
+	case "steps":
+		return starlark.MakeInt(m.steps), nil
+	case "examples":
+		return starlark.MakeInt(m.examples), nil
 	}
 	return nil, nil
 }
-func (m *modelValue) ownedBytes() uint64 { return 64 + bytesOf(len(m.m.Params)) }
+func (m *modelValue) ownedBytes() uint64 {
+	n := 64 + bytesOf(len(m.m.Params))
+	if m.adam != nil {
+		n += bytesOf(len(m.adam.M)) + bytesOf(len(m.adam.V))
+	}
+	return n
+}
 
 // modelError keeps the model package's diagnostics about data (too small,
 // diverged) and turns those about bad arguments into diag.NativeArgument.
@@ -85,55 +101,226 @@ func classesOf(kind string, d *model.Dataset) int {
 	return 1
 }
 
+// trainArgs are model.train's arguments.
+type trainArgs struct {
+	kind        string
+	ds          starlark.Value
+	epochs      int
+	batch       int
+	lr, l2      num
+	hidden      int
+	seed        uint64
+	optimizer   string
+	classes     int
+	steps       int
+	init        starlark.Value
+	mu          num
+	anchor      starlark.Value
+	correction  starlark.Value
+	adamState   starlark.Value
+	weightDecay num
+}
+
+func trainModel(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+	a := trainArgs{kind: model.KindLogistic, epochs: 10, batch: 32, lr: 0.1, optimizer: model.OptSGD,
+		init: starlark.None, anchor: starlark.None, correction: starlark.None, adamState: starlark.None}
+	if err := unpack("model.train", args, kw, "kind?", &a.kind, "data", &a.ds, "epochs?", &a.epochs, "batch_size?", &a.batch,
+		"lr?", &a.lr, "l2?", &a.l2, "hidden?", &a.hidden, "seed?", &a.seed, "optimizer?", &a.optimizer,
+		"classes?", &a.classes, "steps?", &a.steps, "init?", &a.init, "mu?", &a.mu, "anchor?", &a.anchor,
+		"correction?", &a.correction, "adam_state?", &a.adamState, "weight_decay?", &a.weightDecay); err != nil {
+		return nil, err
+	}
+	d, err := st.toDataset(a.ds, "data")
+	if err != nil {
+		return nil, err
+	}
+	var init tensor.Vector
+	if a.init != starlark.None {
+		if init, err = st.toVector(a.init, "init"); err != nil {
+			return nil, err
+		}
+	}
+	spec, err := specFor(a.kind, d.Dims(), a.classes, a.hidden, len(init), d, "init")
+	if err != nil {
+		return nil, err
+	}
+	n := spec.NumParams()
+	// Parameters, gradient, optimizer state and the copies below.
+	if err := st.reserve(6*bytesOf(n), "model.train"); err != nil {
+		return nil, err
+	}
+	m, err := model.New(spec, a.seed)
+	if err != nil {
+		return nil, modelError(err)
+	}
+	if init != nil {
+		copy(m.Params, init) // Train works in place; init may be lent by the engine
+	}
+	if err := m.Check(d); err != nil {
+		return nil, modelError(err)
+	}
+	cfg := model.TrainConfig{Epochs: a.epochs, BatchSize: a.batch, LR: float64(a.lr), L2: float64(a.l2), Seed: a.seed,
+		Optimizer: a.optimizer, Steps: a.steps, Mu: float64(a.mu), WeightDecay: float64(a.weightDecay)}
+	if a.anchor != starlark.None {
+		if cfg.Anchor, err = st.toVector(a.anchor, "anchor"); err != nil {
+			return nil, err
+		}
+	} else if cfg.Mu > 0 {
+		return nil, fmt.Errorf("mu = %v needs anchor, the global parameters to stay close to", float64(a.mu))
+	}
+	if a.correction != starlark.None {
+		if cfg.Correction, err = st.toVector(a.correction, "correction"); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Optimizer == model.OptAdamW {
+		cfg.Adam = &model.AdamState{}
+		if a.adamState != starlark.None {
+			if cfg.Adam, err = st.toAdamState(a.adamState, n); err != nil {
+				return nil, err
+			}
+		}
+	} else if a.adamState != starlark.None {
+		return nil, fmt.Errorf("adam_state is given but optimizer is %q; it needs optimizer=%q", cfg.Optimizer, model.OptAdamW)
+	}
+	if err := st.env.Training.apply(&cfg, st.dpSteps); err != nil {
+		return nil, err
+	}
+	stats, err := model.Train(m, d, cfg)
+	if err != nil {
+		return nil, modelError(err)
+	}
+	if cfg.DP != nil {
+		st.dpSteps += stats.Steps
+	}
+	if p := st.env.Training; p != nil && p.Trained != nil {
+		run := TrainRun{Rows: d.Rows(), Steps: stats.Steps, Examples: stats.Examples}
+		if cfg.DP != nil {
+			ran := *cfg.DP
+			ran.Steps = stats.Steps
+			run.DP = &ran
+		}
+		p.Trained(run)
+	}
+	return &modelValue{m: m, steps: stats.Steps, examples: stats.Examples, adam: cfg.Adam}, nil
+}
+
+// toAdamState reads {"m": vector, "v": vector, "t": int} into a fresh
+// AdamState (copies: Train updates the moments in place).
+func (st *callState) toAdamState(v starlark.Value, n int) (*model.AdamState, error) {
+	d, ok := v.(*starlark.Dict)
+	if !ok {
+		return nil, fmt.Errorf("adam_state must be None or a dict {m, v, t} (from model.adam_state), got %s", v.Type())
+	}
+	get := func(k string) (starlark.Value, error) {
+		x, found, _ := d.Get(starlark.String(k))
+		if !found {
+			return nil, fmt.Errorf("adam_state has no %q (want the dict model.adam_state returns)", k)
+		}
+		return x, nil
+	}
+	out := &model.AdamState{}
+	for _, k := range []string{"m", "v"} {
+		x, err := get(k)
+		if err != nil {
+			return nil, err
+		}
+		vec, err := st.toVector(x, "adam_state[\""+k+"\"]")
+		if err != nil {
+			return nil, err
+		}
+		if len(vec) != n {
+			return nil, fmt.Errorf("adam_state[%q] has %d values, the model %d parameters", k, len(vec), n)
+		}
+		if k == "m" {
+			out.M = slices.Clone(vec)
+		} else {
+			out.V = slices.Clone(vec)
+		}
+	}
+	x, err := get("t")
+	if err != nil {
+		return nil, err
+	}
+	if out.T, err = toCount(x, "adam_state[\"t\"]"); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// specFor builds the Spec of a model of kind over inputs features. With
+// classes 0 it infers the number of classes: from the length nParams of a
+// given parameter vector where the kind makes that unambiguous (softmax; an
+// mlp with three or more outputs), else from d's labels (see classesOf).
+// With nParams > 0 the Spec must have exactly that many parameters. what
+// names the vector in messages.
+func specFor(kind string, inputs, classes, hidden, nParams int, d *model.Dataset, what string) (model.Spec, error) {
+	if classes == 0 && nParams > 0 {
+		switch kind {
+		case model.KindSoftmax:
+			if nParams%(inputs+1) == 0 {
+				classes = nParams / (inputs + 1)
+			}
+		case model.KindMLP:
+			if rest := nParams - hidden*(inputs+1); hidden > 0 && rest > 0 && rest%(hidden+1) == 0 && rest/(hidden+1) >= 3 {
+				classes = rest / (hidden + 1)
+			}
+		}
+	}
+	if classes == 0 && d != nil {
+		classes = classesOf(kind, d)
+	}
+	spec := model.Spec{Kind: kind, Inputs: inputs, Classes: classes, Hidden: hidden}
+	if err := spec.Validate(); err != nil {
+		return spec, modelError(err)
+	}
+	if nParams > 0 && spec.NumParams() != nParams {
+		return spec, fmt.Errorf("%s has %d values, but a %s model with %d inputs, %d classes and %d hidden units has %d parameters",
+			what, nParams, kind, inputs, classes, hidden, spec.NumParams())
+	}
+	return spec, nil
+}
+
+// metricsDict renders model.Evaluate's metrics for content.
+func metricsDict(spec model.Spec, met model.Metrics) *starlark.Dict {
+	out := starlark.NewDict(7)
+	set := func(k string, v starlark.Value) { out.SetKey(starlark.String(k), v) }
+	set("n", starlark.MakeInt(met.N))
+	set("loss", starlark.Float(met.Loss))
+	if isRegression(spec) {
+		set("rmse", starlark.Float(met.RMSE))
+	} else {
+		set("log_loss", starlark.Float(met.LogLoss))
+		set("accuracy", starlark.Float(met.Accuracy))
+		set("correct", starlark.MakeInt(met.Correct))
+		if spec.Kind == model.KindLogistic || spec.Classes == 2 {
+			set("auc", starlark.Float(met.AUC))
+		}
+	}
+	return out
+}
+
+// paramsModel builds a model handle from a parameter vector (copied).
+func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, classes, hidden int, d *model.Dataset) (*model.Model, error) {
+	p, err := st.toVector(pv, "params")
+	if err != nil {
+		return nil, err
+	}
+	if len(p) == 0 {
+		return nil, fmt.Errorf("params is empty")
+	}
+	spec, err := specFor(kind, inputs, classes, hidden, len(p), d, "params")
+	if err != nil {
+		return nil, err
+	}
+	if err := st.reserve(bytesOf(len(p)), fn); err != nil {
+		return nil, err
+	}
+	return &model.Model{Spec: spec, Params: slices.Clone(p)}, nil
+}
+
 var modelModule = makeModule("model", map[string]nativeFunc{
-	"train": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-		var (
-			kind      = model.KindLogistic
-			ds        starlark.Value
-			epochs    = 10
-			batch     = 32
-			lr        num
-			l2        num
-			hidden    = 0
-			seed      uint64
-			optimizer = model.OptSGD
-			classes   = 0
-			steps     = 0
-		)
-		lr = 0.1
-		if err := unpack("model.train", args, kw, "kind?", &kind, "data", &ds, "epochs?", &epochs, "batch_size?", &batch,
-			"lr?", &lr, "l2?", &l2, "hidden?", &hidden, "seed?", &seed, "optimizer?", &optimizer,
-			"classes?", &classes, "steps?", &steps); err != nil {
-			return nil, err
-		}
-		d, err := st.toDataset(ds, "data")
-		if err != nil {
-			return nil, err
-		}
-		if classes == 0 {
-			classes = classesOf(kind, d)
-		}
-		spec := model.Spec{Kind: kind, Inputs: d.Dims(), Classes: classes, Hidden: hidden}
-		if err := spec.Validate(); err != nil {
-			return nil, modelError(err)
-		}
-		// Parameters, gradient and optimizer state.
-		if err := st.reserve(4*bytesOf(spec.NumParams()), "model.train"); err != nil {
-			return nil, err
-		}
-		m, err := model.New(spec, seed)
-		if err != nil {
-			return nil, modelError(err)
-		}
-		if err := m.Check(d); err != nil {
-			return nil, modelError(err)
-		}
-		cfg := model.TrainConfig{Epochs: epochs, BatchSize: batch, LR: float64(lr), L2: float64(l2), Seed: seed, Optimizer: optimizer, Steps: steps}
-		if _, err := model.Train(m, d, cfg); err != nil {
-			return nil, modelError(err)
-		}
-		return &modelValue{m: m}, nil
-	},
+	"train": trainModel,
 	"evaluate": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue
 		var ds starlark.Value
@@ -147,22 +334,63 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 		if err := mv.m.Check(d); err != nil {
 			return nil, modelError(err)
 		}
-		met := model.Evaluate(mv.m, d)
-		out := starlark.NewDict(7)
-		set := func(k string, v starlark.Value) { out.SetKey(starlark.String(k), v) }
-		set("n", starlark.MakeInt(met.N))
-		set("loss", starlark.Float(met.Loss))
-		if isRegression(mv.m.Spec) {
-			set("rmse", starlark.Float(met.RMSE))
-		} else {
-			set("log_loss", starlark.Float(met.LogLoss))
-			set("accuracy", starlark.Float(met.Accuracy))
-			set("correct", starlark.MakeInt(met.Correct))
-			if mv.m.Spec.Kind == model.KindLogistic || mv.m.Spec.Classes == 2 {
-				set("auc", starlark.Float(met.AUC))
-			}
+		return metricsDict(mv.m.Spec, model.Evaluate(mv.m, d)), nil
+	},
+	"evaluate_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		var kind string
+		var pv, ds starlark.Value
+		var classes, hidden int
+		if err := unpack("model.evaluate_params", args, kw, "kind", &kind, "params", &pv, "data", &ds,
+			"classes?", &classes, "hidden?", &hidden); err != nil {
+			return nil, err
 		}
-		return out, nil
+		d, err := st.toDataset(ds, "data")
+		if err != nil {
+			return nil, err
+		}
+		m, err := paramsModel(st, "model.evaluate_params", kind, pv, d.Dims(), classes, hidden, d)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Check(d); err != nil {
+			return nil, modelError(err)
+		}
+		return metricsDict(m.Spec, model.Evaluate(m, d)), nil
+	},
+	"from_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		var kind string
+		var pv starlark.Value
+		var inputs, classes, hidden int
+		if err := unpack("model.from_params", args, kw, "kind", &kind, "params", &pv, "inputs", &inputs,
+			"classes?", &classes, "hidden?", &hidden); err != nil {
+			return nil, err
+		}
+		m, err := paramsModel(st, "model.from_params", kind, pv, inputs, classes, hidden, nil)
+		if err != nil {
+			return nil, err
+		}
+		return &modelValue{m: m}, nil
+	},
+	"init_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		kind := model.KindLogistic
+		var inputs, classes, hidden int
+		var seed uint64
+		if err := unpack("model.init_params", args, kw, "kind?", &kind, "inputs", &inputs,
+			"classes?", &classes, "hidden?", &hidden, "seed?", &seed); err != nil {
+			return nil, err
+		}
+		spec := model.Spec{Kind: kind, Inputs: inputs, Classes: classes, Hidden: hidden}
+		if err := spec.Validate(); err != nil {
+			return nil, modelError(err)
+		}
+		if err := st.reserve(bytesOf(spec.NumParams()), "model.init_params"); err != nil {
+			return nil, err
+		}
+		m, err := model.New(spec, seed)
+		if err != nil {
+			return nil, modelError(err)
+		}
+		return newVector(m.Params), nil
 	},
 	"params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue
@@ -173,6 +401,24 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 			return nil, err
 		}
 		return newVector(slices.Clone(mv.m.Params)), nil
+	},
+	"adam_state": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		var mv *modelValue
+		if err := unpack("model.adam_state", args, kw, "m", &mv); err != nil {
+			return nil, err
+		}
+		a := mv.adam
+		if a == nil {
+			return starlark.None, nil
+		}
+		if err := st.reserve(2*bytesOf(len(a.M))+3*entryBytes, "model.adam_state"); err != nil {
+			return nil, err
+		}
+		out := starlark.NewDict(3)
+		out.SetKey(starlark.String("m"), newVector(slices.Clone(a.M)))
+		out.SetKey(starlark.String("t"), starlark.MakeInt(a.T))
+		out.SetKey(starlark.String("v"), newVector(slices.Clone(a.V)))
+		return out, nil
 	},
 	"predict": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue

@@ -52,7 +52,10 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
 			if err != nil {
 				return err
 			}
-			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel})
+			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{
+				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
+				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
+			})
 			if err != nil {
 				return err
 			}
@@ -65,7 +68,7 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "aggregator config file (YAML)")
-	cmd.AddCommand(newAggregatorStatusCmd())
+	cmd.AddCommand(newAggregatorStatusCmd(), newAggregatorMemberCmd(true), newAggregatorMemberCmd(false))
 	return cmd
 }
 
@@ -106,6 +109,44 @@ func newAggregatorStatusCmd() *cobra.Command {
 				b, _ := json.MarshalIndent(all, "", "  ")
 				printJSON(w, b)
 			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newAggregatorMemberCmd(join bool) *cobra.Command {
+	var f memberFlags
+	use, short := "join MEMBER", "Add an aggregator to the Raft voters (run with an aggregator's identity)"
+	long := `Add a running aggregator to the cluster's voters. Before joining, list the
+member (with address and raft_address) in the federation file of every node
+and restart them one at a time, and start the new node with join: true in
+its config so it does not bootstrap a cluster of its own.`
+	if !join {
+		use, short = "leave MEMBER", "Remove an aggregator from the Raft voters"
+		long = "Remove an aggregator from the cluster's voters; stop it afterwards."
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long:  long,
+		Args:  exactArgs(1, "MEMBER"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			op, verb := c.Join, "joined"
+			if !join {
+				op, verb = c.Leave, "left"
+			}
+			if err := op(ctx, args[0]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s the cluster\n", args[0], verb)
 			return nil
 		},
 	}

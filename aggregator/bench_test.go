@@ -1,0 +1,151 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/pool"
+	"github.com/scellis/scellis/trust"
+)
+
+// Pool throughput: shards per second through the whole remote pipeline —
+// submit, plan on the aggregator, lease, run in the sandbox, upload the
+// result to the blob endpoint, report its hash, verify, mint the receipt,
+// reduce — with a trivial program, so what is measured is the pool's
+// per-shard overhead. Everything is real and in this process: a one-node
+// Raft on disk, mutual TLS on loopback, pool.Workers running one shard at a
+// time each. The baseline is the solo executor (pool.Local, one shard per
+// CPU) on the same jobs, measured in the same run; each pool figure is also
+// reported as a ratio to it (vs-solo).
+//
+//	go test -run x -bench . -benchtime 3x ./aggregator/
+
+const (
+	benchShards = 200
+	benchPoll   = 20 * time.Millisecond
+	benchTTL    = 2 * time.Second
+)
+
+// benchProgram does almost nothing; its result carries the job's salt so
+// every job's results are new blobs (a stored blob is not written again).
+const benchProgram = "def run(params, inputs):\n    return {\"v\": params[\"chunk\"], \"salt\": params[\"salt\"]}\n"
+
+// benchJob returns a fresh 200-shard job: salt changes its ID and results.
+func benchJob(p *testPool, salt int) string {
+	return p.writeJob(map[string]string{
+		"p.star": benchProgram,
+		"job.yaml": fmt.Sprintf("name: trivial\nprogram: ./p.star\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: concat\nparams: {salt: %d}\n",
+			benchShards, benchShards, salt),
+	})
+}
+
+func BenchmarkPoolShards(b *testing.B) {
+	var solo float64 // shards/s of the pool of one, measured first
+	b.Run("solo", func(b *testing.B) { solo = benchSolo(b, false) })
+	b.Run("solo-verify", func(b *testing.B) { benchSolo(b, true) })
+	for _, c := range []struct {
+		regime  trust.Regime
+		workers int
+	}{
+		{trust.Own, 1}, {trust.Own, 2}, {trust.Own, 4}, // replicas 1: the main figure
+		{trust.Consortium, 2}, {trust.Consortium, 4}, // replicas 2: every shard runs twice
+	} {
+		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
+		b.Run(name, func(b *testing.B) {
+			rate := benchPool(b, c.regime, c.workers)
+			if solo > 0 {
+				b.ReportMetric(rate/solo, "vs-solo")
+			}
+		})
+	}
+}
+
+// benchSolo runs fresh jobs through the pool of one: compile, execute every
+// shard (twice with verify), reduce. It returns shards/s.
+func benchSolo(b *testing.B, verify bool) float64 {
+	p := &testPool{tb: b, dir: b.TempDir()}
+	var err error
+	if p.cat, err = catalog.Builtin(); err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	jobs := 0
+	for b.Loop() {
+		jobs++
+		plan, err := p.compile(ctx, benchJob(p, jobs))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := (&pool.Local{Verify: verify}).Run(ctx, plan); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rate := float64(benchShards*jobs) / b.Elapsed().Seconds()
+	b.ReportMetric(rate, "shards/s")
+	return rate
+}
+
+// benchPool runs fresh jobs through a one-node aggregator and n workers,
+// each job from local compile and submission to done (reduced), and
+// returns shards/s. It also reports how long the job took from its last
+// shard decided to done (the reducer peer's latency: the leader looks for
+// decided jobs every 200ms), and the rate without it.
+func benchPool(b *testing.B, regime trust.Regime, workers int) float64 {
+	p := newTestPool(b, regime, workers, Options{LeaseTTL: benchTTL})
+	p.startWorkers(workers, benchPoll)
+	alice := p.client("alice")
+	jobs := 0
+	var reduceWait time.Duration
+	for b.Loop() {
+		jobs++
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		plan, err := p.compile(ctx, benchJob(p, jobs))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := submit(ctx, alice, p.fed, plan); err != nil {
+			b.Fatalf("submit: %v", err)
+		}
+		decided, err := p.waitDone(ctx, plan.ID)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !decided.IsZero() {
+			reduceWait += time.Since(decided)
+		}
+		checkBenchJob(b, p, plan)
+	}
+	elapsed := b.Elapsed()
+	rate := float64(benchShards*jobs) / elapsed.Seconds()
+	b.ReportMetric(rate, "shards/s")
+	// Without the reducer's latency: lease → run → upload → report →
+	// verify → receipt only.
+	b.ReportMetric(float64(benchShards*jobs)/(elapsed-reduceWait).Seconds(), "decided-shards/s")
+	b.ReportMetric(float64(reduceWait.Milliseconds())/float64(jobs), "ms-decided-to-done")
+	return rate
+}
+
+// checkBenchJob fails the benchmark unless every shard was verified by as
+// many peers as the regime asks and the job was reduced: a fast wrong pool
+// is not measured.
+func checkBenchJob(b *testing.B, p *testPool, plan *job.Plan) {
+	st, err := p.node.fsm.machine().Job(plan.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if st.State != coordinator.JobDone || st.Counts.Verified != benchShards || st.Reduced == "" {
+		b.Fatalf("job %s: %s, %d/%d verified", plan.ID.Short(), st.State, st.Counts.Verified, benchShards)
+	}
+	want := coordinator.DefaultReplicas(p.fed.Regime)
+	for _, s := range st.Shards {
+		if len(s.Agreeing) != want {
+			b.Fatalf("shard %d verified by %v; want %d peers", s.Index, s.Agreeing, want)
+		}
+	}
+}

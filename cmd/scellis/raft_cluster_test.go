@@ -1,0 +1,254 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// nodeStatus is one line of `scellis --json aggregator status`.
+type nodeStatus struct {
+	Node string
+	Raft struct {
+		State                                              string
+		Term, CommitIndex, AppliedIndex, LastSnapshotIndex uint64
+		Leader                                             struct{ ID string }
+	}
+	ChainSeq  uint64 `json:"chain_seq"`
+	ChainHead string `json:"chain_head"`
+	StateHash string `json:"state_hash"`
+}
+
+// statuses asks every reachable aggregator for its status, as member `as`.
+func (c *cluster) statuses(as string) map[string]nodeStatus {
+	out, _, err := c.cli(as, "--json", "aggregator", "status")
+	if err != nil {
+		return nil
+	}
+	var raw []nodeStatus
+	if json.Unmarshal([]byte(out), &raw) != nil {
+		return nil
+	}
+	m := map[string]nodeStatus{}
+	for _, s := range raw {
+		m[s.Node] = s
+	}
+	return m
+}
+
+func (c *cluster) leader(as string) string {
+	for name, s := range c.statuses(as) {
+		if s.Raft.State == "leader" {
+			return name
+		}
+	}
+	return ""
+}
+
+// converged waits until the named nodes report the same state hash and
+// receipt-chain head, and returns that status.
+func (c *cluster) converged(as string, nodes ...string) nodeStatus {
+	var agreed nodeStatus
+	waitFor(c.t, fmt.Sprintf("%v to converge", nodes), 2*time.Minute, func() bool {
+		st := c.statuses(as)
+		for i, n := range nodes {
+			s, ok := st[n]
+			if !ok || s.StateHash == "" || (i > 0 && (s.StateHash != agreed.StateHash || s.ChainHead != agreed.ChainHead)) {
+				return false
+			}
+			agreed = s
+		}
+		return true
+	})
+	return agreed
+}
+
+func (c *cluster) restartAggregator(name string) {
+	c.start(name, "aggregator", "--config", name+".yaml")
+}
+
+// montecarlo writes a Monte Carlo job of n quick shards.
+func (c *cluster) montecarlo(name string, n int) string {
+	c.write(name+".yaml", fmt.Sprintf("name: %s\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: {use: mean, params: {weight: samples}}\n", name, n*20000, n))
+	return name + ".yaml"
+}
+
+// The leader dies mid-job: a new leader takes over, the job completes, and
+// every node's receipt chain ends in the same head with no gap and no
+// duplicate; the dead node, restarted from its disk, catches up.
+func TestClusterLeaderKilledMidJob(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"w2", "worker"}, member{"alice", "worker"})
+	c.startAggregators()
+	c.startWorker("w1")
+	c.startWorker("w2")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc200", 200)))
+	waitFor(t, "a quarter of the shards", 2*time.Minute, func() bool { return c.status("alice", id).Counts.Verified >= 50 })
+	old := c.leader("alice")
+	if old == "" {
+		t.Fatal("no leader")
+	}
+	c.kill(old, syscall.SIGKILL)
+	waitFor(t, "the job to complete under a new leader", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	var alive []string
+	for _, a := range c.aggs {
+		if a != old {
+			alive = append(alive, a)
+		}
+	}
+	if nl := c.leader("alice"); nl == "" || nl == old {
+		t.Fatalf("leader after the kill: %q (old %s)", nl, old)
+	}
+	st := c.converged("alice", alive...)
+	if st.ChainSeq != 200 {
+		t.Fatalf("receipt chain has %d receipts for 200 verified shards", st.ChainSeq)
+	}
+	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact: 200 receipts") {
+		t.Fatalf("receipts verify: %s", out)
+	}
+	c.restartAggregator(old)
+	again := c.converged("alice", c.aggs...)
+	if again.ChainHead != st.ChainHead {
+		t.Fatalf("restarted node diverged: %s vs %s", again.ChainHead, st.ChainHead)
+	}
+}
+
+// A stopped minority does not stop the majority; a lone node cannot
+// commit; and all three nodes restarted from disk come back with the same
+// state hash.
+func TestClusterMinorityAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "worker"})
+	c.startAggregators()
+	c.startWorker("w1")
+	c.kill("agg-3", syscall.SIGKILL)
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-majority", 20)))
+	waitFor(t, "the majority to finish a job", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	before := c.converged("alice", "agg-1", "agg-2")
+
+	c.kill("agg-2", syscall.SIGKILL)
+	// agg-1 alone: it must not lead, so it cannot commit.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if st := c.statuses("alice")["agg-1"]; st.Raft.State == "leader" && st.Raft.CommitIndex > before.Raft.CommitIndex {
+			t.Fatalf("a lone node committed: %+v", st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if st := c.statuses("alice")["agg-1"]; st.Raft.State == "leader" {
+		t.Fatalf("a lone node is still leader after its lease ran out: %+v", st)
+	}
+	c.restartAggregator("agg-2")
+	c.restartAggregator("agg-3")
+	all := c.converged("alice", c.aggs...)
+	if all.ChainHead != before.ChainHead {
+		t.Fatalf("chain head changed without new work: %s vs %s", all.ChainHead, before.ChainHead)
+	}
+	// Every node stopped, every node restarted from disk: same state.
+	c.kill("w1", syscall.SIGKILL)
+	all = c.converged("alice", c.aggs...)
+	for _, a := range c.aggs {
+		c.kill(a, syscall.SIGTERM)
+	}
+	time.Sleep(time.Second) // let the graceful shutdowns release their ports
+	for _, a := range c.aggs {
+		c.restartAggregator(a)
+	}
+	c.waitLeader()
+	after := c.converged("alice", c.aggs...)
+	if after.StateHash != all.StateHash {
+		t.Fatalf("state hash after a full restart %s, before %s", after.StateHash, all.StateHash)
+	}
+}
+
+// A follower whose disk is wiped is restored from the leader's snapshot and
+// matches the others.
+func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "worker"})
+	for _, a := range c.aggs {
+		b, _ := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
+		c.write(a+".yaml", string(b)+"snapshot_threshold: 16\nsnapshot_interval: 200ms\ntrailing_logs: 4\nsegment_bytes: 4096\n")
+	}
+	c.startAggregators()
+	c.startWorker("w1")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-snap", 60)))
+	waitFor(t, "the job", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	victim := "agg-3"
+	if c.leader("alice") == victim {
+		victim = "agg-2"
+	}
+	c.kill(victim, syscall.SIGKILL)
+	// More work while it is away, so the log moves past what it had.
+	id2 := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-snap-2", 60)))
+	waitFor(t, "the second job", 2*time.Minute, func() bool { return c.status("alice", id2).State == "done" })
+	time.Sleep(300 * time.Millisecond)
+	if err := os.RemoveAll(filepath.Join(c.dir, victim, "data", "raft")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(c.dir, victim+".yaml"))
+	c.write(victim+".yaml", string(b)+"join: true\n")
+	c.restartAggregator(victim)
+	st := c.converged("alice", c.aggs...)
+	if got := c.statuses("alice")[victim]; got.Raft.LastSnapshotIndex == 0 {
+		t.Fatalf("the wiped follower caught up without a snapshot: %+v", got)
+	}
+	if st.ChainSeq != 120 {
+		t.Fatalf("chain has %d receipts, want 120", st.ChainSeq)
+	}
+}
+
+// A node whose key is not in the federation file cannot join or vote.
+func TestClusterRefusesUnknownNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"alice", "worker"})
+	// agg-3 stays down; an impostor with its own key takes agg-3's
+	// addresses, in a federation file of its own that lists its key.
+	c.start("agg-1", "aggregator", "--config", "agg-1.yaml")
+	c.start("agg-2", "aggregator", "--config", "agg-2.yaml")
+	c.waitLeader()
+	pub := c.keygen("impostor")
+	fed, _ := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
+	lines := strings.Split(string(fed), "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "name: agg-3") {
+			lines[i+2] = "    public_key: " + pub
+		}
+	}
+	c.write("impostor-fed.yaml", strings.Join(lines, "\n"))
+	c.write("impostor.yaml", "name: agg-3\nidentity: impostor/identity.key\nfederation: impostor-fed.yaml\ndata_dir: impostor/data\nlog_level: error\n")
+	c.start("impostor", "aggregator", "--config", "impostor.yaml")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-impostor", 4)))
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if c.leader("alice") == "agg-3" {
+			t.Fatal("the impostor became leader")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The impostor never receives the log: the real nodes refuse its TLS.
+	out, _, _ := c.cli("alice", "--json", "aggregator", "status")
+	if strings.Contains(out, `"node": "agg-3"`) {
+		t.Fatalf("the real federation reached the impostor's API: %s", out)
+	}
+	log, _ := os.ReadFile(filepath.Join(c.dir, "impostor.log"))
+	if c.status("alice", id).State == "" || strings.Contains(string(log), "entering leader state") {
+		t.Fatalf("impostor log shows leadership:\n%s", log)
+	}
+	if !strings.Contains(string(log), "certificate") && !strings.Contains(string(log), "tls") && !strings.Contains(string(log), "election") {
+		t.Logf("impostor log:\n%s", log)
+	}
+}
