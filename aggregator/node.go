@@ -255,11 +255,19 @@ func (n *Node) Status() NodeStatus {
 func (n *Node) leaderDuties(ctx context.Context) {
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
+	// Reduce as soon as a job's last shard is decided, not at the next tick.
+	events, cancel := n.hub.Subscribe("")
+	defer func() { cancel() }()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case _, ok := <-events:
+			if !ok {
+				// Dropped for falling behind: subscribe again, the tick covers the gap.
+				events, cancel = n.hub.Subscribe("")
+			}
 		}
 		if n.raft.Status().State != consensus.StateLeader {
 			continue

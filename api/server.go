@@ -286,6 +286,13 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 			WithHelp("report the sha256 ref of the result bytes uploaded to the blob endpoint"))
 		return
 	}
+	// An unknown job is refused as such (404), before any wait for bytes.
+	if _, err := s.Read.Job(req.Job); err != nil {
+		if ds, ok := diag.As(err); ok {
+			writeDiags(w, http.StatusNotFound, ds)
+			return
+		}
+	}
 	if s.Durable != nil {
 		if err := s.Durable(r.Context(), req.Result); err != nil {
 			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.BlobMissing, req.Result.Short(),

@@ -96,7 +96,21 @@ func (s *Store) Put(want content.Ref, r io.Reader) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	if err := os.Rename(tmp, p); err != nil {
+		return err
+	}
+	// The rename is durable only once the folder is synced: a hash reported
+	// after Put returns must survive a crash.
+	return syncDir(filepath.Dir(p))
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // PutBytes stores b and returns its ref.

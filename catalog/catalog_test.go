@@ -42,9 +42,7 @@ func TestParseDeducesKind(t *testing.T) {
 		{"def cost(params):\n    return 1\ndef run(params, inputs):\n    return 1\n", Program},
 		{"def partition(params):\n    return []\n", Partitioner},
 		{"def reduce(results, params):\n    return 1\n", Reducer},
-		{"def client_step(g, data, params, state):\n    return g\ndef server_step(g, total, weight, params):\n    return g\n", Strategy},
-		{"def client_step(g, data, params, state=None):\n    return g\ndef server_step(g, total, weight, params):\n    return g\ndef init(params, dims):\n    return {}\ndef evaluate(g, data, params):\n    return {}\n", Strategy},
-		{"def init(params, dims, extra):\n    return {}\n", Library}, // only a strategy's init is checked
+		{"def client_step(model, data, state):\n    return model\ndef server_step(model, updates, state):\n    return model\n", Strategy},
 		{"def helper(x):\n    return x\n", Library},
 		{"X = 1\n", Library},
 		{"def run(params, inputs, *rest):\n    return 1\n", Program},
@@ -111,8 +109,6 @@ func TestParseRefusals(t *testing.T) {
 		{"half strategy", "s.star", "def client_step(m):\n    pass\n", diag.MissingFunction, 0, 0},
 		{"cost alone", "c.star", "def cost(params):\n    return 1\n", diag.MissingFunction, 1, 1},
 		{"arity", "a.star", "def run(params):\n    return 1\n", diag.MissingFunction, 1, 1},
-		{"strategy arity", "s.star", "def client_step(g, data, state):\n    pass\ndef server_step(g, total, weight, params):\n    pass\n", diag.MissingFunction, 1, 1},
-		{"strategy init arity", "s.star", "def client_step(g, data, params, state):\n    pass\ndef server_step(g, total, weight, params):\n    pass\ndef init(params):\n    pass\n", diag.MissingFunction, 5, 1},
 		{"bad name", "my prog.star", "X = 1\n", diag.InvalidValue, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -191,10 +187,10 @@ func TestUserStrategyLoadsLikeBuiltin(t *testing.T) {
 	dir := t.TempDir()
 	src := `"""my-fedavg: a user's strategy."""
 
-def client_step(global_model, data, params, state):
-    return {"update": None, "weight": 0, "metrics": {}, "state": None}
+def client_step(global_model, data, state):
+    return global_model
 
-def server_step(global_model, total, weight, params):
+def server_step(global_model, updates, state):
     return global_model
 `
 	path := filepath.Join(dir, "my-fedavg.star")
@@ -349,5 +345,42 @@ func TestBuiltinStrategies(t *testing.T) {
 		if len(deps) != 2 || !slices.ContainsFunc(deps, func(d *Entry) bool { return d.Name == "fl-common" && d.Kind == Library }) {
 			t.Errorf("%s loads %v", name, deps)
 		}
+	}
+}
+
+// CheckStrategy holds a strategy to the signatures the engine calls, which
+// Parse (deducing only the kind) does not.
+func TestCheckStrategy(t *testing.T) {
+	const steps = "def client_step(g, data, params, state):\n    pass\ndef server_step(g, total, weight, params):\n    pass\n"
+	for _, tc := range []struct {
+		name, src string
+		code      diag.Code
+		line      int
+	}{
+		{"ok", steps, "", 0},
+		{"optional ok", steps + "def init(params, dims):\n    pass\ndef evaluate(g, data, params=None):\n    pass\n", "", 0},
+		{"client arity", "def client_step(g, data, state):\n    pass\ndef server_step(g, total, weight, params):\n    pass\n", diag.MissingFunction, 1},
+		{"server arity", "def client_step(g, data, params, state):\n    pass\ndef server_step(g, updates):\n    pass\n", diag.MissingFunction, 3},
+		{"init arity", steps + "def init(params):\n    pass\n", diag.MissingFunction, 5},
+		{"evaluate arity", steps + "def evaluate(g):\n    pass\n", diag.MissingFunction, 5},
+		{"not a strategy", "def reduce(results, params):\n    pass\n", diag.ContentKind, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckStrategy(mustParse(t, "s.star", tc.src))
+			if tc.code == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			d := wantDiag(t, err, tc.code)
+			if tc.line > 0 && (d.Pos == nil || d.Pos.Line != tc.line || d.Source == "") {
+				t.Fatalf("position %v, want line %d: %s", d.Pos, tc.line, d.Error())
+			}
+		})
+	}
+	// A library may define functions named init or evaluate freely.
+	if e := mustParse(t, "lib.star", "def init(a, b, c):\n    pass\n"); e.Kind != Library {
+		t.Fatalf("kind %s", e.Kind)
 	}
 }

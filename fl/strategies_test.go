@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,7 +177,9 @@ func TestScaffoldClientState(t *testing.T) {
 	}
 
 	h := simulate(t, c, s, train, 8, SimOptions{Seed: 3})
-	if first, last := h.Rounds[0].Mean("loss"), h.Rounds[7].Mean("loss"); !(last < first-0.1) {
+	first, last := h.Rounds[0].Mean("loss"), h.Rounds[7].Mean("loss")
+	t.Logf("SCAFFOLD: loss %.4f → %.4f", first, last)
+	if !(last < first-0.1) {
 		t.Fatalf("SCAFFOLD loss %.4f → %.4f", first, last)
 	}
 	for i, b := range h.States {
@@ -306,5 +311,34 @@ func TestGlobalEncoding(t *testing.T) {
 	}
 	if b, _ := EncodeState(nil); len(b) != 1 {
 		t.Fatalf("nil state encodes as %x", b)
+	}
+}
+
+// The example strategy in docs/content.md runs as written.
+func TestDocumentedExampleRuns(t *testing.T) {
+	doc, err := os.ReadFile("../docs/content.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(doc)
+	i := strings.Index(text, `    """my-avg:`)
+	j := strings.Index(text, "(`fl/testdata/fedadam.star`")
+	if i < 0 || j < i {
+		t.Fatal("the my-avg example is missing from docs/content.md")
+	}
+	var src strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(text[i:j], "\n"), "\n") {
+		src.WriteString(strings.TrimPrefix(line, "    ") + "\n")
+	}
+	path := filepath.Join(t.TempDir(), "my-avg.star")
+	if err := os.WriteFile(path, []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := builtins(t)
+	train, _, _ := hospitalSplits(t, 3, 200, 15)
+	s := load(t, c, path, nil)
+	h := simulate(t, c, s, train, 5, SimOptions{Seed: 1})
+	if first, last := h.Rounds[0].Mean("loss"), h.Rounds[4].Mean("loss"); !(last < first) {
+		t.Fatalf("my-avg loss %.4f → %.4f", first, last)
 	}
 }

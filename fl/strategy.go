@@ -19,8 +19,8 @@ type Strategy struct {
 
 // Load resolves ref in c — a name, a sha256: ref, or a path to a .star file
 // (relative paths resolve against baseDir), exactly as a job's content is
-// resolved — and checks that it is a strategy whose load()s the catalog can
-// satisfy. An entry of another kind is diag.ContentKind.
+// resolved — and checks that it is a strategy (see NewStrategy) whose
+// load()s the catalog can satisfy.
 func Load(c *catalog.Catalog, ref, baseDir string, params map[string]any) (*Strategy, error) {
 	e, err := c.Resolve(ref, baseDir)
 	if err != nil {
@@ -36,12 +36,12 @@ func Load(c *catalog.Catalog, ref, baseDir string, params map[string]any) (*Stra
 	return s, nil
 }
 
-// NewStrategy wraps an entry, checking its kind. params may be nil.
+// NewStrategy wraps an entry, checking that it is a strategy with the
+// signatures the engine calls (catalog.CheckStrategy: diag.ContentKind,
+// diag.MissingFunction). params may be nil.
 func NewStrategy(e *catalog.Entry, params map[string]any) (*Strategy, error) {
-	if e.Kind != catalog.Strategy {
-		return nil, diag.New(diag.ContentKind, e.Subject(), "%s is a %s, not a strategy", e.Name, e.Kind).
-			At(e.Path, 0, 0).
-			WithHelp("a strategy defines client_step(global, data, params, state) and server_step(global, sum, total_weight, params)")
+	if err := catalog.CheckStrategy(e); err != nil {
+		return nil, err
 	}
 	if params == nil {
 		params = map[string]any{}

@@ -370,3 +370,15 @@ func (p *Plan) TotalCost() int64 {
 	}
 	return n
 }
+
+// CapMemory lowers the plan's per-call memory budget to at most bytes: a
+// worker's own budget applies whatever the job asks for. It changes no
+// result (a call either fits or fails with SC2005), so not the job ID.
+func (p *Plan) CapMemory(bytes uint64) {
+	if bytes == 0 {
+		return
+	}
+	if p.limits.MemoryBytes == 0 || p.limits.MemoryBytes > bytes {
+		p.limits.MemoryBytes = bytes
+	}
+}

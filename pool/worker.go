@@ -28,6 +28,7 @@ type Worker struct {
 	Catalog      *catalog.Catalog // the worker's built-ins; other content is fetched by ref
 	CacheDir     string
 	Parallel     int
+	MemoryBytes  uint64 // per-shard memory budget for content; 0: the job's
 	ShardTimeout time.Duration
 	Poll         time.Duration
 	// Corrupt makes every result wrong: a test switch showing that a lying
@@ -147,6 +148,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	if p.ID != id {
 		return nil, fmt.Errorf("bundle compiles to job %s, not %s: refusing to work on it", p.ID.Short(), id.Short())
 	}
+	p.CapMemory(w.MemoryBytes)
 	w.mu.Lock()
 	if w.plans == nil {
 		w.plans = map[content.Ref]*job.Plan{}

@@ -22,6 +22,7 @@ type cluster struct {
 	dir   string
 	aggs  []string
 	procs map[string]*exec.Cmd
+	exits map[string]chan struct{}
 }
 
 func freePort(t *testing.T) string {
@@ -41,7 +42,7 @@ type member struct {
 
 // newCluster makes keys with `scellis keygen` and a federation file.
 func newCluster(t *testing.T, regime string, aggs int, others ...member) *cluster {
-	c := &cluster{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}}
+	c := &cluster{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
 	var fed strings.Builder
 	fmt.Fprintf(&fed, "federation: test\nregime: %s\nmembers:\n", regime)
 	var all []member
@@ -95,7 +96,22 @@ func (c *cluster) start(name string, args ...string) {
 		c.t.Fatal(err)
 	}
 	c.procs[name] = cmd
-	go cmd.Wait()
+	exited := make(chan struct{})
+	c.exits[name] = exited
+	go func() {
+		cmd.Wait()
+		log.Close()
+		close(exited)
+	}()
+}
+
+// waitExit waits for a process started by start to exit.
+func (c *cluster) waitExit(name string) {
+	select {
+	case <-c.exits[name]:
+	case <-time.After(30 * time.Second):
+		c.t.Fatalf("%s did not exit", name)
+	}
 }
 
 func (c *cluster) startAggregators() {
