@@ -77,7 +77,7 @@ aggregation) joins the demo when the federation lands.`,
 			if keep {
 				fmt.Fprintf(out, "state kept in %s\n", dir)
 			} else {
-				fmt.Fprintln(out, "done; run with --dir DIR --keep to inspect the data, job files and results")
+				fmt.Fprintln(out, "done; that folder was temporary and is now removed: run with --dir DIR --keep to inspect the data, job files and results")
 			}
 			return nil
 		},
