@@ -39,6 +39,9 @@ type ShardPlan struct {
 	Price int64 `cbor:"price" json:"price"`
 	// PriceBasis says how Price was derived, e.g. "program cost()".
 	PriceBasis string `cbor:"price_basis" json:"price_basis"`
+	// Peer, when set, is the only peer that may lease the shard: work that
+	// needs data only that peer holds (a silo's training step).
+	Peer string `cbor:"peer,omitempty" json:"peer,omitempty"`
 }
 
 // ShardRef names one shard of one job.

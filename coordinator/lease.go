@@ -86,7 +86,7 @@ func (m *Machine) lease(c Lease) Result {
 // eligible reports whether peer may get a new lease on s now (after the
 // clock advance, so every lease in s.Leases is live).
 func eligible(j *jobState, s *shardState, peer string) bool {
-	if s.State != StatePending || s.reportOf(peer) != nil {
+	if s.State != StatePending || s.reportOf(peer) != nil || (s.Peer != "" && s.Peer != peer) {
 		return false
 	}
 	if _, has := s.leaseOf(peer); has {

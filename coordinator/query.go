@@ -46,6 +46,7 @@ type ShardStatus struct {
 	ID         content.Ref `json:"id"`
 	Price      int64       `json:"price"`
 	PriceBasis string      `json:"price_basis"`
+	Peer       string      `json:"peer,omitempty"` // the only peer that may lease it, if set
 	// State is pending, leased, verified or unverified.
 	State   ShardState   `json:"state"`
 	Leases  []LeaseInfo  `json:"leases,omitempty"`
@@ -126,7 +127,7 @@ func (j *jobState) status() JobStatus {
 
 func (s *shardState) status() ShardStatus {
 	ss := ShardStatus{
-		Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, State: s.State,
+		Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: s.State,
 		Result: s.Canonical, Agreeing: clone(s.Agreeing), Losers: clone(s.Losers),
 		Receipt: s.Receipt, DecidedAt: s.DecidedAt,
 	}

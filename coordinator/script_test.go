@@ -317,6 +317,12 @@ func (h *harness) command(line int, text string) Command {
 				Price: p, PriceBasis: a.str("basis", "flat 1 per shard"),
 			})
 		}
+		// peers=s1,s2,…: shard i may be leased only by the i-th peer.
+		for i, p := range a.list("peers") {
+			if i < len(c.Shards) {
+				c.Shards[i].Peer = p
+			}
+		}
 		if a.flag("dupshard") && n > 1 {
 			c.Shards[1].ID = c.Shards[0].ID
 		}

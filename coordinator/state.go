@@ -83,6 +83,7 @@ type shardState struct {
 	ID         content.Ref `cbor:"id"`
 	Price      int64       `cbor:"price"`
 	PriceBasis string      `cbor:"price_basis"`
+	Peer       string      `cbor:"peer,omitempty"` // the only peer that may lease it, if set
 	State      ShardState  `cbor:"state"`
 	// Leases are the live leases, sorted by peer; at most one per peer.
 	Leases []lease `cbor:"leases,omitempty"`

@@ -47,7 +47,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 		SubmittedAt: now, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
 	}
 	for i, s := range c.Shards {
-		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, State: StatePending}
+		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: StatePending}
 	}
 	m.st.Jobs = append(m.st.Jobs, j)
 	m.jobs[string(j.ID)] = j
