@@ -40,7 +40,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("trailing_logs", false, "", integer(&c.TrailingLogs, 1, 1<<30)),
 		mk("segment_bytes", false, "", integer(&c.SegmentBytes, 1<<10, 1<<30)),
 	}
-	if err := load(file, "aggregator config", fields); err != nil {
+	if _, err := load(file, "aggregator config", fields); err != nil {
 		return nil, err
 	}
 	c.Identity = resolve(file, c.Identity)
@@ -83,7 +83,7 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("poll", false, "", duration(&c.Poll)),
 		mk("corrupt_results", false, "", boolean(&c.CorruptResults)),
 	}
-	if err := load(file, "worker config", fields); err != nil {
+	if _, err := load(file, "worker config", fields); err != nil {
 		return nil, err
 	}
 	c.Identity = resolve(file, c.Identity)

@@ -6,9 +6,12 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +23,9 @@ import (
 )
 
 // field describes one config key: its name, where it goes, how to parse it.
+// A field is a leaf (parser.set and parser.fromEnv), a nested section
+// (parser.sub) or a list or mapping of named sections of one shape
+// (parser.item); see section and sections.
 type field struct {
 	key      string
 	required bool
@@ -31,6 +37,12 @@ type field struct {
 type parser struct {
 	set     func(d *yamlpos.Decoder, n *yaml.Node, subject string)
 	fromEnv func(s string) error
+	// sub holds the fields of a nested section.
+	sub []field
+	// item returns the fields of one named entry of a list or mapping of
+	// sections; what names an entry in messages ("dataset").
+	item func(name string) []field
+	what string
 }
 
 func str(p *string) parser {
@@ -40,6 +52,131 @@ func str(p *string) parser {
 	}
 }
 
+// strs reads a list of strings, each checked by check (nil accepts any);
+// from the environment, a comma- or space-separated list.
+func strs(p *[]string, check func(string) error) parser {
+	return parser{
+		set: func(d *yamlpos.Decoder, n *yaml.Node, subject string) {
+			out := []string{}
+			for i, it := range d.Seq(n, subject) {
+				sub := fmt.Sprintf("%s[%d]", subject, i)
+				s := d.Str(it, sub)
+				if s == "" {
+					continue
+				}
+				if check != nil {
+					if err := check(s); err != nil {
+						d.Diags = append(d.Diags, refusal(err, d.File, it, sub, s, nil))
+						continue
+					}
+				}
+				out = append(out, s)
+			}
+			if n.Kind == yaml.SequenceNode {
+				*p = out
+			}
+		},
+		fromEnv: func(s string) error {
+			out := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
+			for _, x := range out {
+				if check != nil {
+					if err := check(x); err != nil {
+						return err
+					}
+				}
+			}
+			*p = out
+			return nil
+		},
+	}
+}
+
+// parsed reads a string and hands it to parse, which stores it or says why
+// it is refused. A *diag.Diagnostic from parse keeps its code and help
+// (positioned at the value); allowed, when given, adds a did-you-mean hint.
+func parsed(parse func(s string) error, allowed ...string) parser {
+	return parser{
+		set: func(d *yamlpos.Decoder, n *yaml.Node, subject string) {
+			if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+				d.Str(n, subject) // reports the wrong type
+				return
+			}
+			if err := parse(n.Value); err != nil {
+				d.Diags = append(d.Diags, refusal(err, d.File, n, subject, n.Value, allowed))
+			}
+		},
+		fromEnv: parse,
+	}
+}
+
+// number reads a finite number and checks it with check (nil accepts any).
+func number(p *float64, check func(float64) error) parser {
+	return parser{
+		set: func(d *yamlpos.Decoder, n *yaml.Node, subject string) {
+			bad := len(d.Diags)
+			v := d.Number(n, subject, math.Inf(-1), math.Inf(1))
+			if len(d.Diags) > bad {
+				return
+			}
+			if check != nil {
+				if err := check(v); err != nil {
+					d.Diags = append(d.Diags, refusal(err, d.File, n, subject, n.Value, nil))
+					return
+				}
+			}
+			*p = v
+		},
+		fromEnv: func(s string) error {
+			v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("want a finite number")
+			}
+			if check != nil {
+				if err := check(v); err != nil {
+					return err
+				}
+			}
+			*p = v
+			return nil
+		},
+	}
+}
+
+// refusal turns a parse or check error into a diagnostic at n.
+func refusal(err error, file string, n *yaml.Node, subject, value string, allowed []string) *diag.Diagnostic {
+	var dg *diag.Diagnostic
+	if errors.As(err, &dg) {
+		c := *dg
+		dg = &c
+		dg.Subject = subject
+	} else {
+		dg = diag.New(diag.InvalidValue, subject, "%s", err.Error())
+	}
+	dg.At(file, n.Line, n.Column)
+	if s := diag.Suggest(value, allowed); s != "" {
+		help := fmt.Sprintf("did you mean %q?", s)
+		if dg.Help != "" {
+			help += " " + dg.Help
+		}
+		dg.Help = help
+	} else if dg.Help == "" && len(allowed) > 0 {
+		dg.Help = "use one of: " + strings.Join(allowed, ", ")
+	}
+	return dg
+}
+
+// envRefusal is refusal for a value from the environment variable of key.
+func envRefusal(err error, subject, key, value string) *diag.Diagnostic {
+	var dg *diag.Diagnostic
+	if errors.As(err, &dg) {
+		c := *dg
+		c.Subject = key
+		c.Message = fmt.Sprintf("environment %s = %q: %s", EnvName(key), value, dg.Message)
+		return &c
+	}
+	return diag.New(diag.InvalidValue, subject, "environment %s = %q: %v", EnvName(key), value, err)
+}
+
 func integer(p *int, min, max int64) parser {
 	return parser{
 		set: func(d *yamlpos.Decoder, n *yaml.Node, subject string) { *p = int(d.Integer(n, subject, min, max)) },
@@ -47,6 +184,36 @@ func integer(p *int, min, max int64) parser {
 			var v int
 			if _, err := fmt.Sscan(s, &v); err != nil || int64(v) < min || int64(v) > max {
 				return fmt.Errorf("want an integer between %d and %d", min, max)
+			}
+			*p = v
+			return nil
+		},
+	}
+}
+
+// count reads an integer and checks it with check, which says why a value
+// is refused (integer's fixed range gives a terser message).
+func count(p *int, check func(int) error) parser {
+	return parser{
+		set: func(d *yamlpos.Decoder, n *yaml.Node, subject string) {
+			bad := len(d.Diags)
+			v := d.Integer(n, subject, math.MinInt32, math.MaxInt32)
+			if len(d.Diags) > bad {
+				return
+			}
+			if err := check(int(v)); err != nil {
+				d.Diags = append(d.Diags, refusal(err, d.File, n, subject, n.Value, nil))
+				return
+			}
+			*p = int(v)
+		},
+		fromEnv: func(s string) error {
+			v, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("want an integer")
+			}
+			if err := check(v); err != nil {
+				return err
 			}
 			*p = v
 			return nil
@@ -103,55 +270,189 @@ func boolean(p *bool) parser {
 	}
 }
 
+// section is a nested mapping of fields ("policy:"). Its leaves take
+// environment overrides under their dotted path (SCELLIS_POLICY_MIN_COHORT).
+func section(fields ...field) parser { return parser{sub: fields} }
+
+// sections is a list of mappings, each naming itself with a "name" key, or
+// a mapping from names to mappings; both give entries of one shape, made by
+// item for each name. Names must be distinct. The leaves of an entry take
+// environment overrides under KEY.NAME.… (SCELLIS_DATASETS_CARDIO_LABEL);
+// entries themselves come from the file only.
+func sections(what string, item func(name string) []field) parser {
+	return parser{item: item, what: what}
+}
+
 func mk(key string, required bool, help string, p parser) field {
 	return field{key: key, required: required, help: help, parser: p}
 }
 
-// load reads file into fields: YAML first, then environment overrides.
-func load(file, subject string, fields []field) error {
+// load reads file into fields: YAML first, then environment overrides. It
+// returns the positions of the values it read (see loaded.node).
+func load(file, subject string, fields []field) (*loaded, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
-		return diag.New(diag.FileUnreadable, subject, "cannot read %s: %v", file, unwrap(err)).
+		return nil, diag.New(diag.FileUnreadable, subject, "cannot read %s: %v", file, unwrap(err)).
 			WithHelp("check the path of the config file")
 	}
 	doc, err := yamlpos.Parse(file, data, subject)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	d := &yamlpos.Decoder{File: file}
+	v := viper.New()
+	v.SetEnvPrefix("SCELLIS")
+	v.SetEnvKeyReplacer(envReplacer)
+	l := &loaded{d: &yamlpos.Decoder{File: file}, v: v, nodes: map[string]*yaml.Node{}, env: map[string]string{}}
+	l.section(doc, "", subject, fields, true)
+	return l, l.d.Err()
+}
+
+var envReplacer = strings.NewReplacer(".", "_", "-", "_")
+
+// EnvName returns the environment variable that overrides a config key
+// given by its dotted path: "policy.min_cohort" → SCELLIS_POLICY_MIN_COHORT.
+func EnvName(path string) string { return "SCELLIS_" + strings.ToUpper(envReplacer.Replace(path)) }
+
+// loaded is one decoding pass over a config file.
+type loaded struct {
+	d     *yamlpos.Decoder
+	v     *viper.Viper
+	nodes map[string]*yaml.Node // dotted path → the YAML value given for it
+	env   map[string]string     // dotted path → variable that set it
+}
+
+// node returns where the value of path was given: its YAML node, or nil
+// when it came from the environment or a default.
+func (l *loaded) node(path string) *yaml.Node {
+	if _, ok := l.env[path]; ok {
+		return nil
+	}
+	return l.nodes[path]
+}
+
+// errorf records a diagnostic about the value of path: at its YAML node, or
+// naming the environment variable that set it, or at the file.
+func (l *loaded) errorf(path string, code diag.Code, subject, help, format string, args ...any) *diag.Diagnostic {
+	if n := l.node(path); n != nil {
+		return l.d.Errorf(n, code, subject, help, format, args...)
+	}
+	if name, ok := l.env[path]; ok {
+		format += " (from " + name + ")"
+	}
+	return l.d.Errorf(nil, code, subject, help, format, args...)
+}
+
+func join(prefix, key string) string {
+	if prefix == "" {
+		return key
+	}
+	return prefix + "." + key
+}
+
+// section decodes the mapping n (nil when absent) into fields. path is the
+// mapping's dotted path ("" at the top), subject names it in messages; top
+// is true for the document itself, whose missing keys are reported at 1:1.
+func (l *loaded) section(n *yaml.Node, path, subject string, fields []field, top bool) {
 	known := make([]string, len(fields))
 	for i, f := range fields {
 		known[i] = f.key
 	}
-	v := viper.New()
-	v.SetEnvPrefix("SCELLIS")
-	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_", "-", "_"))
 	var nodes map[string]*yaml.Node
-	if doc != nil {
-		nodes = d.Fields(doc, subject, known...)
+	if n != nil {
+		nodes = l.d.Fields(n, subject, known...)
 	}
 	for _, f := range fields {
-		if n, ok := nodes[f.key]; ok {
-			f.set(d, n, f.key)
-		}
-		_ = v.BindEnv(f.key)
+		key := join(path, f.key)
+		fn, given := nodes[f.key]
 		envSet := false
-		if s := v.GetString(f.key); s != "" {
-			envSet = true
-			if err := f.fromEnv(s); err != nil {
-				d.Diags = append(d.Diags, diag.New(diag.InvalidValue, subject,
-					"environment SCELLIS_%s = %q: %v", strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(f.key)), s, err))
+		switch {
+		case f.sub != nil:
+			l.section(fn, key, key, f.sub, false)
+		case f.item != nil:
+			if given {
+				l.items(fn, key, f)
+			}
+		default:
+			if given {
+				l.nodes[key] = fn
+				f.set(l.d, fn, key)
+			}
+			_ = l.v.BindEnv(key)
+			if s := l.v.GetString(key); s != "" {
+				envSet = true
+				l.env[key] = EnvName(key)
+				if err := f.fromEnv(s); err != nil {
+					l.d.Diags = append(l.d.Diags, envRefusal(err, subject, key, s))
+				}
 			}
 		}
-		if f.required && nodes[f.key] == nil && !envSet {
-			dg := diag.New(diag.MissingField, subject, "required key %q is missing", f.key).At(file, 1, 1)
-			if f.help != "" {
-				dg.WithHelp("%s", f.help)
-			}
-			d.Diags = append(d.Diags, dg)
+		if !f.required || given || envSet || (n == nil && !top) {
+			// An absent section's own required flag covers its keys.
+			continue
+		}
+		var dg *diag.Diagnostic
+		if top || n == nil {
+			dg = diag.New(diag.MissingField, subject, "required key %q is missing", f.key).At(l.d.File, 1, 1)
+			l.d.Diags = append(l.d.Diags, dg)
+		} else {
+			dg = l.d.Errorf(n, diag.MissingField, subject, "", "required key %q is missing", f.key)
+		}
+		if f.help != "" {
+			dg.WithHelp("%s", f.help)
 		}
 	}
-	return d.Err()
+}
+
+// items decodes a list or mapping of named sections (see sections).
+func (l *loaded) items(n *yaml.Node, path string, f field) {
+	seen := map[string]*yaml.Node{}
+	entry := func(name string, at, body *yaml.Node, listForm bool, index int) {
+		key := fmt.Sprintf("%s[%d]", path, index)
+		subject := fmt.Sprintf("%s %d", f.what, index+1)
+		if name != "" {
+			key, subject = join(path, name), f.what+" "+strconv.Quote(name)
+			if first, dup := seen[name]; dup {
+				l.d.Errorf(at, diag.ConfigDuplicate, subject,
+					fmt.Sprintf("it is first given on line %d; give each %s its own name", first.Line, f.what),
+					"%s name %q given twice", f.what, name)
+				return
+			}
+			seen[name] = at
+		}
+		l.nodes[key] = at
+		fields := f.item(name)
+		if listForm {
+			var ignored string
+			fields = append([]field{mk("name", true, "name the "+f.what, str(&ignored))}, fields...)
+		}
+		l.section(body, key, subject, fields, false)
+	}
+	switch n.Kind {
+	case yaml.SequenceNode:
+		for i, it := range n.Content {
+			name, at := "", it
+			if it.Kind == yaml.MappingNode {
+				for j := 0; j+1 < len(it.Content); j += 2 {
+					if k, v := it.Content[j], it.Content[j+1]; k.Value == "name" && v.Kind == yaml.ScalarNode && v.Tag == "!!str" {
+						name, at = v.Value, v
+					}
+				}
+			}
+			entry(name, at, it, true, i)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			if k.Kind != yaml.ScalarNode || k.Value == "" {
+				l.d.Errorf(k, diag.WrongType, path, "", "%s names must be strings", f.what)
+				continue
+			}
+			entry(k.Value, k, v, false, i/2)
+		}
+	default:
+		l.d.Errorf(n, diag.WrongType, path, fmt.Sprintf("write one %s per list item (\"- name: …\"), or map names to %ss", f.what, f.what),
+			"%s must be a list or a mapping, not %s", path, yamlpos.KindName(n))
+	}
 }
 
 func unwrap(err error) error {

@@ -362,6 +362,12 @@ func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*Mask
 	return &MaskedInput{Round: c.r.id, From: c.id, Masked: out}, nil
 }
 
+// CheckInput reports whether MaskInput would accept x and weight (length,
+// range, finiteness, weighting), without changing the client's state. A
+// driver calls it before the round starts, so that a bad input is refused
+// before anything leaves the site.
+func (c *Client) CheckInput(x []float64, weight float64) error { return c.checkInput(x, weight) }
+
 // checkInput refuses an input of the wrong length or out of range.
 func (c *Client) checkInput(x []float64, weight float64) error {
 	if len(x) != c.r.p.Dim {

@@ -25,14 +25,26 @@ type cluster struct {
 	exits map[string]chan struct{}
 }
 
-func freePort(t *testing.T) string {
-	t.Helper()
+// ports hands out distinct free loopback ports: each listener stays open
+// until release, so the kernel cannot give the same port twice.
+type ports struct {
+	t  *testing.T
+	ls []net.Listener
+}
+
+func (p *ports) next() string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		p.t.Fatal(err)
 	}
-	defer l.Close()
+	p.ls = append(p.ls, l)
 	return l.Addr().String()
+}
+
+func (p *ports) release() {
+	for _, l := range p.ls {
+		l.Close()
+	}
 }
 
 // member is one entry of the federation file.
@@ -52,11 +64,13 @@ func newCluster(t *testing.T, regime string, aggs int, others ...member) *cluste
 		all = append(all, member{name, "aggregator"})
 	}
 	all = append(all, others...)
+	pp := &ports{t: t}
+	defer pp.release()
 	for _, m := range all {
 		pub := c.keygen(m.name)
 		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", m.name, m.role, pub)
 		if m.role == "aggregator" {
-			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freePort(t), freePort(t))
+			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", pp.next(), pp.next())
 			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\nlease_ttl: 2s\nlog_level: error\n", m.name, m.name, m.name))
 		} else {
 			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ncache_dir: %s/cache\nparallel: 1\npoll: 100ms\n", m.name, m.name, m.name))
@@ -125,6 +139,13 @@ func (c *cluster) startAggregators() {
 func (c *cluster) waitLeader() {
 	waitFor(c.t, "a leader", time.Minute, func() bool {
 		for _, a := range c.aggs {
+			if done, started := c.exits[a]; started {
+				select {
+				case <-done:
+					c.t.Fatalf("aggregator %s exited while the cluster was starting", a)
+				default:
+				}
+			}
 			out, _, err := c.cli(a, "--json", "aggregator", "status")
 			if err == nil && strings.Contains(out, `"State": "leader"`) {
 				return true

@@ -1,0 +1,323 @@
+package config
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/trust"
+)
+
+// Silo configures `scellis silo`: who the silo is, where its federation
+// and state are, the datasets it holds and the policy it applies to every
+// round request before doing anything (package silo checks it).
+type Silo struct {
+	File           string
+	Name           string // this silo's member name in the federation file
+	Identity       string // private key file (scellis keygen)
+	PassphraseFile string // for an encrypted key file
+	Federation     string // federation file
+	DataDir        string // model checkpoints, client state (e.g. SCAFFOLD's c_i)
+	Ledger         string // privacy ledger; default DataDir/privacy.ledger
+	LogLevel       string // off, error, warn, info, debug
+	Datasets       []Dataset
+	Policy         SiloPolicy
+}
+
+// Dataset is one dataset a silo holds. Its budget is what the silo declares
+// in its ledger; once declared there the ledger's budget is the one charged.
+type Dataset struct {
+	Name   string
+	Path   string // CSV file with a header row
+	Label  string // the label column
+	Class  trust.Class
+	Budget Budget
+	// Unit is the unit of privacy DP protects: fl.UnitRecord (DP-SGD,
+	// per example; the default) or fl.UnitSilo (the whole update).
+	Unit fl.Unit
+	// Pos is where the dataset's entry is in the config file.
+	Pos diag.Position
+}
+
+// Budget is a dataset's privacy budget: its cumulative ε at δ may never
+// exceed Epsilon.
+type Budget struct {
+	Epsilon float64
+	Delta   float64
+}
+
+// SiloPolicy is what a silo accepts of a round request. Zero values of the
+// optional limits mean "no limit beyond the ledger".
+type SiloPolicy struct {
+	// Strategies lists the accepted aggregation strategies by catalog
+	// name or sha256: ref. Default: DefaultStrategies.
+	Strategies []string
+	// MaxEpsilonPerRound caps the ε one round may cost a dataset (at the
+	// dataset's δ); 0 means no cap.
+	MaxEpsilonPerRound float64
+	// MinNoiseMultiplier is the smallest σ a round may use; 0 means none.
+	MinNoiseMultiplier float64
+	// MinCohort is the fewest sites a round may have; at least 3 (with
+	// two, secure aggregation lets each learn the other's update).
+	MinCohort int
+	// MaxRoundsPerDay caps the rounds the silo takes part in over any 24
+	// hours; 0 means no cap.
+	MaxRoundsPerDay int
+	// GenericShards: the silo also executes generic pool shards (sweeps,
+	// Monte Carlo, …), not only its own training rounds. Default false.
+	GenericShards bool
+}
+
+// DefaultStrategies are the strategies a silo accepts when its policy
+// names none: the built-in ones, which ship with the binary. A strategy
+// written by a user must be listed explicitly.
+func DefaultStrategies() []string {
+	return []string{"fedavg", "fedprox", "scaffold", "diloco", "fedbuff"}
+}
+
+// MinSites is the fewest sites of any round: with two, each could subtract
+// its own update from the securely aggregated sum and learn the other's.
+const MinSites = 3
+
+// Dataset returns the dataset called name.
+func (c *Silo) Dataset(name string) (Dataset, bool) {
+	for _, d := range c.Datasets {
+		if d.Name == name {
+			return d, true
+		}
+	}
+	return Dataset{}, false
+}
+
+// datasetName is what a dataset may be called: it appears in ledger
+// entries, diagnostics and environment variable names.
+var datasetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// LoadSilo reads a silo config: YAML with SCELLIS_… environment overrides
+// (SCELLIS_POLICY_MIN_COHORT, SCELLIS_DATASETS_<NAME>_BUDGET_EPSILON, …),
+// unknown keys refused, relative paths resolved against the file's folder.
+// It reports every problem at once, each at file:line:col: besides the
+// generic config codes, bad classes (SC4005), δ outside (0, 1) (SC5003), a
+// dataset CSV that cannot be read (SC3001), has no header (SC3005) or lacks
+// the label column (SC3003).
+func LoadSilo(file string) (*Silo, error) {
+	c := &Silo{File: file, LogLevel: "warn", Policy: SiloPolicy{MinCohort: MinSites}}
+	strategies := DefaultStrategies()
+	var datasets []*Dataset
+	p := &c.Policy
+	fields := []field{
+		mk("name", true, "the silo's member name in the federation file", str(&c.Name)),
+		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
+		mk("passphrase_file", false, "", str(&c.PassphraseFile)),
+		mk("federation", true, "the federation file listing every member", str(&c.Federation)),
+		mk("data_dir", true, "a folder for model checkpoints and client state", str(&c.DataDir)),
+		mk("ledger", false, "", str(&c.Ledger)),
+		mk("log_level", false, "", parsed(func(s string) error {
+			if !contains(logLevels, s) {
+				return fmt.Errorf("unknown log level %q", s)
+			}
+			c.LogLevel = s
+			return nil
+		}, logLevels...)),
+		mk("datasets", true, "list the datasets the silo holds (name, path, label, class, budget)",
+			sections("dataset", func(name string) []field {
+				ds := &Dataset{Name: name, Unit: fl.UnitRecord}
+				datasets = append(datasets, ds)
+				return datasetFields(ds)
+			})),
+		mk("policy", false, "", section(
+			mk("strategies", false, "", strs(&strategies, checkStrategyRef)),
+			mk("max_epsilon_per_round", false, "", number(&p.MaxEpsilonPerRound, positive("max_epsilon_per_round", "a per-round cap such as 0.5"))),
+			mk("min_noise_multiplier", false, "", number(&p.MinNoiseMultiplier, func(v float64) error {
+				if v < 0 {
+					return fmt.Errorf("min_noise_multiplier = %g is negative", v)
+				}
+				return nil
+			})),
+			mk("min_cohort", false, "", count(&p.MinCohort, func(v int) error {
+				if v < MinSites {
+					return diag.New(diag.InvalidValue, "", "min_cohort = %d is below %d", v, MinSites).
+						WithHelp("a round needs at least three sites besides the aggregator (with two, each could learn the other's update from the sum); give 3 or more")
+				}
+				return nil
+			})),
+			mk("max_rounds_per_day", false, "", count(&p.MaxRoundsPerDay, func(v int) error {
+				if v < 1 {
+					return diag.New(diag.InvalidValue, "", "max_rounds_per_day = %d must be at least 1", v).
+						WithHelp("remove the key for no daily limit")
+				}
+				return nil
+			})),
+			mk("generic_shards", false, "", boolean(&p.GenericShards)),
+		)),
+	}
+	l, err := load(file, "silo config", fields)
+	if l == nil {
+		return nil, err
+	}
+	p.Strategies = strategies
+	if n := l.node("policy.strategies"); n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == 0 {
+		l.d.Errorf(n, diag.InvalidValue, "policy.strategies", "list the strategies the silo accepts, or remove the key to accept the built-in ones",
+			"the policy accepts no strategy, so the silo would refuse every round")
+	}
+	if n := l.node("datasets"); n != nil && len(n.Content) == 0 && (n.Kind == yaml.SequenceNode || n.Kind == yaml.MappingNode) {
+		l.d.Errorf(n, diag.MissingField, "datasets", "add at least one dataset (name, path, label, class, budget)", "the silo holds no dataset")
+	}
+
+	c.Identity = resolve(file, c.Identity)
+	c.PassphraseFile = resolve(file, c.PassphraseFile)
+	c.Federation = resolve(file, c.Federation)
+	c.DataDir = resolve(file, c.DataDir)
+	c.Ledger = resolve(file, c.Ledger)
+	if c.Ledger == "" && c.DataDir != "" {
+		c.Ledger = filepath.Join(c.DataDir, "privacy.ledger")
+	}
+	for _, ds := range datasets {
+		key := "datasets." + ds.Name
+		if n := l.nodes[key]; n != nil {
+			ds.Pos = diag.Position{File: file, Line: n.Line, Col: n.Column}
+		}
+		ds.Path = resolve(file, ds.Path)
+		if ds.Name == "" {
+			continue // reported as a missing name; nothing to check it by
+		}
+		if !datasetName.MatchString(ds.Name) {
+			at := l.nodes[key]
+			l.d.Errorf(at, diag.InvalidValue, "dataset "+fmt.Sprintf("%q", ds.Name),
+				"use 1 to 128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+				"%q is not a valid dataset name", ds.Name)
+			continue
+		}
+		if ds.Path != "" && ds.Label != "" {
+			checkCSV(l, key, ds)
+		}
+		c.Datasets = append(c.Datasets, *ds)
+	}
+	if err := l.d.Err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+var logLevels = []string{"off", "error", "warn", "info", "debug"}
+
+var units = []string{string(fl.UnitRecord), string(fl.UnitSilo)}
+
+func datasetFields(ds *Dataset) []field {
+	return []field{
+		mk("path", true, "the dataset's CSV file (relative paths resolve against the config file's folder)", str(&ds.Path)),
+		mk("label", true, "the CSV column that holds the labels", str(&ds.Label)),
+		mk("class", true, "class the dataset confidential or public", parsed(func(s string) error {
+			cl, err := trust.ParseClass(s)
+			if err == nil {
+				ds.Class = cl
+			}
+			return err
+		}, string(trust.Confidential), string(trust.Public))),
+		mk("budget", true, "give the dataset's privacy budget: budget: {epsilon: 3, delta: 1e-5}", section(
+			mk("epsilon", true, "the most ε the dataset may ever spend, e.g. 3", number(&ds.Budget.Epsilon, positive("budget epsilon", "a budget such as 3 or 8"))),
+			mk("delta", true, "δ well below 1/n for n records, e.g. 1e-5", number(&ds.Budget.Delta, func(v float64) error {
+				if !(v > 0 && v < 1) {
+					return diag.New(diag.DPBadDelta, "", "budget delta = %g is outside (0, 1)", v).
+						WithHelp("give a δ well below 1/n for n records, e.g. 1e-5")
+				}
+				return nil
+			})),
+		)),
+		mk("unit", false, "", parsed(func(s string) error {
+			if !contains(units, s) {
+				return fmt.Errorf("unknown unit of privacy %q", s)
+			}
+			ds.Unit = fl.Unit(s)
+			return nil
+		}, units...)),
+	}
+}
+
+func positive(what, example string) func(float64) error {
+	return func(v float64) error {
+		if !(v > 0) {
+			return diag.New(diag.InvalidValue, "", "%s = %g must be positive", what, v).WithHelp("give %s", example)
+		}
+		return nil
+	}
+}
+
+// checkStrategyRef accepts a catalog name or a well-formed sha256: ref; a
+// file path cannot be a policy (the content behind it can change).
+func checkStrategyRef(s string) error {
+	switch {
+	case strings.HasPrefix(s, "sha256:") && !content.IsRef(s):
+		return diag.New(diag.InvalidValue, "", "%q is not a well-formed ref", s).
+			WithHelp("a ref is sha256: followed by 64 lower-case hex digits, as scellis catalog ls --json prints")
+	case strings.ContainsAny(s, `/\`) || strings.HasSuffix(s, ".star"):
+		return diag.New(diag.InvalidValue, "", "%q is a file path; a policy names strategies by catalog name or sha256: ref", s).
+			WithHelp("add the file to the catalog (scellis catalog add FILE) and list its name or ref")
+	}
+	return nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// maxHeader bounds how much of a CSV file the check reads for its header.
+const maxHeader = 1 << 20
+
+// checkCSV checks that a dataset's CSV can be opened and that its header
+// names the label column and at least one feature. It reads the header
+// only (model.LoadCSV reads the rows when the silo trains).
+func checkCSV(l *loaded, key string, ds *Dataset) {
+	subject := fmt.Sprintf("dataset %q", ds.Name)
+	f, err := os.Open(ds.Path)
+	if err != nil {
+		l.errorf(key+".path", diag.CSVUnreadable, subject, "check the path (relative paths resolve against the config file's folder) and that the silo may read it",
+			"cannot read %s: %v", ds.Path, unwrap(err))
+		return
+	}
+	defer f.Close()
+	r := csv.NewReader(io.LimitReader(f, maxHeader))
+	r.FieldsPerRecord = -1
+	r.TrimLeadingSpace = true
+	header, err := r.Read()
+	if errors.Is(err, io.EOF) {
+		l.errorf(key+".path", diag.CSVEmpty, subject, "the first line must name the columns, the label column among them",
+			"%s is empty", ds.Path)
+		return
+	}
+	if err != nil {
+		l.errorf(key+".path", diag.CSVUnreadable, subject, "the first line must be a comma-separated header", "cannot read the header of %s: %v", ds.Path, unwrap(err))
+		return
+	}
+	for i := range header {
+		header[i] = strings.TrimSpace(header[i])
+	}
+	header[0] = strings.TrimPrefix(header[0], "\ufeff")
+	if !contains(header, ds.Label) {
+		help := "the columns are: " + strings.Join(header, ", ")
+		if s := diag.Suggest(ds.Label, header); s != "" {
+			help = fmt.Sprintf("did you mean %q? %s", s, help)
+		}
+		l.errorf(key+".label", diag.CSVNoLabel, subject, help, "%s has no column %q", filepath.Base(ds.Path), ds.Label)
+		return
+	}
+	if len(header) < 2 {
+		l.errorf(key+".path", diag.CSVEmpty, subject, "add at least one numeric feature column",
+			"the only column of %s is the label %q", filepath.Base(ds.Path), ds.Label)
+	}
+}
