@@ -56,9 +56,12 @@ type ShardRef struct {
 // the same job ID again with the same plan is a no-op returning the existing
 // job; with a different plan it is refused (SC7004).
 type SubmitJob struct {
-	Job              content.Ref  `cbor:"job" json:"job"`
-	Name             string       `cbor:"name" json:"name"`
-	Bundle           content.Ref  `cbor:"bundle" json:"bundle"` // the job bundle blob peers compile the plan from
+	Job    content.Ref `cbor:"job" json:"job"`
+	Name   string      `cbor:"name" json:"name"`
+	Bundle content.Ref `cbor:"bundle" json:"bundle"` // the job bundle blob peers compile the plan from
+	// Run and Round make the job a round of a training run (StartRun).
+	Run              content.Ref  `cbor:"run,omitempty" json:"run,omitempty"`
+	Round            int          `cbor:"round,omitempty" json:"round,omitempty"`
 	Regime           trust.Regime `cbor:"regime" json:"regime"` // empty: the pool's
 	SecurityCritical bool         `cbor:"security_critical" json:"security_critical"`
 	Inputs           []trust.Item `cbor:"inputs" json:"inputs"` // inputs and their classes

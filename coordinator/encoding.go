@@ -19,6 +19,8 @@ type envelope struct {
 	Tick    *Tick          `cbor:"tick,omitempty"`
 	Report  *ReportResult  `cbor:"report,omitempty"`
 	Reduced *ReportReduced `cbor:"reduced,omitempty"`
+	Start   *StartRun      `cbor:"start_run,omitempty"`
+	Stop    *StopRun       `cbor:"stop_run,omitempty"`
 	Batch   *Batch         `cbor:"batch,omitempty"`
 }
 
@@ -116,6 +118,10 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Report = &c
 	case ReportReduced:
 		e.Reduced = &c
+	case StartRun:
+		e.Start = &c
+	case StopRun:
+		e.Stop = &c
 	case Batch:
 		if !batchOK {
 			return e, badCommand("batches do not nest")
@@ -149,6 +155,12 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Reduced != nil {
 		out = append(out, *e.Reduced)
+	}
+	if e.Start != nil {
+		out = append(out, *e.Start)
+	}
+	if e.Stop != nil {
+		out = append(out, *e.Stop)
 	}
 	if e.Batch != nil {
 		if !batchOK {

@@ -92,6 +92,10 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.report(c)
 	case ReportReduced:
 		return m.reduced(c)
+	case StartRun:
+		return m.startRun(c)
+	case StopRun:
+		return m.stopRun(c)
 	case Batch:
 		if !batchOK {
 			return refuse(badCommand("batches do not nest"))

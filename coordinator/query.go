@@ -27,6 +27,8 @@ type JobStatus struct {
 	ID               content.Ref   `json:"id"`
 	Name             string        `json:"name"`
 	Bundle           content.Ref   `json:"bundle"`
+	Run              content.Ref   `json:"run,omitempty"`
+	Round            int           `json:"round,omitempty"`
 	Regime           trust.Regime  `json:"regime"`
 	SecurityCritical bool          `json:"security_critical"`
 	Policy           Policy        `json:"policy"`
@@ -105,7 +107,7 @@ func (m *Machine) Jobs() []JobStatus {
 
 func (j *jobState) status() JobStatus {
 	js := JobStatus{
-		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
+		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
 	}

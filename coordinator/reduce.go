@@ -38,5 +38,8 @@ func (m *Machine) reduced(c ReportReduced) Result {
 	events := m.advance(now)
 	j.State, j.Reduced, j.Reducer, j.DoneAt = JobDone, c.Reduced, c.Peer, now
 	events = append(events, JobComplete{Job: j.ID, Reduced: j.Reduced, Reducer: j.Reducer})
+	if j.Run != "" {
+		events = append(events, m.roundReduced(j, now)...)
+	}
 	return Result{Response: &ReducedResponse{Job: j.ID, Reduced: j.Reduced, Reducer: j.Reducer}, Events: events}
 }

@@ -27,6 +27,8 @@ type state struct {
 	// LeaseMemo is each peer's last Lease request with a RequestID and
 	// the grants it received, so that a retried request is answered again.
 	LeaseMemo map[string]*leaseMemo `cbor:"lease_memo,omitempty"`
+	// Runs are the training runs, in start order.
+	Runs []*runState `cbor:"runs,omitempty"`
 }
 
 type leaseMemo struct {
@@ -51,6 +53,8 @@ type jobState struct {
 	ID               content.Ref   `cbor:"id"`
 	Name             string        `cbor:"name"`
 	Bundle           content.Ref   `cbor:"bundle"`
+	Run              content.Ref   `cbor:"run,omitempty"` // the training run this job is a round of
+	Round            int           `cbor:"round,omitempty"`
 	Regime           trust.Regime  `cbor:"regime"`
 	SecurityCritical bool          `cbor:"security_critical"`
 	Policy           Policy        `cbor:"policy"`

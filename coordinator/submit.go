@@ -28,6 +28,11 @@ func (m *Machine) submit(c SubmitJob) Result {
 		}
 		return Result{Response: &SubmitResponse{Job: j.ID, Shards: len(j.Shards), Policy: j.Policy, Method: j.Method, Existing: true}}
 	}
+	if c.Run != "" {
+		if d := m.checkRound(c); d != nil {
+			return refuse(d)
+		}
+	}
 	if ds := trust.Admit(m.st.Regime, trust.Request{
 		Subject: subject, Regime: c.Regime, SecurityCritical: c.SecurityCritical,
 		Inputs: c.Inputs, Models: c.Models,
@@ -42,7 +47,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 	now := m.clock(c.Now)
 	events := m.advance(now)
 	j := &jobState{
-		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
+		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Run: c.Run, Round: c.Round, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
 		Policy: pol, Method: fmt.Sprintf("quorum-%d-exact", pol.Replicas), Plan: plan,
 		SubmittedAt: now, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
 	}
@@ -51,6 +56,9 @@ func (m *Machine) submit(c SubmitJob) Result {
 	}
 	m.st.Jobs = append(m.st.Jobs, j)
 	m.jobs[string(j.ID)] = j
+	if r := m.run(c.Run); r != nil {
+		r.Jobs = append(r.Jobs, j.ID)
+	}
 	events = append(events, JobSubmitted{Job: j.ID, Name: j.Name, Shards: len(j.Shards), Policy: pol})
 	return Result{
 		Response: &SubmitResponse{Job: j.ID, Shards: len(j.Shards), Policy: pol, Method: j.Method},

@@ -1,0 +1,135 @@
+package coordinator
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/trust"
+)
+
+func applyEncoded(t *testing.T, m *Machine, c Command) Result {
+	t.Helper()
+	b, err := EncodeCommand(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeCommand(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Apply(back)
+}
+
+func roundJob(run content.Ref, round int, silos ...string) SubmitJob {
+	c := SubmitJob{
+		Job: content.Hash([]byte(fmt.Sprintf("%s/round/%d", run, round))), Name: fmt.Sprintf("round-%d", round),
+		Bundle: content.Hash([]byte("bundle")), Run: run, Round: round, Policy: Policy{Replicas: 1}, Now: int64(100 + round),
+	}
+	for i, s := range silos {
+		c.Shards = append(c.Shards, ShardPlan{Index: i, ID: content.Hash([]byte(fmt.Sprintf("%d/%d", round, i))), Price: 1, PriceBasis: "training step", Peer: s})
+	}
+	return c
+}
+
+func wantCode(t *testing.T, r Result, code diag.Code) {
+	t.Helper()
+	if !r.Refused() || r.Refusal[0].Code != code {
+		t.Fatalf("want refusal %s, got %+v", code, r)
+	}
+}
+
+func TestTrainingRunRounds(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Consortium})
+	run := content.Hash([]byte("run spec"))
+	start := StartRun{Run: run, Name: "fedprox", Rounds: 2, Silos: []string{"s3", "s1", "s2"}, DP: true, SecureAgg: true,
+		Dataset: trust.Item{Name: "icu", Class: trust.Confidential}, Now: 1}
+
+	// Admission: a consortium refuses training without DP or secure aggregation.
+	noDP := start
+	noDP.DP = false
+	wantCode(t, applyEncoded(t, m, noDP), diag.ConsortiumNoDP)
+	two := start
+	two.Silos = []string{"s1", "s2"}
+	wantCode(t, applyEncoded(t, m, two), diag.RunTooFewSites)
+
+	if r := applyEncoded(t, m, start); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	if r := applyEncoded(t, m, start); r.Refused() || !r.Response.(*StartRunResponse).Existing {
+		t.Fatalf("restart not idempotent: %+v", r)
+	}
+
+	// Rounds are planned in order, one per cohort silo, one replica.
+	wantCode(t, applyEncoded(t, m, roundJob(run, 1, "s1", "s2", "s3")), diag.RunBadRound)
+	wantCode(t, applyEncoded(t, m, roundJob(run, 0, "s1", "s2")), diag.RunTooFewSites)
+	wantCode(t, applyEncoded(t, m, roundJob(run, 0, "s1", "s2", "mallory")), diag.RunBadRound)
+	r0 := roundJob(run, 0, "s1", "s2", "s3")
+	if r := applyEncoded(t, m, r0); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	if r := applyEncoded(t, m, r0); r.Refused() || !r.Response.(*SubmitResponse).Existing {
+		t.Fatalf("resubmitting the round is not idempotent: %+v", r)
+	}
+	other := roundJob(run, 0, "s1", "s2", "s3")
+	other.Job = content.Hash([]byte("a second job for round 0"))
+	wantCode(t, applyEncoded(t, m, other), diag.RunBadRound)
+
+	// Only a shard's silo may lease it.
+	if g := applyEncoded(t, m, Lease{Peer: "w1", Now: 110, Max: 3}).Response.(*LeaseResponse).Grants; len(g) != 0 {
+		t.Fatalf("a worker leased a silo's shard: %+v", g)
+	}
+	for i, s := range []string{"s1", "s2", "s3"} {
+		g := applyEncoded(t, m, Lease{Peer: s, Now: 111, Max: 3}).Response.(*LeaseResponse).Grants
+		if len(g) != 1 || g[0].Shard != i {
+			t.Fatalf("%s got %+v", s, g)
+		}
+		if r := applyEncoded(t, m, ReportResult{Peer: s, Job: r0.Job, Shard: i, Result: content.Hash([]byte(s)), Now: 112}); r.Refused() {
+			t.Fatal(r.Refusal)
+		}
+	}
+	model0 := content.Hash([]byte("model after round 0"))
+	res := applyEncoded(t, m, ReportReduced{Job: r0.Job, Peer: "agg-1", Reduced: model0, Now: 113})
+	if res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	st, _ := m.Run(run)
+	if len(st.Models) != 1 || st.Models[0] != model0 || st.State != RunRunning {
+		t.Fatalf("after round 0: %+v", st)
+	}
+	r1 := roundJob(run, 1, "s1", "s2", "s3")
+	applyEncoded(t, m, r1)
+	for i, s := range []string{"s1", "s2", "s3"} {
+		applyEncoded(t, m, Lease{Peer: s, Now: 120, Max: 1})
+		applyEncoded(t, m, ReportResult{Peer: s, Job: r1.Job, Shard: i, Result: content.Hash([]byte(s + "1")), Now: 121})
+	}
+	res = applyEncoded(t, m, ReportReduced{Job: r1.Job, Peer: "agg-1", Reduced: content.Hash([]byte("final")), Now: 122})
+	var complete bool
+	for _, e := range res.Events {
+		if rc, ok := e.(RunComplete); ok && rc.State == RunDone {
+			complete = true
+		}
+	}
+	if st, _ := m.Run(run); !complete || st.State != RunDone || len(st.Jobs) != 2 {
+		t.Fatalf("run not complete: %+v", st)
+	}
+	wantCode(t, applyEncoded(t, m, roundJob(run, 2, "s1", "s2", "s3")), diag.RunNotRunning)
+
+	// The whole state survives a snapshot.
+	m2, _ := New(Config{Regime: trust.Consortium})
+	if err := m2.Restore(m.Snapshot()); err != nil || m2.StateHash() != m.StateHash() {
+		t.Fatalf("restore: %v", err)
+	}
+}
+
+func TestStopRun(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Own})
+	run := content.Hash([]byte("r"))
+	applyEncoded(t, m, StartRun{Run: run, Name: "r", Rounds: 5, Silos: []string{"a", "b", "c"}, Now: 1})
+	r := applyEncoded(t, m, StopRun{Run: run, Reason: "silo b's budget is spent; two silos remain", Now: 2})
+	if r.Refused() || r.Response.(*StopRunResponse).State != RunStopped {
+		t.Fatalf("%+v", r)
+	}
+	wantCode(t, applyEncoded(t, m, StopRun{Run: content.Hash([]byte("nope")), Now: 3}), diag.RunUnknown)
+}

@@ -1,0 +1,10 @@
+package diag
+
+// Federated training runs in the coordinator (SC93xx).
+var (
+	RunTooFewSites = define("SC9301", "a training run or round needs at least three sites")
+	RunUnknown     = define("SC9302", "unknown training run")
+	RunBadRound    = define("SC9303", "round does not fit the run")
+	RunConflict    = define("SC9304", "run ID already started with a different plan")
+	RunNotRunning  = define("SC9305", "the run is not running")
+)
