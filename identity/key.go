@@ -115,6 +115,11 @@ func fromPrivate(priv ed25519.PrivateKey) *Identity {
 // Public returns the identity's public key.
 func (id *Identity) Public() PublicKey { return id.pub }
 
+// PrivateKey returns the Ed25519 private key, for the in-process signers
+// that take one (the privacy ledger, secure-aggregation adverts). Never log
+// or send it.
+func (id *Identity) PrivateKey() ed25519.PrivateKey { return id.priv }
+
 // String shows the public key only.
 func (id Identity) String() string { return "identity " + id.pub.String() }
 
