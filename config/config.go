@@ -1,8 +1,11 @@
 // Package config loads the appliances' config files (aggregator, worker,
-// later silo) into typed structs: YAML with positions, environment
-// overrides through viper (SCELLIS_<KEY>, dots as underscores), unknown keys
-// rejected, and every problem reported at once as diagnostics with
+// silo) into typed structs: YAML with positions, environment overrides
+// through viper (SCELLIS_<KEY>, dots as underscores, so a nested key
+// policy.min_cohort is SCELLIS_POLICY_MIN_COHORT), unknown keys rejected at
+// every level, and every problem reported at once as diagnostics with
 // file:line:col. Relative paths resolve against the config file's folder.
+// One mechanism decodes them all: a list of fields, each a leaf, a nested
+// section, or a list or mapping of named sections.
 package config
 
 import (
@@ -364,6 +367,9 @@ func (l *loaded) section(n *yaml.Node, path, subject string, fields []field, top
 	for _, f := range fields {
 		key := join(path, f.key)
 		fn, given := nodes[f.key]
+		if given {
+			l.nodes[key] = fn
+		}
 		envSet := false
 		switch {
 		case f.sub != nil:
@@ -374,7 +380,6 @@ func (l *loaded) section(n *yaml.Node, path, subject string, fields []field, top
 			}
 		default:
 			if given {
-				l.nodes[key] = fn
 				f.set(l.d, fn, key)
 			}
 			_ = l.v.BindEnv(key)
@@ -386,8 +391,8 @@ func (l *loaded) section(n *yaml.Node, path, subject string, fields []field, top
 				}
 			}
 		}
-		if !f.required || given || envSet || (n == nil && !top) {
-			// An absent section's own required flag covers its keys.
+		if !f.required || given || envSet || (!top && (n == nil || n.Kind != yaml.MappingNode)) {
+			// An absent or malformed section is reported once, not per key.
 			continue
 		}
 		var dg *diag.Diagnostic

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/yamlpos"
+)
+
+func init() { commands = append(commands, newConfigCmd) }
+
+// configKinds are the appliance configs `config check` knows, each with the
+// top-level keys only that kind has (used to guess the kind of a file).
+var configKinds = []struct {
+	kind string
+	keys []string
+}{
+	{"silo", []string{"datasets", "policy", "ledger"}},
+	{"aggregator", []string{"lease_ttl", "join", "snapshot_threshold", "snapshot_interval", "trailing_logs", "segment_bytes"}},
+	{"worker", []string{"cache_dir", "parallel", "memory_mb", "shard_timeout", "poll", "corrupt_results"}},
+}
+
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Work with appliance config files (silo, aggregator, worker)",
+	}
+	var kind string
+	check := &cobra.Command{
+		Use:   "check FILE",
+		Short: "Validate a silo, aggregator or worker config and report every problem at once",
+		Long: `Check an appliance config without starting anything: unknown keys (with a
+did-you-mean hint), missing or mistyped values, values out of range, and for
+a silo its datasets (class, budget, unit, the CSV file and its label column)
+and its policy. Environment overrides (SCELLIS_...) apply as when the
+appliance starts. Every problem is reported with its file:line:col; the exit
+code is 2 when there is one. Without --kind the kind is guessed from the
+file's keys.`,
+		Example: `  scellis config check hospital-a.yaml
+  scellis config check --kind aggregator agg-1.yaml`,
+		Args: exactArgs(1, "FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runConfigCheck(args[0], kind, cmd.OutOrStdout())
+		},
+	}
+	check.Flags().StringVar(&kind, "kind", "", "the config's kind: silo, aggregator or worker (default: guessed from its keys)")
+	cmd.AddCommand(check)
+	return cmd
+}
+
+func runConfigCheck(file, kind string, stdout io.Writer) error {
+	if kind == "" {
+		k, err := guessConfigKind(file)
+		if err != nil {
+			return err
+		}
+		kind = k
+	}
+	var (
+		c       any
+		summary string
+	)
+	switch kind {
+	case "silo":
+		s, err := config.LoadSilo(file)
+		if err != nil {
+			return err
+		}
+		c, summary = s, siloSummary(s)
+	case "aggregator":
+		a, err := config.LoadAggregator(file)
+		if err != nil {
+			return err
+		}
+		c, summary = a, fmt.Sprintf("aggregator %s is valid: data in %s, leases of %s", a.Name, a.DataDir, a.LeaseTTL)
+		if a.Join {
+			summary += ", joins a running cluster"
+		}
+	case "worker":
+		w, err := config.LoadWorker(file)
+		if err != nil {
+			return err
+		}
+		c, summary = w, fmt.Sprintf("worker %s is valid: cache in %s, %s at once, %d MiB and %s per shard",
+			w.Name, w.CacheDir, plural(w.Parallel, "shard"), w.MemoryMB, w.ShardTimeout)
+	default:
+		return usageError{fmt.Errorf("unknown config kind %q: use silo, aggregator or worker", kind)}
+	}
+	if jsonOutput {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Kind   string `json:"kind"`
+			Config any    `json:"config"`
+		}{kind, c})
+	}
+	fmt.Fprintf(stdout, "%s: %s\n", file, summary)
+	return nil
+}
+
+// siloSummary describes a valid silo config on one line.
+func siloSummary(s *config.Silo) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "silo %s is valid: %s (", s.Name, plural(len(s.Datasets), "dataset"))
+	for i, d := range s.Datasets {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s, %s-level, ε=%g δ=%g", d.Name, d.Class, d.Unit, d.Budget.Epsilon, d.Budget.Delta)
+	}
+	p := s.Policy
+	fmt.Fprintf(&b, "); accepts %s", strings.Join(p.Strategies, ", "))
+	if p.MaxEpsilonPerRound > 0 {
+		fmt.Fprintf(&b, "; ε ≤ %g per round", p.MaxEpsilonPerRound)
+	}
+	if p.MinNoiseMultiplier > 0 {
+		fmt.Fprintf(&b, "; σ ≥ %g", p.MinNoiseMultiplier)
+	}
+	fmt.Fprintf(&b, "; cohorts of %d or more", p.MinCohort)
+	if p.MaxRoundsPerDay > 0 {
+		fmt.Fprintf(&b, "; at most %s a day", plural(p.MaxRoundsPerDay, "round"))
+	}
+	if p.GenericShards {
+		b.WriteString("; runs generic shards too")
+	}
+	return b.String()
+}
+
+// guessConfigKind reads a config's top-level keys and names the kind whose
+// own keys (or near misses of them) it has most of.
+func guessConfigKind(file string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", diag.New(diag.FileUnreadable, "config", "cannot read %s: %v", file, configPathErr(err)).
+			WithHelp("check the path of the config file")
+	}
+	doc, err := yamlpos.Parse(file, data, "config")
+	if err != nil {
+		return "", err
+	}
+	var keys []string
+	if doc != nil && doc.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(doc.Content); i += 2 {
+			keys = append(keys, doc.Content[i].Value)
+		}
+	}
+	for _, k := range keys {
+		if k == "members" {
+			return "", usageError{fmt.Errorf("%s looks like a federation file: check it with 'scellis federation check %s'", file, file)}
+		}
+	}
+	scores := map[string]int{}
+	for _, ck := range configKinds {
+		for _, k := range keys {
+			if slices.Contains(ck.keys, k) || diag.Suggest(k, ck.keys) != "" {
+				scores[ck.kind]++
+			}
+		}
+	}
+	kinds := make([]string, 0, len(scores))
+	for k := range scores {
+		kinds = append(kinds, k)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return scores[kinds[i]] > scores[kinds[j]] })
+	if len(kinds) == 0 || (len(kinds) > 1 && scores[kinds[0]] == scores[kinds[1]]) {
+		return "", usageError{fmt.Errorf("cannot tell from its keys whether %s is a silo, aggregator or worker config: give --kind", file)}
+	}
+	return kinds[0], nil
+}
+
+// configPathErr drops the path from an *os.PathError (the message names it).
+func configPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

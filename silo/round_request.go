@@ -1,0 +1,70 @@
+package silo
+
+import (
+	"fmt"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/trust"
+)
+
+// RoundRequest is what a silo is asked to do in one training round: which
+// run and round, with which strategy, on which of its datasets, under which
+// differential privacy, with how many sites, in which pool. Policy.CheckRound
+// judges it before the silo does anything.
+type RoundRequest struct {
+	Run   string // the training run's ID
+	Round int    // the round's index within the run
+	// StrategyRef is the content ref of the strategy the round runs, and
+	// StrategyName its catalog name (both as the run's job cites them).
+	StrategyRef  content.Ref
+	StrategyName string
+	Dataset      string     // the silo's dataset the round trains on
+	Privacy      fl.Privacy // unit, q, clip, σ and step allowance
+	Cohort       int        // sites in the round, this one included
+	Regime       trust.Regime
+	SecureAgg    bool
+}
+
+// Subject names the round in diagnostics: "run RUN round N".
+func (r RoundRequest) Subject() string { return fmt.Sprintf("run %s round %d", r.Run, r.Round) }
+
+// Key identifies the round.
+func (r RoundRequest) Key() RoundKey { return RoundKey{Run: r.Run, Round: r.Round} }
+
+// Mechanisms returns the most the round can cost in privacy, as the
+// accountant composes it: nil without DP; for record-level DP, DP-SGD's
+// subsampled Gaussian over the whole step allowance (a client step may take
+// fewer steps, and its charge is then smaller); for update-level DP, one
+// Gaussian release sampled with the silo's participation rate q (0 means 1).
+// These are the mechanisms the silo's charge for the round is bounded by,
+// computed from σ, q and steps — never an ε typed in by a person.
+//
+// Invalid privacy parameters are diag.FLBadPrivacy; record-level DP without
+// a step allowance, whose cost has no bound, is diag.SiloUnpriced.
+func (r RoundRequest) Mechanisms() ([]dp.Mechanism, error) {
+	p := r.Privacy
+	if p.Unit == fl.UnitNone {
+		return nil, nil
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	switch p.Unit {
+	case fl.UnitRecord:
+		if p.Steps <= 0 {
+			return nil, diag.New(diag.SiloUnpriced, r.Subject(),
+				"record-level DP without a step allowance: the round's ε has no bound before it runs").
+				WithHelp("give the round's privacy a step allowance (steps), so the silo can check the most the round can cost")
+		}
+		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, p.Q, int64(p.Steps))}, nil
+	default: // fl.UnitSilo; Validate refuses any other unit
+		q := p.Q
+		if q == 0 {
+			q = 1
+		}
+		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, q, 1)}, nil
+	}
+}
