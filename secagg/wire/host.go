@@ -247,7 +247,16 @@ func (h *Host) Result(round string) (*secagg.Result, error) {
 	case !ok:
 		return nil, ErrUnknownRound
 	}
-	return rd.take()
+	return h.take(rd)
+}
+
+// take hands a finished round's outcome over and forgets the round.
+func (h *Host) take(rd *hostRound) (*secagg.Result, error) {
+	res, err := rd.take()
+	if !errors.Is(err, ErrRunning) && !errors.Is(err, ErrOver) {
+		h.forget(rd)
+	}
+	return res, err
 }
 
 // Wait waits until the round finishes (or ctx ends) and then takes its
@@ -264,7 +273,7 @@ func (h *Host) Wait(ctx context.Context, round string) (*secagg.Result, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return rd.take()
+	return h.take(rd)
 }
 
 // Close ends every open round (each fails with SC6107, which waiting sites
@@ -337,11 +346,14 @@ func (h *Host) await(rd *hostRound, d time.Duration) bool {
 	return true
 }
 
-// forget replaces a round that is over by its tombstone.
+// forget replaces a round that is over by its tombstone (once).
 func (h *Host) forget(rd *hostRound) {
-	ts := rd.tombstone()
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.rounds[rd.id] != rd {
+		return
+	}
+	ts := rd.tombstone()
 	delete(h.rounds, rd.id)
 	h.over[rd.id] = ts
 	h.pruneLocked(ts.at)

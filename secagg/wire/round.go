@@ -3,10 +3,8 @@ package wire
 import (
 	"crypto/ed25519"
 	"fmt"
-	"maps"
-	"time"
-
 	"sync"
+	"time"
 
 	"github.com/scellis/scellis/secagg"
 )
@@ -220,7 +218,7 @@ func (rd *hostRound) tombstone() *tombstone {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	ts := &tombstone{digest: rd.digest, err: rd.err, at: time.Now(), unmasked: map[string][32]byte{}}
-	for k, v := range maps.All(rd.accepted) {
+	for k, v := range rd.accepted {
 		if k.stage == stageUnmasking {
 			ts.unmasked[k.site] = v
 		}

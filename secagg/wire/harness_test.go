@@ -1,0 +1,280 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/secagg"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A test federation: one aggregator (which hosts the rounds), silos
+// hospital-a…, a worker, and an outsider whose forged federation file
+// lists it beside the real aggregator.
+
+type world struct {
+	tb        testing.TB
+	fed       *identity.Federation
+	forged    *identity.Federation
+	agg       *identity.Identity
+	outsider  *identity.Identity
+	silos     []string
+	ids       map[string]*identity.Identity
+	keys      map[string]ed25519.PrivateKey
+	transport []*http.Transport
+}
+
+func seed(name string) [ed25519.SeedSize]byte {
+	return sha256.Sum256([]byte("scellis secagg/wire test identity " + name))
+}
+
+func newWorld(tb testing.TB, silos int) *world {
+	tb.Helper()
+	w := &world{tb: tb, ids: map[string]*identity.Identity{}, keys: map[string]ed25519.PrivateKey{}}
+	for _, name := range []string{"agg-1", "w1", "outsider"} {
+		s := seed(name)
+		w.ids[name] = identity.NewFromSeed(s)
+	}
+	w.agg, w.outsider = w.ids["agg-1"], w.ids["outsider"]
+	var src strings.Builder
+	fmt.Fprintf(&src, "federation: test\nregime: consortium\nmembers:\n")
+	fmt.Fprintf(&src, "  - {name: agg-1, role: aggregator, public_key: %s, address: \"127.0.0.1:1\"}\n", w.agg.Public())
+	fmt.Fprintf(&src, "  - {name: w1, role: worker, public_key: %s}\n", w.ids["w1"].Public())
+	for i := range silos {
+		name := "hospital-" + string(rune('a'+i))
+		s := seed(name)
+		w.ids[name] = identity.NewFromSeed(s)
+		w.keys[name] = w.ids[name].PrivateKey() // what a silo hands Participate
+		w.silos = append(w.silos, name)
+		fmt.Fprintf(&src, "  - {name: %s, role: silo, public_key: %s}\n", name, w.ids[name].Public())
+	}
+	var err error
+	if w.fed, err = identity.ParseFederation("fed.yaml", []byte(src.String())); err != nil {
+		tb.Fatal(err)
+	}
+	forged := fmt.Sprintf("federation: test\nregime: consortium\nmembers:\n"+
+		"  - {name: agg-1, role: aggregator, public_key: %s, address: \"127.0.0.1:1\"}\n"+
+		"  - {name: hospital-a, role: silo, public_key: %s}\n", w.agg.Public(), w.outsider.Public())
+	if w.forged, err = identity.ParseFederation("forged.yaml", []byte(forged)); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		for _, tr := range w.transport {
+			tr.CloseIdleConnections()
+		}
+	})
+	return w
+}
+
+// params returns the round's Params for the given silos.
+func (w *world) params(round string, dim int, silos ...string) secagg.Params {
+	p := secagg.Params{Round: round, Dim: dim, Clip: 1, Weighted: true, MaxWeight: 1000, PRG: secagg.DefaultPRG()}
+	for _, s := range silos {
+		p.Members = append(p.Members, secagg.Member{ID: s, Key: w.keys[s].Public().(ed25519.PublicKey)})
+	}
+	return p
+}
+
+// client returns an HTTP client authenticating as member name of fed,
+// pinned to agg-1, through rt's wrapping when given.
+func (w *world) client(id *identity.Identity, fed *identity.Federation, wrap func(http.RoundTripper) http.RoundTripper) *http.Client {
+	cfg, err := identity.ClientTLSConfig(id, fed, "agg-1", identity.Aggregator)
+	if err != nil {
+		w.tb.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}
+	w.transport = append(w.transport, tr)
+	var rt http.RoundTripper = tr
+	if wrap != nil {
+		rt = wrap(tr)
+	}
+	return &http.Client{Transport: rt}
+}
+
+func (w *world) silo(name string) *http.Client { return w.client(w.ids[name], w.fed, nil) }
+
+// testHost is a Host served over TLS on a loopback port, as an aggregator
+// mounts it, with every request body it receives recorded.
+type testHost struct {
+	*Host
+	url string
+
+	mu     sync.Mutex
+	bodies []recorded
+}
+
+type recorded struct {
+	method, path string
+	body         []byte
+}
+
+func startHost(tb testing.TB, w *world, opt HostOptions) *testHost {
+	tb.Helper()
+	return serveHost(tb, w, opt, true)
+}
+
+// serveHost serves a host, recording request bodies when record is set.
+func serveHost(tb testing.TB, w *world, opt HostOptions, record bool) *testHost {
+	tb.Helper()
+	cfg, err := identity.ServerTLSConfig(w.agg, w.fed)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	th := &testHost{Host: NewHost(w.fed, opt), url: "https://" + ln.Addr().String()}
+	mux := http.NewServeMux()
+	if record {
+		mux.Handle(Prefix, th.record(th.Host))
+	} else {
+		mux.Handle(Prefix, th.Host)
+	}
+	mux.Handle("/v1/", http.NotFoundHandler()) // the coordinator API lives beside it
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(tls.NewListener(ln, cfg))
+	}()
+	tb.Cleanup(func() {
+		th.Close()
+		srv.Close()
+		<-served
+	})
+	return th
+}
+
+// record keeps a copy of every request body.
+func (th *testHost) record(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		th.mu.Lock()
+		th.bodies = append(th.bodies, recorded{r.Method, r.URL.Path, b})
+		th.mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		h.ServeHTTP(w, r)
+	})
+}
+
+// cable wraps a site's transport: once cut it fails every request, as a
+// pulled network cable would (the site keeps retrying until its context
+// ends). cutBefore cuts it before a matching request leaves; cutAfter once
+// a matching request was answered with a success.
+type cable struct {
+	rt        http.RoundTripper
+	cutBefore func(*http.Request) bool
+	cutAfter  func(*http.Request, *http.Response) bool
+	seen      func(*http.Request, *http.Response) // observes every answered request
+	cut       atomic.Bool
+	cutNow    chan struct{}
+	once      sync.Once
+}
+
+var errCut = errors.New("test: network cable cut")
+
+func newCable() *cable { return &cable{cutNow: make(chan struct{})} }
+
+func (c *cable) wrap(rt http.RoundTripper) http.RoundTripper { c.rt = rt; return c }
+
+func (c *cable) doCut() { c.once.Do(func() { c.cut.Store(true); close(c.cutNow) }) }
+
+func (c *cable) RoundTrip(r *http.Request) (*http.Response, error) {
+	if c.cut.Load() || (c.cutBefore != nil && c.cutBefore(r)) {
+		c.doCut()
+		if r.Body != nil {
+			r.Body.Close()
+		}
+		return nil, errCut
+	}
+	resp, err := c.rt.RoundTrip(r)
+	if err == nil {
+		if c.seen != nil {
+			c.seen(r, resp)
+		}
+		if c.cutAfter != nil && resp.StatusCode < 300 && c.cutAfter(r, resp) {
+			c.doCut()
+		}
+	}
+	return resp, err
+}
+
+func endpoint(r *http.Request, name string) bool { return strings.HasSuffix(r.URL.Path, "/"+name) }
+
+// run is one site's Participate, in its own goroutine.
+type run struct {
+	site   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func participate(ctx context.Context, hc *http.Client, th *testHost, p secagg.Params, key ed25519.PrivateKey, x []float64, weight float64, site string) *run {
+	ctx, cancel := context.WithCancel(ctx)
+	r := &run{site: site, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- Participate(ctx, hc, th.url, p, key, x, weight) }()
+	return r
+}
+
+func (r *run) wait(tb testing.TB) error {
+	tb.Helper()
+	select {
+	case err := <-r.done:
+		return err
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("%s: Participate did not return", r.site)
+		return nil
+	}
+}
+
+// inputs returns a vector in [-1, 1] per site, with no structure a test
+// could confuse with a mask.
+func testInput(site string, dim int) []float64 {
+	h := sha256.Sum256([]byte(site))
+	x := make([]float64, dim)
+	s := uint64(h[0]) | uint64(h[1])<<8 | 1
+	for i := range x {
+		s ^= s << 13
+		s ^= s >> 7
+		s ^= s << 17
+		x[i] = float64(s%2_000_001)/1_000_000 - 1
+	}
+	return x
+}
+
+func codeOfErr(err error) diag.Code {
+	if l, ok := diag.As(err); ok {
+		return l[0].Code
+	}
+	return ""
+}
+
+// wantCode fails unless err carries a diagnostic with code.
+func wantCode(tb testing.TB, what string, err error, code diag.Code) {
+	tb.Helper()
+	if got := codeOfErr(err); got != code {
+		tb.Fatalf("%s: got %v (code %q), want %s", what, err, got, code)
+	}
+}
