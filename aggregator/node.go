@@ -25,6 +25,7 @@ import (
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 // Node is one running aggregator.
@@ -46,6 +47,11 @@ type Node struct {
 	done   sync.WaitGroup
 
 	reducing sync.Map // job ID → struct{}: a reduction in progress
+
+	opt        Options
+	sagg       *wire.Host // the reducer peer's secure aggregation host
+	activeRuns sync.Map   // run ID → struct{}: a round being planned, hosted or reduced here
+	runCache   sync.Map   // run ID → *runCtx
 
 	// peerClient talks to the other aggregators as this node (blob
 	// replication and fetches).
@@ -69,6 +75,18 @@ type Options struct {
 	// prove that no result bytes pass through the coordinator API (law 3).
 	// Production leaves it nil.
 	WrapAPI func(http.Handler) http.Handler
+
+	// Training rounds (zero: production values). SecAgg are the phase
+	// deadlines of the secure aggregation rounds this node hosts (the
+	// advertise phase must cover the silos' local training), SecAggLongPoll
+	// the host's long poll. RoundLeaseTTL is a round shard's lease
+	// (default 1 h). ReportGrace is how long, once a round's sum is ready,
+	// the leader waits for the contributors to report their contribution
+	// hashes before it flags the rest as dropped out (default 2 min).
+	SecAgg         wire.Deadlines
+	SecAggLongPoll time.Duration
+	RoundLeaseTTL  time.Duration
+	ReportGrace    time.Duration
 }
 
 // Start opens the node's stores, joins (or bootstraps) the Raft cluster
@@ -113,7 +131,8 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		return nil, err
 	}
 	n := &Node{
-		Self: self, id: id, fed: fed, log: log, blobs: blobs, hub: api.NewHub(),
+		Self: self, id: id, fed: fed, log: log, blobs: blobs, hub: api.NewHub(), opt: opt,
+		sagg:    wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll}),
 		planner: &planner{blobs: blobs, builtin: builtin, cacheDir: filepath.Join(dataDir, "plans"), plans: map[content.Ref]*job.Plan{}},
 	}
 	n.fsm = &fsm{m: machine, hub: n.hub}
@@ -173,6 +192,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	srv := &api.Server{
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, Membership: n, Leader: n.leader,
+		Runs: n,
 	}
 	var control http.Handler = srv.Handler()
 	if opt.WrapAPI != nil {
@@ -180,6 +200,9 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", control)
+	// The data plane of training rounds: silos' masked inputs go to the
+	// reducer peer here, never through the control-plane API (law 3).
+	mux.Handle(wire.Prefix, n.sagg)
 	mux.Handle("/blobs/", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
 		if _, ok := fed.PeerFromRequest(r); !ok {
 			http.Error(w, "not a federation member", http.StatusUnauthorized)
@@ -210,6 +233,7 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	n.http.Shutdown(ctx)
+	n.sagg.Close()
 	err := n.raft.Close()
 	n.done.Wait()
 	return err
@@ -279,8 +303,10 @@ func (n *Node) leaderDuties(ctx context.Context) {
 				n.log.Debug("tick", "err", err)
 			}
 		}
+		n.driveRuns(ctx, m)
 		for _, js := range m.Jobs() {
-			if js.State != coordinator.JobDecided {
+			// A round job is reduced by its run's round (runs.go).
+			if js.State != coordinator.JobDecided || js.Run != "" {
 				continue
 			}
 			if _, busy := n.reducing.LoadOrStore(js.ID, struct{}{}); busy {
@@ -316,6 +342,10 @@ func (r readerOf) Leasable(peer string, now int64) int {
 	return r.f.machine().Leasable(peer, now)
 }
 func (r readerOf) Peers() []coordinator.PeerRecord { return r.f.machine().Peers() }
+func (r readerOf) Runs() []coordinator.RunStatus   { return r.f.machine().Runs() }
+func (r readerOf) Run(id content.Ref) (coordinator.RunStatus, error) {
+	return r.f.machine().Run(id)
+}
 
 // Join adds a federation aggregator to the Raft voters (leader only).
 func (n *Node) Join(ctx context.Context, member string) error {

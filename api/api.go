@@ -40,6 +40,9 @@ type Reader interface {
 	Receipts(since uint64) []receipt.Receipt
 	Contributions() map[string]int64
 	Peers() []coordinator.PeerRecord
+	// Runs and Run read the training runs.
+	Runs() []coordinator.RunStatus
+	Run(id content.Ref) (coordinator.RunStatus, error)
 	// Leasable is how many shards a lease by peer at now would get; an
 	// idle worker's poll is answered from it without a log entry.
 	Leasable(peer string, now int64) int
@@ -50,6 +53,14 @@ type Reader interface {
 // submitter) and runs admission.
 type Planner interface {
 	Plan(ctx context.Context, bundle content.Ref, submitter string) (coordinator.SubmitJob, error)
+}
+
+// RunPlanner turns a launched run into the StartRun command: it reads the
+// run's canonical spec from the blob store, resolves the strategy (built
+// in, or the uploaded source), picks the cohort and fills in the
+// protections admission checks. The server stamps Now.
+type RunPlanner interface {
+	PlanRun(ctx context.Context, req RunRequest, submitter string) (coordinator.StartRun, error)
 }
 
 // NotLeaderError says which node to send writes to.
@@ -73,6 +84,16 @@ var ErrNoLeader = errors.New("api: no leader reachable")
 // SubmitRequest submits a job bundle already uploaded to the blob store.
 type SubmitRequest struct {
 	Bundle content.Ref `json:"bundle"`
+}
+
+// RunRequest launches a training run. Spec is the ref of the run's
+// canonical spec (fl.Canonical, content.Encode), already uploaded with
+// PutBlob; it is also the run's ID. Strategy, optional, is the ref of the
+// strategy's source when it is not built in: it must be the spec's
+// strategy ref, and the source must be uploaded too.
+type RunRequest struct {
+	Spec     content.Ref `json:"spec"`
+	Strategy content.Ref `json:"strategy,omitempty"`
 }
 
 // LeaseRequest asks for up to Max shards.

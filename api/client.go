@@ -190,6 +190,25 @@ func (c *Client) Jobs(ctx context.Context) ([]coordinator.JobStatus, error) {
 	return r, c.do(ctx, "GET", "/v1/jobs", nil, &r)
 }
 
+// StartRun launches a training run whose canonical spec (and strategy
+// source, if not built in) is already uploaded with PutBlob.
+func (c *Client) StartRun(ctx context.Context, req RunRequest) (coordinator.StartRunResponse, error) {
+	var r coordinator.StartRunResponse
+	return r, c.do(ctx, "POST", "/v1/runs", req, &r)
+}
+
+// Runs lists every training run.
+func (c *Client) Runs(ctx context.Context) ([]coordinator.RunStatus, error) {
+	var r []coordinator.RunStatus
+	return r, c.do(ctx, "GET", "/v1/runs", nil, &r)
+}
+
+// Run returns one training run: its rounds' jobs and models.
+func (c *Client) Run(ctx context.Context, id content.Ref) (coordinator.RunStatus, error) {
+	var r coordinator.RunStatus
+	return r, c.do(ctx, "GET", "/v1/runs/"+string(id), nil, &r)
+}
+
 // Lease asks for work.
 func (c *Client) Lease(ctx context.Context, req LeaseRequest) (coordinator.LeaseResponse, error) {
 	var r coordinator.LeaseResponse
@@ -330,8 +349,8 @@ type Event struct {
 	Data json.RawMessage
 }
 
-// Watch streams a job's events to fn until the job completes, fn returns
-// an error, or ctx ends. It reconnects (to another node if needed) when
+// Watch streams a job's (or a training run's) events to fn until the job
+// (run) completes, fn returns an error, or ctx ends. It reconnects (to another node if needed) when
 // the stream breaks; after a reconnect the first event is a fresh status.
 func (c *Client) Watch(ctx context.Context, id content.Ref, fn func(Event) error) error {
 	for {
@@ -381,12 +400,17 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 			if err := fn(ev); err != nil {
 				return true, err
 			}
-			if ev.Kind == "job-complete" {
+			if ev.Kind == "job-complete" || ev.Kind == "run-complete" {
 				return true, nil
 			}
 			if ev.Kind == "status" {
-				var st coordinator.JobStatus
-				if json.Unmarshal(ev.Data, &st) == nil && st.State == coordinator.JobDone {
+				// A job's or a run's status: either is over when done; a
+				// run also when stopped.
+				var st struct {
+					State string `json:"state"`
+				}
+				if json.Unmarshal(ev.Data, &st) == nil &&
+					(st.State == string(coordinator.JobDone) || st.State == string(coordinator.RunStopped)) {
 					return true, nil
 				}
 			}

@@ -71,7 +71,9 @@ func (h *Hub) Subscribe(job content.Ref) (<-chan coordinator.Event, func()) {
 
 // jobEvents streams a job's progress as server-sent events: first a
 // "status" event with the job's current counts, then each event as it is
-// applied, ending after "job-complete".
+// applied, ending after "job-complete". The ID may also name a training
+// run (run events carry the run's ID): the status is then the run's, and
+// the stream ends after "run-complete".
 func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.jobID(w, r)
 	if !ok {
@@ -84,18 +86,23 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	events, cancel := s.Events.Subscribe(id)
 	defer cancel()
-	js, err := s.Read.Job(id)
-	if err != nil {
+	var status any
+	var over bool
+	if js, err := s.Read.Job(id); err == nil {
+		js.Shards = nil
+		status, over = js, js.State == coordinator.JobDone
+	} else if rs, err := s.Read.Run(id); err == nil {
+		status, over = rs, rs.State != coordinator.RunRunning
+	} else {
 		s.jobStatus(w, r)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
-	js.Shards = nil
-	writeEvent(w, "status", js)
+	writeEvent(w, "status", status)
 	flusher.Flush()
-	if js.State == coordinator.JobDone {
+	if over {
 		return
 	}
 	keepAlive := time.NewTicker(15 * time.Second)
@@ -113,7 +120,8 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			writeEvent(w, e.Kind(), e)
 			flusher.Flush()
-			if _, done := e.(coordinator.JobComplete); done {
+			switch e.(type) {
+			case coordinator.JobComplete, coordinator.RunComplete:
 				return
 			}
 		}

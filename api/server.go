@@ -19,10 +19,12 @@ import (
 
 // Server serves the control-plane API of one aggregator node.
 type Server struct {
-	Fed     *identity.Federation
-	Apply   Applier
-	Read    Reader
-	Plan    Planner
+	Fed   *identity.Federation
+	Apply Applier
+	Read  Reader
+	Plan  Planner
+	// Runs plans launched training runs; nil refuses POST /v1/runs.
+	Runs    RunPlanner
 	Events  *Hub
 	Status  func() any // node status for GET /v1/status
 	Log     *slog.Logger
@@ -60,6 +62,9 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", s.auth(s.listJobs))
 	mux.HandleFunc("GET /v1/jobs/{id}", s.auth(s.jobStatus))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.auth(s.jobEvents))
+	mux.HandleFunc("POST /v1/runs", s.auth(s.startRun, identity.Aggregator, identity.Silo, identity.Worker))
+	mux.HandleFunc("GET /v1/runs", s.auth(s.listRuns))
+	mux.HandleFunc("GET /v1/runs/{id}", s.auth(s.runStatus))
 	mux.HandleFunc("POST /v1/lease", s.auth(s.lease, identity.Worker, identity.Silo))
 	mux.HandleFunc("POST /v1/renew", s.auth(s.renew, identity.Worker, identity.Silo))
 	mux.HandleFunc("POST /v1/release", s.auth(s.release, identity.Worker, identity.Silo))
@@ -242,6 +247,65 @@ func (s *Server) jobStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, js)
+}
+
+func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
+	var req RunRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !content.IsRef(string(req.Spec)) || (req.Strategy != "" && !content.IsRef(string(req.Strategy))) {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "runs", "spec %q or strategy %q is not a ref", req.Spec, req.Strategy).
+			WithHelp("upload the canonical run spec (and a strategy that is not built in) with PutBlob and send their refs"))
+		return
+	}
+	if s.Runs == nil {
+		writeDiag(w, http.StatusNotImplemented, diag.New(diag.PoolBadRequest, "runs", "this node does not run training"))
+		return
+	}
+	cmd, err := s.Runs.PlanRun(r.Context(), req, peerOf(r).Name)
+	if err != nil {
+		var nl *NotLeaderError
+		if errors.As(err, &nl) && nl.URL != "" {
+			w.Header().Set("X-Scellis-Leader", nl.Leader)
+			http.Redirect(w, r, nl.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+			return
+		}
+		if ds, ok := diag.As(err); ok {
+			writeDiags(w, http.StatusBadRequest, ds)
+			return
+		}
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadJob, "runs", "cannot plan the run: %v", err).
+			WithHelp("upload the run spec and its strategy's source before launching"))
+		return
+	}
+	cmd.Now = s.now()
+	s.apply(w, r, cmd)
+}
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Read.Runs())
+}
+
+func (s *Server) runStatus(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	st, err := s.Read.Run(id)
+	if err != nil {
+		if s.Leader != nil {
+			if name, url, self := s.Leader(); !self && url != "" {
+				w.Header().Set("X-Scellis-Leader", name)
+				http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+				return
+			}
+		}
+		ds, _ := diag.As(err)
+		writeDiags(w, http.StatusNotFound, ds)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
 }
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) {

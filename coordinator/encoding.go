@@ -21,6 +21,7 @@ type envelope struct {
 	Reduced *ReportReduced `cbor:"reduced,omitempty"`
 	Start   *StartRun      `cbor:"start_run,omitempty"`
 	Stop    *StopRun       `cbor:"stop_run,omitempty"`
+	Flag    *FlagDropped   `cbor:"flag_dropped,omitempty"`
 	Batch   *Batch         `cbor:"batch,omitempty"`
 }
 
@@ -122,6 +123,8 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Start = &c
 	case StopRun:
 		e.Stop = &c
+	case FlagDropped:
+		e.Flag = &c
 	case Batch:
 		if !batchOK {
 			return e, badCommand("batches do not nest")
@@ -161,6 +164,9 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Stop != nil {
 		out = append(out, *e.Stop)
+	}
+	if e.Flag != nil {
+		out = append(out, *e.Flag)
 	}
 	if e.Batch != nil {
 		if !batchOK {

@@ -68,7 +68,8 @@ func New(cfg Config) (*Machine, error) {
 // Responses by command: SubmitJob → *SubmitResponse, Lease →
 // *LeaseResponse, RenewLease → *RenewResponse, ReleaseLeases →
 // *ReleaseResponse, Tick → *TickResponse, ReportResult → *ReportResponse,
-// ReportReduced → *ReducedResponse, Batch → *BatchResponse (whose Events
+// ReportReduced → *ReducedResponse, StartRun → *StartRunResponse, StopRun
+// → *StopRunResponse, FlagDropped → *FlagDroppedResponse, Batch → *BatchResponse (whose Events
 // are also concatenated in the Batch's Result).
 func (m *Machine) Apply(c Command) Result {
 	m.mu.Lock()
@@ -96,6 +97,8 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.startRun(c)
 	case StopRun:
 		return m.stopRun(c)
+	case FlagDropped:
+		return m.flagDropped(c)
 	case Batch:
 		if !batchOK {
 			return refuse(badCommand("batches do not nest"))

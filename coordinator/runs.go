@@ -46,8 +46,34 @@ type StopRun struct {
 	Now    int64       `cbor:"now" json:"now"`
 }
 
-func (StartRun) command() {}
-func (StopRun) command()  {}
+// FlagDropped flags every undecided shard of a round job as dropped out of
+// the round. The leader proposes it once the round's secure aggregation is
+// over (and the contributors had time to report their contribution hashes):
+// a silo that dropped out never reports, and the round cannot be reduced
+// until each of its shards is decided. The decision is the leader's and
+// enters through the log with its Now (law 10); flagged shards earn no
+// receipt and count as unverified. On a job that is not running it does
+// nothing; on a job that is not a round it is refused.
+type FlagDropped struct {
+	Job    content.Ref `cbor:"job" json:"job"`
+	Reason string      `cbor:"reason" json:"reason"` // optional detail, e.g. the round's outcome
+	Now    int64       `cbor:"now" json:"now"`
+}
+
+// FlagDroppedResponse answers FlagDropped: the shards flagged by this
+// command and the job's state after it.
+type FlagDroppedResponse struct {
+	Job     content.Ref `json:"job"`
+	Flagged []int       `json:"flagged"`
+	State   JobState    `json:"state"`
+}
+
+// DroppedReason is the reason of the ShardFlagged events of FlagDropped.
+const DroppedReason = "dropped out of round"
+
+func (StartRun) command()    {}
+func (StopRun) command()     {}
+func (FlagDropped) command() {}
 
 // RunState is where a run is.
 type RunState string
@@ -211,6 +237,48 @@ func (m *Machine) stopRun(c StopRun) Result {
 	r.State, r.DoneAt, r.Reason = RunStopped, now, c.Reason
 	events = append(events, RunComplete{Run: r.ID, State: r.State, Model: last(r.Models), Reason: r.Reason})
 	return Result{Response: &StopRunResponse{Run: r.ID, State: r.State}, Events: events}
+}
+
+func (m *Machine) flagDropped(c FlagDropped) Result {
+	if d := checkTime(c.Now); d != nil {
+		return refuse(d)
+	}
+	if len(c.Reason) > maxName*4 {
+		return refuse(badCommand("a drop reason has at most %d bytes", maxName*4))
+	}
+	j := m.jobs[string(c.Job)]
+	if j == nil {
+		return refuse(unknownJob(c.Job))
+	}
+	if j.Run == "" {
+		return refuse(diag.New(diag.RunBadRound, "job "+j.Name, "job %s is not a round of a training run", j.ID.Short()).
+			WithHelp("only a round's shards are flagged as dropped out; other shards are decided by their reports"))
+	}
+	resp := &FlagDroppedResponse{Job: j.ID, Flagged: []int{}, State: j.State}
+	if j.State != JobRunning {
+		return Result{Response: resp}
+	}
+	now := m.clock(c.Now)
+	events := m.advance(now)
+	reason := DroppedReason
+	if c.Reason != "" {
+		reason += ": " + c.Reason
+	}
+	for _, s := range j.Shards {
+		if s.State != StatePending {
+			continue
+		}
+		s.State, s.DecidedAt = StateUnverified, now
+		for _, rep := range s.Reports {
+			m.peer(rep.Peer).Inconclusive++
+		}
+		events = append(events, revoke(j, s)...)
+		events = append(events, ShardFlagged{Job: j.ID, Shard: s.Index, Reports: len(s.Reports), Reason: reason})
+		events = append(events, m.decided(j)...)
+		resp.Flagged = append(resp.Flagged, s.Index)
+	}
+	resp.State = j.State
+	return Result{Response: resp, Events: events}
 }
 
 func last(refs []content.Ref) content.Ref {

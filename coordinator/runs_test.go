@@ -133,3 +133,75 @@ func TestStopRun(t *testing.T) {
 	}
 	wantCode(t, applyEncoded(t, m, StopRun{Run: content.Hash([]byte("nope")), Now: 3}), diag.RunUnknown)
 }
+
+func TestFlagDroppedRound(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Own})
+	run := content.Hash([]byte("run"))
+	applyEncoded(t, m, StartRun{Run: run, Name: "r", Rounds: 2, Silos: []string{"a", "b", "c", "d"}, Now: 1})
+	r0 := roundJob(run, 0, "a", "b", "c", "d")
+	if r := applyEncoded(t, m, r0); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	// a, b and c take part and report; d leased and dropped out.
+	for i, s := range []string{"a", "b", "c", "d"} {
+		applyEncoded(t, m, Lease{Peer: s, Now: 110, Max: 1})
+		if s != "d" {
+			applyEncoded(t, m, ReportResult{Peer: s, Job: r0.Job, Shard: i, Result: content.Hash([]byte(s)), Now: 111})
+		}
+	}
+	// Not reducible yet; a plain job cannot be flagged this way.
+	wantCode(t, applyEncoded(t, m, ReportReduced{Job: r0.Job, Peer: "agg", Reduced: content.Hash([]byte("m")), Now: 112}), diag.PoolJobNotDecided)
+	plain := roundJob(run, 0, "a", "b", "c")
+	plain.Job, plain.Run, plain.Round, plain.Name = content.Hash([]byte("plain")), "", 0, "plain"
+	for i := range plain.Shards {
+		plain.Shards[i].Peer = ""
+	}
+	if r := applyEncoded(t, m, plain); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	wantCode(t, applyEncoded(t, m, FlagDropped{Job: plain.Job, Now: 112}), diag.RunBadRound)
+	wantCode(t, applyEncoded(t, m, FlagDropped{Job: content.Hash([]byte("nope")), Now: 112}), diag.PoolUnknownJob)
+
+	res := applyEncoded(t, m, FlagDropped{Job: r0.Job, Reason: "secure aggregation summed 3 of 4", Now: 113})
+	if res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	resp := res.Response.(*FlagDroppedResponse)
+	if len(resp.Flagged) != 1 || resp.Flagged[0] != 3 || resp.State != JobDecided {
+		t.Fatalf("flagged %+v", resp)
+	}
+	var flagged, revoked, decided bool
+	for _, e := range res.Events {
+		switch e := e.(type) {
+		case ShardFlagged:
+			flagged = e.Shard == 3 && e.Reason == DroppedReason+": secure aggregation summed 3 of 4"
+		case LeaseEnded:
+			revoked = e.Peer == "d" && e.Reason == LeaseRevoked
+		case AllShardsDecided:
+			decided = e.Verified == 3 && e.Unverified == 1
+		}
+	}
+	if !flagged || !revoked || !decided {
+		t.Fatalf("events %+v", res.Events)
+	}
+	// Again: nothing more to flag.
+	if r := applyEncoded(t, m, FlagDropped{Job: r0.Job, Now: 114}); r.Refused() || len(r.Response.(*FlagDroppedResponse).Flagged) != 0 {
+		t.Fatalf("%+v", r)
+	}
+	// A late report from the dropped silo changes nothing.
+	if r := applyEncoded(t, m, ReportResult{Peer: "d", Job: r0.Job, Shard: 3, Result: content.Hash([]byte("d")), Now: 115}); r.Refused() ||
+		r.Response.(*ReportResponse).Outcome != OutcomeExtraUnverified {
+		t.Fatalf("late report: %+v", r)
+	}
+	if r := applyEncoded(t, m, ReportReduced{Job: r0.Job, Peer: "agg", Reduced: content.Hash([]byte("m")), Now: 116}); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	if st, _ := m.Run(run); len(st.Models) != 1 {
+		t.Fatalf("%+v", st)
+	}
+	// Replicas agree after a snapshot.
+	m2, _ := New(Config{Regime: trust.Own})
+	if err := m2.Restore(m.Snapshot()); err != nil || m2.StateHash() != m.StateHash() {
+		t.Fatalf("restore: %v", err)
+	}
+}

@@ -1,6 +1,9 @@
 package fl
 
 import (
+	"fmt"
+	"maps"
+
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/secagg"
 )
@@ -24,6 +27,10 @@ type RoundBundle struct {
 	Metrics   []string      `cbor:"metrics" json:"metrics"`
 	SecAgg    secagg.Params `cbor:"secagg" json:"secagg"`
 	Seed      int64         `cbor:"seed" json:"seed"`
+	// Reducer is the aggregator member whose secure-aggregation host
+	// (wire.Prefix on its API address) runs the round: the leader that
+	// planned it. Its state is in that process's memory only.
+	Reducer string `cbor:"reducer,omitempty" json:"reducer,omitempty"`
 }
 
 // RoundFormat versions RoundBundle.
@@ -50,4 +57,79 @@ func (b *RoundBundle) Unpack(sum []float64) (update []float64, metrics map[strin
 		metrics[m] = sum[b.UpdateDim+i]
 	}
 	return update, metrics
+}
+
+// RoundResult is the reduced document of a round job: what the reducer
+// peer stores as a blob and reports (ReportReduced) as the round's model.
+// It carries the next global state itself, so the next round is planned
+// from this document alone, and only sums: the metrics and the weight are
+// those of the secure sum, never one site's.
+type RoundResult struct {
+	Format   string      `cbor:"format" json:"format"`
+	Run      content.Ref `cbor:"run" json:"run"`
+	Round    int         `cbor:"round" json:"round"`
+	Job      content.Ref `cbor:"job" json:"job"`
+	Bundle   content.Ref `cbor:"bundle" json:"bundle"`
+	Strategy content.Ref `cbor:"strategy" json:"strategy"`
+	// Previous is the model hash the round started from (the bundle's
+	// Global); Model the hash of Global, the model the round produced.
+	Previous content.Ref `cbor:"previous" json:"previous"`
+	Model    content.Ref `cbor:"model" json:"model"`
+	Global   []byte      `cbor:"global" json:"global"` // Global.Encode() of the next state
+	// Metrics are the summed metrics (DefaultMetrics); Weight the total
+	// weight the server step received.
+	Metrics map[string]float64 `cbor:"metrics" json:"metrics"`
+	Weight  float64            `cbor:"weight" json:"weight"`
+	// Participants are the silos whose inputs the sum holds, Dropped the
+	// cohort silos it does not hold (sorted). ErrorBound bounds the
+	// fixed-point rounding of each summed value.
+	Participants []string `cbor:"participants" json:"participants"`
+	Dropped      []string `cbor:"dropped" json:"dropped"`
+	ErrorBound   float64  `cbor:"error_bound" json:"error_bound"`
+	// SecAggRound is the secure-aggregation round ID the sum came from.
+	SecAggRound string `cbor:"secagg_round" json:"secagg_round"`
+}
+
+// RoundResultFormat versions RoundResult.
+const RoundResultFormat = "scellis/round-result/v1"
+
+// DecodeRoundResult parses a round result document and the global state it
+// carries, checking that the state hashes to Model.
+func DecodeRoundResult(b []byte) (*RoundResult, Global, error) {
+	var r RoundResult
+	if err := content.Decode(b, &r); err != nil {
+		return nil, nil, fmt.Errorf("fl: not a round result: %w", err)
+	}
+	if r.Format != RoundResultFormat {
+		return nil, nil, fmt.Errorf("fl: round result format %q, want %q", r.Format, RoundResultFormat)
+	}
+	if content.Hash(r.Global) != r.Model {
+		return nil, nil, fmt.Errorf("fl: the round result's global state does not hash to its model %s", r.Model.Short())
+	}
+	g, err := DecodeGlobal(r.Global)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &r, g, nil
+}
+
+// Params returns the strategy params of a run: the spec's params, with
+// the model's kind, classes and hidden width from the spec's model where
+// the params do not set them (the fl-common params model, classes,
+// hidden). The aggregator (init, update_dims, server_step) and the silos
+// (client_step) both use it, so they agree on the model.
+func (c *Canonical) Params() map[string]any {
+	p := maps.Clone(c.Spec.Params)
+	if p == nil {
+		p = map[string]any{}
+	}
+	set := func(k string, v any, zero bool) {
+		if _, ok := p[k]; !ok && !zero {
+			p[k] = v
+		}
+	}
+	set("model", c.Spec.Model.Kind, c.Spec.Model.Kind == "")
+	set("classes", int64(c.Spec.Model.Classes), c.Spec.Model.Classes == 0)
+	set("hidden", int64(c.Spec.Model.Hidden), c.Spec.Model.Hidden == 0)
+	return p
 }

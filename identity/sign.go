@@ -26,6 +26,9 @@ const (
 	PurposeLedgerEntry Purpose = "scellis/ledger-entry/v1"
 	// PurposeSecaggAdvert signs a secure-aggregation key advertisement.
 	PurposeSecaggAdvert Purpose = "scellis/secagg-advert/v1"
+	// PurposeContribution signs a silo's contribution record for one round
+	// of a training run (what it charged, and whether it took part).
+	PurposeContribution Purpose = "scellis/contribution/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

@@ -36,6 +36,12 @@ type Worker struct {
 	Corrupt bool
 	// Logf reports progress for people; nil is silent.
 	Logf func(format string, args ...any)
+	// Dispatch, when set, handles every leased grant in place of RunGrant:
+	// a silo routes its training rounds to its round handler and generic
+	// shards to RunGrant (or hands them back). It runs in its own
+	// goroutine, at most Parallel at once, and must report or release the
+	// grant before it returns; ctx ends when the worker stops.
+	Dispatch func(ctx context.Context, g coordinator.LeaseGrant)
 
 	mu    sync.Mutex
 	plans map[content.Ref]*job.Plan
@@ -98,7 +104,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			go func(g coordinator.LeaseGrant) {
 				defer running.Done()
 				defer func() { <-slots }()
-				w.runGrant(ctx, g)
+				if w.Dispatch != nil {
+					w.Dispatch(ctx, g)
+				} else {
+					w.RunGrant(ctx, g)
+				}
 			}(g)
 		}
 	}
@@ -158,15 +168,39 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	return p, nil
 }
 
-// runGrant executes one leased shard and reports it; on any failure the
-// lease is handed back so another peer can take the shard.
-func (w *Worker) runGrant(ctx context.Context, g coordinator.LeaseGrant) {
-	release := func(why error) {
-		w.logf("shard %d of %s: %v; handing the lease back", g.Shard, g.Job.Short(), why)
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		w.Client.Release(rctx, api.ReleaseRequest{Shards: []coordinator.ShardRef{{Job: g.Job, Shard: g.Shard}}})
+// ReleaseGrant hands one lease back so another peer (or this one, later)
+// can take the shard, logging why.
+func (w *Worker) ReleaseGrant(g coordinator.LeaseGrant, why error) {
+	w.logf("shard %d of %s: %v; handing the lease back", g.Shard, g.Job.Short(), why)
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	w.Client.Release(rctx, api.ReleaseRequest{Shards: []coordinator.ShardRef{{Job: g.Job, Shard: g.Shard}}})
+}
+
+// Renewing keeps g's lease alive while work on it runs: it returns a
+// context that ends when ctx does, when timeout (if > 0) passes or when the
+// coordinator says the lease is gone, and a stop function that ends the
+// renewals and waits for them. Call stop before reporting.
+func (w *Worker) Renewing(ctx context.Context, g coordinator.LeaseGrant, timeout time.Duration) (context.Context, func()) {
+	runCtx, cancel := context.WithCancel(ctx)
+	if timeout > 0 {
+		runCtx, cancel = context.WithTimeout(ctx, timeout)
 	}
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		w.renew(runCtx, cancel, g)
+	}()
+	return runCtx, func() {
+		cancel()
+		<-renewDone
+	}
+}
+
+// RunGrant executes one leased generic shard and reports it; on any
+// failure the lease is handed back so another peer can take the shard.
+func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
+	release := func(why error) { w.ReleaseGrant(g, why) }
 	p, err := w.plan(ctx, g.Job)
 	if err != nil {
 		release(err)
@@ -178,19 +212,9 @@ func (w *Worker) runGrant(ctx context.Context, g coordinator.LeaseGrant) {
 	}
 	sh := p.Shards[g.Shard]
 
-	runCtx, cancel := context.WithCancel(ctx)
-	if w.ShardTimeout > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, w.ShardTimeout)
-	}
-	defer cancel()
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		w.renew(runCtx, cancel, g)
-	}()
+	runCtx, stop := w.Renewing(ctx, g, w.ShardTimeout)
 	res, err := p.Execute(runCtx, sh)
-	cancel()
-	<-renewDone
+	stop()
 	if err != nil {
 		if ctx.Err() == nil {
 			release(err)

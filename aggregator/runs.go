@@ -1,0 +1,476 @@
+package aggregator
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/script"
+	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/trust"
+)
+
+// Training runs on the aggregator. A run is a chain of round jobs (law 1);
+// the leader plans each round when the previous one is done, hosts its
+// secure aggregation (the reducer peer's data plane, wire.Prefix), and
+// reduces it: fl.ServerStep on the sum and the total weight only (law 7),
+// the next global state stored as a blob on two nodes, and its round
+// result document's hash reported through ReportReduced (law 3: the
+// coordinator sees hashes only).
+
+// Round parameters the aggregator fixes for every round.
+const (
+	// roundClip bounds each summed value, |x| ≤ 1e6. Secure aggregation
+	// works in the 64-bit ring: with n ≤ 255 sites the sum needs
+	// log2(255·1e6) ≈ 28 integer bits, which leaves about 2^-35 … 2^-40 of
+	// fixed-point resolution (secagg picks f so that n·clip < 2^62): far
+	// below the noise of DP and the precision SGD updates need. Updates
+	// and summed metrics (a site's loss × examples, examples) fit well
+	// inside it; DP clipping bounds the update far more tightly anyway.
+	roundClip = 1e6
+	// roundMaxWeight bounds a site's weight (its example count, or 1).
+	roundMaxWeight = 1e9
+	// roundPriceBasis prices a round's shard: one work unit per silo.
+	roundPriceBasis = "training round: 1 work unit per participating silo"
+)
+
+// runCtx is what the leader knows of a run from its spec blob.
+type runCtx struct {
+	canon *fl.Canonical
+	strat *fl.Strategy
+	cat   *catalog.Catalog
+	// builtin: the strategy is a built-in entry (no source blob).
+	builtin bool
+}
+
+// loadRun reads, checks and caches a run's canonical spec and strategy.
+func (n *Node) loadRun(ctx context.Context, ref content.Ref) (*runCtx, error) {
+	if v, ok := n.runCache.Load(ref); ok {
+		return v.(*runCtx), nil
+	}
+	raw, err := n.planner.fetch(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	var canon fl.Canonical
+	if err := content.Decode(raw, &canon); err != nil {
+		return nil, diag.New(diag.PoolBadJob, "run "+ref.Short(), "not a run spec: %v", err).
+			WithHelp("upload the run's canonical spec (fl.Canonical, content.Encode) and launch its ref")
+	}
+	again, err := content.Encode(&canon)
+	if err != nil || !bytes.Equal(again, raw) || canon.Format == "" {
+		return nil, diag.New(diag.PoolBadJob, "run "+ref.Short(), "the run spec blob is not a canonical run spec (format %q)", canon.Format).
+			WithHelp("upload exactly the canonical encoding of the resolved run (RunSpec.Resolve)")
+	}
+	rc := &runCtx{canon: &canon, cat: n.planner.builtin}
+	e, ok := n.planner.builtin.Lookup(string(canon.Strategy))
+	if ok {
+		rc.builtin = true
+	} else {
+		src, err := n.planner.fetch(ctx, canon.Strategy)
+		if err != nil {
+			return nil, err
+		}
+		name := canon.Spec.Strategy
+		if name == "" || strings.ContainsAny(name, "/\\") {
+			name = "strategy"
+		}
+		if e, err = catalog.Parse(name+".star", src); err != nil {
+			return nil, err
+		}
+		if rc.cat, err = catalog.Builtin(); err != nil {
+			return nil, err
+		}
+		if err := rc.cat.Add(e); err != nil {
+			return nil, err
+		}
+	}
+	if rc.strat, err = fl.NewStrategy(e, canon.Params()); err != nil {
+		return nil, err
+	}
+	if _, err := rc.cat.Closure(e); err != nil {
+		return nil, err
+	}
+	n.runCache.Store(ref, rc)
+	return rc, nil
+}
+
+// PlanRun implements api.RunPlanner: the StartRun of a launched run.
+func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string) (coordinator.StartRun, error) {
+	rc, err := n.loadRun(ctx, req.Spec)
+	if err != nil {
+		return coordinator.StartRun{}, err
+	}
+	spec := rc.canon.Spec
+	subject := "run " + spec.Name
+	if req.Strategy != "" && req.Strategy != rc.canon.Strategy {
+		return coordinator.StartRun{}, diag.New(diag.PoolBadRequest, subject, "the request names strategy %s but the spec resolves it to %s",
+			req.Strategy.Short(), rc.canon.Strategy.Short()).WithHelp("send the strategy ref of the canonical spec, or none")
+	}
+	refs := []content.Ref{req.Spec}
+	if !rc.builtin {
+		refs = append(refs, rc.canon.Strategy)
+	}
+	for _, ref := range refs {
+		if err := n.durable(ctx, ref); err != nil {
+			return coordinator.StartRun{}, err
+		}
+	}
+	cohort, err := n.cohort(spec)
+	if err != nil {
+		return coordinator.StartRun{}, err
+	}
+	return coordinator.StartRun{
+		Run: req.Spec, Name: spec.Name, Rounds: spec.Rounds, Silos: cohort,
+		DP: spec.DP, SecureAgg: spec.SecureAgg,
+		// A silo's training data is confidential unless proven otherwise.
+		Dataset: trust.Item{Name: spec.Dataset, Class: trust.Confidential},
+	}, nil
+}
+
+// cohort returns the run's silos: the spec's, or every silo of the
+// federation, sorted; each must be a silo member, and at least the spec's
+// minimum cohort.
+func (n *Node) cohort(spec fl.RunSpec) ([]string, error) {
+	subject := "run " + spec.Name
+	var out []string
+	var problems diag.List
+	if len(spec.Silos) == 0 {
+		for _, m := range n.fed.ByRole(identity.Silo) {
+			out = append(out, m.Name)
+		}
+	}
+	for _, s := range spec.Silos {
+		if m, ok := n.fed.Member(s); !ok || m.Role != identity.Silo {
+			problems = append(problems, diag.New(diag.RunBadRound, subject, "cohort member %q is not a silo of federation %q", s, n.fed.Name).
+				WithHelp("name silos as the federation file does"))
+			continue
+		}
+		out = append(out, s)
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if need := max(spec.MinCohort, coordinator.MinSites); len(out) < need {
+		return nil, diag.New(diag.RunTooFewSites, subject, "the cohort has %d silos; the run needs at least %d", len(out), need).
+			WithHelp("with two sites each could subtract its own update from the sum and learn the other's; admit at least three")
+	}
+	return out, nil
+}
+
+// driveRuns is the leader's run duty, once per leaderDuties pass: plan the
+// next round of every running run with no open round, and abort rounds this
+// node does not host (opened by an earlier leader: their secure
+// aggregation state was in that process).
+func (n *Node) driveRuns(ctx context.Context, m *coordinator.Machine) {
+	for _, st := range m.Runs() {
+		if st.State != coordinator.RunRunning {
+			continue
+		}
+		if _, busy := n.activeRuns.LoadOrStore(st.ID, struct{}{}); busy {
+			continue
+		}
+		var open *coordinator.JobStatus
+		if k := len(st.Jobs); k > len(st.Models) {
+			if js, err := m.Job(st.Jobs[k-1]); err == nil && js.State != coordinator.JobDone {
+				open = &js
+			}
+		}
+		if open == nil && len(st.Models) >= st.Rounds {
+			n.activeRuns.Delete(st.ID)
+			continue
+		}
+		n.done.Add(1)
+		go func() {
+			defer n.done.Done()
+			defer n.activeRuns.Delete(st.ID)
+			var err error
+			if open != nil {
+				err = n.abortRound(ctx, st, *open, fmt.Sprintf("round %d was opened by an earlier leader; its secure aggregation state is lost", open.Round))
+			} else {
+				err = n.runRound(ctx, st)
+			}
+			if err != nil && ctx.Err() == nil {
+				n.log.Warn("training round", "run", st.ID.Short(), "err", err)
+			}
+		}()
+	}
+}
+
+// roundID names a secure-aggregation round: fresh for every round job of
+// every run (the coordinator admits one job per round number while it is
+// open; a retried round is a later job, hence a new ID).
+func roundID(run content.Ref, round, attempt int) string {
+	h := sha256.Sum256([]byte(fmt.Sprintf("scellis/secagg-round/v1\x00%s\x00%d\x00%d", run, round, attempt)))
+	return hex.EncodeToString(h[:16])
+}
+
+// roundJobID is the round job's ID: the hash of its bundle.
+func roundJobID(bundle content.Ref) (content.Ref, error) {
+	return content.HashOf(struct {
+		Format string      `cbor:"format"`
+		Bundle content.Ref `cbor:"bundle"`
+	}{"scellis/round-job/v1", bundle})
+}
+
+func (n *Node) env(rc *runCtx, run content.Ref, round int) script.Env {
+	seed := sha256.Sum256([]byte(fmt.Sprintf("scellis/round-server/v1\x00%s\x00%d", run, round)))
+	return script.Env{Catalog: rc.cat, Seed: seed[:]}
+}
+
+// runRound plans, hosts and reduces the next round of a run.
+func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
+	r := len(st.Models)
+	rc, err := n.loadRun(ctx, st.ID)
+	if err != nil {
+		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d cannot be planned: %v", r, err))
+	}
+	spec := rc.canon.Spec
+	env := n.env(rc, st.ID, r)
+	strat := rc.strat.With(map[string]any{"round": int64(r), "sites": int64(len(st.Silos))})
+	var global fl.Global
+	if r == 0 {
+		global, err = fl.Init(ctx, env, strat, spec.Model.Inputs)
+	} else {
+		var b []byte
+		if b, err = n.fetchBlob(ctx, st.Models[r-1]); err == nil {
+			_, global, err = fl.DecodeRoundResult(b)
+		}
+	}
+	if err != nil {
+		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: no global model: %v", r, err))
+	}
+	gb, err := global.Encode()
+	if err != nil {
+		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
+	}
+	gref, err := n.storeDurable(ctx, gb)
+	if err != nil {
+		return err // transient: the next pass retries
+	}
+	dims, err := fl.UpdateDims(ctx, env, strat, global)
+	if err != nil {
+		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
+	}
+	members := make([]secagg.Member, 0, len(st.Silos))
+	for _, s := range st.Silos {
+		m, ok := n.fed.Member(s)
+		if !ok || m.Role != identity.Silo {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: cohort member %q is no longer a silo of the federation", r, s))
+		}
+		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
+	}
+	bundle := fl.RoundBundle{
+		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref,
+		UpdateDim: dims, Metrics: fl.DefaultMetrics, Seed: spec.Seed, Reducer: n.Self.Name,
+		SecAgg: secagg.Params{
+			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(fl.DefaultMetrics),
+			Clip: roundClip, Weighted: true, MaxWeight: roundMaxWeight,
+		},
+	}
+	bb, err := content.Encode(&bundle)
+	if err != nil {
+		return err
+	}
+	bref, err := n.storeDurable(ctx, bb)
+	if err != nil {
+		return err
+	}
+	jobID, err := roundJobID(bref)
+	if err != nil {
+		return err
+	}
+	if err := n.sagg.Open(bundle.SecAgg, n.opt.SecAgg); err != nil {
+		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: secure aggregation cannot open: %v", r, err))
+	}
+	ttl := n.opt.RoundLeaseTTL
+	if ttl <= 0 {
+		ttl = time.Hour
+	}
+	cmd := coordinator.SubmitJob{
+		Job: jobID, Name: fmt.Sprintf("%s-round-%d", spec.Name, r), Bundle: bref, Run: st.ID, Round: r,
+		Inputs: []trust.Item{{Name: spec.Dataset, Class: trust.Confidential}},
+		Policy: coordinator.Policy{Replicas: 1, LeaseTTL: ttl.Milliseconds()}, Now: time.Now().UnixMilli(),
+	}
+	for i, s := range st.Silos {
+		sid, err := content.HashOf(struct {
+			Job  content.Ref `cbor:"job"`
+			Silo string      `cbor:"silo"`
+		}{jobID, s})
+		if err != nil {
+			return err
+		}
+		cmd.Shards = append(cmd.Shards, coordinator.ShardPlan{Index: i, ID: sid, Price: 1, PriceBasis: roundPriceBasis, Peer: s})
+	}
+	res, err := n.Apply(ctx, cmd)
+	if err != nil {
+		return err // not the leader any more, or not committed: the round times out unused
+	}
+	if len(res.Refusal) > 0 {
+		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d refused: %v", r, res.Refusal))
+	}
+
+	sum, err := n.sagg.Wait(ctx, bundle.SecAgg.Round)
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		// The round's model must not advance without a sum.
+		reason := fmt.Sprintf("round %d: secure aggregation failed: %v", r, err)
+		js, _ := n.fsm.machine().Job(jobID)
+		return n.abortRound(ctx, st, js, reason)
+	}
+	update, metrics := bundle.Unpack(sum.Sum)
+	next, err := fl.ServerStep(ctx, env, strat, global, update, sum.Weight)
+	if err != nil {
+		js, _ := n.fsm.machine().Job(jobID)
+		return n.abortRound(ctx, st, js, fmt.Sprintf("round %d: the server step failed: %v", r, err))
+	}
+	nb, err := next.Encode()
+	if err != nil {
+		return err
+	}
+	contributors := slices.Sorted(slices.Values(sum.Contributors))
+	var dropped []string
+	for _, s := range st.Silos {
+		if !slices.Contains(contributors, s) {
+			dropped = append(dropped, s)
+		}
+	}
+	doc := fl.RoundResult{
+		Format: fl.RoundResultFormat, Run: st.ID, Round: r, Job: jobID, Bundle: bref, Strategy: rc.canon.Strategy,
+		Previous: gref, Model: content.Hash(nb), Global: nb, Metrics: metrics, Weight: sum.Weight,
+		Participants: contributors, Dropped: dropped, ErrorBound: sum.ErrorBound, SecAggRound: bundle.SecAgg.Round,
+	}
+	if doc.Dropped == nil {
+		doc.Dropped = []string{}
+	}
+	db, err := content.Encode(&doc)
+	if err != nil {
+		return err
+	}
+	if _, err := n.storeDurable(ctx, nb); err != nil {
+		return err
+	}
+	dref, err := n.storeDurable(ctx, db)
+	if err != nil {
+		return err
+	}
+	// The contributors report their contribution hashes right after
+	// unmasking; give them ReportGrace, then flag whoever has not reported.
+	n.awaitReports(ctx, jobID, contributors)
+	if err := n.flagDropped(ctx, jobID, fmt.Sprintf("secure aggregation summed %d of %d silos", len(contributors), len(st.Silos))); err != nil {
+		return err
+	}
+	out, err := n.Apply(ctx, coordinator.ReportReduced{Job: jobID, Peer: n.Self.Name, Reduced: dref, Now: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if len(out.Refusal) > 0 {
+		return fmt.Errorf("report reduced refused: %v", out.Refusal)
+	}
+	return nil
+}
+
+// awaitReports waits until every contributor's shard of the round job is
+// decided, or ReportGrace passes.
+func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors []string) {
+	grace := n.opt.ReportGrace
+	if grace <= 0 {
+		grace = 2 * time.Minute
+	}
+	events, cancel := n.hub.Subscribe(job)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(grace)
+	defer deadline.Stop()
+	for {
+		js, err := n.fsm.machine().Job(job)
+		if err != nil || js.State != coordinator.JobRunning {
+			return
+		}
+		pending := false
+		for _, s := range js.Shards {
+			if s.State != coordinator.StateVerified && s.State != coordinator.StateUnverified && slices.Contains(contributors, s.Peer) {
+				pending = true
+			}
+		}
+		if !pending {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case _, ok := <-events:
+			if !ok {
+				events = nil // dropped for falling behind: the ticker covers it
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// flagDropped flags a round job's undecided shards.
+func (n *Node) flagDropped(ctx context.Context, job content.Ref, reason string) error {
+	res, err := n.Apply(ctx, coordinator.FlagDropped{Job: job, Reason: reason, Now: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if len(res.Refusal) > 0 {
+		return fmt.Errorf("flagging dropped silos refused: %v", res.Refusal)
+	}
+	return nil
+}
+
+// abortRound ends a round that cannot produce a model: its undecided
+// shards are flagged (so no silo keeps leasing them) and the run stops
+// with the reason. The model never advances without a secure sum.
+func (n *Node) abortRound(ctx context.Context, st coordinator.RunStatus, js coordinator.JobStatus, reason string) error {
+	if js.ID != "" && js.State == coordinator.JobRunning {
+		if err := n.flagDropped(ctx, js.ID, reason); err != nil {
+			return err
+		}
+	}
+	return n.stopRun(ctx, st.ID, reason)
+}
+
+func (n *Node) stopRun(ctx context.Context, run content.Ref, reason string) error {
+	if len(reason) > 1000 {
+		reason = reason[:1000]
+	}
+	n.log.Warn("stopping training run", "run", run.Short(), "reason", reason)
+	res, err := n.Apply(ctx, coordinator.StopRun{Run: run, Reason: reason, Now: time.Now().UnixMilli()})
+	if err != nil {
+		return err
+	}
+	if len(res.Refusal) > 0 {
+		return fmt.Errorf("stopping the run refused: %v", res.Refusal)
+	}
+	return nil
+}
+
+// storeDurable stores b here and on a second aggregator.
+func (n *Node) storeDurable(ctx context.Context, b []byte) (content.Ref, error) {
+	ref, err := n.blobs.PutBytes(b)
+	if err != nil {
+		return "", err
+	}
+	return ref, n.durable(ctx, ref)
+}

@@ -1,0 +1,476 @@
+package aggregator
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/consensus"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/datagen"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/script"
+	"github.com/scellis/scellis/secagg/wire"
+)
+
+// runPool is a one-node aggregator with silos s1…sN and a launcher
+// (alice), in this process: real Raft, real mutual TLS, the real secure
+// aggregation host. No silo process exists yet, so the silos are driven
+// here as a silo would: lease the round shard, fetch the bundle and the
+// global model by hash from the blob endpoint, run the client step, take
+// part in secure aggregation, upload a contribution record and report its
+// hash.
+type runPool struct {
+	tb    testing.TB
+	dir   string
+	fed   *identity.Federation
+	ids   map[string]*identity.Identity
+	node  *Node
+	cat   *catalog.Catalog
+	log   *syncBuffer
+	silos []string
+	data  map[string]*model.Dataset
+
+	mu      sync.Mutex
+	updates [][]float64 // every silo's unmasked input, for the law-3 check
+}
+
+func newRunPool(tb testing.TB, silos int, opt Options) *runPool {
+	tb.Helper()
+	p := &runPool{tb: tb, dir: tb.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}, data: map[string]*model.Dataset{}}
+	var fed strings.Builder
+	fmt.Fprintf(&fed, "federation: runs\nregime: own\nmembers:\n")
+	names := []string{"agg-1", "alice"}
+	for i := 1; i <= silos; i++ {
+		p.silos = append(p.silos, fmt.Sprintf("s%d", i))
+	}
+	names = append(names, p.silos...)
+	for _, name := range names {
+		id, err := identity.Generate()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		p.ids[name] = id
+		role := identity.Silo
+		switch name {
+		case "agg-1":
+			role = identity.Aggregator
+		case "alice":
+			role = identity.Worker
+		}
+		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, id.Public())
+		if role == identity.Aggregator {
+			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freeAddr(tb), freeAddr(tb))
+		}
+	}
+	f, err := identity.ParseFederation(filepath.Join(p.dir, "federation.yaml"), []byte(fed.String()))
+	if err != nil {
+		tb.Fatalf("federation:\n%s\n%v", fed.String(), err)
+	}
+	p.fed = f
+	if p.cat, err = catalog.Builtin(); err != nil {
+		tb.Fatal(err)
+	}
+	sites, err := datagen.Hospitals(silos, 120, 11)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i, s := range sites {
+		p.data[p.silos[i]] = model.FitStandardizer(s.Data).Apply(s.Data)
+	}
+	opt.Log, opt.LogLevel = p.log, "warn"
+	opt.SecAgg = wire.Deadlines{Advertise: 3 * time.Second, Share: 2 * time.Second, Mask: 2 * time.Second, Unmask: 2 * time.Second}
+	opt.SecAggLongPoll = time.Second
+	opt.ReportGrace = 5 * time.Second
+	n, err := Start("agg-1", p.ids["agg-1"], f, filepath.Join(p.dir, "agg-1"), opt)
+	if err != nil {
+		tb.Fatalf("starting the aggregator: %v", err)
+	}
+	p.node = n
+	tb.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			tb.Errorf("closing the aggregator: %v", err)
+		}
+		if tb.Failed() {
+			tb.Logf("--- aggregator log ---\n%s", p.log.String())
+		}
+	})
+	waitUntil(tb, "the aggregator to lead", 20*time.Second, func() bool {
+		return n.Status().Raft.State == consensus.StateLeader
+	})
+	return p
+}
+
+func (p *runPool) client(name string) *api.Client {
+	c, err := api.NewClient(p.ids[name], p.fed)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	return c
+}
+
+// launch resolves a run spec, uploads its canonical form and starts it
+// through the API, as `scellis fl launch` will.
+func (p *runPool) launch(ctx context.Context, spec fl.RunSpec) (content.Ref, error) {
+	canon, id, _, err := spec.Resolve(p.cat, "")
+	if err != nil {
+		return "", err
+	}
+	b, err := content.Encode(canon)
+	if err != nil {
+		return "", err
+	}
+	c := p.client("alice")
+	ref, err := c.PutBlob(ctx, b)
+	if err != nil {
+		return "", err
+	}
+	if ref != id {
+		return "", fmt.Errorf("uploaded spec %s, run ID %s", ref, id)
+	}
+	resp, err := c.StartRun(ctx, api.RunRequest{Spec: ref})
+	if err != nil {
+		return "", err
+	}
+	return resp.Run, nil
+}
+
+// contribution is the record a silo signs and reports (here unsigned: the
+// silo's own format is the silo's business).
+type contribution struct {
+	Run   content.Ref `cbor:"run"`
+	Round int         `cbor:"round"`
+	Silo  string      `cbor:"silo"`
+}
+
+// runSilo plays silo name until ctx ends; drop(round) makes it lease the
+// round's shard and then never take part.
+func (p *runPool) runSilo(ctx context.Context, name string, drop func(round int) bool) {
+	c := p.client(name)
+	id := p.ids[name]
+	tlsCfg, err := identity.ClientTLSConfig(id, p.fed, "agg-1", identity.Aggregator)
+	if err != nil {
+		p.tb.Error(err)
+		return
+	}
+	hc := &http.Client{Transport: api.Transport(tlsCfg)}
+	for ctx.Err() == nil {
+		lr, err := c.Lease(ctx, api.LeaseRequest{Max: 1})
+		if err != nil || len(lr.Grants) == 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		g := lr.Grants[0]
+		if err := p.round(ctx, c, hc, name, id, g, drop); err != nil && ctx.Err() == nil {
+			p.tb.Logf("silo %s: %v", name, err)
+		}
+	}
+}
+
+func (p *runPool) round(ctx context.Context, c *api.Client, hc *http.Client, name string, id *identity.Identity, g coordinator.LeaseGrant, drop func(int) bool) error {
+	js, err := c.Job(ctx, g.Job)
+	if err != nil {
+		return err
+	}
+	raw, err := c.GetBlob(ctx, js.Bundle)
+	if err != nil {
+		return err
+	}
+	var b fl.RoundBundle
+	if err := content.Decode(raw, &b); err != nil {
+		return err
+	}
+	if drop != nil && drop(b.Round) {
+		return nil
+	}
+	raw, err = c.GetBlob(ctx, b.Run)
+	if err != nil {
+		return err
+	}
+	var canon fl.Canonical
+	if err := content.Decode(raw, &canon); err != nil {
+		return err
+	}
+	e, ok := p.cat.Lookup(string(b.Strategy))
+	if !ok {
+		return fmt.Errorf("strategy %s is not built in", b.Strategy.Short())
+	}
+	s, err := fl.NewStrategy(e, canon.Params())
+	if err != nil {
+		return err
+	}
+	raw, err = c.GetBlob(ctx, b.Global)
+	if err != nil {
+		return err
+	}
+	global, err := fl.DecodeGlobal(raw)
+	if err != nil {
+		return err
+	}
+	out, err := fl.ClientStep(ctx, script.Env{Catalog: p.cat, Seed: []byte(name)}, s.With(map[string]any{"round": int64(b.Round), "seed": b.Seed}),
+		global, p.data[name], nil, fl.Privacy{})
+	if err != nil {
+		return err
+	}
+	input := b.Pack(out.Update, out.Metrics)
+	p.mu.Lock()
+	p.updates = append(p.updates, slices.Clone(input))
+	p.mu.Unlock()
+	reducer, ok := p.fed.Member(b.Reducer)
+	if !ok {
+		return fmt.Errorf("no reducer %q", b.Reducer)
+	}
+	if err := wire.Participate(ctx, hc, "https://"+reducer.Address, b.SecAgg, id.PrivateKey(), input, out.Weight); err != nil {
+		return err
+	}
+	rec, err := content.Encode(contribution{Run: b.Run, Round: b.Round, Silo: name})
+	if err != nil {
+		return err
+	}
+	ref, err := c.PutBlob(ctx, rec)
+	if err != nil {
+		return err
+	}
+	_, err = c.Report(ctx, api.ResultReport{Job: g.Job, Shard: g.Shard, Result: ref})
+	return err
+}
+
+func (p *runPool) startSilos(drop map[string]func(int) bool) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, s := range p.silos {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.runSilo(ctx, s, drop[s])
+		}()
+	}
+	p.tb.Cleanup(func() { cancel(); wg.Wait() })
+}
+
+// waitRun waits until the run is no longer running.
+func (p *runPool) waitRun(id content.Ref, d time.Duration) coordinator.RunStatus {
+	p.tb.Helper()
+	var st coordinator.RunStatus
+	waitUntil(p.tb, "the run to end", d, func() bool {
+		var err error
+		st, err = p.node.fsm.machine().Run(id)
+		return err == nil && st.State != coordinator.RunRunning
+	})
+	return st
+}
+
+func (p *runPool) roundResult(ref content.Ref) (*fl.RoundResult, fl.Global) {
+	p.tb.Helper()
+	b, err := p.node.blobs.Get(ref)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	r, g, err := fl.DecodeRoundResult(b)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	return r, g
+}
+
+func fedavgSpec(rounds int) fl.RunSpec {
+	return fl.RunSpec{
+		Name: "fedavg-hospitals", Strategy: "fedavg", Params: map[string]any{"lr": 0.5, "epochs": int64(2)},
+		Model: fl.ModelSpec{Kind: "logistic", Inputs: 0}, Dataset: "patients", Rounds: rounds, MinCohort: 3,
+		SecureAgg: true, Seed: 7,
+	}
+}
+
+func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
+	rec := &apiRecorder{}
+	p := newRunPool(t, 3, Options{WrapAPI: rec.wrap})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := fedavgSpec(2)
+	spec.Model.Inputs = p.data["s1"].Dims()
+
+	// A watcher on the run's event stream, through the API.
+	var kinds []string
+	var wmu sync.Mutex
+	watchDone := make(chan error, 1)
+
+	p.startSilos(nil)
+	run, err := p.launch(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		watchDone <- p.client("alice").Watch(ctx, run, func(e api.Event) error {
+			wmu.Lock()
+			kinds = append(kinds, e.Kind)
+			wmu.Unlock()
+			return nil
+		})
+	}()
+	st := p.waitRun(run, 25*time.Second)
+	if st.State != coordinator.RunDone || len(st.Models) != 2 || len(st.Jobs) != 2 {
+		t.Fatalf("run ended %+v", st)
+	}
+	if err := <-watchDone; err != nil {
+		t.Fatalf("watch: %v", err)
+	}
+	wmu.Lock()
+	if !slices.Contains(kinds, "round-complete") || kinds[len(kinds)-1] != "run-complete" {
+		t.Errorf("run events %v", kinds)
+	}
+	wmu.Unlock()
+
+	// The API reports the run as the machine does.
+	c := p.client("alice")
+	if got, err := c.Run(ctx, run); err != nil || got.State != coordinator.RunDone || len(got.Models) != 2 {
+		t.Fatalf("GET /v1/runs/{id}: %+v, %v", got, err)
+	}
+	if all, err := c.Runs(ctx); err != nil || len(all) != 1 {
+		t.Fatalf("GET /v1/runs: %+v, %v", all, err)
+	}
+
+	// Each round's document carries a new global model, from every silo.
+	r0, g0 := p.roundResult(st.Models[0])
+	r1, g1 := p.roundResult(st.Models[1])
+	w0, _ := g0.Vector("w")
+	w1, _ := g1.Vector("w")
+	if r0.Model == r1.Model || r1.Previous != r0.Model || slices.Equal(w0, w1) {
+		t.Errorf("the global model did not move: %s → %s (previous %s)", r0.Model.Short(), r1.Model.Short(), r1.Previous.Short())
+	}
+	if !slices.Equal(r1.Participants, p.silos) || len(r1.Dropped) != 0 || r1.Metrics["examples"] != float64(3*120) {
+		t.Errorf("round 1: participants %v dropped %v metrics %v", r1.Participants, r1.Dropped, r1.Metrics)
+	}
+	if r0.Metrics["loss"] <= r1.Metrics["loss"] {
+		t.Errorf("loss did not drop: %v then %v", r0.Metrics["loss"]/r0.Metrics["examples"], r1.Metrics["loss"]/r1.Metrics["examples"])
+	}
+	// Every shard was verified on its silo's contribution report: a receipt each.
+	for _, j := range st.Jobs {
+		js, _ := p.node.fsm.machine().Job(j)
+		for _, s := range js.Shards {
+			if s.State != coordinator.StateVerified {
+				t.Errorf("round job %s shard %d (%s) is %s", js.Name, s.Index, s.Peer, s.State)
+			}
+		}
+	}
+
+	// Law 3: no silo's update crossed the control-plane API, in any form.
+	seen := windowSet{}
+	for _, ex := range rec.snapshot() {
+		seen.add(ex.req)
+		seen.add(ex.resp)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.updates) != 6 {
+		t.Fatalf("%d silo updates recorded, want 6", len(p.updates))
+	}
+	for i, u := range p.updates {
+		b := make([]byte, 8*len(u))
+		for k, v := range u {
+			binary.BigEndian.PutUint64(b[8*k:], math.Float64bits(v))
+		}
+		cb, _ := content.Encode(u)
+		for _, enc := range [][]byte{b, cb} {
+			if where := leak(seen, enc, u); where != "" {
+				t.Errorf("update %d crossed the control plane: %s", i, where)
+			}
+		}
+	}
+}
+
+func TestRunRoundDropoutBelowThreeStopsTheRun(t *testing.T) {
+	p := newRunPool(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := fedavgSpec(2)
+	spec.Model.Inputs = p.data["s1"].Dims()
+	p.startSilos(map[string]func(int) bool{"s3": func(int) bool { return true }})
+	run, err := p.launch(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.waitRun(run, 25*time.Second)
+	if st.State != coordinator.RunStopped || len(st.Models) != 0 {
+		t.Fatalf("run %+v", st)
+	}
+	if !strings.Contains(st.Reason, string(diag.SecAggTooFewSites)) {
+		t.Errorf("reason %q does not carry the three-site diagnostic %s", st.Reason, diag.SecAggTooFewSites)
+	}
+	js, _ := p.node.fsm.machine().Job(st.Jobs[0])
+	if js.State != coordinator.JobDecided {
+		t.Errorf("round job is %s", js.State)
+	}
+	for _, s := range js.Shards {
+		if s.State != coordinator.StateUnverified {
+			t.Errorf("shard of %s is %s, want flagged", s.Peer, s.State)
+		}
+	}
+}
+
+func TestRunRoundDropoutOfFourCompletes(t *testing.T) {
+	p := newRunPool(t, 4, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	spec := fedavgSpec(1)
+	spec.Model.Inputs = p.data["s1"].Dims()
+	p.startSilos(map[string]func(int) bool{"s2": func(int) bool { return true }})
+	run, err := p.launch(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.waitRun(run, 25*time.Second)
+	if st.State != coordinator.RunDone || len(st.Models) != 1 {
+		t.Fatalf("run %+v", st)
+	}
+	r0, _ := p.roundResult(st.Models[0])
+	if !slices.Equal(r0.Participants, []string{"s1", "s3", "s4"}) || !slices.Equal(r0.Dropped, []string{"s2"}) {
+		t.Errorf("participants %v dropped %v", r0.Participants, r0.Dropped)
+	}
+	js, _ := p.node.fsm.machine().Job(st.Jobs[0])
+	for _, s := range js.Shards {
+		want := coordinator.StateVerified
+		if s.Peer == "s2" {
+			want = coordinator.StateUnverified
+		}
+		if s.State != want {
+			t.Errorf("shard of %s is %s, want %s", s.Peer, s.State, want)
+		}
+	}
+}
+
+func TestLaunchRefusals(t *testing.T) {
+	p := newRunPool(t, 3, Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	spec := fedavgSpec(1)
+	spec.Model.Inputs = 4
+	spec.Silos = []string{"s1", "s2", "alice"}
+	if _, err := p.launch(ctx, spec); err == nil || !strings.Contains(err.Error(), string(diag.RunBadRound)) {
+		t.Errorf("a worker in the cohort: %v", err)
+	}
+	spec.Silos = []string{"s1", "s2"}
+	spec.MinCohort = 3
+	if _, err := p.launch(ctx, spec); err == nil || !strings.Contains(err.Error(), string(diag.RunTooFewSites)) {
+		t.Errorf("two silos: %v", err)
+	}
+	if _, err := p.client("alice").StartRun(ctx, api.RunRequest{Spec: content.Hash([]byte("nothing"))}); err == nil {
+		t.Error("a run whose spec was never uploaded started")
+	}
+}

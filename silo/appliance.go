@@ -1,0 +1,309 @@
+package silo
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/pool"
+)
+
+// Appliance is a running silo: `scellis silo`. It leases its shards from
+// the pool; a shard of a round job (JobStatus.Run set) goes to the round
+// handler (HandleRound), any other shard to the generic shard runner when
+// the policy allows generic shards, and back to the pool otherwise.
+//
+// Invariant (law 6): for every round it takes part in, the ledger entry
+// paying for the update is durable before the update — masked — leaves the
+// process; the update itself is never logged nor stored outside the silo.
+type Appliance struct {
+	Name    string
+	ID      *identity.Identity
+	Fed     *identity.Federation
+	Config  *config.Silo
+	Client  *api.Client
+	Catalog *catalog.Catalog // the silo's own catalog (its built-ins)
+	Ledger  *dp.Ledger
+	Policy  Policy // pinned to Catalog
+	Rounds  *MemoryRoundLog
+	Data    map[string]*model.Dataset
+
+	// SecAgg lists the base URLs ("https://host:port") of the aggregators
+	// that may host a round's secure aggregation; the silo takes part on
+	// the first that has the round open. Default: every aggregator of the
+	// federation.
+	SecAgg []string
+	// HTTP is the client secure aggregation runs over (mutual TLS as the
+	// silo, pinned to the federation's aggregators).
+	HTTP *http.Client
+	// RoundTimeout bounds one round at the silo (client step and secure
+	// aggregation); default 10 minutes.
+	RoundTimeout time.Duration
+	// Poll is the pause between empty leases; default 500 ms.
+	Poll time.Duration
+	// Parallel is how many shards the silo works on at once; default 4.
+	Parallel int
+	// Now is the clock for the round log; nil means time.Now.
+	Now func() time.Time
+	// Logf receives progress lines for people; nil is silent. Lines never
+	// hold an update, metrics or data.
+	Logf func(format string, args ...any)
+
+	once   sync.Once
+	worker *pool.Worker
+	// declinedJobs are generic jobs already handed back (generic shards off).
+	declinedJobs sync.Map
+}
+
+// Options tune Open.
+type Options struct {
+	// LedgerNow is the ledger's clock (tests); nil means time.Now.
+	LedgerNow func() time.Time
+	Logf      func(format string, args ...any)
+}
+
+// Open sets a silo up from its config, identity and federation: checks it
+// is the federation's silo member of that key, opens (or creates) its
+// privacy ledger signed with the identity key and declares every dataset's
+// budget there (once; a declared budget is never changed), loads its
+// datasets, pins its policy to its built-in catalog and rebuilds its round
+// log from the ledger's round charges. Every problem found is returned as
+// diagnostics.
+func Open(c *config.Silo, id *identity.Identity, fed *identity.Federation, opt Options) (*Appliance, error) {
+	m, ok := fed.Lookup(id.Public())
+	switch {
+	case !ok || m.Name != c.Name:
+		return nil, diag.New(diag.WorkerConfig, c.Name, "the identity key does not belong to member %q of %s", c.Name, fed.File).
+			At(c.File, 1, 1).WithHelp("set name to the member whose public key matches the identity file, or add the silo to the federation file")
+	case m.Role != identity.Silo:
+		return nil, diag.New(diag.WorkerConfig, c.Name, "member %q is a %s in %s, not a silo", c.Name, m.Role, fed.File).
+			At(c.File, 1, 1).WithHelp("the federation's operator lists the silo with role: silo")
+	}
+	a := &Appliance{Name: c.Name, ID: id, Fed: fed, Config: c, Rounds: &MemoryRoundLog{}, Data: map[string]*model.Dataset{}, Logf: opt.Logf}
+	var err error
+	if a.Catalog, err = catalog.Builtin(); err != nil {
+		return nil, err
+	}
+	var ds diag.List
+	for _, d := range c.Datasets {
+		data, err := model.LoadCSV(d.Path, d.Label)
+		if err != nil {
+			ds = append(ds, asDiags(err, diag.CSVUnreadable, "dataset "+d.Name, "check the dataset's path and label column")...)
+			continue
+		}
+		data.Name = d.Name
+		a.Data[d.Name] = data
+	}
+	a.Policy, err = NewPolicy(c, a.Rounds).Pin(a.Catalog)
+	if err != nil {
+		ds = append(ds, asDiags(err, diag.UnknownContent, "policy.strategies", "")...)
+	}
+	if len(ds) > 0 {
+		return nil, ds
+	}
+	if err := os.MkdirAll(c.DataDir, 0o700); err != nil {
+		return nil, diag.New(diag.WorkerConfig, c.Name, "cannot make data_dir %s: %v", c.DataDir, err).WithHelp("check data_dir in the silo config")
+	}
+	if a.Ledger, err = openLedger(c, id, opt.LedgerNow); err != nil {
+		return nil, err
+	}
+	if err := a.declareBudgets(); err != nil {
+		a.Ledger.Close()
+		return nil, err
+	}
+	if err := a.rebuildRoundLog(); err != nil {
+		a.Ledger.Close()
+		return nil, err
+	}
+	if a.Client, err = api.NewClient(id, fed); err != nil {
+		a.Ledger.Close()
+		return nil, err
+	}
+	for _, agg := range fed.ByRole(identity.Aggregator) {
+		if agg.Address != "" {
+			a.SecAgg = append(a.SecAgg, "https://"+agg.Address)
+		}
+	}
+	cfg, err := identity.ClientTLSConfig(id, fed, "", identity.Aggregator)
+	if err != nil {
+		a.Ledger.Close()
+		return nil, err
+	}
+	a.HTTP = &http.Client{Transport: api.Transport(cfg)}
+	return a, nil
+}
+
+func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*dp.Ledger, error) {
+	opts := &dp.Options{Silo: c.Name, Now: now}
+	if err := os.MkdirAll(filepath.Dir(c.Ledger), 0o700); err != nil {
+		return nil, diag.New(diag.LedgerUnreadable, c.Ledger, "cannot make the ledger's folder: %v", err)
+	}
+	if _, err := os.Lstat(c.Ledger); os.IsNotExist(err) {
+		return dp.Create(c.Ledger, id.PrivateKey(), opts)
+	}
+	return dp.Open(c.Ledger, id.PrivateKey(), opts)
+}
+
+// declareBudgets declares each config dataset's budget in the ledger,
+// unless the ledger already holds one (then the smaller binds, see
+// Policy.CheckRound).
+func (a *Appliance) declareBudgets() error {
+	snap, err := a.Ledger.Snapshot()
+	if err != nil {
+		return err
+	}
+	for _, d := range a.Config.Datasets {
+		if st, ok := snap.Dataset(d.Name); ok {
+			if st.Budget != d.Budget.Epsilon || st.Delta != d.Budget.Delta {
+				a.logf("dataset %s: the ledger's budget ε = %g at δ = %g stands (the config says ε = %g at δ = %g; the smaller ε binds, a budget is never raised)",
+					d.Name, st.Budget, st.Delta, d.Budget.Epsilon, d.Budget.Delta)
+			}
+			continue
+		}
+		if _, err := a.Ledger.DeclareBudget(d.Name, d.Budget.Epsilon, d.Budget.Delta); err != nil {
+			return err
+		}
+		a.logf("dataset %s: declared budget ε = %g at δ = %g in the ledger", d.Name, d.Budget.Epsilon, d.Budget.Delta)
+	}
+	return nil
+}
+
+// Consumer is the ledger consumer of one round: "<run>/round-<r>".
+func Consumer(run string, round int) string { return fmt.Sprintf("%s/round-%d", run, round) }
+
+// parseConsumer is Consumer's inverse.
+func parseConsumer(s string) (RoundKey, bool) {
+	i := strings.LastIndex(s, "/round-")
+	if i <= 0 {
+		return RoundKey{}, false
+	}
+	r, err := strconv.Atoi(s[i+len("/round-"):])
+	if err != nil || r < 0 {
+		return RoundKey{}, false
+	}
+	return RoundKey{Run: s[:i], Round: r}, true
+}
+
+// rebuildRoundLog records every round the ledger charged over the last
+// Day, so max_rounds_per_day holds across restarts. Rounds taken part in
+// without DP leave no ledger entry and are not counted after a restart.
+func (a *Appliance) rebuildRoundLog() error {
+	snap, err := a.Ledger.Snapshot()
+	if err != nil {
+		return err
+	}
+	since := a.now().Add(-Day)
+	for _, e := range snap.Entries() {
+		if e.Kind != dp.KindCharge || e.Charge == nil || e.At().Before(since) {
+			continue
+		}
+		if k, ok := parseConsumer(e.Charge.Consumer); ok {
+			a.Rounds.Record(k, e.At())
+		}
+	}
+	return nil
+}
+
+func (a *Appliance) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+func (a *Appliance) logf(format string, args ...any) {
+	if a.Logf != nil {
+		a.Logf(format, args...)
+	}
+}
+
+// Close closes the ledger.
+func (a *Appliance) Close() error {
+	if a.Ledger == nil {
+		return nil
+	}
+	return a.Ledger.Close()
+}
+
+// Worker returns the pool worker the silo leases with and runs generic
+// shards through (pool.Worker.RunGrant).
+func (a *Appliance) Worker() *pool.Worker {
+	a.once.Do(func() {
+		poll := a.Poll
+		if poll <= 0 {
+			poll = 500 * time.Millisecond
+		}
+		a.Poll = poll
+		par := a.Parallel
+		if par <= 0 {
+			par = 4
+		}
+		a.worker = &pool.Worker{
+			Client: a.Client, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
+			Parallel: par, Poll: poll, Logf: a.Logf, Dispatch: a.Dispatch,
+		}
+	})
+	return a.worker
+}
+
+// Run leases and works until ctx ends (SIGINT), then hands every lease
+// back and returns nil.
+func (a *Appliance) Run(ctx context.Context) error {
+	return a.Worker().Run(ctx)
+}
+
+// Dispatch handles one leased shard: a round goes to HandleRound, a generic
+// shard to the worker's RunGrant when the policy allows generic shards,
+// else back to the pool.
+func (a *Appliance) Dispatch(ctx context.Context, g coordinator.LeaseGrant) {
+	w := a.Worker()
+	if _, seen := a.declinedJobs.Load(g.Job); seen {
+		a.handBackGeneric(ctx, g)
+		return
+	}
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	st, err := a.Client.Job(jctx, g.Job)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			w.ReleaseGrant(g, fmt.Errorf("reading the job: %w", err))
+		}
+		return
+	}
+	if st.Run != "" {
+		a.HandleRound(ctx, g, st)
+		return
+	}
+	if a.Policy.GenericShards {
+		w.RunGrant(ctx, g)
+		return
+	}
+	a.declinedJobs.Store(g.Job, struct{}{})
+	a.handBackGeneric(ctx, g)
+}
+
+// handBackGeneric releases a generic shard the silo does not run, and
+// waits one poll so that the pool offering it again is not a hot loop.
+func (a *Appliance) handBackGeneric(ctx context.Context, g coordinator.LeaseGrant) {
+	a.Worker().ReleaseGrant(g, fmt.Errorf("generic shards are off in this silo's policy"))
+	t := time.NewTimer(a.Poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

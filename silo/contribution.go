@@ -1,0 +1,114 @@
+package silo
+
+import (
+	"crypto/ed25519"
+	"fmt"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/identity"
+)
+
+// ContributionFormat versions Contribution.
+const ContributionFormat = "scellis/contribution/v1"
+
+// Contribution statuses.
+const (
+	// Contributed: the silo charged its ledger (when DP is on) and took
+	// part in the round's secure aggregation.
+	Contributed = "contributed"
+	// Declined: the silo refused the round before doing anything (its
+	// policy, its ledger, or a malformed round); nothing was charged.
+	Declined = "declined"
+	// Failed: the silo was charged for an update but its secure
+	// aggregation did not complete (the charge stands: law 6).
+	Failed = "failed"
+)
+
+// Contribution is what a silo reports for its shard of a round job: the
+// record the round's receipt cites. It holds hashes and parameters only,
+// never the update or the metrics.
+type Contribution struct {
+	Format  string      `cbor:"format" json:"format"`
+	Run     content.Ref `cbor:"run" json:"run"`
+	Round   int         `cbor:"round" json:"round"`
+	Job     content.Ref `cbor:"job" json:"job"`
+	Shard   int         `cbor:"shard" json:"shard"`
+	Silo    string      `cbor:"silo" json:"silo"`
+	Dataset string      `cbor:"dataset" json:"dataset"`
+	Status  string      `cbor:"status" json:"status"`
+	// LedgerEntry is the hash of the ledger entry that paid for the
+	// update ("" when nothing was charged: no DP, or declined).
+	LedgerEntry content.Ref    `cbor:"ledger_entry,omitempty" json:"ledger_entry,omitempty"`
+	Mechanisms  []dp.Mechanism `cbor:"mechanisms,omitempty" json:"mechanisms,omitempty"`
+	Epsilon     float64        `cbor:"epsilon,omitempty" json:"epsilon,omitempty"` // the charge alone, at the dataset's δ
+	SecAggRound string         `cbor:"secagg_round" json:"secagg_round"`
+	// Refusals are the reasons of a declined or failed round.
+	Refusals []Refusal `cbor:"refusals,omitempty" json:"refusals,omitempty"`
+}
+
+// Refusal is one diagnostic of a declined round, as the launcher shows it.
+type Refusal struct {
+	Code    diag.Code `cbor:"code" json:"code"`
+	Message string    `cbor:"message" json:"message"`
+	Help    string    `cbor:"help,omitempty" json:"help,omitempty"`
+}
+
+// SignedContribution is a Contribution signed by the silo's identity key
+// (identity.PurposeContribution over its canonical encoding).
+type SignedContribution struct {
+	Record Contribution `cbor:"record" json:"record"`
+	Key    []byte       `cbor:"key" json:"key"` // the signer's Ed25519 public key
+	Sig    []byte       `cbor:"sig" json:"sig"`
+}
+
+// Sign signs c with id.
+func Sign(id *identity.Identity, c Contribution) (*SignedContribution, error) {
+	sig, err := identity.SignValue(id, identity.PurposeContribution, c)
+	if err != nil {
+		return nil, err
+	}
+	pub := id.Public().Ed25519()
+	return &SignedContribution{Record: c, Key: append([]byte(nil), pub...), Sig: sig}, nil
+}
+
+// Verify checks the signature and that the signer is the federation's
+// member named in the record.
+func (s *SignedContribution) Verify(fed *identity.Federation) error {
+	m, ok := fed.Member(s.Record.Silo)
+	if !ok {
+		return fmt.Errorf("silo: contribution of %q, which is not a federation member", s.Record.Silo)
+	}
+	if len(s.Key) != ed25519.PublicKeySize || !ed25519.PublicKey(s.Key).Equal(m.PublicKey.Ed25519()) {
+		return fmt.Errorf("silo: contribution of %q is not signed with its key", s.Record.Silo)
+	}
+	if !identity.VerifyValue(m.PublicKey, identity.PurposeContribution, s.Record, s.Sig) {
+		return fmt.Errorf("silo: the signature of %q's contribution does not verify", s.Record.Silo)
+	}
+	return nil
+}
+
+// DecodeContribution parses a signed contribution blob.
+func DecodeContribution(b []byte) (*SignedContribution, error) {
+	var s SignedContribution
+	if err := content.Decode(b, &s); err != nil {
+		return nil, fmt.Errorf("silo: decoding a contribution: %w", err)
+	}
+	if s.Record.Format != ContributionFormat {
+		return nil, fmt.Errorf("silo: contribution format %q, want %q", s.Record.Format, ContributionFormat)
+	}
+	return &s, nil
+}
+
+func refusalsOf(err error) []Refusal {
+	ds, ok := diag.As(err)
+	if !ok {
+		return []Refusal{{Code: "", Message: err.Error()}}
+	}
+	out := make([]Refusal, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, Refusal{Code: d.Code, Message: d.Message, Help: d.Help})
+	}
+	return out
+}

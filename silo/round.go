@@ -1,0 +1,406 @@
+package silo
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/script"
+	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/wire"
+)
+
+// HandleRound takes part in one round for a leased shard of a round job:
+//
+//  1. fetch the round bundle and the run spec (blobs, by hash);
+//  2. check the round against the policy, the ledger and the round log
+//     (Policy.CheckRound, every refusal at once) before anything else;
+//  3. fetch the strategy and the global model, run fl.ClientStep on the
+//     run's dataset with the dataset's unit of privacy (client state from
+//     DATA_DIR/<run>/state);
+//  4. charge the ledger with the step's mechanism (fsync'd) — only then
+//  5. take part in secure aggregation with the packed update and weight,
+//     and save the new client state;
+//  6. upload a signed Contribution and report its hash for the shard.
+//
+// A round the silo refuses (or cannot make sense of) is reported as a
+// declined contribution, not released: the shard is assigned to this silo
+// alone, so releasing it would only offer it again, and reporting lets the
+// round complete without this silo (secure aggregation treats it as a
+// dropout). Failures that may pass (the pool or a blob unreachable) before
+// anything was charged hand the lease back, to be retried.
+func (a *Appliance) HandleRound(ctx context.Context, g coordinator.LeaseGrant, st coordinator.JobStatus) {
+	w := a.Worker()
+	timeout := a.RoundTimeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	rctx, stop := w.Renewing(ctx, g, timeout)
+	rec, err := a.round(rctx, g, st)
+	stop()
+	if err != nil {
+		// Nothing charged, nothing sent: retry later (or stop).
+		if ctx.Err() == nil {
+			w.ReleaseGrant(g, err)
+		}
+		return
+	}
+	if err := a.report(g, rec); err != nil {
+		a.logf("run %s round %d: reporting the contribution: %v", st.Run.Short(), st.Round, err)
+	}
+}
+
+// retryable marks an error after which the lease is handed back.
+type retryable struct{ error }
+
+func (r retryable) Unwrap() error { return r.error }
+
+// round runs the round and returns the contribution record to report, or
+// an error when nothing was charged and the shard should be retried.
+func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coordinator.JobStatus) (Contribution, error) {
+	rec := Contribution{Format: ContributionFormat, Run: st.Run, Round: st.Round, Job: g.Job, Shard: g.Shard, Silo: a.Name}
+	subject := fmt.Sprintf("run %s round %d", st.Run.Short(), st.Round)
+	decline := func(err error) (Contribution, error) {
+		rec.Status = Declined
+		rec.Refusals = refusalsOf(err)
+		a.logRefusal(subject, err)
+		return rec, nil
+	}
+	bad := func(format string, args ...any) error {
+		return diag.New(diag.RunBadRound, subject, format, args...).
+			WithHelp("the round job does not fit its run; the silo takes no part in it")
+	}
+
+	raw, err := a.Client.GetBlob(ctx, st.Bundle)
+	if err != nil {
+		return rec, fmt.Errorf("fetching the round bundle: %w", err)
+	}
+	var b fl.RoundBundle
+	if err := content.Decode(raw, &b); err != nil {
+		return decline(bad("the round bundle %s cannot be decoded: %v", st.Bundle.Short(), err))
+	}
+	rec.SecAggRound = b.SecAgg.Round
+	if b.Format != fl.RoundFormat || b.Run != st.Run || b.Round != st.Round {
+		return decline(bad("the round bundle (format %q, run %s, round %d) is not this job's round", b.Format, b.Run.Short(), b.Round))
+	}
+	if raw, err = a.Client.GetBlob(ctx, b.Run); err != nil {
+		return rec, fmt.Errorf("fetching the run spec: %w", err)
+	}
+	var spec fl.Canonical
+	if err := content.Decode(raw, &spec); err != nil {
+		return decline(bad("the run spec %s cannot be decoded: %v", b.Run.Short(), err))
+	}
+	if spec.Strategy != b.Strategy {
+		return decline(bad("the round names strategy %s but its run has %s", b.Strategy.Short(), spec.Strategy.Short()))
+	}
+	rec.Dataset = spec.Spec.Dataset
+	unit := fl.UnitRecord
+	if d, ok := a.Config.Dataset(spec.Spec.Dataset); ok && d.Unit != "" {
+		unit = d.Unit
+	}
+	req := RoundRequest{
+		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
+		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.Privacy(unit), Cohort: len(b.SecAgg.Members),
+		Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg,
+	}
+	now := a.now()
+	if ds := a.Policy.CheckRound(req, LedgerOf(a.Ledger), now); ds.HasErrors() {
+		return decline(ds)
+	}
+	if !a.memberOf(b) {
+		return decline(diag.New(diag.SecAggUnknownSite, subject, "this silo is not among the round's secure-aggregation members").
+			WithHelp("the round was planned without this silo; it sends nothing"))
+	}
+	consumer := Consumer(req.Run, req.Round)
+	if charged, err := a.chargedFor(consumer); err != nil {
+		return decline(err)
+	} else if charged {
+		return decline(diag.New(diag.RunBadRound, subject, "the ledger already holds a charge for %s: this silo released an update for this round once", consumer).
+			WithHelp("a round is paid for and sent at most once; it goes on without this silo"))
+	}
+	a.Rounds.Record(req.Key(), now)
+
+	strategy, err := a.strategy(ctx, spec)
+	if err != nil {
+		if _, ok := diag.As(err); ok {
+			return decline(err)
+		}
+		return rec, err
+	}
+	if raw, err = a.Client.GetBlob(ctx, b.Global); err != nil {
+		return rec, fmt.Errorf("fetching the global model: %w", err)
+	}
+	global, err := fl.DecodeGlobal(raw)
+	if err != nil {
+		return decline(bad("the global model %s cannot be decoded: %v", b.Global.Short(), err))
+	}
+	data := a.Data[req.Dataset]
+	statePath := a.statePath(st.Run)
+	state, err := loadState(statePath)
+	if err != nil {
+		return decline(diag.New(diag.SiloStateUnavailable, subject, "the client state cannot be read: %v", err).
+			WithHelp("check %s; the silo does not train from a damaged state", statePath))
+	}
+	seed := a.seed(st.Run, st.Round, b.Seed)
+	strategy = strategy.With(map[string]any{
+		"round": int64(st.Round), "seed": int64(binary.BigEndian.Uint64(seed[:8]) >> 1),
+		"work": 1.0, "sites": int64(len(b.SecAgg.Members)),
+	})
+	env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
+	out, err := fl.ClientStep(ctx, env, strategy, global, data, state, req.Privacy)
+	if err != nil {
+		if ctx.Err() != nil {
+			return rec, ctx.Err()
+		}
+		return decline(err)
+	}
+	update, weight := out.Update, out.Weight
+	if update == nil {
+		update, weight = make([]float64, b.UpdateDim), 0 // declined by the content: zeros
+	}
+	if len(update) != b.UpdateDim {
+		return decline(diag.New(diag.FLDimension, subject, "the client step returned %d values; the round sums %d", len(update), b.UpdateDim).
+			WithHelp("the run's model and the silo's dataset disagree on the number of features"))
+	}
+	input := b.Pack(update, out.Metrics)
+	if c, err := secagg.NewClient(b.SecAgg, a.Name, a.ID.PrivateKey()); err != nil {
+		return decline(err)
+	} else if err := c.CheckInput(input, weight); err != nil {
+		return decline(err) // refused before the charge: nothing was paid for
+	}
+
+	// Law 6: charge (fsync'd) before anything leaves the process.
+	if len(out.Mechanism.Mechanisms) > 0 {
+		e, err := a.Ledger.Charge(dp.ChargeRequest{Dataset: req.Dataset, Consumer: consumer, Mechanisms: out.Mechanism.Mechanisms})
+		if err != nil {
+			return decline(err) // an overdraft raced in: nothing leaves
+		}
+		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = e.Hash, e.Charge.Mechanisms, e.Charge.Epsilon
+		a.logf("%s: charged dataset %s ε = %.6g (cumulative %.6g), ledger entry %s", subject, req.Dataset, e.Charge.Epsilon, e.Charge.Cumulative, e.Hash.Short())
+	}
+	if ctx.Err() != nil {
+		rec.Status, rec.Refusals = Failed, refusalsOf(ctx.Err())
+		return rec, nil
+	}
+	base, err := a.secaggHost(ctx, b)
+	if err == nil {
+		err = wire.Participate(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), input, weight)
+	}
+	clear(input)
+	if err != nil {
+		rec.Status, rec.Refusals = Failed, refusalsOf(err)
+		a.logRefusal(subject+": secure aggregation", err)
+		return rec, nil
+	}
+	if err := saveState(statePath, out.State); err != nil {
+		a.logf("%s: saving the client state: %v", subject, err)
+	}
+	rec.Status = Contributed
+	a.logf("%s: contributed (secure aggregation round %s on %s)", subject, b.SecAgg.Round, base)
+	return rec, nil
+}
+
+func (a *Appliance) logRefusal(subject string, err error) {
+	if ds, ok := diag.As(err); ok {
+		for _, d := range ds {
+			a.logf("%s: declined: %s %s", subject, d.Code, d.Message)
+		}
+		return
+	}
+	a.logf("%s: declined: %v", subject, err)
+}
+
+func (a *Appliance) memberOf(b fl.RoundBundle) bool {
+	pub := a.ID.Public().Ed25519()
+	for _, m := range b.SecAgg.Members {
+		if m.ID == a.Name && pub.Equal(m.Key) {
+			return true
+		}
+	}
+	return false
+}
+
+// chargedFor reports whether the ledger already holds a charge for consumer.
+func (a *Appliance) chargedFor(consumer string) (bool, error) {
+	snap, err := a.Ledger.Snapshot()
+	if err != nil {
+		return false, err
+	}
+	for _, e := range snap.Entries() {
+		if e.Kind == dp.KindCharge && e.Charge != nil && e.Charge.Consumer == consumer {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// strategy returns the run's strategy: the silo's own entry when it has
+// that content, else the blob of that ref parsed as a catalog entry (it
+// is not added to the silo's catalog). The policy already accepted it.
+func (a *Appliance) strategy(ctx context.Context, spec fl.Canonical) (*fl.Strategy, error) {
+	if e, ok := a.Catalog.Lookup(string(spec.Strategy)); ok {
+		return fl.NewStrategy(e, spec.Params())
+	}
+	src, err := a.Client.GetBlob(ctx, spec.Strategy)
+	if err != nil {
+		return nil, retryable{fmt.Errorf("fetching strategy %s: %w", spec.Strategy.Short(), err)}
+	}
+	name := spec.Spec.Strategy
+	if name == "" || catalog.IsPath(name) {
+		name = "strategy"
+	}
+	e, err := catalog.Parse(name+".star", src)
+	if err != nil {
+		return nil, err
+	}
+	return fl.NewStrategy(e, spec.Params())
+}
+
+// seed derives the client step's seed from the round's and the silo's name.
+func (a *Appliance) seed(run content.Ref, round int, roundSeed int64) [32]byte {
+	return sha256.Sum256(fmt.Appendf(nil, "scellis/silo/client-step\x00%s\x00%d\x00%d\x00%s", run, round, roundSeed, a.Name))
+}
+
+// secaggHost finds the aggregator hosting the round's secure aggregation:
+// the first of a.SecAgg that does not answer "not open here" (the round
+// lives on the leader that opened it). It keeps trying until ctx ends.
+func (a *Appliance) secaggHost(ctx context.Context, b fl.RoundBundle) (string, error) {
+	if m, ok := a.Fed.Member(b.Reducer); ok && b.Reducer != "" && m.Role == identity.Aggregator && m.Address != "" {
+		return "https://" + m.Address, nil // the bundle names the host
+	}
+	if len(a.SecAgg) == 1 {
+		return a.SecAgg[0], nil
+	}
+	if len(a.SecAgg) == 0 {
+		return "", errors.New("no aggregator address to take part in secure aggregation on")
+	}
+	round := base64.RawURLEncoding.EncodeToString([]byte(b.SecAgg.Round))
+	for {
+		for _, base := range a.SecAgg {
+			if a.hosts(ctx, base+wire.Prefix+"v1/rounds/"+round+"/keyset") {
+				return base, nil
+			}
+		}
+		t := time.NewTimer(a.Poll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// hosts probes one aggregator: a GET of the key set is refused at once
+// where the round is not open (404); where it is, the host answers or
+// holds the long poll.
+func (a *Appliance) hosts(ctx context.Context, url string) bool {
+	pctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(pctx, http.MethodGet, url, nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Accept", "application/cbor")
+	resp, err := a.HTTP.Do(req)
+	if err != nil {
+		return errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil // held: the round is here
+	}
+	resp.Body.Close()
+	return resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusServiceUnavailable
+}
+
+// report uploads the signed record and reports its hash for the shard.
+func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
+	signed, err := Sign(a.ID, rec)
+	if err != nil {
+		return err
+	}
+	b, err := content.Encode(signed)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ref, err := a.Client.PutBlob(ctx, b)
+	if err != nil {
+		return fmt.Errorf("uploading: %w", err)
+	}
+	out, err := a.Client.Report(ctx, api.ResultReport{Job: g.Job, Shard: g.Shard, Result: ref})
+	if err != nil {
+		return err
+	}
+	a.logf("run %s round %d: reported %s contribution %s (%s)", rec.Run.Short(), rec.Round, rec.Status, ref.Short(), out.Outcome)
+	return nil
+}
+
+// statePath is where the client state of a run is kept.
+func (a *Appliance) statePath(run content.Ref) string {
+	return filepath.Join(a.Config.DataDir, strings.TrimPrefix(string(run), "sha256:"), "state")
+}
+
+func loadState(path string) (map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return fl.DecodeState(b)
+}
+
+// saveState writes the state's canonical encoding atomically and durably:
+// a temporary file, fsync'd, renamed over the old one, the folder fsync'd.
+func saveState(path string, state map[string]any) error {
+	b, err := fl.EncodeState(state)
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".state-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
