@@ -12,6 +12,10 @@ type Aggregator struct {
 	DataDir        string        // Raft log, snapshots, blobs
 	LeaseTTL       time.Duration // default lease length for shards
 	LogLevel       string        // off, error, warn, info, debug
+	// RoundJoinTimeout is how long a training round waits for the cohort's
+	// silos to join secure aggregation (train, charge, advertise) before it
+	// goes on without the missing ones as dropouts.
+	RoundJoinTimeout time.Duration
 	// Join: this node joins a running cluster (scellis aggregator join on
 	// the leader adds it) instead of bootstrapping one.
 	Join bool
@@ -25,7 +29,7 @@ type Aggregator struct {
 
 // LoadAggregator reads an aggregator config.
 func LoadAggregator(file string) (*Aggregator, error) {
-	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn"}
+	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn", RoundJoinTimeout: 2 * time.Minute}
 	fields := []field{
 		mk("name", true, "the node's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -35,6 +39,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("lease_ttl", false, "", duration(&c.LeaseTTL)),
 		mk("log_level", false, "", str(&c.LogLevel)),
 		mk("join", false, "", boolean(&c.Join)),
+		mk("round_join_timeout", false, "", duration(&c.RoundJoinTimeout)),
 		mk("snapshot_threshold", false, "", integer(&c.SnapshotThreshold, 1, 1<<30)),
 		mk("snapshot_interval", false, "", duration(&c.SnapshotInterval)),
 		mk("trailing_logs", false, "", integer(&c.TrailingLogs, 1, 1<<30)),

@@ -14,6 +14,7 @@ import (
 	"github.com/scellis/scellis/aggregator"
 	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 func init() { commands = append(commands, newAggregatorCmd) }
@@ -37,7 +38,8 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
   identity: agg-1/identity.key
   federation: federation.yaml
   data_dir: agg-1/data
-  lease_ttl: 30s              # how long a worker holds a shard without renewing`,
+  lease_ttl: 30s              # how long a worker holds a shard without renewing
+  round_join_timeout: 2m      # how long a training round waits for silos to join`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgPath == "" {
@@ -54,6 +56,7 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
 			}
 			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{
 				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
+				SecAgg: wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 			})
 			if err != nil {

@@ -71,7 +71,7 @@ func newCluster(t *testing.T, regime string, aggs int, others ...member) *cluste
 		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", m.name, m.role, pub)
 		if m.role == "aggregator" {
 			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", pp.next(), pp.next())
-			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\nlease_ttl: 2s\nlog_level: error\n", m.name, m.name, m.name))
+			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\nlease_ttl: 2s\nround_join_timeout: 4s\nlog_level: error\n", m.name, m.name, m.name))
 		} else {
 			c.write(m.name+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ncache_dir: %s/cache\nparallel: 1\npoll: 100ms\n", m.name, m.name, m.name))
 		}
