@@ -203,7 +203,6 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (r
 // watchRun prints each round as it lands until the run ends.
 func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) error {
 	shown := 0
-	spent := map[string]float64{}
 	header := false
 	for {
 		st, err := c.Run(ctx, id)
@@ -212,7 +211,7 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 		}
 		if !header && !jsonOutput {
 			fmt.Fprintf(w, "run %s (%s): %d rounds, cohort %s\n", st.Name, id.Short(), st.Rounds, strings.Join(st.Silos, ", "))
-			fmt.Fprintf(w, "%5s  %-6s %8s %8s  %s\n", "round", "sites", "loss", "acc", "ε spent so far per silo (this round) · dropouts")
+			fmt.Fprintf(w, "%5s  %-6s %8s %8s  %s\n", "round", "sites", "loss", "acc", "ε charged this round per silo (each silo's ledger composes them) · dropouts")
 			header = true
 		}
 		for ; shown < len(st.Models); shown++ {
@@ -232,8 +231,7 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			}
 			sort.Strings(silos)
 			for _, s := range silos {
-				spent[s] += row.Epsilon[s]
-				eps = append(eps, fmt.Sprintf("%s %.3g (+%.3g)", s, spent[s], row.Epsilon[s]))
+				eps = append(eps, fmt.Sprintf("%s %.3g", s, row.Epsilon[s]))
 			}
 			extra := ""
 			if len(row.Dropped) > 0 {
