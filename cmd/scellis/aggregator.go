@@ -56,7 +56,7 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
 			}
 			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{
 				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
-				SecAgg: wire.Deadlines{Advertise: c.RoundJoinTimeout},
+				SecAgg:            wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 			})
 			if err != nil {

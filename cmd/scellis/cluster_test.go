@@ -180,7 +180,12 @@ func (c *cluster) stopAll() {
 
 // cli runs a client command as the member `as`.
 func (c *cluster) cli(as string, args ...string) (string, string, error) {
-	cmd := scellisCmd(c.t, c.dir, args...)
+	// Bounded, so a client retrying against a dead cluster cannot outlive the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, scellisBinary(c.t), args...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(c.dir, ".scellis"))
 	cmd.Env = append(cmd.Env, "SCELLIS_IDENTITY="+filepath.Join(c.dir, as, "identity.key"), "SCELLIS_FEDERATION="+filepath.Join(c.dir, "federation.yaml"))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

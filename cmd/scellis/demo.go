@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,18 +17,21 @@ func init() { commands = append(commands, newDemoCmd) }
 
 func newDemoCmd() *cobra.Command {
 	var dir string
-	var keep bool
+	var keep, solo bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Show Scellis end to end on this machine",
 		Long: `Run the Scellis showcase on this machine.
 
-Today the demo is the solo showcase (a pool of one, no network): it generates
-non-IID patient data for four hospitals, runs a learning-rate x L2 sweep of a
-logistic-regression model with a heatmap, a Monte Carlo estimate and a 5-fold
-cross-validation, each written to result.json with its job ID and content refs.
-The federated part (3 aggregator nodes, 4 silos, FedProx with DP and secure
-aggregation) joins the demo when the federation lands.`,
+The demo starts a whole federation as child processes on loopback: 3
+aggregator nodes (Raft) and 4 hospital silos, each with its own non-IID
+patient data, privacy ledger and policy. It runs FedProx with update-level
+differential privacy and secure aggregation, kills one silo mid-run (the
+rounds go on with three), prints each hospital's ledger, verifies the receipt
+chain, and runs a sweep on the same pool. It cleans up its processes.
+
+--solo runs the solo showcase instead (a pool of one, no network): a sweep
+with a heatmap, a Monte Carlo estimate and a k-fold cross-validation.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
@@ -42,8 +47,28 @@ aggregation) joins the demo when the federation lands.`,
 					defer os.RemoveAll(d)
 				}
 			}
+			if !solo {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(out, "Scellis demo — a federation on this machine (use --solo for the pool-of-one showcase)")
+				start := time.Now()
+				d := &federationDemo{dir: dir, out: out, exe: exe, procs: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}}
+				err = d.run(ctx)
+				d.stopAll()
+				if err != nil {
+					return fmt.Errorf("%w (logs in %s; run with --dir DIR --keep to keep them)", err, d.path("logs"))
+				}
+				fmt.Fprintf(out, "\ndone in %s; processes stopped", time.Since(start).Round(time.Second))
+				if keep {
+					fmt.Fprintf(out, "; state kept in %s\n", dir)
+				} else {
+					fmt.Fprintln(out, "; run with --dir DIR --keep to inspect configs, logs, ledgers and results")
+				}
+				return nil
+			}
 			fmt.Fprintln(out, "Scellis demo — solo showcase (pool of one: no coordinator, no network).")
-			fmt.Fprintln(out, "The federated demo (aggregator cluster + silos) is not built yet; this shows the engine it will run on.")
 			fmt.Fprintln(out)
 
 			dataDir := filepath.Join(dir, "data")
@@ -84,6 +109,7 @@ aggregation) joins the demo when the federation lands.`,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "folder for the demo's data and results (default: a temporary folder)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo folder afterwards")
+	cmd.Flags().BoolVar(&solo, "solo", false, "run the solo showcase (no processes, no network) instead of the federation")
 	return cmd
 }
 

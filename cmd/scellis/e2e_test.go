@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // The tests in this file drive the real binary the way a user does.
@@ -118,5 +120,27 @@ func TestRunWithoutNetwork(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "online", "result.json"))
 	if !bytes.Equal(a, b) {
 		t.Fatal("offline and online runs differ")
+	}
+}
+
+// The README's first command: the whole federation on this machine.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a federation of child processes")
+	}
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, scellisBinary(t), "demo", "--dir", filepath.Join(dir, "demo"))
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(dir, ".scellis"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{"run done", "dropped: hospital-4", "is intact", "receipt chain intact", "verified 9/9 shards", "processes stopped"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
 	}
 }

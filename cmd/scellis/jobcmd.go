@@ -278,6 +278,14 @@ func newJobResultCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The event may come from a node ahead of the one answering
+			// this read: give the replicas a moment to apply the reduction.
+			for deadline := time.Now().Add(10 * time.Second); wait && st.Reduced == "" && time.Now().Before(deadline); {
+				time.Sleep(100 * time.Millisecond)
+				if st, err = c.Job(ctx, id); err != nil {
+					return err
+				}
+			}
 			if st.Reduced == "" {
 				return &exitError{code: 1, msg: fmt.Sprintf("job %s is %s (%d/%d shards verified); no result yet — use --wait, or scellis job watch %s", st.Name, st.State, st.Counts.Verified, st.Counts.Total, id)}
 			}

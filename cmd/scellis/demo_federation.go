@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/datagen"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+)
+
+// federationDemo is `scellis demo`: a whole federation on this machine —
+// 3 aggregator nodes and 4 hospital silos as child processes on loopback —
+// running FedProx with DP and secure aggregation, losing a silo mid-run,
+// then a sweep on the same pool.
+type federationDemo struct {
+	dir    string
+	out    io.Writer
+	exe    string
+	procs  map[string]*exec.Cmd
+	exited map[string]chan struct{}
+	fed    string
+}
+
+const demoSilos = 4
+
+func (d *federationDemo) path(p ...string) string {
+	return filepath.Join(append([]string{d.dir}, p...)...)
+}
+
+func (d *federationDemo) step(format string, args ...any) {
+	fmt.Fprintf(d.out, "\n== "+format+"\n", args...)
+}
+
+// setup writes keys, the federation file, configs and data.
+func (d *federationDemo) setup() error {
+	var listeners []net.Listener
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	port := func() (string, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return "", err
+		}
+		listeners = append(listeners, l)
+		return l.Addr().String(), nil
+	}
+	var fed strings.Builder
+	fed.WriteString("federation: demo\nregime: consortium\nmembers:\n")
+	member := func(name, role string, extra string) error {
+		id, err := identity.Generate()
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(d.path(name), 0o700); err != nil {
+			return err
+		}
+		if err := identity.Save(d.path(name, "identity.key"), id, identity.SaveOptions{}); err != nil {
+			return err
+		}
+		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n%s", name, role, id.Public(), extra)
+		return nil
+	}
+	for i := 1; i <= 3; i++ {
+		a, err := port()
+		if err != nil {
+			return err
+		}
+		r, err := port()
+		if err != nil {
+			return err
+		}
+		name := fmt.Sprintf("agg-%d", i)
+		if err := member(name, "aggregator", fmt.Sprintf("    address: %s\n    raft_address: %s\n", a, r)); err != nil {
+			return err
+		}
+		cfg := fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\nlease_ttl: 5s\nround_join_timeout: 6s\nlog_level: error\n", name, name, name)
+		if err := os.WriteFile(d.path(name+".yaml"), []byte(cfg), 0o600); err != nil {
+			return err
+		}
+	}
+	sites, err := datagen.Hospitals(demoSilos, 800, 7)
+	if err != nil {
+		return err
+	}
+	if _, err := datagen.WriteHospitals(d.path("data"), sites); err != nil {
+		return err
+	}
+	for i := 1; i <= demoSilos; i++ {
+		name := fmt.Sprintf("hospital-%d", i)
+		if err := member(name, "silo", ""); err != nil {
+			return err
+		}
+		cfg := fmt.Sprintf(`name: %s
+identity: %s/identity.key
+federation: federation.yaml
+data_dir: %s/data
+datasets:
+  - name: patients
+    path: data/hospital-%d.csv
+    label: outcome
+    class: confidential
+    budget: {epsilon: 40, delta: 1.0e-5}
+    unit: silo
+policy:
+  strategies: [fedavg, fedprox]
+  min_cohort: 3
+  generic_shards: true
+`, name, name, name, i)
+		if err := os.WriteFile(d.path(name+".yaml"), []byte(cfg), 0o600); err != nil {
+			return err
+		}
+	}
+	if err := member("scientist", "worker", ""); err != nil {
+		return err
+	}
+	d.fed = d.path("federation.yaml")
+	return os.WriteFile(d.fed, []byte(fed.String()), 0o600)
+}
+
+func (d *federationDemo) start(name string, args ...string) error {
+	if err := os.MkdirAll(d.path("logs"), 0o700); err != nil {
+		return err
+	}
+	log, err := os.Create(d.path("logs", name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(d.exe, args...)
+	cmd.Dir = d.dir
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+d.path(".scellis"))
+	if err := cmd.Start(); err != nil {
+		log.Close()
+		return err
+	}
+	done := make(chan struct{})
+	d.procs[name], d.exited[name] = cmd, done
+	go func() { cmd.Wait(); log.Close(); close(done) }()
+	return nil
+}
+
+// stopAll ends every child: SIGTERM, then SIGKILL for stragglers.
+func (d *federationDemo) stopAll() {
+	for _, p := range d.procs {
+		p.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.After(5 * time.Second)
+	for name, done := range d.exited {
+		select {
+		case <-done:
+		case <-deadline:
+			d.procs[name].Process.Kill()
+		}
+	}
+}
+
+func (d *federationDemo) client() (*api.Client, error) {
+	id, _, err := identity.Load(d.path("scientist", "identity.key"), identity.LoadOptions{})
+	if err != nil {
+		return nil, err
+	}
+	fed, err := identity.LoadFederation(d.fed)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewClient(id, fed)
+}
+
+// cli runs a scellis command in this process as the scientist.
+func (d *federationDemo) cli(args ...string) error {
+	args = append(args, "--identity", d.path("scientist", "identity.key"), "--federation", d.fed)
+	if code := run(args, d.out, d.out); code != 0 {
+		return fmt.Errorf("scellis %s exited %d", strings.Join(args[:2], " "), code)
+	}
+	return nil
+}
+
+func (d *federationDemo) run(ctx context.Context) error {
+	d.step("setting up a federation in %s: 3 aggregator nodes, %d hospital silos, non-IID patient data", d.dir, demoSilos)
+	if err := d.setup(); err != nil {
+		return err
+	}
+	for i := 1; i <= 3; i++ {
+		if err := d.start(fmt.Sprintf("agg-%d", i), "aggregator", "--config", fmt.Sprintf("agg-%d.yaml", i)); err != nil {
+			return err
+		}
+	}
+	for i := 1; i <= demoSilos; i++ {
+		if err := d.start(fmt.Sprintf("hospital-%d", i), "silo", "--config", fmt.Sprintf("hospital-%d.yaml", i)); err != nil {
+			return err
+		}
+	}
+	c, err := d.client()
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := c.Jobs(wctx); err != nil {
+		return fmt.Errorf("the aggregator cluster did not come up (see %s): %w", d.path("logs"), err)
+	}
+	fmt.Fprintf(d.out, "cluster up; logs in %s\n", d.path("logs"))
+
+	d.step("FedProx, 6 rounds, update-level DP (clip 5, σ 0.5) and secure aggregation; hospital-4 is killed after two rounds")
+	spec := &fl.RunSpec{Name: "fedprox-hospitals", Strategy: "fedprox", Params: map[string]any{"mu": 0.1, "lr": 0.5, "epochs": 2},
+		Model: fl.ModelSpec{Kind: "logistic", Inputs: 9}, Dataset: "patients", Rounds: 6, MinCohort: 3,
+		DP: true, Clip: 5, Sigma: 0.5, SecureAgg: true, Seed: 7}
+	cat, err := catalog.Builtin()
+	if err != nil {
+		return err
+	}
+	canon, id, _, err := spec.Resolve(cat, d.dir)
+	if err != nil {
+		return err
+	}
+	b, err := content.Encode(canon)
+	if err != nil {
+		return err
+	}
+	if _, err := c.PutBlob(wctx, b); err != nil {
+		return err
+	}
+	if _, err := c.StartRun(wctx, api.RunRequest{Spec: id}); err != nil {
+		return err
+	}
+	go func() {
+		for ctx.Err() == nil {
+			st, err := c.Run(ctx, id)
+			if err == nil && len(st.Models) >= 2 {
+				fmt.Fprintln(d.out, "   (killing hospital-4 with SIGKILL: the next rounds go on with three sites)")
+				d.procs["hospital-4"].Process.Kill()
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer rcancel()
+	if err := watchRun(rctx, c, id, d.out); err != nil {
+		return err
+	}
+
+	d.step("each hospital's privacy ledger (what its compliance officer reads)")
+	for i := 1; i <= demoSilos; i++ {
+		name := fmt.Sprintf("hospital-%d", i)
+		fmt.Fprintf(d.out, "-- %s\n", name)
+		if code := run([]string{"ledger", "verify", "--ledger", d.path(name, "data", "privacy.ledger")}, d.out, d.out); code != 0 {
+			return fmt.Errorf("%s's ledger does not verify", name)
+		}
+		run([]string{"ledger", "show", "--ledger", d.path(name, "data", "privacy.ledger")}, d.out, d.out)
+	}
+
+	d.step("the receipt chain, replicated on all three aggregators")
+	if err := d.cli("receipts", "verify"); err != nil {
+		return err
+	}
+	if err := d.cli("aggregator", "status"); err != nil {
+		return err
+	}
+
+	d.step("a learning-rate × L2 sweep on the same pool (the three live silos execute it, each shard verified by two)")
+	if err := os.WriteFile(d.path("sweep.yaml"), []byte(demoPoolSweep), 0o600); err != nil {
+		return err
+	}
+	jobID := new(strings.Builder)
+	if code := run([]string{"job", "submit", d.path("sweep.yaml"), "--identity", d.path("scientist", "identity.key"), "--federation", d.fed}, jobID, d.out); code != 0 {
+		return fmt.Errorf("submitting the sweep failed")
+	}
+	return d.cli("job", "result", strings.TrimSpace(jobID.String()), "--wait", "--out", d.path("out", "sweep"))
+}
+
+const demoPoolSweep = `name: pool-sweep
+program: train-eval
+partitioner:
+  use: grid
+  params: {lr: [0.03, 0.1, 0.3], l2: [0.0, 0.01, 0.1]}
+reducer:
+  use: collect
+  params: {metric: auc, goal: max}
+params: {model: logistic, epochs: 3, batch_size: 32, test_frac: 0.25, seed: 1}
+inputs:
+  # generated data, classed public so any pool member may compute on it
+  data: {path: data/hospital-1.csv, label: outcome, class: public}
+`
