@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scellis/scellis/model"
 )
 
 // A federated run with real processes: one aggregator, four silos, each
@@ -87,8 +91,82 @@ seed: 3
 		t.Fatalf("h1's ledger has %d charges, want 3:\n%s", n, out)
 	}
 	mustRun(t, scellisCmd(t, c.dir, "ledger", "verify", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))
+	// A run over two sites is refused: each could learn the other's update.
+	c.write("two.yaml", "name: two\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\ncohort: {silos: [h1, h2]}\nprivacy: {clip: 5.0, sigma: 0.5}\n")
+	if out, errs, err := c.cli("alice", "fl", "launch", "two.yaml"); err == nil || !strings.Contains(errs, "SC9301") {
+		t.Fatalf("a two-site run was not refused with SC9301: %v\n%s%s", err, out, errs)
+	}
 	c.mustCLI("alice", "fl", "model", id, "--out", "model.json")
 	if b, err := os.ReadFile(filepath.Join(c.dir, "model.json")); err != nil || !strings.Contains(string(b), `"receipts"`) {
 		t.Fatalf("model export: %v\n%s", err, b)
 	}
+}
+
+// FedAvg across four silo processes (own regime, DP off, secure aggregation
+// on) reaches the accuracy of centralised training on the pooled data.
+func TestFLFedAvgMatchesCentralised(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process federated run")
+	}
+	silos := []string{"h1", "h2", "h3", "h4"}
+	var ms []member
+	for _, s := range silos {
+		ms = append(ms, member{s, "silo"})
+	}
+	c := newCluster(t, "own", 1, append(ms, member{"alice", "worker"})...)
+	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "600", "--seed", "5", "--out", "data"))
+	var pooled []*model.Dataset
+	for i, s := range silos {
+		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n  - {name: patients, path: data/hospital-%d.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n", s, s, s, i+1))
+		d, err := model.LoadCSV(filepath.Join(c.dir, "data", fmt.Sprintf("hospital-%d.csv", i+1)), "outcome")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each silo standardises with its own statistics; so does the baseline.
+		pooled = append(pooled, model.FitStandardizer(d).Apply(d))
+	}
+	c.write("run.yaml", "name: fedavg\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 12\nprivacy: {dp: false}\nsecure_aggregation: true\nseed: 1\n")
+	c.startAggregators()
+	for _, s := range silos {
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
+	out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
+	if err != nil {
+		t.Fatalf("fl watch: %v\n%s%s", err, out, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var last struct{ Accuracy float64 }
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+		t.Fatalf("last round: %v\n%s", err, out)
+	}
+
+	// Centralised: the same model on all rows at once.
+	all := pooled[0]
+	for _, d := range pooled[1:] {
+		all = concatRows(all, d)
+	}
+	m, _ := model.New(model.Spec{Kind: "logistic", Inputs: 9}, 1)
+	if _, err := model.Train(m, all, model.TrainConfig{Epochs: 24, LR: 0.5, Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	central := model.Evaluate(m, all).Accuracy
+	t.Logf("federated accuracy %.4f (model entering the last round), centralised %.4f", last.Accuracy, central)
+	if last.Accuracy < central-0.02 {
+		t.Fatalf("federated accuracy %.4f is more than 2 points below centralised %.4f", last.Accuracy, central)
+	}
+}
+
+func concatRows(a, b *model.Dataset) *model.Dataset {
+	var buf bytes.Buffer
+	model.WriteCSV(&buf, a)
+	var tail bytes.Buffer
+	model.WriteCSV(&tail, b)
+	rows := strings.SplitN(tail.String(), "\n", 2)
+	buf.WriteString(rows[1])
+	d, err := model.ParseCSV(&buf, "pooled", a.Label)
+	if err != nil {
+		panic(err)
+	}
+	return d
 }
