@@ -13,25 +13,30 @@ import (
 	"github.com/scellis/scellis/model"
 )
 
-// A federated run with real processes: one aggregator, four silos, each
+// A federated run with real processes: one aggregator, five silos, each
 // with its own data, ledger and policy. Update-level DP and secure
 // aggregation in a consortium; the ledgers show the accountant's ε for every
-// round; a silo whose policy refuses the strategy declines.
+// round; a silo whose policy refuses the strategy declines; a silo whose
+// budget is spent stops taking part and the others go on.
 func TestFLRunWithSilos(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
-	silos := []string{"h1", "h2", "h3", "h4"}
+	silos := []string{"h1", "h2", "h3", "h4", "h5"}
 	var ms []member
 	for _, s := range silos {
 		ms = append(ms, member{s, "silo"})
 	}
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "worker"})...)
-	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "300", "--out", "data"))
+	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "5", "--rows", "300", "--out", "data"))
 	for i, s := range silos {
 		strategies := ""
 		if s == "h4" {
 			strategies = "  strategies: [scaffold]\n"
+		}
+		budget := 50
+		if s == "h3" {
+			budget = 20 // two rounds fit (ε 16.5 composed), a third would not
 		}
 		c.write(s+".yaml", fmt.Sprintf(`name: %s
 identity: %s/identity.key
@@ -42,11 +47,11 @@ datasets:
     path: data/hospital-%d.csv
     label: outcome
     class: confidential
-    budget: {epsilon: 50, delta: 1.0e-5}
+    budget: {epsilon: %d, delta: 1.0e-5}
     unit: silo
 policy:
 %s  min_cohort: 3
-`, s, s, s, i+1, strategies))
+`, s, s, s, i+1, budget, strategies))
 	}
 	c.write("run.yaml", `name: fedavg-hospitals
 strategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}
@@ -77,13 +82,13 @@ seed: 3
 	if !strings.Contains(table, "run done") {
 		t.Fatalf("run did not complete:\n%s", table)
 	}
-	for r := 0; r < 3; r++ {
-		if !strings.Contains(table, fmt.Sprintf("\n%5d  3 ", r)) {
-			t.Fatalf("round %d did not have 3 participants:\n%s", r, table)
+	for r, want := range []int{4, 4, 3} {
+		if !strings.Contains(table, fmt.Sprintf("\n%5d  %d ", r, want)) {
+			t.Fatalf("round %d did not have %d participants:\n%s", r, want, table)
 		}
 	}
-	if !strings.Contains(table, "h4 declined: SC9201") {
-		t.Fatalf("h4's policy refusal is not shown:\n%s", table)
+	if !strings.Contains(table, "h4 declined: SC9201") || !strings.Contains(table, "h3 declined: SC9207") {
+		t.Fatalf("h4's policy refusal or h3's spent budget is not shown:\n%s", table)
 	}
 	// Each participating silo's ledger holds one charge per round and verifies.
 	out := mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))
