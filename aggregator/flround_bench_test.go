@@ -1,0 +1,277 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/consensus"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/datagen"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/script"
+	"github.com/scellis/scellis/secagg/wire"
+	"github.com/scellis/scellis/silo"
+	"github.com/scellis/scellis/trust"
+)
+
+// One federated training round, end to end, against the same round
+// computed in one process in plain Go (issue 7).
+//
+// The federated figure is a fresh one-round FedAvg run per iteration,
+// from launch to the run being done: the spec uploaded and the run started
+// through the API (Raft), the round planned on the leader (initial model,
+// bundle, secure-aggregation round opened, round job committed), four real
+// silo appliances (silo.Open + Appliance.Run, as `scellis silo`) leasing
+// their shard, fetching bundle, spec and global model by hash, checking the
+// round against their policy and ledger, running the client step with
+// update-level DP (clip and noise, unit silo), charging their signed
+// ledger (fsync'd), taking part in secure aggregation over mutual TLS on
+// loopback, and uploading and reporting a signed contribution; then the
+// unmasked sum, the server step, the round result stored and the run
+// reduced and done. One aggregator node (real Raft on disk), all in this
+// process, in the consortium regime (DP and secure aggregation mandatory).
+//
+// The baselines are fl.Simulate of the same strategy, parameters and data
+// (each site standardised with its own statistics, as a silo does) for one
+// round, with the same update-level DP and without DP, flBenchGoReps times
+// each per iteration, outside the benchmark timer: ns/op is the federated
+// round alone.
+//
+//	go test -run x -bench FLRound -benchtime 5x ./aggregator/
+
+const (
+	flBenchSites   = 4
+	flBenchRows    = 1500
+	flBenchPoll    = 20 * time.Millisecond // silos' pause between empty leases (production: 500 ms); a round waits for the next poll, so ~half of it is in the figure
+	flBenchDataset = "patients"
+	flBenchClip    = 1.0
+	flBenchSigma   = 1.0
+	flBenchGoReps  = 10 // baseline rounds per iteration (a few ms each: averaged for a steadier figure)
+)
+
+func flBenchSpec(iter int, inputs int) fl.RunSpec {
+	return fl.RunSpec{
+		Name: fmt.Sprintf("bench-%d", iter), Strategy: "fedavg", Params: map[string]any{"lr": 0.5, "epochs": int64(2)},
+		Model: fl.ModelSpec{Kind: "logistic", Inputs: inputs}, Dataset: flBenchDataset, Rounds: 1, MinCohort: 3,
+		DP: true, Clip: flBenchClip, Sigma: flBenchSigma, SecureAgg: true, Seed: int64(iter),
+	}
+}
+
+func BenchmarkFLRound(b *testing.B) {
+	p, sites, silos := newFLBenchPool(b)
+	cat := p.cat
+	ctx := context.Background()
+	alice := p.client("alice")
+
+	var fed, goDP, goPlain time.Duration
+	iter := 0
+	for b.Loop() {
+		iter++
+		spec := flBenchSpec(iter, sites[0].Dims())
+
+		start := time.Now()
+		run, err := flBenchLaunch(ctx, alice, cat, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st := p.waitRun(run, time.Minute)
+		fed += time.Since(start)
+		if st.State != coordinator.RunDone || len(st.Models) != 1 {
+			b.Fatalf("run %d ended %+v", iter, st)
+		}
+
+		b.StopTimer()
+		if iter == 1 {
+			r, _ := p.roundResult(st.Models[0])
+			if len(r.Participants) != flBenchSites || r.Metrics["examples"] != float64(flBenchSites*flBenchRows) {
+				b.Fatalf("round: participants %v, metrics %v", r.Participants, r.Metrics)
+			}
+		}
+		_, _, strat, err := spec.Resolve(cat, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, c := range []struct {
+			priv fl.Privacy
+			acc  *time.Duration
+		}{
+			{fl.Privacy{Unit: fl.UnitSilo, Clip: flBenchClip, Sigma: flBenchSigma}, &goDP},
+			{fl.Privacy{}, &goPlain},
+		} {
+			for range flBenchGoReps {
+				start := time.Now()
+				h, err := fl.Simulate(ctx, strat, sites, 1, fl.SimOptions{Env: script.Env{Catalog: cat}, Seed: uint64(iter), Privacy: c.priv})
+				*c.acc += time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(h.Rounds) != 1 || h.Rounds[0].Participants != flBenchSites {
+					b.Fatalf("simulated round %+v", h.Rounds)
+				}
+			}
+		}
+		b.StartTimer()
+	}
+
+	// Every silo paid for every round it released an update in.
+	for _, a := range silos {
+		s, err := a.Ledger.Status(flBenchDataset)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if s.Charges != iter || s.Spent <= 0 {
+			b.Fatalf("silo %s: %d ledger charges (ε = %v) after %d rounds", a.Name, s.Charges, s.Spent, iter)
+		}
+	}
+
+	fedMS := float64(fed.Microseconds()) / 1e3 / float64(iter)
+	goDPMS := float64(goDP.Microseconds()) / 1e3 / float64(iter*flBenchGoReps)
+	goMS := float64(goPlain.Microseconds()) / 1e3 / float64(iter*flBenchGoReps)
+	b.ReportMetric(fedMS, "ms/round")
+	b.ReportMetric(goDPMS, "go-dp-ms/round")
+	b.ReportMetric(goMS, "go-ms/round")
+	b.ReportMetric(fedMS/goDPMS, "fed/go-dp")
+	b.ReportMetric(fedMS/goMS, "fed/go")
+}
+
+// flBenchLaunch resolves and uploads a run spec and starts the run through
+// the API, as `scellis fl launch` does.
+func flBenchLaunch(ctx context.Context, c *api.Client, cat *catalog.Catalog, spec fl.RunSpec) (content.Ref, error) {
+	canon, id, _, err := spec.Resolve(cat, "")
+	if err != nil {
+		return "", err
+	}
+	raw, err := content.Encode(canon)
+	if err != nil {
+		return "", err
+	}
+	if ref, err := c.PutBlob(ctx, raw); err != nil || ref != id {
+		return "", fmt.Errorf("uploading the run spec: %s, %v", ref, err)
+	}
+	resp, err := c.StartRun(ctx, api.RunRequest{Spec: id})
+	if err != nil {
+		return "", err
+	}
+	return resp.Run, nil
+}
+
+// newFLBenchPool starts a one-node aggregator in a consortium federation of
+// four hospital silos and a launcher (alice), writes each hospital's
+// generated data as its CSV, and opens and runs the four silo appliances
+// until the benchmark ends. It returns the pool (a runPool, for its
+// helpers), the sites' data as each silo loaded it, and the appliances.
+func newFLBenchPool(b *testing.B) (*runPool, []*model.Dataset, []*silo.Appliance) {
+	b.Helper()
+	p := &runPool{tb: b, dir: b.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}, data: map[string]*model.Dataset{}}
+	gen, err := datagen.Hospitals(flBenchSites, flBenchRows, 11)
+	if err != nil {
+		b.Fatal(err)
+	}
+	paths, err := datagen.WriteSites(filepath.Join(p.dir, "data"), gen)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, s := range gen {
+		p.silos = append(p.silos, s.Name)
+	}
+
+	var fed strings.Builder
+	fmt.Fprintf(&fed, "federation: flbench\nregime: %s\nmembers:\n", trust.Consortium)
+	for _, name := range append([]string{"agg-1", "alice"}, p.silos...) {
+		id, err := identity.Generate()
+		if err != nil {
+			b.Fatal(err)
+		}
+		p.ids[name] = id
+		role := identity.Silo
+		switch name {
+		case "agg-1":
+			role = identity.Aggregator
+		case "alice":
+			role = identity.Worker
+		}
+		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, id.Public())
+		if role == identity.Aggregator {
+			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freeAddr(b), freeAddr(b))
+		}
+	}
+	if p.fed, err = identity.ParseFederation(filepath.Join(p.dir, "federation.yaml"), []byte(fed.String())); err != nil {
+		b.Fatalf("federation:\n%s\n%v", fed.String(), err)
+	}
+	if p.cat, err = catalog.Builtin(); err != nil {
+		b.Fatal(err)
+	}
+	d := 10 * time.Second // phase deadlines: only a failure waits them out
+	n, err := Start("agg-1", p.ids["agg-1"], p.fed, filepath.Join(p.dir, "agg-1"), Options{
+		Log: p.log, LogLevel: "warn",
+		SecAgg:         wire.Deadlines{Advertise: d, Share: d, Mask: d, Unmask: d},
+		SecAggLongPoll: time.Second, ReportGrace: d,
+	})
+	if err != nil {
+		b.Fatalf("starting the aggregator: %v", err)
+	}
+	p.node = n
+	b.Cleanup(func() {
+		if err := n.Close(); err != nil {
+			b.Errorf("closing the aggregator: %v", err)
+		}
+		if b.Failed() {
+			b.Logf("--- aggregator log ---\n%s", p.log.String())
+		}
+	})
+	waitUntil(b, "the aggregator to lead", 20*time.Second, func() bool {
+		return n.Status().Raft.State == consensus.StateLeader
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var silos []*silo.Appliance
+	var data []*model.Dataset
+	for i, name := range p.silos {
+		dir := filepath.Join(p.dir, name)
+		c := &config.Silo{
+			File: filepath.Join(dir, "silo.yaml"), Name: name, DataDir: filepath.Join(dir, "state"),
+			Ledger: filepath.Join(dir, "state", "privacy.ledger"), LogLevel: "warn",
+			Datasets: []config.Dataset{{Name: flBenchDataset, Path: paths[i], Label: gen[i].Data.Label, Class: trust.Confidential,
+				Budget: config.Budget{Epsilon: 1e4, Delta: 1e-5}, Unit: fl.UnitSilo}},
+			Policy: config.SiloPolicy{Strategies: config.DefaultStrategies(), MinCohort: 3},
+		}
+		a, err := silo.Open(c, p.ids[name], p.fed, silo.Options{})
+		if err != nil {
+			b.Fatalf("opening silo %s: %v", name, err)
+		}
+		a.Poll, a.RoundTimeout = flBenchPoll, time.Minute
+		silos = append(silos, a)
+		data = append(data, a.Data[flBenchDataset])
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := a.Run(ctx); err != nil {
+				b.Errorf("silo %s: %v", name, err)
+			}
+		}()
+	}
+	b.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, a := range silos {
+			a.Close()
+		}
+	})
+	if !slices.EqualFunc(data, gen, func(d *model.Dataset, s datagen.Site) bool { return d.Rows() == s.Data.Rows() }) {
+		b.Fatal("a silo did not load its site's rows")
+	}
+	return p, data, silos
+}
