@@ -152,8 +152,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, cmd coordinator.C
 					WithHelp("retry in a moment"))
 				return
 			}
-			w.Header().Set("X-Scellis-Leader", nl.Leader)
-			http.Redirect(w, r, nl.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+			toLeader(w, r, nl.Leader, nl.URL)
 			return
 		}
 		if ds, ok := diag.As(err); ok {
@@ -232,21 +231,28 @@ func (s *Server) jobStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	js, err := s.Read.Job(id)
-	if err != nil {
-		// A follower may not have applied a just-submitted job yet: send
-		// the reader to the leader rather than deny the job exists.
-		if s.Leader != nil {
-			if name, url, self := s.Leader(); !self && url != "" {
-				w.Header().Set("X-Scellis-Leader", name)
-				http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusTemporaryRedirect)
-				return
-			}
-		}
-		ds, _ := diag.As(err)
-		writeDiags(w, http.StatusNotFound, ds)
+	s.writeRead(w, r, js, err)
+}
+
+// writeRead answers a read of the local replica. A follower that does not
+// know the thing yet (it may not have applied a just-submitted job or run)
+// sends the reader to the leader rather than deny that it exists.
+func (s *Server) writeRead(w http.ResponseWriter, r *http.Request, v any, err error) {
+	if err == nil {
+		writeJSON(w, http.StatusOK, v)
 		return
 	}
-	writeJSON(w, http.StatusOK, js)
+	if s.Leader != nil {
+		if name, url, self := s.Leader(); !self && url != "" {
+			toLeader(w, r, name, url)
+			return
+		}
+	}
+	ds, ok := diag.As(err)
+	if !ok {
+		ds = diag.List{diag.New(diag.PoolUnknownJob, r.URL.Path, "%v", err)}
+	}
+	writeDiags(w, http.StatusNotFound, ds)
 }
 
 func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
@@ -267,8 +273,7 @@ func (s *Server) startRun(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var nl *NotLeaderError
 		if errors.As(err, &nl) && nl.URL != "" {
-			w.Header().Set("X-Scellis-Leader", nl.Leader)
-			http.Redirect(w, r, nl.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+			toLeader(w, r, nl.Leader, nl.URL)
 			return
 		}
 		if ds, ok := diag.As(err); ok {
@@ -293,19 +298,7 @@ func (s *Server) runStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := s.Read.Run(id)
-	if err != nil {
-		if s.Leader != nil {
-			if name, url, self := s.Leader(); !self && url != "" {
-				w.Header().Set("X-Scellis-Leader", name)
-				http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusTemporaryRedirect)
-				return
-			}
-		}
-		ds, _ := diag.As(err)
-		writeDiags(w, http.StatusNotFound, ds)
-		return
-	}
-	writeJSON(w, http.StatusOK, st)
+	s.writeRead(w, r, st, err)
 }
 
 func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
@@ -440,7 +433,7 @@ func (s *Server) membership(join bool) http.HandlerFunc {
 		case err == nil:
 			writeJSON(w, http.StatusOK, map[string]any{"member": req.Member, "joined": join})
 		case errors.As(err, &nl) && nl.URL != "":
-			http.Redirect(w, r, nl.URL+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+			toLeader(w, r, nl.Leader, nl.URL)
 		default:
 			if ds, ok := diag.As(err); ok {
 				writeDiags(w, http.StatusBadRequest, ds)
@@ -450,4 +443,11 @@ func (s *Server) membership(join bool) http.HandlerFunc {
 				WithHelp("the member must be running, listed as an aggregator with a raft_address in every node's federation file"))
 		}
 	}
+}
+
+// toLeader redirects a request to the same path on the leader; clients
+// follow it (307 keeps the method and body).
+func toLeader(w http.ResponseWriter, r *http.Request, name, url string) {
+	w.Header().Set("X-Scellis-Leader", name)
+	http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusTemporaryRedirect)
 }
