@@ -19,6 +19,7 @@ import (
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg"
+	silopkg "github.com/scellis/scellis/silo"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -324,7 +325,10 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d refused: %v", r, res.Refusal))
 	}
 
+	excuseCtx, stopExcusing := context.WithCancel(ctx)
+	go n.excuseDecliners(excuseCtx, jobID, bundle.SecAgg.Round)
 	sum, err := n.sagg.Wait(ctx, bundle.SecAgg.Round)
+	stopExcusing()
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
@@ -473,4 +477,43 @@ func (n *Node) storeDurable(ctx context.Context, b []byte) (content.Ref, error) 
 		return "", err
 	}
 	return ref, n.durable(ctx, ref)
+}
+
+// excuseDecliners watches a round job's reports: a silo that reports a
+// declined (or failed) contribution will not join secure aggregation, so
+// the host stops waiting for it instead of running into the join deadline.
+func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round string) {
+	events, cancel := n.hub.Subscribe(job)
+	defer cancel()
+	check := func(silo string, result content.Ref) {
+		b, err := n.fetchBlob(ctx, result)
+		if err != nil {
+			return
+		}
+		sc, err := silopkg.DecodeContribution(b)
+		if err == nil && sc.Record.Status != silopkg.Contributed && sc.Record.Silo == silo {
+			n.sagg.Excuse(round, silo)
+		}
+	}
+	// Reports that landed before the subscription.
+	if js, err := n.fsm.machine().Job(job); err == nil {
+		for _, s := range js.Shards {
+			for _, r := range s.Reports {
+				check(r.Peer, r.Result)
+			}
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case e, ok := <-events:
+			if !ok {
+				return
+			}
+			if rr, isReport := e.(coordinator.ResultReported); isReport {
+				check(rr.Peer, rr.Result)
+			}
+		}
+	}
 }

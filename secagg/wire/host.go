@@ -334,7 +334,7 @@ func (h *Host) drive(rd *hostRound) {
 func (h *Host) await(rd *hostRound, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	for len(rd.srv.Missing()) > 0 {
+	for rd.waiting() {
 		select {
 		case <-rd.kick:
 		case <-t.C:
@@ -374,4 +374,25 @@ func (h *Host) lookup(round string) (rd *hostRound, ts *tombstone, closed bool) 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.rounds[round], h.over[round], h.closed
+}
+
+// Excuse tells the host that site will not take part in round (it
+// declined it): the current and later phases stop waiting for it, so the
+// round goes on without waiting for the deadline. The site is then treated
+// as any dropout. Excusing an unknown round or site is a no-op.
+func (h *Host) Excuse(round, site string) {
+	rd, _, _ := h.lookup(round)
+	if rd == nil {
+		return
+	}
+	rd.mu.Lock()
+	if rd.excused == nil {
+		rd.excused = map[string]bool{}
+	}
+	rd.excused[site] = true
+	rd.mu.Unlock()
+	select {
+	case rd.kick <- struct{}{}:
+	default:
+	}
 }

@@ -51,6 +51,22 @@ type hostRound struct {
 	err        error
 	isTaken    bool
 	accepted   map[acceptKey][32]byte // digest of each accepted message
+	// excused are sites known not to take part (they declined the round):
+	// a phase does not wait for them until its deadline.
+	excused map[string]bool
+}
+
+// waiting reports whether the current phase still waits for a site that
+// has not been excused.
+func (rd *hostRound) waiting() bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	for _, s := range rd.srv.Missing() {
+		if !rd.excused[s] {
+			return true
+		}
+	}
+	return false
 }
 
 type acceptKey struct {

@@ -564,3 +564,40 @@ func TestHostClose(t *testing.T) {
 	wantCode(t, "OnFinish", fin.wait(t, p.Round), diag.SecAggWireUnavailable)
 	wantCode(t, "opening on a closed host", th.Open(w.params("after", 8, w.silos...), generous()), diag.SecAggWireUnavailable)
 }
+
+// TestExcusedSite: a site that declined the round is excused, so the
+// round ends advertising without waiting for the (here: hour-long) deadline.
+func TestExcusedSite(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 4)
+	th := startHost(t, w, HostOptions{})
+	const dim = 50
+	p := w.params("excused", dim, w.silos...)
+	dl := generous()
+	dl.Advertise = time.Hour
+	if err := th.Open(p, dl); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var runs []*run
+	var xs [][]float64
+	for i, s := range w.silos {
+		if s == "hospital-b" {
+			continue
+		}
+		xs = append(xs, testInput(s, dim))
+		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], testInput(s, dim), float64(i+1), s))
+	}
+	th.Excuse(p.Round, "hospital-b")
+	res, err := th.Wait(ctx, p.Round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// It never advertised, so it is not among the dropped: it was never in.
+	checkSum(t, res, plainSum(dim, xs...), 1+3+4, []string{"hospital-a", "hospital-c", "hospital-d"}, nil)
+	for _, r := range runs {
+		if err := r.wait(t); err != nil {
+			t.Errorf("%s: %v", r.site, err)
+		}
+	}
+}
