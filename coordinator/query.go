@@ -137,10 +137,10 @@ func (s *shardState) status() ShardStatus {
 		ss.State = StateLeased
 	}
 	for _, l := range s.Leases {
-		ss.Leases = append(ss.Leases, LeaseInfo{Peer: l.Peer, Expiry: l.Expiry})
+		ss.Leases = append(ss.Leases, LeaseInfo(l))
 	}
 	for _, r := range s.Reports {
-		ss.Reports = append(ss.Reports, ReportInfo{Peer: r.Peer, Result: r.Result, Late: r.Late, Outcome: r.Outcome, At: r.At})
+		ss.Reports = append(ss.Reports, ReportInfo(r))
 	}
 	return ss
 }

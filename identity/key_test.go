@@ -71,6 +71,7 @@ func TestIdentityPrintsNoPrivateKey(t *testing.T) {
 	id := NewFromSeed(seed)
 	priv := fmt.Sprintf("%x", []byte(id.priv))
 	seedHex := priv[:64]
+	//lint:ignore SA9005 the point is that marshalling an Identity leaks nothing
 	b, _ := json.Marshal(id)
 	for _, out := range []string{
 		fmt.Sprint(id), fmt.Sprintf("%v", id), fmt.Sprintf("%+v", id), fmt.Sprintf("%#v", id),

@@ -39,11 +39,9 @@ func roundMessages(t testing.TB) map[int][][]byte {
 		}
 		out[i] = append(out[i], b)
 	}
-	var adverts []*Advert
 	for _, id := range h.ids {
 		a, _ := h.clients[id].Advertise()
 		h.server.AddAdvert(a)
-		adverts = append(adverts, a)
 		add(0, a)
 	}
 	ks, _ := h.server.EndAdvertise()

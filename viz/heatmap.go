@@ -184,7 +184,7 @@ func (g *Grid) Terminal(w io.Writer) {
 				fmt.Fprintf(w, " %10s", "-")
 				continue
 			}
-			s := shades[0]
+			var s string
 			if hi > lo {
 				s = shades[int(math.Round((v-lo)/(hi-lo)*float64(len(shades)-1)))]
 			} else {

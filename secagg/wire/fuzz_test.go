@@ -14,7 +14,7 @@ import (
 func FuzzParseResult(f *testing.F) {
 	seeds := []*secagg.Result{
 		{Round: "r", Sum: []float64{1.5, -2, 0}, Weight: 3, Contributors: []string{"a", "b", "c"}, ErrorBound: 0x1p-57},
-		{Round: "fl/run 7 ✓", Sum: []float64{math.SmallestNonzeroFloat64, math.MaxFloat64, -0.0}, Contributors: []string{"a", "b", "c", "d"}, Dropped: []string{"e"}},
+		{Round: "fl/run 7 ✓", Sum: []float64{math.SmallestNonzeroFloat64, math.MaxFloat64, math.Copysign(0, -1)}, Contributors: []string{"a", "b", "c", "d"}, Dropped: []string{"e"}},
 	}
 	for _, r := range seeds {
 		b, err := encodeResult(r)
