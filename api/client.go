@@ -400,7 +400,7 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 			if err := fn(ev); err != nil {
 				return true, err
 			}
-			if ev.Kind == "job-complete" || ev.Kind == "run-complete" {
+			if ev.Kind == "job-complete" || ev.Kind == "run-complete" || ev.Kind == "job-cancelled" {
 				return true, nil
 			}
 			if ev.Kind == "status" {
@@ -410,7 +410,7 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 					State string `json:"state"`
 				}
 				if json.Unmarshal(ev.Data, &st) == nil &&
-					(st.State == string(coordinator.JobDone) || st.State == string(coordinator.RunStopped)) {
+					(st.State == string(coordinator.JobDone) || st.State == string(coordinator.RunStopped) || st.State == string(coordinator.JobCancelledState)) {
 					return true, nil
 				}
 			}
@@ -473,4 +473,10 @@ func (c *Client) Join(ctx context.Context, member string) error {
 // Leave removes an aggregator member from the Raft voters.
 func (c *Client) Leave(ctx context.Context, member string) error {
 	return c.do(ctx, "POST", "/v1/cluster/leave", MemberRequest{Member: member}, nil)
+}
+
+// Cancel cancels a job that has not been reduced.
+func (c *Client) Cancel(ctx context.Context, id content.Ref, reason string) (coordinator.CancelResponse, error) {
+	var r coordinator.CancelResponse
+	return r, c.do(ctx, "POST", "/v1/jobs/"+string(id)+"/cancel", CancelRequest{Reason: reason}, &r)
 }

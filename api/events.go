@@ -121,7 +121,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			writeEvent(w, e.Kind(), e)
 			flusher.Flush()
 			switch e.(type) {
-			case coordinator.JobComplete, coordinator.RunComplete:
+			case coordinator.JobComplete, coordinator.RunComplete, coordinator.JobCancelled:
 				return
 			}
 		}

@@ -62,6 +62,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs", s.auth(s.listJobs))
 	mux.HandleFunc("GET /v1/jobs/{id}", s.auth(s.jobStatus))
 	mux.HandleFunc("GET /v1/jobs/{id}/events", s.auth(s.jobEvents))
+	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.auth(s.cancelJob))
 	mux.HandleFunc("POST /v1/runs", s.auth(s.startRun, identity.Aggregator, identity.Silo, identity.Worker))
 	mux.HandleFunc("GET /v1/runs", s.auth(s.listRuns))
 	mux.HandleFunc("GET /v1/runs/{id}", s.auth(s.runStatus))
@@ -450,4 +451,21 @@ func (s *Server) membership(join bool) http.HandlerFunc {
 func toLeader(w http.ResponseWriter, r *http.Request, name, url string) {
 	w.Header().Set("X-Scellis-Leader", name)
 	http.Redirect(w, r, url+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+}
+
+// CancelRequest says why a job is cancelled.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.jobID(w, r)
+	if !ok {
+		return
+	}
+	var req CancelRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	s.apply(w, r, coordinator.CancelJob{Job: id, Peer: peerOf(r).Name, Reason: req.Reason, Now: s.now()})
 }

@@ -19,6 +19,7 @@ type envelope struct {
 	Tick    *Tick          `cbor:"tick,omitempty"`
 	Report  *ReportResult  `cbor:"report,omitempty"`
 	Reduced *ReportReduced `cbor:"reduced,omitempty"`
+	Cancel  *CancelJob     `cbor:"cancel,omitempty"`
 	Start   *StartRun      `cbor:"start_run,omitempty"`
 	Stop    *StopRun       `cbor:"stop_run,omitempty"`
 	Flag    *FlagDropped   `cbor:"flag_dropped,omitempty"`
@@ -119,6 +120,8 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Report = &c
 	case ReportReduced:
 		e.Reduced = &c
+	case CancelJob:
+		e.Cancel = &c
 	case StartRun:
 		e.Start = &c
 	case StopRun:
@@ -158,6 +161,9 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Reduced != nil {
 		out = append(out, *e.Reduced)
+	}
+	if e.Cancel != nil {
+		out = append(out, *e.Cancel)
 	}
 	if e.Start != nil {
 		out = append(out, *e.Start)

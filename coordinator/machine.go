@@ -93,6 +93,8 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.report(c)
 	case ReportReduced:
 		return m.reduced(c)
+	case CancelJob:
+		return m.cancel(c)
 	case StartRun:
 		return m.startRun(c)
 	case StopRun:

@@ -25,6 +25,8 @@ func (m *Machine) reduced(c ReportReduced) Result {
 		return refuse(diag.New(diag.PoolJobNotDecided, "job "+j.Name,
 			"%d of %d shards are still undecided", len(j.Shards)-v-u, len(j.Shards)).
 			WithHelp("reduce once every shard is verified or flagged (the job-decided event)"))
+	case JobCancelledState:
+		return refuse(diag.New(diag.PoolJobCancelled, "job "+j.Name, "job %s was cancelled; no reduction is accepted", j.ID.Short()))
 	case JobDone:
 		if j.Reduced != c.Reduced {
 			return refuse(diag.New(diag.PoolReducedConflict, "job "+j.Name,

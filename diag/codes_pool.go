@@ -17,4 +17,5 @@ var (
 	PoolBadSnapshot       = define("SC7012", "coordinator snapshot cannot be restored")
 	ReceiptChainBroken    = define("SC7013", "receipt chain fails verification")
 	ReceiptMalformed      = define("SC7014", "malformed receipt")
+	PoolJobCancelled      = define("SC7015", "job cancelled, or already done and not cancellable")
 )

@@ -352,6 +352,14 @@ func TestPoolRefusesUnknownKey(t *testing.T) {
 	c := newCluster(t, "own", 1, member{"alice", "worker"})
 	c.startAggregators()
 	c.mustCLI("alice", "job", "ls") // the pool is up for members
+	// A job nobody can finish (no workers here) can be cancelled.
+	stuck := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("stuck", 2)))
+	if out := c.mustCLI("alice", "job", "cancel", stuck, "--reason", "no workers"); !strings.Contains(out, "cancelled; 2 open shard(s) flagged") {
+		t.Fatalf("job cancel: %s", out)
+	}
+	if st := c.status("alice", stuck); st.State != "cancelled" || st.Counts.Unverified != 2 {
+		t.Fatalf("after cancel: %+v", st)
+	}
 	// An outsider writes itself into its own copy of the federation file:
 	// the aggregator's file does not list it, so the handshake fails.
 	pub := c.keygen("mallory")

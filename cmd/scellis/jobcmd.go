@@ -30,7 +30,7 @@ func newJobCmd() *cobra.Command {
 watch it land shard by shard, and fetch its result.json (the same document
 a solo run writes, plus the receipts of the verified shards).`,
 	}
-	cmd.AddCommand(newJobSubmitCmd(), newJobWatchCmd(), newJobStatusCmd(), newJobResultCmd(), newJobListCmd())
+	cmd.AddCommand(newJobSubmitCmd(), newJobWatchCmd(), newJobStatusCmd(), newJobResultCmd(), newJobListCmd(), newJobCancelCmd())
 	return cmd
 }
 
@@ -201,6 +201,10 @@ func watchJob(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			var ev coordinator.AllShardsDecided
 			json.Unmarshal(e.Data, &ev)
 			fmt.Fprintf(w, "all shards decided: %d verified, %d unverified; reducing\n", ev.Verified, ev.Unverified)
+		case "job-cancelled":
+			var ev coordinator.JobCancelled
+			json.Unmarshal(e.Data, &ev)
+			fmt.Fprintf(w, "job cancelled by %s: %s\n", ev.Peer, ev.Reason)
 		case "job-complete":
 			var ev coordinator.JobComplete
 			json.Unmarshal(e.Data, &ev)
@@ -347,5 +351,36 @@ func newJobListCmd() *cobra.Command {
 		},
 	}
 	f.register(cmd)
+	return cmd
+}
+
+func newJobCancelCmd() *cobra.Command {
+	var f memberFlags
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel JOB_ID",
+		Short: "Cancel a job that has not been reduced (its open shards are flagged, its leases revoked)",
+		Args:  exactArgs(1, "JOB_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			resp, err := c.Cancel(ctx, id, reason)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "job %s %s; %d open shard(s) flagged\n", id.Short(), resp.State, len(resp.Flagged))
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&reason, "reason", "", "why, for the job's event stream and status")
 	return cmd
 }

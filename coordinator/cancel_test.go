@@ -1,0 +1,46 @@
+package coordinator
+
+import (
+	"testing"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/trust"
+)
+
+func TestCancelJob(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Own})
+	job := content.Hash([]byte("j"))
+	sub := SubmitJob{Job: job, Name: "j", Bundle: content.Hash([]byte("b")), Now: 1}
+	for i := 0; i < 3; i++ {
+		sub.Shards = append(sub.Shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
+	}
+	applyEncoded(t, m, sub)
+	applyEncoded(t, m, Lease{Peer: "w1", Now: 2, Max: 3})
+	applyEncoded(t, m, ReportResult{Peer: "w1", Job: job, Shard: 0, Result: content.Hash([]byte("r0")), Now: 3})
+
+	r := applyEncoded(t, m, CancelJob{Job: job, Peer: "alice", Reason: "shard 1 fails everywhere", Now: 4})
+	if r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	resp := r.Response.(*CancelResponse)
+	if resp.State != JobCancelledState || len(resp.Flagged) != 2 {
+		t.Fatalf("%+v", resp)
+	}
+	st, _ := m.Job(job)
+	if st.State != JobCancelledState || st.Counts.Verified != 1 || st.Counts.Unverified != 2 || st.Counts.Leased != 0 {
+		t.Fatalf("after cancel: %+v", st.Counts)
+	}
+	if g := applyEncoded(t, m, Lease{Peer: "w2", Now: 5, Max: 3}).Response.(*LeaseResponse).Grants; len(g) != 0 {
+		t.Fatalf("a cancelled job's shard was leased: %+v", g)
+	}
+	wantCode(t, applyEncoded(t, m, ReportReduced{Job: job, Peer: "agg", Reduced: content.Hash([]byte("x")), Now: 6}), diag.PoolJobCancelled)
+	if r := applyEncoded(t, m, CancelJob{Job: job, Peer: "alice", Now: 7}); r.Refused() {
+		t.Fatalf("a retried cancel was refused: %v", r.Refusal)
+	}
+	// The state survives a snapshot.
+	m2, _ := New(Config{Regime: trust.Own})
+	if err := m2.Restore(m.Snapshot()); err != nil || m2.StateHash() != m.StateHash() {
+		t.Fatalf("restore: %v", err)
+	}
+}
