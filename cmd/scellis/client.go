@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 )
@@ -96,4 +100,31 @@ func (f *memberFlags) client(stderr io.Writer) (*api.Client, *identity.Federatio
 
 func printJSON(w io.Writer, b []byte) {
 	fmt.Fprintln(w, string(b))
+}
+
+// idCommand builds a command that takes one job or run ID (named by the
+// second word of use), authenticates to the pool as a member, and calls fn
+// with a context that an interrupt cancels.
+func idCommand(use, short string, fn func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error) *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  exactArgs(1, strings.Fields(use)[1]),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			id, err := parseJobID(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			return fn(ctx, cmd, c, id)
+		},
+	}
+	f.register(cmd)
+	return cmd
 }

@@ -119,27 +119,10 @@ func newFLLaunchCmd() *cobra.Command {
 }
 
 func newFLWatchCmd() *cobra.Command {
-	var f memberFlags
-	cmd := &cobra.Command{
-		Use:   "watch RUN_ID",
-		Short: "Show a live table of a run's rounds: participants, loss, accuracy, ε per silo, dropouts",
-		Args:  exactArgs(1, "RUN_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := f.client(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
+	return idCommand("watch RUN_ID", "Show a live table of a run's rounds: participants, loss, accuracy, ε per silo, dropouts",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
 			return watchRun(ctx, c, id, cmd.OutOrStdout())
-		},
-	}
-	f.register(cmd)
-	return cmd
+		})
 }
 
 // roundRow is one line of the watch table.
@@ -276,22 +259,10 @@ type modelExport struct {
 }
 
 func newFLModelCmd() *cobra.Command {
-	var f memberFlags
 	var out string
-	cmd := &cobra.Command{
-		Use:   "model RUN_ID --out FILE",
-		Short: "Export a run's latest model with its provenance (content refs, round receipts)",
-		Args:  exactArgs(1, "RUN_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseRunID(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := f.client(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+	cmd := idCommand("model RUN_ID --out FILE", "Export a run's latest model with its provenance (content refs, round receipts)",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
+			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			st, err := c.Run(ctx, id)
 			if err != nil {
@@ -331,9 +302,7 @@ func newFLModelCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: model %s after %d rounds (%s), %d round receipts\n", out, rr.Model.Short(), len(st.Models), st.State, len(exp.Receipts))
 			return nil
-		},
-	}
-	f.register(cmd)
+		})
 	cmd.Flags().StringVar(&out, "out", "model.json", "file to write")
 	return cmd
 }

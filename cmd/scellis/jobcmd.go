@@ -137,27 +137,10 @@ content, never from the submitter. Prints the job ID on stdout.`,
 }
 
 func newJobWatchCmd() *cobra.Command {
-	var f memberFlags
-	cmd := &cobra.Command{
-		Use:   "watch JOB_ID",
-		Short: "Follow a job live: shards leased, verified, flagged",
-		Args:  exactArgs(1, "JOB_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
-			id, err := parseJobID(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := f.client(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
+	return idCommand("watch JOB_ID", "Follow a job live: shards leased, verified, flagged",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
 			return watchJob(ctx, c, id, cmd.OutOrStdout())
-		},
-	}
-	f.register(cmd)
-	return cmd
+		})
 }
 
 // watchJob prints a job's event stream until it completes.
@@ -215,21 +198,9 @@ func watchJob(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 }
 
 func newJobStatusCmd() *cobra.Command {
-	var f memberFlags
-	cmd := &cobra.Command{
-		Use:   "status JOB_ID",
-		Short: "Show a job's state and shard counts",
-		Args:  exactArgs(1, "JOB_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseJobID(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := f.client(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	cmd := idCommand("status JOB_ID", "Show a job's state and shard counts",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			st, err := c.Job(ctx, id)
 			if err != nil {
@@ -248,31 +219,15 @@ func newJobStatusCmd() *cobra.Command {
 				fmt.Fprintf(out, "  result %s (scellis job result %s --out DIR)\n", st.Reduced, st.ID)
 			}
 			return nil
-		},
-	}
-	f.register(cmd)
+		})
 	return cmd
 }
 
 func newJobResultCmd() *cobra.Command {
-	var f memberFlags
 	var out string
 	var wait bool
-	cmd := &cobra.Command{
-		Use:   "result JOB_ID --out DIR",
-		Short: "Fetch a finished job's result.json",
-		Args:  exactArgs(1, "JOB_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
-			defer stop()
-			id, err := parseJobID(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := f.client(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
+	cmd := idCommand("result JOB_ID --out DIR", "Fetch a finished job's result.json",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
 			if wait {
 				if err := c.Watch(ctx, id, func(api.Event) error { return nil }); err != nil {
 					return err
@@ -314,9 +269,7 @@ func newJobResultCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "  wrote %s\n", path)
 			return nil
-		},
-	}
-	f.register(cmd)
+		})
 	cmd.Flags().StringVar(&out, "out", ".", "folder to write result.json into")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the job to complete first")
 	return cmd
@@ -355,22 +308,10 @@ func newJobListCmd() *cobra.Command {
 }
 
 func newJobCancelCmd() *cobra.Command {
-	var f memberFlags
 	var reason string
-	cmd := &cobra.Command{
-		Use:   "cancel JOB_ID",
-		Short: "Cancel a job that has not been reduced (its open shards are flagged, its leases revoked)",
-		Args:  exactArgs(1, "JOB_ID"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := parseJobID(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := f.client(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	cmd := idCommand("cancel JOB_ID", "Cancel a job that has not been reduced (its open shards are flagged, its leases revoked)",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
 			resp, err := c.Cancel(ctx, id, reason)
 			if err != nil {
@@ -378,9 +319,7 @@ func newJobCancelCmd() *cobra.Command {
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "job %s %s; %d open shard(s) flagged\n", id.Short(), resp.State, len(resp.Flagged))
 			return nil
-		},
-	}
-	f.register(cmd)
+		})
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the job's event stream and status")
 	return cmd
 }
