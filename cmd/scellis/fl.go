@@ -38,7 +38,6 @@ only the sum and runs the strategy's server step on it.`,
 	return cmd
 }
 
-func parseRunID(s string) (content.Ref, error) { return parseJobID(s) }
 
 func newFLLaunchCmd() *cobra.Command {
 	var f memberFlags

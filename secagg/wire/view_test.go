@@ -2,13 +2,12 @@ package wire
 
 import (
 	"encoding/binary"
-	"fmt"
 	"math"
-	"math/bits"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/scellis/scellis/internal/uniformity"
 	"github.com/scellis/scellis/secagg"
 )
 
@@ -131,77 +130,19 @@ func TestHostSeesOnlyMasked(t *testing.T) {
 			for i := range y {
 				dec[i] = math.Ldexp(float64(int64(y[i])), -f)
 			}
-			if c := correlation(dec, inputs[u]); math.Abs(c) > 6/math.Sqrt(dim) {
+			if c := uniformity.Correlation(dec, inputs[u]); math.Abs(c) > 6/math.Sqrt(dim) {
 				t.Errorf("decoded masked vector of %s correlates with its input: r = %.3f", u, c)
 			}
 		}
 	}
 	for k, y := range masked {
-		for _, problem := range uniformityProblems(y) {
+		for _, problem := range uniformity.Problems(y) {
 			t.Errorf("masked vector of %s: %s", k, problem)
 		}
 	}
 	for u, enc := range encoded {
-		if len(uniformityProblems(enc)) == 0 {
+		if len(uniformity.Problems(enc)) == 0 {
 			t.Errorf("the uniformity tests accept %s's plaintext encoding; they test nothing", u)
 		}
 	}
-}
-
-// correlation is Pearson's r.
-func correlation(a, b []float64) float64 {
-	var ma, mb float64
-	for i := range a {
-		ma += a[i]
-		mb += b[i]
-	}
-	ma /= float64(len(a))
-	mb /= float64(len(b))
-	var sab, saa, sbb float64
-	for i := range a {
-		sab += (a[i] - ma) * (b[i] - mb)
-		saa += (a[i] - ma) * (a[i] - ma)
-		sbb += (b[i] - mb) * (b[i] - mb)
-	}
-	return sab / math.Sqrt(saa*sbb)
-}
-
-// uniformityProblems is secagg's coarse uniformity test of ring words
-// (serverview_test.go): each bit set about half the time, a flat byte
-// histogram (chi-squared), about half of all bits set; false alarms below
-// 1e-8.
-func uniformityProblems(y []uint64) []string {
-	var problems []string
-	nw := float64(len(y))
-	var ones [64]int
-	var hist [256]int
-	pop := 0
-	for _, w := range y {
-		for b := range 64 {
-			ones[b] += int(w >> b & 1)
-		}
-		for b := range 8 {
-			hist[byte(w>>(8*b))]++
-		}
-		pop += bits.OnesCount64(w)
-	}
-	sd := math.Sqrt(nw / 4)
-	for b, c := range ones {
-		if math.Abs(float64(c)-nw/2) > 6.5*sd {
-			problems = append(problems, fmt.Sprintf("bit %d set %d times of %d", b, c, len(y)))
-		}
-	}
-	exp := nw * 8 / 256
-	var chi2 float64
-	for _, c := range hist {
-		d := float64(c) - exp
-		chi2 += d * d / exp
-	}
-	if chi2 > 400 {
-		problems = append(problems, fmt.Sprintf("byte histogram chi² = %.1f (255 dof)", chi2))
-	}
-	if math.Abs(float64(pop)-nw*32) > 6.5*math.Sqrt(nw*16) {
-		problems = append(problems, fmt.Sprintf("%d bits set of %d", pop, len(y)*64))
-	}
-	return problems
 }
