@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,7 +12,6 @@ import (
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/config"
-	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/datagen"
@@ -174,65 +172,24 @@ func flBenchLaunch(ctx context.Context, c *api.Client, cat *catalog.Catalog, spe
 // helpers), the sites' data as each silo loaded it, and the appliances.
 func newFLBenchPool(b *testing.B) (*runPool, []*model.Dataset, []*silo.Appliance) {
 	b.Helper()
-	p := &runPool{tb: b, dir: b.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}, data: map[string]*model.Dataset{}}
+	p := &runPool{data: map[string]*model.Dataset{}}
 	gen, err := datagen.Hospitals(flBenchSites, flBenchRows, 11)
 	if err != nil {
 		b.Fatal(err)
 	}
-	paths, err := datagen.WriteSites(filepath.Join(p.dir, "data"), gen)
+	paths, err := datagen.WriteSites(filepath.Join(b.TempDir(), "data"), gen)
 	if err != nil {
 		b.Fatal(err)
 	}
+	members := []testMember{{"alice", identity.Worker}}
 	for _, s := range gen {
 		p.silos = append(p.silos, s.Name)
-	}
-
-	var fed strings.Builder
-	fmt.Fprintf(&fed, "federation: flbench\nregime: %s\nmembers:\n", trust.Consortium)
-	for _, name := range append([]string{"agg-1", "alice"}, p.silos...) {
-		id, err := identity.Generate()
-		if err != nil {
-			b.Fatal(err)
-		}
-		p.ids[name] = id
-		role := identity.Silo
-		switch name {
-		case "agg-1":
-			role = identity.Aggregator
-		case "alice":
-			role = identity.Worker
-		}
-		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, id.Public())
-		if role == identity.Aggregator {
-			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freeAddr(b), freeAddr(b))
-		}
-	}
-	if p.fed, err = identity.ParseFederation(filepath.Join(p.dir, "federation.yaml"), []byte(fed.String())); err != nil {
-		b.Fatalf("federation:\n%s\n%v", fed.String(), err)
-	}
-	if p.cat, err = catalog.Builtin(); err != nil {
-		b.Fatal(err)
+		members = append(members, testMember{s.Name, identity.Silo})
 	}
 	d := 10 * time.Second // phase deadlines: only a failure waits them out
-	n, err := Start("agg-1", p.ids["agg-1"], p.fed, filepath.Join(p.dir, "agg-1"), Options{
-		Log: p.log, LogLevel: "warn",
+	p.testPool = startTestNode(b, trust.Consortium, members, Options{
 		SecAgg:         wire.Deadlines{Advertise: d, Share: d, Mask: d, Unmask: d},
 		SecAggLongPoll: time.Second, ReportGrace: d,
-	})
-	if err != nil {
-		b.Fatalf("starting the aggregator: %v", err)
-	}
-	p.node = n
-	b.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			b.Errorf("closing the aggregator: %v", err)
-		}
-		if b.Failed() {
-			b.Logf("--- aggregator log ---\n%s", p.log.String())
-		}
-	})
-	waitUntil(b, "the aggregator to lead", 20*time.Second, func() bool {
-		return n.Status().Raft.State == consensus.StateLeader
 	})
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -54,42 +54,58 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// freeAddr returns a 127.0.0.1 port that was free a moment ago.
-func freeAddr(tb testing.TB) string {
+// freeAddrs returns n distinct 127.0.0.1 ports that were free a moment
+// ago: all listeners stay open until every port is chosen, so the kernel
+// cannot hand out one port twice.
+func freeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
 }
 
 // newTestPool generates identities for the aggregator, alice and workers
-// w1..wN, writes the federation file as text, parses it, starts the node
-// and waits until it leads. opt.Log defaults to a buffer.
+// w1..wN, and starts the node (see startTestNode).
 func newTestPool(tb testing.TB, regime trust.Regime, workers int, opt Options) *testPool {
+	tb.Helper()
+	members := []testMember{{"alice", identity.Worker}}
+	for i := 1; i <= workers; i++ {
+		members = append(members, testMember{fmt.Sprintf("w%d", i), identity.Worker})
+	}
+	return startTestNode(tb, regime, members, opt)
+}
+
+// testMember is one non-aggregator member of a test federation.
+type testMember struct {
+	name string
+	role identity.Role
+}
+
+// startTestNode generates identities for agg-1 and members, writes the
+// federation file as text, parses it, starts the node and waits until it
+// leads. opt.Log defaults to a buffer, shown when the test fails.
+func startTestNode(tb testing.TB, regime trust.Regime, members []testMember, opt Options) *testPool {
 	tb.Helper()
 	p := &testPool{tb: tb, dir: tb.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}}
 	var fed strings.Builder
-	fmt.Fprintf(&fed, "federation: bench\nregime: %s\nmembers:\n", regime)
-	names := []string{"agg-1", "alice"}
-	for i := 1; i <= workers; i++ {
-		names = append(names, fmt.Sprintf("w%d", i))
-	}
-	for _, name := range names {
+	fmt.Fprintf(&fed, "federation: test\nregime: %s\nmembers:\n", regime)
+	for _, m := range append([]testMember{{"agg-1", identity.Aggregator}}, members...) {
 		id, err := identity.Generate()
 		if err != nil {
 			tb.Fatal(err)
 		}
-		p.ids[name] = id
-		role := identity.Worker
-		if name == "agg-1" {
-			role = identity.Aggregator
-		}
-		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, id.Public())
-		if role == identity.Aggregator {
-			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freeAddr(tb), freeAddr(tb))
+		p.ids[m.name] = id
+		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", m.name, m.role, id.Public())
+		if m.role == identity.Aggregator {
+			addrs := freeAddrs(tb, 2)
+			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", addrs[0], addrs[1])
 		}
 	}
 	f, err := identity.ParseFederation(filepath.Join(p.dir, "federation.yaml"), []byte(fed.String()))

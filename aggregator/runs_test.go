@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -14,8 +13,6 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/api"
-	"github.com/scellis/scellis/catalog"
-	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/datagen"
@@ -25,6 +22,7 @@ import (
 	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg/wire"
+	"github.com/scellis/scellis/trust"
 )
 
 // runPool is a one-node aggregator with silos s1…sN and a launcher
@@ -35,13 +33,7 @@ import (
 // part in secure aggregation, upload a contribution record and report its
 // hash.
 type runPool struct {
-	tb    testing.TB
-	dir   string
-	fed   *identity.Federation
-	ids   map[string]*identity.Identity
-	node  *Node
-	cat   *catalog.Catalog
-	log   *syncBuffer
+	*testPool
 	silos []string
 	data  map[string]*model.Dataset
 
@@ -51,39 +43,11 @@ type runPool struct {
 
 func newRunPool(tb testing.TB, silos int, opt Options) *runPool {
 	tb.Helper()
-	p := &runPool{tb: tb, dir: tb.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}, data: map[string]*model.Dataset{}}
-	var fed strings.Builder
-	fmt.Fprintf(&fed, "federation: runs\nregime: own\nmembers:\n")
-	names := []string{"agg-1", "alice"}
+	p := &runPool{data: map[string]*model.Dataset{}}
+	members := []testMember{{"alice", identity.Worker}}
 	for i := 1; i <= silos; i++ {
 		p.silos = append(p.silos, fmt.Sprintf("s%d", i))
-	}
-	names = append(names, p.silos...)
-	for _, name := range names {
-		id, err := identity.Generate()
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p.ids[name] = id
-		role := identity.Silo
-		switch name {
-		case "agg-1":
-			role = identity.Aggregator
-		case "alice":
-			role = identity.Worker
-		}
-		fmt.Fprintf(&fed, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, id.Public())
-		if role == identity.Aggregator {
-			fmt.Fprintf(&fed, "    address: %s\n    raft_address: %s\n", freeAddr(tb), freeAddr(tb))
-		}
-	}
-	f, err := identity.ParseFederation(filepath.Join(p.dir, "federation.yaml"), []byte(fed.String()))
-	if err != nil {
-		tb.Fatalf("federation:\n%s\n%v", fed.String(), err)
-	}
-	p.fed = f
-	if p.cat, err = catalog.Builtin(); err != nil {
-		tb.Fatal(err)
+		members = append(members, testMember{p.silos[i-1], identity.Silo})
 	}
 	sites, err := datagen.Hospitals(silos, 120, 11)
 	if err != nil {
@@ -92,26 +56,10 @@ func newRunPool(tb testing.TB, silos int, opt Options) *runPool {
 	for i, s := range sites {
 		p.data[p.silos[i]] = model.FitStandardizer(s.Data).Apply(s.Data)
 	}
-	opt.Log, opt.LogLevel = p.log, "warn"
 	opt.SecAgg = wire.Deadlines{Advertise: 3 * time.Second, Share: 2 * time.Second, Mask: 2 * time.Second, Unmask: 2 * time.Second}
 	opt.SecAggLongPoll = time.Second
 	opt.ReportGrace = 5 * time.Second
-	n, err := Start("agg-1", p.ids["agg-1"], f, filepath.Join(p.dir, "agg-1"), opt)
-	if err != nil {
-		tb.Fatalf("starting the aggregator: %v", err)
-	}
-	p.node = n
-	tb.Cleanup(func() {
-		if err := n.Close(); err != nil {
-			tb.Errorf("closing the aggregator: %v", err)
-		}
-		if tb.Failed() {
-			tb.Logf("--- aggregator log ---\n%s", p.log.String())
-		}
-	})
-	waitUntil(tb, "the aggregator to lead", 20*time.Second, func() bool {
-		return n.Status().Raft.State == consensus.StateLeader
-	})
+	p.testPool = startTestNode(tb, trust.Own, members, opt)
 	return p
 }
 
