@@ -38,7 +38,6 @@ only the sum and runs the strategy's server step on it.`,
 	return cmd
 }
 
-
 func newFLLaunchCmd() *cobra.Command {
 	var f memberFlags
 	var watch bool
