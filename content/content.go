@@ -42,6 +42,9 @@ func init() {
 		// works with: string-keyed maps and int64 integers.
 		DefaultMapType: reflect.TypeOf(map[string]any(nil)),
 		IntDec:         cbor.IntDecConvertSignedOrFail,
+		// CheckCanonical already refuses tags; forbidding them here too
+		// keeps the decoder safe should a caller ever bypass it.
+		TagsMd: cbor.TagsForbidden,
 	}).DecMode(); err != nil {
 		panic("content: cbor decoding options: " + err.Error())
 	}
@@ -50,9 +53,15 @@ func init() {
 // Encode returns the canonical bytes of v.
 func Encode(v any) ([]byte, error) { return encMode.Marshal(v) }
 
-// Decode parses canonical bytes into v. It rejects duplicate map keys and
-// indefinite lengths, which canonical encoders never produce.
-func Decode(b []byte, v any) error { return decMode.Unmarshal(b, v) }
+// Decode parses canonical bytes into v. It refuses any byte string that is not
+// the canonical encoding of its value (see CheckCanonical): duplicate or
+// unsorted map keys, indefinite lengths, long-form heads, wide floats, tags.
+func Decode(b []byte, v any) error {
+	if err := CheckCanonical(b); err != nil {
+		return err
+	}
+	return decMode.Unmarshal(b, v)
+}
 
 // Hash returns the Ref of raw bytes.
 func Hash(b []byte) Ref {

@@ -2,6 +2,7 @@ package content
 
 import (
 	"bytes"
+	"math"
 	"testing"
 )
 
@@ -46,6 +47,38 @@ func TestParseRef(t *testing.T) {
 	}
 }
 
+func TestDecodeRefusesNonCanonical(t *testing.T) {
+	for name, in := range map[string]string{
+		"bignum tag 2":         "\xc2H\xc20000000",
+		"bignum tag 3":         "\xc3\x41\x01",
+		"time tag 1":           "\xc1\x01",
+		"long-form int":        "\x18\x05",
+		"long-form length":     "\x78\x01a",
+		"indefinite array":     "\x9f\x01\xff",
+		"wide float":           "\xfb\x3f\xf8\x00\x00\x00\x00\x00\x00", // 1.5 fits a half
+		"NaN payload":          "\xf9\x7e\x01",
+		"unsorted map keys":    "\xa2\x61b\x01\x61a\x02",
+		"duplicate map keys":   "\xa2\x61a\x01\x61a\x02",
+		"undefined":            "\xf7",
+		"one-byte simple":      "\xf8\x20",
+		"trailing bytes":       "\x01\x02",
+		"array past the end":   "\x9a\xff\xff\xff\xff",
+		"reserved information": "\x1c",
+	} {
+		var v any
+		if err := Decode([]byte(in), &v); err == nil {
+			t.Errorf("%s: Decode(% x) accepted %v", name, in, v)
+		}
+	}
+	// And the canonical forms of the same values decode.
+	for _, v := range []any{int64(5), "a", 1.5, math.NaN(), map[string]any{"a": int64(2), "b": int64(1)}, []any{int64(1)}} {
+		b, _ := Encode(v)
+		if err := CheckCanonical(b); err != nil {
+			t.Errorf("CheckCanonical(% x) of %v: %v", b, v, err)
+		}
+	}
+}
+
 func FuzzDecodeReencode(f *testing.F) {
 	b, _ := Encode(map[string]any{"a": 1, "b": []any{"x", 2.5}})
 	f.Add(b)
@@ -56,7 +89,12 @@ func FuzzDecodeReencode(f *testing.F) {
 		}
 		out, err := Encode(v)
 		if err != nil {
-			return
+			t.Fatalf("decoded value does not encode: %v", err)
+		}
+		// Canonical means canonical: what Decode accepts is the one
+		// encoding of its value.
+		if !bytes.Equal(in, out) {
+			t.Fatalf("Decode accepted a non-canonical encoding: % x re-encodes as % x", in, out)
 		}
 		var v2 any
 		if err := Decode(out, &v2); err != nil {
