@@ -36,7 +36,6 @@ type Node struct {
 	trans  *raft.NetworkTransport
 	stream *tlsStream
 	store  *wal.WAL
-	meta   *metadb.BoltMetaDB
 	lock   *os.File
 	b      *batcher
 
@@ -102,9 +101,9 @@ func open(cfg Config, sm StateMachine) (*Node, error) {
 	if err != nil {
 		return nil, storeErr(cfg.Dir, err)
 	}
-	// raft-wal v0.4.0's Close does not close its bolt meta store, whose file
-	// lock would then block the next Open in this process: own it and close
-	// it after the WAL.
+	// Since raft-wal v0.4.1 the WAL's Close closes its bolt meta store; a
+	// failed Open still leaves it open (and its file locked), so the node
+	// owns the meta store for that path only.
 	meta := &metadb.BoltMetaDB{}
 	store, err := wal.Open(walDir, wal.WithLogger(logger.Named("wal")), wal.WithMetaStore(meta), wal.WithSegmentSize(cfg.SegmentSize))
 	if err != nil {
@@ -114,7 +113,6 @@ func open(cfg Config, sm StateMachine) (*Node, error) {
 	}
 	closeStore := func() {
 		_ = store.Close()
-		_ = meta.Close()
 		_ = lock.Close()
 	}
 	// NewFileSnapshotStore keeps its files in <base>/snapshots.
@@ -145,7 +143,6 @@ func open(cfg Config, sm StateMachine) (*Node, error) {
 	n := &Node{
 		cfg:     cfg,
 		store:   store,
-		meta:    meta,
 		lock:    lock,
 		known:   map[string]string{},
 		closing: make(chan struct{}),
@@ -223,9 +220,6 @@ func (n *Node) Close() error {
 		_ = n.trans.Close()
 		_ = n.stream.Close()
 		if e := n.store.Close(); e != nil && err == nil {
-			err = e
-		}
-		if e := n.meta.Close(); e != nil && err == nil {
 			err = e
 		}
 		_ = n.lock.Close()

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	wal "github.com/hashicorp/raft-wal"
 )
 
 // nodeStatus is one line of `scellis --json aggregator status`.
@@ -291,4 +293,61 @@ func TestClusterLeaveAndJoin(t *testing.T) {
 	c.mustCLI("agg-2", "aggregator", "join", "agg-3")
 	waitFor(t, "three voters", time.Minute, func() bool { return voters() == 3 })
 	c.converged("alice", c.aggs...)
+}
+
+// A follower whose log tail was truncated restarts and catches up. Raft
+// truncates a follower's tail when a new leader overwrites entries the old
+// one never committed; raft-wal v0.4.0 then sealed the active segment
+// without writing its index block, so the node's next start failed on that
+// segment and never came back (hashicorp/raft-wal#31, fixed in v0.4.1). The
+// test stops a follower, truncates the tail of its log the way Raft does
+// (DeleteRange over the last entries of the active segment), and restarts
+// it: it must open its log, take the lost entries back from the leader and
+// converge.
+func TestClusterRestartAfterTailTruncation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"alice", "worker"})
+	c.startAggregators()
+	// Entries to truncate: a job submission (no worker runs it).
+	c.mustCLI("alice", "job", "submit", c.montecarlo("mc-trunc", 4))
+	before := c.converged("alice", c.aggs...)
+	victim := "agg-3"
+	if c.leader("alice") == victim {
+		victim = "agg-2"
+	}
+	c.kill(victim, syscall.SIGTERM)
+	c.waitExit(victim)
+
+	walDir := filepath.Join(c.dir, victim, "data", "raft", "wal")
+	w, err := wal.Open(walDir)
+	if err != nil {
+		t.Fatalf("open the stopped follower's log: %v", err)
+	}
+	last, err := w.LastIndex()
+	if err != nil || last < 3 {
+		t.Fatalf("follower log ends at %d (%v)", last, err)
+	}
+	if err := w.DeleteRange(last-1, last); err != nil {
+		t.Fatalf("truncate the tail: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c.restartAggregator(victim)
+	waitFor(t, victim+" to serve again", time.Minute, func() bool {
+		select {
+		case <-c.exits[victim]:
+			t.Fatalf("%s exited on restart after a tail truncation", victim)
+		default:
+		}
+		_, ok := c.statuses("alice")[victim]
+		return ok
+	})
+	after := c.converged("alice", c.aggs...)
+	if after.ChainHead != before.ChainHead || after.Jobs != before.Jobs || after.Raft.AppliedIndex < before.Raft.AppliedIndex {
+		t.Fatalf("after the restart\n%+v\nbefore\n%+v", after, before)
+	}
 }
