@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 )
 
 // MaxSourceBytes bounds a content file read from disk.
@@ -134,7 +136,7 @@ func (c *Catalog) Resolve(s, baseDir string) (*Entry, error) {
 // ReadSource reads a content file, refusing files over MaxSourceBytes.
 // Failures are diag.FileUnreadable.
 func ReadSource(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, os.O_RDONLY, math.MaxInt64) // size checked below
 	if err != nil {
 		return nil, unreadable(path, err)
 	}

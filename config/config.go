@@ -22,6 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 )
 
@@ -293,7 +294,11 @@ func mk(key string, required bool, help string, p parser) field {
 // load reads file into fields: YAML first, then environment overrides. It
 // returns the positions of the values it read (see loaded.node).
 func load(file, subject string, fields []field) (*loaded, error) {
-	data, err := os.ReadFile(file)
+	data, err := safefile.ReadFile(file, safefile.MaxConfig)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, diag.New(diag.InvalidValue, subject, "%s is larger than %s, the limit for config files", file, safefile.Size(safefile.MaxConfig)).
+			WithHelp("a config names files (datasets, keys, the federation); it does not hold data")
+	}
 	if err != nil {
 		return nil, diag.New(diag.FileUnreadable, subject, "cannot read %s: %v", file, unwrap(err)).
 			WithHelp("check the path of the config file")

@@ -1,11 +1,8 @@
 package config
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -15,6 +12,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -276,48 +274,33 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// maxHeader bounds how much of a CSV file the check reads for its header.
-const maxHeader = 1 << 20
-
-// checkCSV checks that a dataset's CSV can be opened and that its header
-// names the label column and at least one feature. It reads the header
-// only (model.LoadCSV reads the rows when the silo trains).
+// checkCSV parses a dataset's CSV in full, as the silo does when it trains,
+// so config check refuses what start-up and training would: an unreadable
+// file or one that is not a regular file, a missing label column, ragged
+// rows, fields that are not finite numbers (NaN, Inf), no data rows.
 func checkCSV(l *loaded, key string, ds *Dataset) {
 	subject := fmt.Sprintf("dataset %q", ds.Name)
-	f, err := os.Open(ds.Path)
-	if err != nil {
+	_, err := model.LoadCSV(ds.Path, ds.Label)
+	if err == nil {
+		return
+	}
+	var dg *diag.Diagnostic
+	if !errors.As(err, &dg) {
 		l.errorf(key+".path", diag.CSVUnreadable, subject, "check the path (relative paths resolve against the config file's folder) and that the silo may read it",
-			"cannot read %s: %v", ds.Path, unwrap(err))
+			"cannot read %s: %v", ds.Path, err)
 		return
 	}
-	defer f.Close()
-	r := csv.NewReader(io.LimitReader(f, maxHeader))
-	r.FieldsPerRecord = -1
-	r.TrimLeadingSpace = true
-	header, err := r.Read()
-	if errors.Is(err, io.EOF) {
-		l.errorf(key+".path", diag.CSVEmpty, subject, "the first line must name the columns, the label column among them",
-			"%s is empty", ds.Path)
-		return
+	// Report at the config's key, so every problem of the config is at a
+	// place in it; the message names the line of the CSV.
+	at, msg, help := key+".path", dg.Message, dg.Help
+	if dg.Code == diag.CSVNoLabel {
+		at = key + ".label"
 	}
-	if err != nil {
-		l.errorf(key+".path", diag.CSVUnreadable, subject, "the first line must be a comma-separated header", "cannot read the header of %s: %v", ds.Path, unwrap(err))
-		return
+	if dg.Code == diag.CSVUnreadable && (dg.Pos == nil || dg.Pos.Line == 0) {
+		help = "check the path (relative paths resolve against the config file's folder) and that the silo may read it"
 	}
-	for i := range header {
-		header[i] = strings.TrimSpace(header[i])
+	if dg.Pos != nil && dg.Pos.Line > 0 {
+		msg = fmt.Sprintf("%s:%d: %s", filepath.Base(ds.Path), dg.Pos.Line, msg)
 	}
-	header[0] = strings.TrimPrefix(header[0], "\ufeff")
-	if !contains(header, ds.Label) {
-		help := "the columns are: " + strings.Join(header, ", ")
-		if s := diag.Suggest(ds.Label, header); s != "" {
-			help = fmt.Sprintf("did you mean %q? %s", s, help)
-		}
-		l.errorf(key+".label", diag.CSVNoLabel, subject, help, "%s has no column %q", filepath.Base(ds.Path), ds.Label)
-		return
-	}
-	if len(header) < 2 {
-		l.errorf(key+".path", diag.CSVEmpty, subject, "add at least one numeric feature column",
-			"the only column of %s is the label %q", filepath.Base(ds.Path), ds.Label)
-	}
+	l.errorf(at, dg.Code, subject, help, "%s", msg)
 }

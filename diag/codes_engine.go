@@ -9,6 +9,7 @@ var (
 	InvalidValue    = define("SC1005", "value out of range or invalid")
 	FileUnreadable  = define("SC1006", "file cannot be read")
 	ConfigDuplicate = define("SC1007", "key given twice")
+	YAMLAliasBomb   = define("SC1008", "YAML aliases expand too far")
 )
 
 // Content and the sandbox (SC2xxx).

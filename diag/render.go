@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
+
+	"github.com/scellis/scellis/internal/safefile"
 )
 
 // Render writes ds for a person, like a compiler error:
@@ -73,7 +76,9 @@ func caretIndent(src string, col int) string {
 const maxSourceRead = 4 << 20
 
 func readLine(file string, line int) string {
-	f, err := os.Open(file)
+	// The file may be what was refused: a FIFO or device must not hang
+	// the rendering of the diagnostic that refused it.
+	f, _, err := safefile.Open(file, os.O_RDONLY, math.MaxInt64)
 	if err != nil {
 		return ""
 	}

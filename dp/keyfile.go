@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 )
 
 // Key files. Until the ledger reads keys through the shared identity package,
@@ -88,7 +89,7 @@ func ReadPrivateKeyFile(path string) (ed25519.PrivateKey, error) {
 // "ed25519:<base64>", a PEM PUBLIC KEY (PKIX), or a PEM PRIVATE KEY (whose
 // public half is returned).
 func ReadPublicKeyFile(path string) (ed25519.PublicKey, error) {
-	if data, err := os.ReadFile(path); err == nil {
+	if data, err := safefile.ReadFile(path, safefile.MaxKey); err == nil {
 		if line := strings.TrimSpace(string(data)); strings.HasPrefix(line, "ed25519:") {
 			pub, err := ParsePublicKey(line)
 			if err != nil {
@@ -144,7 +145,7 @@ func PublicKeyString(pub ed25519.PublicKey) string {
 }
 
 func readPEM(path string) (*pem.Block, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxKey)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, keyFileDiag(path, "does not exist")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 )
 
 // Ledger is a silo's privacy ledger, open for charging. It is an
@@ -137,7 +138,7 @@ func Open(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error) {
 	if len(key) != ed25519.PrivateKeySize {
 		return nil, errors.New("dp: ledger key is not an Ed25519 private key")
 	}
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, _, err := safefile.Open(path, os.O_RDWR, safefile.MaxLedger)
 	if err != nil {
 		return nil, openDiag(path, err)
 	}
@@ -535,7 +536,7 @@ func (s *Snapshot) Find(ref content.Ref) (Entry, bool) {
 // prefix and a *VerifyError naming the first bad entry. A file that is not a
 // ledger or cannot be read returns a diagnostic.
 func Verify(path string, pub ed25519.PublicKey) (*Snapshot, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, os.O_RDONLY, safefile.MaxLedger)
 	if err != nil {
 		return nil, openDiag(path, err)
 	}

@@ -1,14 +1,15 @@
 package fl
 
 import (
+	"errors"
 	"fmt"
-	"os"
 
 	"gopkg.in/yaml.v3"
 
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 )
 
@@ -57,7 +58,10 @@ type ModelSpec struct {
 
 // LoadRunSpec reads and checks a run spec.
 func LoadRunSpec(path string) (*RunSpec, error) {
-	data, err := os.ReadFile(path)
+	data, err := safefile.ReadFile(path, safefile.MaxConfig)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, diag.New(diag.InvalidValue, "run", "%s is larger than %s, the limit for run files", path, safefile.Size(safefile.MaxConfig))
+	}
 	if err != nil {
 		return nil, diag.New(diag.FileUnreadable, "run", "cannot read %s: %v", path, err).WithHelp("check the path of the run file")
 	}

@@ -1,10 +1,9 @@
 package identity
 
 import (
+	"errors"
 	"fmt"
-	"io"
 	"net"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 	"github.com/scellis/scellis/trust"
 )
@@ -84,15 +84,13 @@ var (
 // LoadFederation reads and parses a federation file (see ParseFederation).
 // An unreadable file is SC1006.
 func LoadFederation(path string) (*Federation, error) {
-	f, err := os.Open(path)
+	data, err := safefile.ReadFile(path, maxFederationFile)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, diag.New(diag.InvalidValue, "federation", "the federation file is larger than %d bytes", maxFederationFile).At(path, 0, 0)
+	}
 	if err != nil {
 		return nil, diag.New(diag.FileUnreadable, "federation", "cannot read %s: %s", path, pathErr(err)).
 			WithHelp("check the path of the federation file")
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFederationFile+1))
-	if err != nil {
-		return nil, diag.New(diag.FileUnreadable, "federation", "cannot read %s: %s", path, pathErr(err))
 	}
 	return ParseFederation(path, data)
 }

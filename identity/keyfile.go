@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 	"filippo.io/age/armor"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 )
 
 // Key file format.
@@ -152,7 +154,9 @@ func Load(path string, opts LoadOptions) (id *Identity, warnings diag.List, err 
 	unreadable := func(format string, args ...any) *diag.Diagnostic {
 		return diag.New(diag.KeyFileUnreadable, path, format, args...)
 	}
-	f, err := os.Open(path)
+	// safefile.Open refuses a FIFO or device without blocking on it; the
+	// size is checked below with the key-specific message.
+	f, _, err := safefile.Open(path, os.O_RDONLY, math.MaxInt64)
 	if err != nil {
 		return nil, nil, unreadable("cannot open the key file: %s", pathErr(err)).
 			WithHelp("check the path; create a key with 'scellis keygen --out DIR'")
@@ -262,7 +266,7 @@ func readAgeIdentities(path string) ([]age.Identity, error) {
 		return diag.New(diag.KeyEncryption, path, format, args...).
 			WithHelp("give a file of age identities (AGE-SECRET-KEY-1…), as written by age-keygen")
 	}
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, os.O_RDONLY, maxAgeIDFile)
 	if err != nil {
 		return nil, bad("cannot open the age identity file: %s", pathErr(err))
 	}
@@ -300,7 +304,7 @@ func permissionDiag(path string, perm fs.FileMode, encrypted bool) *diag.Diagnos
 // ReadPassphraseFile reads a passphrase from a file, dropping one trailing
 // newline ("\n" or "\r\n"). An unreadable or empty file is SC1112.
 func ReadPassphraseFile(path string) (string, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, os.O_RDONLY, math.MaxInt64)
 	if err != nil {
 		return "", diag.New(diag.KeyEncryption, path, "cannot open the passphrase file: %s", pathErr(err))
 	}

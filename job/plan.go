@@ -12,6 +12,7 @@ import (
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
@@ -243,7 +244,7 @@ func (p *Plan) loadInputs() error {
 }
 
 func hashFile(path string) (content.Ref, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, os.O_RDONLY, safefile.MaxDataset)
 	if err != nil {
 		return "", err
 	}

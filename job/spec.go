@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 	"github.com/scellis/scellis/trust"
 )
@@ -104,12 +105,11 @@ const maxSpecBytes = 1 << 20
 
 // LoadSpec reads and parses a job file.
 func LoadSpec(path string) (*Spec, error) {
-	st, err := os.Stat(path)
-	if err == nil && st.Size() > maxSpecBytes {
-		return nil, diag.New(diag.InvalidValue, "job", "%s is %d bytes; job files are limited to %d", path, st.Size(), maxSpecBytes).
+	data, err := safefile.ReadFile(path, maxSpecBytes)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return nil, diag.New(diag.InvalidValue, "job", "%s is larger than %s, the limit for job files", path, safefile.Size(maxSpecBytes)).
 			WithHelp("keep data in inputs, not in the job file")
 	}
-	data, err := os.ReadFile(path)
 	if err != nil {
 		msg := err.Error()
 		var pe *os.PathError

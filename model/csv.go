@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 )
 
 // LoadCSV reads a dataset from a CSV file with a header row. The column
@@ -22,7 +23,7 @@ import (
 // The dataset is named after the file's base name without its extension.
 // Problems are *diag.Diagnostic values positioned at path:line:col.
 func LoadCSV(path, label string) (*Dataset, error) {
-	f, err := os.Open(path)
+	f, _, err := safefile.Open(path, os.O_RDONLY, safefile.MaxDataset)
 	if err != nil {
 		return nil, diag.New(diag.CSVUnreadable, path, "cannot open the dataset: %v", unwrapPathError(err)).
 			At(path, 0, 0).

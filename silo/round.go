@@ -21,6 +21,7 @@ import (
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/secagg/wire"
@@ -356,7 +357,7 @@ func (a *Appliance) statePath(run content.Ref) string {
 }
 
 func loadState(path string) (map[string]any, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, safefile.MaxLedger)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 )
 
@@ -140,7 +141,11 @@ func siloSummary(s *config.Silo) string {
 // guessConfigKind reads a config's top-level keys and names the kind whose
 // own keys (or near misses of them) it has most of.
 func guessConfigKind(file string) (string, error) {
-	data, err := os.ReadFile(file)
+	data, err := safefile.ReadFile(file, safefile.MaxConfig)
+	if errors.Is(err, safefile.ErrTooLarge) {
+		return "", diag.New(diag.InvalidValue, "config", "%s is larger than %s, the limit for config files", file, safefile.Size(safefile.MaxConfig)).
+			WithHelp("a config names files (datasets, keys, the federation); it does not hold data")
+	}
 	if err != nil {
 		return "", diag.New(diag.FileUnreadable, "config", "cannot read %s: %v", file, configPathErr(err)).
 			WithHelp("check the path of the config file")

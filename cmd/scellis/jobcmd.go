@@ -16,6 +16,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/trust"
 )
@@ -87,7 +88,7 @@ content, never from the submitter. Prints the job ID on stdout.`,
 				}
 			}
 			for ref, path := range inputs {
-				b, err := os.ReadFile(path)
+				b, err := safefile.ReadFile(path, safefile.MaxDataset)
 				if err != nil {
 					return err
 				}

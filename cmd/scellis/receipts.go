@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/receipt"
 )
 
@@ -43,9 +43,10 @@ func (s *receiptSource) register(cmd *cobra.Command) {
 
 func (s *receiptSource) load(cmd *cobra.Command) ([]receipt.Receipt, error) {
 	if s.file != "" {
-		b, err := os.ReadFile(s.file)
+		b, err := safefile.ReadFile(s.file, safefile.MaxLedger)
 		if err != nil {
-			return nil, diag.New(diag.FileUnreadable, s.file, "%v", err)
+			return nil, diag.New(diag.FileUnreadable, s.file, "cannot read the receipt file: %v", configPathErr(err)).
+				WithHelp("give the file 'scellis receipts export --format json' wrote")
 		}
 		var rs []receipt.Receipt
 		if err := json.Unmarshal(b, &rs); err != nil {

@@ -50,7 +50,79 @@ func Parse(file string, data []byte, subject string) (*yaml.Node, error) {
 	if len(doc.Content) == 0 {
 		return nil, nil
 	}
+	if a := aliasGrowth(doc.Content[0]); a.n > a.limit {
+		return nil, diag.New(diag.YAMLAliasBomb, subject, "aliases expand the document past %d nodes", a.limit).
+			At(file, a.where.Line, a.where.Column).
+			WithHelp("write the values out, or use fewer, smaller anchors (*alias); each alias counts as a copy of what it names")
+	}
 	return doc.Content[0], nil
+}
+
+// MaxAliasNodes is how many nodes aliases may add to a document when it is
+// expanded (a document larger than that may add as many nodes as it has).
+// A "billion laughs" file of a few hundred bytes nests aliases of aliases
+// so that expanding them, which Value does, would build billions of nodes.
+const MaxAliasNodes = 100_000
+
+type growth struct {
+	n, limit int64
+	where    *yaml.Node // the alias at which the budget ran out
+}
+
+// aliasGrowth counts the nodes aliases add to the expanded document, in
+// time linear in the literal document (sizes of anchored subtrees are
+// memoised) and saturating, so the count itself cannot overflow.
+func aliasGrowth(root *yaml.Node) growth {
+	memo := map[*yaml.Node]int64{}
+	const sat = math.MaxInt64 / 4
+	var size func(n *yaml.Node) int64
+	literal := int64(0)
+	size = func(n *yaml.Node) int64 {
+		if v, ok := memo[n]; ok {
+			return v
+		}
+		memo[n] = sat // a node that contains itself expands without end
+		total := int64(1)
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			total = size(n.Alias)
+		} else {
+			for _, c := range n.Content {
+				total += size(c)
+				if total > sat {
+					total = sat
+				}
+			}
+		}
+		memo[n] = total
+		return total
+	}
+	var walk func(n *yaml.Node, g *growth)
+	walk = func(n *yaml.Node, g *growth) {
+		literal++
+		if n.Kind == yaml.AliasNode && n.Alias != nil {
+			g.n += size(n.Alias)
+			if g.n > sat {
+				g.n = sat
+			}
+			if g.where == nil && g.n > MaxAliasNodes {
+				g.where = n
+			}
+			return
+		}
+		for _, c := range n.Content {
+			walk(c, g)
+		}
+	}
+	g := growth{}
+	walk(root, &g)
+	g.limit = MaxAliasNodes
+	if literal > g.limit {
+		g.limit = literal
+	}
+	if g.where == nil {
+		g.where = root
+	}
+	return g
 }
 
 func syntax(file, subject string, err error) *diag.Diagnostic {

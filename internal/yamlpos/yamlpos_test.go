@@ -1,6 +1,7 @@
 package yamlpos
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -67,5 +68,23 @@ func TestDecoderCollectsInPositionOrder(t *testing.T) {
 	}
 	if !strings.Contains(d.Diags[2].Help, `did you mean "name"?`) {
 		t.Errorf("no suggestion: %q", d.Diags[2].Help)
+	}
+}
+
+func TestParseRefusesAliasBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [*a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d, *a%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	_, err := Parse("bomb.yaml", []byte(b.String()), "job")
+	var dg *diag.Diagnostic
+	if !errors.As(err, &dg) || dg.Code != diag.YAMLAliasBomb {
+		t.Fatalf("billion laughs: got %v, want %s", err, diag.YAMLAliasBomb)
+	}
+	// Modest reuse of an anchor is fine.
+	n, err := Parse("ok.yaml", []byte("base: &b {lr: 0.1, epochs: 2}\none: *b\ntwo: *b\n"), "job")
+	if err != nil || n == nil {
+		t.Fatalf("modest aliases refused: %v", err)
 	}
 }
