@@ -192,7 +192,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	srv := &api.Server{
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, Membership: n, Leader: n.leader,
-		Runs: n,
+		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier,
 	}
 	var control http.Handler = srv.Handler()
 	if opt.WrapAPI != nil {
@@ -373,6 +373,17 @@ func (n *Node) leaderErr(err error) error {
 		return e
 	}
 	return err
+}
+
+// readInfo says how fresh this node's replica is, for the API's reads.
+func (n *Node) readInfo() api.ReadInfo {
+	info := api.ReadInfo{Node: n.Self.Name, AppliedIndex: n.raft.AppliedIndex(), LeaderContactMs: -1}
+	age, ok := n.raft.LeaderContact()
+	if ok {
+		info.LeaderContactMs = age.Milliseconds()
+	}
+	info.Stale = !ok || age > n.raft.StaleAfter()
+	return info
 }
 
 // leader reports the leader this node knows and its API URL.

@@ -1,7 +1,6 @@
 package aggregator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -51,7 +50,9 @@ func (n *Node) fetchBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 }
 
 // durable makes sure ref is stored here and on at least one other node
-// (when the cluster has others).
+// (when the cluster has others). The copies go to every peer at once, each
+// upload with its own progress deadline, and the first that is stored
+// suffices: a peer that is down or silent never holds up a healthy one.
 func (n *Node) durable(ctx context.Context, ref content.Ref) error {
 	b, err := n.fetchBlob(ctx, ref)
 	if err != nil {
@@ -62,14 +63,18 @@ func (n *Node) durable(ctx context.Context, ref content.Ref) error {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	var lastErr error
+	defer cancel() // the other uploads are not needed once one copy is stored
+	results := make(chan error, len(peers))
 	for _, p := range peers {
-		if err := n.peerClient.PutBlobTo(ctx, p, bytes.Clone(b)); err == nil {
-			return nil
-		} else {
-			lastErr = err
-		}
+		go func() { results <- n.peerClient.PutBlobTo(ctx, p, b) }()
 	}
-	return fmt.Errorf("no second aggregator took a copy: %w", lastErr)
+	var errs []error
+	for range peers {
+		err := <-results
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	return fmt.Errorf("no second aggregator took a copy: %w", errors.Join(errs...))
 }

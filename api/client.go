@@ -11,8 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/scellis/scellis/content"
@@ -26,13 +28,39 @@ import (
 // silos. It knows every aggregator's address, follows redirects to the
 // leader, and retries on connection failures and elections until its
 // context ends. Every write it retries is idempotent on the server.
+//
+// A node that stops answering without closing its connections (a
+// black-holed link, a frozen process) costs one attempt's deadline, not the
+// whole operation: each attempt has its own deadline (AttemptTimeout,
+// doubled after every attempt that timed out so a slow but live node is
+// still served), and a node that timed out or refused is avoided for a
+// while in favour of nodes that answer.
 type Client struct {
 	http      *http.Client
 	endpoints []string
 
+	// AttemptTimeout is the first attempt's deadline (default 4s); it
+	// doubles after each attempt that timed out, up to the operation's
+	// own deadline.
+	AttemptTimeout time.Duration
+	// GiveUpAfter, when positive, ends an operation with an SC7103
+	// diagnostic once it has run this long without any node answering at
+	// all (the CLI; daemons leave it zero and retry until their context
+	// ends).
+	GiveUpAfter time.Duration
+
 	mu      sync.Mutex
 	current int
+	avoid   map[int]time.Time // endpoint index → avoided until
 }
+
+// avoidFor is how long a node that timed out or refused a connection is
+// passed over while another node is not.
+const avoidFor = 15 * time.Second
+
+// maxHops bounds the redirects followed back to back, without a pause (a
+// leader that moves while the client chases it).
+const maxHops = 3
 
 // NewClient returns a client authenticating as id to the aggregators of fed.
 func NewClient(id *identity.Identity, fed *identity.Federation) (*Client, error) {
@@ -52,36 +80,86 @@ func NewClient(id *identity.Identity, fed *identity.Federation) (*Client, error)
 
 // NewClientTLS returns a client over a prepared transport (tests).
 func NewClientTLS(tr http.RoundTripper, endpoints []string) *Client {
-	return &Client{http: &http.Client{Transport: tr}, endpoints: endpoints}
+	return &Client{
+		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+			// Redirects to the leader are followed by do, which gives the
+			// leader its own attempt and passes over a leader that does
+			// not answer.
+			return http.ErrUseLastResponse
+		}},
+		endpoints: endpoints,
+		avoid:     map[int]time.Time{},
+	}
 }
 
 // Endpoints returns the aggregator base URLs.
 func (c *Client) Endpoints() []string { return c.endpoints }
 
+func (c *Client) attemptTimeout() time.Duration {
+	if c.AttemptTimeout > 0 {
+		return c.AttemptTimeout
+	}
+	return 4 * time.Second
+}
+
+// endpoint returns the node to try next: the current one unless it is
+// being avoided and some other node is not.
 func (c *Client) endpoint() (string, int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.endpoints[c.current%len(c.endpoints)], c.current
+	now := time.Now()
+	n := len(c.endpoints)
+	for k := 0; k < n; k++ {
+		i := (c.current + k) % n
+		if until, ok := c.avoid[i]; !ok || now.After(until) {
+			c.current = i
+			return c.endpoints[i], i
+		}
+	}
+	i := c.current % n
+	return c.endpoints[i], i
 }
 
+// rotate moves on from endpoint from (if no other call already did).
 func (c *Client) rotate(from int) {
 	c.mu.Lock()
-	if c.current == from {
-		c.current++
+	if c.current%len(c.endpoints) == from {
+		c.current = from + 1
 	}
 	c.mu.Unlock()
 }
 
-// remember makes the node that answered (after a redirect) the current one.
-func (c *Client) remember(url string) {
+// shun avoids endpoint i for a while and moves on from it.
+func (c *Client) shun(i int) {
+	c.mu.Lock()
+	c.avoid[i] = time.Now().Add(avoidFor)
+	c.mu.Unlock()
+	c.rotate(i)
+}
+
+// answered clears an endpoint's avoidance: it answered.
+func (c *Client) answered(i int) {
+	c.mu.Lock()
+	delete(c.avoid, i)
+	c.mu.Unlock()
+}
+
+// follow makes the node a redirect names the current one and reports
+// whether it did. A node being avoided is followed only when force is set
+// (every other node pointed at it too).
+func (c *Client) follow(location string, force bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, e := range c.endpoints {
-		if strings.HasPrefix(url, e+"/") {
+		if location == e || strings.HasPrefix(location, e+"/") {
+			if until, ok := c.avoid[i]; ok && time.Now().Before(until) && !force {
+				return false
+			}
 			c.current = i
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // retryable reports whether err is worth another try at another node.
@@ -93,11 +171,39 @@ func retryable(err error) bool {
 	var ne net.Error
 	var oe *net.OpError
 	return errors.As(err, &ne) || errors.As(err, &oe) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) ||
 		strings.Contains(err.Error(), "connection reset") || strings.Contains(err.Error(), "connection refused")
+}
+
+// retryableDiag reports whether a node's refusal means "ask again, here
+// or elsewhere": no leader yet, or a node cut off from the cluster.
+func retryableDiag(ds diag.List) bool {
+	return ds[0].Code == diag.PoolNoLeader || ds[0].Code == diag.PoolStaleRead
+}
+
+// unreachable is the diagnostic for an operation during which no node
+// answered at all.
+func (c *Client) unreachable(errs map[int]error) error {
+	var parts []string
+	for i, e := range c.endpoints {
+		if err, ok := errs[i]; ok {
+			parts = append(parts, fmt.Sprintf("%s: %v", strings.TrimPrefix(e, "https://"), err))
+		} else {
+			parts = append(parts, strings.TrimPrefix(e, "https://")+": not tried")
+		}
+	}
+	return diag.New(diag.PoolNoLeader, "cluster", "no aggregator answered (%s)", strings.Join(parts, "; ")).
+		WithHelp("check that the aggregators are running and reachable from here (scellis aggregator status), and that the federation file lists their current addresses")
 }
 
 // do sends one request, retrying across nodes and elections.
 func (c *Client) do(ctx context.Context, method, path string, body any, out any) error {
+	return c.exchange(ctx, method, path, body, out, nil)
+}
+
+// exchange is do, also recording in info (if not nil) where a read was
+// answered and how fresh it was.
+func (c *Client) exchange(ctx context.Context, method, path string, body any, out any, info *ReadInfo) error {
 	var payload []byte
 	if body != nil {
 		var err error
@@ -105,48 +211,183 @@ func (c *Client) do(ctx context.Context, method, path string, body any, out any)
 			return err
 		}
 	}
-	backoff := 50 * time.Millisecond
-	var lastErr error
-	for attempt := 0; ; attempt++ {
+	at := c.newAttempts()
+	for {
 		base, idx := c.endpoint()
-		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := c.http.Do(req)
-		if err == nil {
-			c.remember(resp.Request.URL.String())
-			err = readResponse(resp, out)
-			if err == nil {
-				return nil
-			}
-			if ds, ok := diag.As(err); ok && ds[0].Code != diag.PoolNoLeader {
+		var resp *http.Response
+		err := at.try(ctx, func(actx context.Context, _ func()) error {
+			req, err := http.NewRequestWithContext(actx, method, base+path, bytes.NewReader(payload))
+			if err != nil {
 				return err
 			}
-		}
-		if ctx.Err() != nil {
-			if lastErr == nil {
-				lastErr = err
+			if body != nil {
+				req.Header.Set("Content-Type", "application/json")
 			}
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+			if resp, err = c.http.Do(req); err != nil {
+				return err
+			}
+			if resp.StatusCode == http.StatusTemporaryRedirect {
+				resp.Body.Close()
+				return nil
+			}
+			if info != nil {
+				*info = readInfoOf(resp.Header)
+			}
+			return readResponse(resp, out)
+		})
+		if resp != nil && resp.StatusCode == http.StatusTemporaryRedirect && err == nil {
+			at.answered(idx)
+			// The node knows the leader: go there at once. A leader that
+			// did not answer lately is followed only once every node
+			// points at it; until then ask the others who leads.
+			if at.hops < maxHops && c.follow(resp.Header.Get("Location"), at.pointedAtAvoided >= len(c.endpoints)) {
+				at.hops++
+				continue
+			}
+			at.pointedAtAvoided++
+			err = diag.New(diag.PoolNoLeader, "cluster", "%s redirects to the leader %s, which does not answer",
+				strings.TrimPrefix(base, "https://"), resp.Header.Get("X-Scellis-Leader"))
 		}
-		lastErr = err
-		if ds, ok := diag.As(err); !ok && !retryable(err) {
-			return err
-		} else if ok && ds[0].Code != diag.PoolNoLeader {
-			return err
+		if err == nil {
+			return nil
 		}
-		c.rotate(idx)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
-		case <-time.After(backoff):
+		if done, ferr := at.failed(ctx, idx, resp != nil, err); done {
+			return ferr
 		}
-		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// attempts is the retry state of one operation.
+type attempts struct {
+	c                *Client
+	start            time.Time
+	timeout          time.Duration // the next attempt's deadline
+	backoff          time.Duration
+	timedOut         map[int]bool // nodes that timed out at the current deadline
+	errs             map[int]error
+	anyAnswer        bool
+	lastErr          error
+	timedOutNow      bool
+	hops             int
+	pointedAtAvoided int
+}
+
+func (c *Client) newAttempts() *attempts {
+	return &attempts{c: c, start: time.Now(), timeout: c.attemptTimeout(), backoff: 50 * time.Millisecond,
+		timedOut: map[int]bool{}, errs: map[int]error{}}
+}
+
+// try runs one attempt under its own deadline. The deadline is a
+// watchdog: fn may call kick whenever bytes move (a large blob on a slow
+// link), which restarts it; a silent node never kicks. fn must finish
+// reading the response before it returns.
+func (at *attempts) try(ctx context.Context, fn func(actx context.Context, kick func()) error) error {
+	actx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	d := at.timeout
+	var fired atomic.Bool
+	t := time.AfterFunc(d, func() { fired.Store(true); cancel() })
+	defer t.Stop()
+	err := fn(actx, func() { t.Reset(d) })
+	at.timedOutNow = err != nil && fired.Load() && ctx.Err() == nil
+	return err
+}
+
+// progress calls kick whenever bytes pass through it.
+type progress struct {
+	r    io.Reader
+	kick func()
+}
+
+func (p progress) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.kick()
+	}
+	return n, err
+}
+
+type progressBody struct {
+	progress
+	io.Closer
+}
+
+// answered records that node i answered (whatever it said).
+func (at *attempts) answered(i int) {
+	at.anyAnswer = true
+	at.c.answered(i)
+}
+
+// failed decides what follows a failed attempt at node i (answered: the
+// node sent a response). It returns done and the error to return, or waits
+// as needed and returns false to try again.
+func (at *attempts) failed(ctx context.Context, i int, answered bool, err error) (bool, error) {
+	c := at.c
+	if answered {
+		at.answered(i)
+	}
+	if ctx.Err() != nil {
+		return true, at.final(ctx, err)
+	}
+	at.lastErr = err
+	switch ds, isDiag := diag.As(err); {
+	case isDiag && !retryableDiag(ds):
+		return true, err
+	case isDiag:
+		c.rotate(i)
+	case at.timedOutNow:
+		// Silent: no answer within the attempt's deadline. Pass the node
+		// over at once; lengthen the deadline only once every node has
+		// been silent at it, in case all are merely slow.
+		at.errs[i] = fmt.Errorf("no answer within %v", at.timeout)
+		c.shun(i)
+		at.timedOut[i] = true
+		if len(at.timedOut) >= len(c.endpoints) {
+			at.timeout = min(2*at.timeout, time.Minute)
+			clear(at.timedOut)
+		}
+		if at.giveUp() {
+			return true, c.unreachable(at.errs)
+		}
+		at.hops = 0
+		return false, nil
+	case retryable(err):
+		at.errs[i] = err
+		c.shun(i)
+	default:
+		return true, err
+	}
+	if at.giveUp() {
+		return true, c.unreachable(at.errs)
+	}
+	select {
+	case <-ctx.Done():
+		return true, at.final(ctx, err)
+	case <-time.After(at.backoff):
+	}
+	at.backoff = min(at.backoff*2, time.Second)
+	at.hops = 0
+	return false, nil
+}
+
+// giveUp reports whether no node has answered for GiveUpAfter.
+func (at *attempts) giveUp() bool {
+	return !at.anyAnswer && at.c.GiveUpAfter > 0 && time.Since(at.start) >= at.c.GiveUpAfter
+}
+
+// final is the error of an operation whose context ended.
+func (at *attempts) final(ctx context.Context, err error) error {
+	if !at.anyAnswer {
+		return at.c.unreachable(at.errs)
+	}
+	if at.lastErr == nil {
+		at.lastErr = err
+	}
+	if ds, ok := diag.As(at.lastErr); ok {
+		// The cluster answered but could not serve: say what it said.
+		return ds
+	}
+	return fmt.Errorf("%w (last error: %v)", ctx.Err(), at.lastErr)
 }
 
 func readResponse(resp *http.Response, out any) error {
@@ -182,6 +423,32 @@ func (c *Client) Submit(ctx context.Context, bundle content.Ref) (coordinator.Su
 func (c *Client) Job(ctx context.Context, id content.Ref) (coordinator.JobStatus, error) {
 	var r coordinator.JobStatus
 	return r, c.do(ctx, "GET", "/v1/jobs/"+string(id), nil, &r)
+}
+
+// JobNow returns a job's status through a linearizable read: the leader
+// answers once it has confirmed its leadership and applied every write
+// committed before the call, so the status is never older than the call.
+func (c *Client) JobNow(ctx context.Context, id content.Ref) (coordinator.JobStatus, ReadInfo, error) {
+	var r coordinator.JobStatus
+	var info ReadInfo
+	return r, info, c.exchange(ctx, "GET", "/v1/jobs/"+string(id)+"?consistent=true", nil, &r, &info)
+}
+
+// RunNow returns a training run through a linearizable read (see JobNow).
+func (c *Client) RunNow(ctx context.Context, id content.Ref) (coordinator.RunStatus, ReadInfo, error) {
+	var r coordinator.RunStatus
+	var info ReadInfo
+	return r, info, c.exchange(ctx, "GET", "/v1/runs/"+string(id)+"?consistent=true", nil, &r, &info)
+}
+
+// readInfoOf reads the freshness headers of a read's answer.
+func readInfoOf(h http.Header) ReadInfo {
+	info := ReadInfo{Node: h.Get("X-Scellis-Node"), LeaderContactMs: -1, Linearizable: h.Get("X-Scellis-Linearizable") == "true"}
+	info.AppliedIndex, _ = strconv.ParseUint(h.Get("X-Scellis-Applied-Index"), 10, 64)
+	if v, err := strconv.ParseInt(h.Get("X-Scellis-Leader-Contact-Ms"), 10, 64); err == nil {
+		info.LeaderContactMs = v
+	}
+	return info
 }
 
 // Jobs lists every job.
@@ -257,7 +524,11 @@ func (c *Client) Status(ctx context.Context) (json.RawMessage, error) {
 }
 
 // StatusOf returns one node's status, without failing over to another.
+// A node that does not answer within one attempt's deadline is reported
+// as such rather than holding the caller.
 func (c *Client) StatusOf(ctx context.Context, base string) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/status", nil)
 	if err != nil {
 		return nil, err
@@ -273,8 +544,13 @@ func (c *Client) StatusOf(ctx context.Context, base string) (json.RawMessage, er
 // PutBlob uploads bytes to the blob store and returns their ref.
 func (c *Client) PutBlob(ctx context.Context, b []byte) (content.Ref, error) {
 	ref := content.Hash(b)
-	req := func(base string) (*http.Request, error) {
-		return http.NewRequestWithContext(ctx, "PUT", base+"/blobs/"+string(ref), bytes.NewReader(b))
+	req := func(ctx context.Context, base string, kick func()) (*http.Request, error) {
+		r, err := http.NewRequestWithContext(ctx, "PUT", base+"/blobs/"+string(ref), progress{bytes.NewReader(b), kick})
+		if err == nil {
+			r.ContentLength = int64(len(b))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+		}
+		return r, err
 	}
 	return ref, c.blobDo(ctx, req, nil)
 }
@@ -282,7 +558,7 @@ func (c *Client) PutBlob(ctx context.Context, b []byte) (content.Ref, error) {
 // GetBlob fetches a blob and checks that it hashes to ref.
 func (c *Client) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 	var b []byte
-	req := func(base string) (*http.Request, error) {
+	req := func(ctx context.Context, base string, _ func()) (*http.Request, error) {
 		return http.NewRequestWithContext(ctx, "GET", base+"/blobs/"+string(ref), nil)
 	}
 	if err := c.blobDo(ctx, req, &b); err != nil {
@@ -294,53 +570,91 @@ func (c *Client) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 	return b, nil
 }
 
-// blobDo tries the current node, then every other; blobs are not
-// redirected to the leader, any node holding one may serve it.
-func (c *Client) blobDo(ctx context.Context, mk func(base string) (*http.Request, error), out *[]byte) error {
-	base, idx := c.endpoint()
-	order := []string{base}
-	for i, e := range c.endpoints {
-		if i != idx%len(c.endpoints) {
-			order = append(order, e)
-		}
-	}
-	backoff := 50 * time.Millisecond
+// blobDo sends a blob request to the current node, then to every other:
+// blobs are not redirected to the leader, any node holding one may serve
+// it. A node that answers "no" is believed for this call; a node that
+// cannot be reached, or falls silent mid-transfer, is retried after the
+// others.
+func (c *Client) blobDo(ctx context.Context, mk func(ctx context.Context, base string, kick func()) (*http.Request, error), out *[]byte) error {
+	at := c.newAttempts()
+	saidNo := map[int]bool{}
 	for {
-		var lastErr error
-		transient := false
-		for _, b := range order {
-			req, err := mk(b)
+		base, idx, ok := c.pick(saidNo)
+		if !ok {
+			return at.lastErr
+		}
+		answered := false
+		err := at.try(ctx, func(actx context.Context, kick func()) error {
+			req, err := mk(actx, base, kick)
 			if err != nil {
 				return err
 			}
 			resp, err := c.http.Do(req)
 			if err != nil {
-				lastErr = err
-				transient = transient || retryable(err)
-				continue
+				return err
 			}
+			answered = true
+			resp.Body = progressBody{progress{resp.Body, kick}, resp.Body}
 			var raw []byte
 			if err := readResponse(resp, &raw); err != nil {
-				lastErr = err
-				continue
+				return err
 			}
 			if out != nil {
 				*out = raw
 			}
 			return nil
+		})
+		if err == nil {
+			c.answered(idx)
+			return nil
 		}
-		// Retry only when some node could not be reached at all (it may be
-		// starting or electing); a node that answered "no" is believed.
-		if !transient || ctx.Err() != nil {
-			return lastErr
+		if answered && !at.timedOutNow {
+			// The node answered "no" (not here, refused): believe it and
+			// ask the next.
+			at.answered(idx)
+			at.lastErr = err
+			saidNo[idx] = true
+			c.rotate(idx)
+			continue
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
-		case <-time.After(backoff):
+		if !at.timedOutNow && !retryable(err) {
+			return err
 		}
-		backoff = min(backoff*2, time.Second)
+		if done, ferr := at.failed(ctx, idx, false, err); done {
+			return ferr
+		}
 	}
+}
+
+// pick returns the node to try next among those not in skip, preferring
+// nodes not being avoided; false when every node is in skip.
+func (c *Client) pick(skip map[int]bool) (string, int, bool) {
+	base, idx := c.endpoint()
+	if !skip[idx] {
+		return base, idx, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	n := len(c.endpoints)
+	fallback := -1
+	for k := 1; k < n; k++ {
+		i := (idx + k) % n
+		if skip[i] {
+			continue
+		}
+		if until, ok := c.avoid[i]; ok && now.Before(until) {
+			if fallback < 0 {
+				fallback = i
+			}
+			continue
+		}
+		return c.endpoints[i], i, true
+	}
+	if fallback >= 0 {
+		return c.endpoints[fallback], fallback, true
+	}
+	return "", 0, false
 }
 
 // Event is one server-sent event of a job's stream.
@@ -349,21 +663,28 @@ type Event struct {
 	Data json.RawMessage
 }
 
+// watchIdle is how long a job's event stream may stay silent before the
+// client takes it for a dead link and reconnects (to another node if
+// needed); the server sends a keep-alive every KeepAlive.
+const watchIdle = 4 * KeepAlive
+
+// KeepAlive is how often an idle event stream carries a keep-alive.
+const KeepAlive = 5 * time.Second
+
 // Watch streams a job's (or a training run's) events to fn until the job
 // (run) completes, fn returns an error, or ctx ends. It reconnects (to another node if needed) when
-// the stream breaks; after a reconnect the first event is a fresh status.
+// the stream breaks or falls silent; after a reconnect the first event is a fresh status.
 func (c *Client) Watch(ctx context.Context, id content.Ref, fn func(Event) error) error {
 	for {
-		done, err := c.watchOnce(ctx, id, fn)
+		base, idx := c.endpoint()
+		done, err := c.watchOnce(ctx, base, id, fn)
 		if done || ctx.Err() != nil {
 			return err
 		}
-		if ds, ok := diag.As(err); ok {
+		if ds, ok := diag.As(err); ok && !retryableDiag(ds) {
 			return ds
 		}
-		base, idx := c.endpoint()
-		_ = base
-		c.rotate(idx)
+		c.shun(idx)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -372,8 +693,11 @@ func (c *Client) Watch(ctx context.Context, id content.Ref, fn func(Event) error
 	}
 }
 
-func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) error) (bool, error) {
-	base, _ := c.endpoint()
+func (c *Client) watchOnce(ctx context.Context, base string, id content.Ref, fn func(Event) error) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	idle := time.AfterFunc(max(watchIdle, c.attemptTimeout()), cancel)
+	defer idle.Stop()
 	req, err := http.NewRequestWithContext(ctx, "GET", base+"/v1/jobs/"+string(id)+"/events", nil)
 	if err != nil {
 		return true, err
@@ -383,6 +707,11 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 		return false, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusTemporaryRedirect {
+		// A follower that does not know the job yet: the leader does.
+		c.follow(resp.Header.Get("Location"), true)
+		return false, errors.New("redirected to the leader")
+	}
 	if resp.StatusCode != http.StatusOK {
 		return true, readResponse(resp, nil)
 	}
@@ -390,6 +719,7 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	var ev Event
 	for sc.Scan() {
+		idle.Reset(max(watchIdle, c.attemptTimeout()))
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "event: "):
@@ -420,26 +750,47 @@ func (c *Client) watchOnce(ctx context.Context, id content.Ref, fn func(Event) e
 	return false, sc.Err()
 }
 
-// Transport returns an HTTP transport for mutual TLS with cfg.
+// Transport returns an HTTP transport for mutual TLS with cfg. Dials and
+// handshakes are bounded, and an HTTP/2 connection that falls silent is
+// pinged and dropped, so requests are not queued on a dead link.
 func Transport(cfg *tls.Config) *http.Transport {
-	return &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 16, ForceAttemptHTTP2: true}
+	return &http.Transport{
+		TLSClientConfig:     cfg,
+		MaxIdleConnsPerHost: 16,
+		ForceAttemptHTTP2:   true,
+		DialContext:         (&net.Dialer{Timeout: 3 * time.Second, KeepAlive: 15 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 5 * time.Second,
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 3 * time.Second},
+	}
 }
 
-// GetBlobFrom fetches a blob from the first of bases that has it.
+// GetBlobFrom fetches a blob from the first of bases that has it. Each
+// node gets its own attempt: one that falls silent costs one attempt's
+// deadline, then the next is asked.
 func (c *Client) GetBlobFrom(ctx context.Context, bases []string, ref content.Ref) ([]byte, error) {
 	var lastErr error = errors.New("no node to ask")
 	for _, base := range bases {
-		req, err := http.NewRequestWithContext(ctx, "GET", base+"/blobs/"+string(ref), nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := c.http.Do(req)
-		if err != nil {
-			lastErr = err
-			continue
-		}
+		at := c.newAttempts()
 		var b []byte
-		if err := readResponse(resp, &b); err != nil {
+		err := at.try(ctx, func(actx context.Context, kick func()) error {
+			req, err := http.NewRequestWithContext(actx, "GET", base+"/blobs/"+string(ref), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := c.http.Do(req)
+			if err != nil {
+				return err
+			}
+			resp.Body = progressBody{progress{resp.Body, kick}, resp.Body}
+			return readResponse(resp, &b)
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, err
+			}
+			if at.timedOutNow {
+				err = fmt.Errorf("%s: no answer within %v", base, at.timeout)
+			}
 			lastErr = err
 			continue
 		}
@@ -452,17 +803,27 @@ func (c *Client) GetBlobFrom(ctx context.Context, bases []string, ref content.Re
 	return nil, lastErr
 }
 
-// PutBlobTo stores a blob on one given node.
+// PutBlobTo stores a blob on one given node. The attempt's deadline is a
+// watchdog on the upload's progress: a node that falls silent fails the
+// call within AttemptTimeout, however large the blob.
 func (c *Client) PutBlobTo(ctx context.Context, base string, b []byte) error {
-	req, err := http.NewRequestWithContext(ctx, "PUT", base+"/blobs/"+string(content.Hash(b)), bytes.NewReader(b))
-	if err != nil {
-		return err
+	at := c.newAttempts()
+	err := at.try(ctx, func(actx context.Context, kick func()) error {
+		req, err := http.NewRequestWithContext(actx, "PUT", base+"/blobs/"+string(content.Hash(b)), progress{bytes.NewReader(b), kick})
+		if err != nil {
+			return err
+		}
+		req.ContentLength = int64(len(b))
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return err
+		}
+		return readResponse(resp, nil)
+	})
+	if err != nil && at.timedOutNow {
+		return fmt.Errorf("%s: no answer within %v", base, at.timeout)
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	return readResponse(resp, nil)
+	return err
 }
 
 // Join adds an aggregator member to the Raft voters.

@@ -105,13 +105,18 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	if over {
 		return
 	}
-	keepAlive := time.NewTicker(15 * time.Second)
+	keepAlive := time.NewTicker(KeepAlive)
 	defer keepAlive.Stop()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-keepAlive.C:
+			if s.Fresh != nil && s.Fresh().Stale {
+				// Cut off from the cluster, this node would stream
+				// nothing: end the stream so the client moves on.
+				return
+			}
 			fmt.Fprint(w, ": keep-alive\n\n")
 			flusher.Flush()
 		case e, ok := <-events:

@@ -40,6 +40,30 @@ type Server struct {
 	Leader func() (name, url string, self bool)
 	// Membership changes the Raft voters (join and leave); nil disables them.
 	Membership Membership
+	// Fresh describes how recent this node's replica is; nil: always
+	// fresh (a single node). Reads from a node that is not fresh are
+	// refused (SC7107) so the client asks another node.
+	Fresh func() ReadInfo
+	// Linearize, called on the leader, returns once every write committed
+	// before the call is applied here, after confirming with a quorum that
+	// this node still leads (a Raft barrier). Reads asked with
+	// ?consistent=true go through it; nil: reads are always local.
+	Linearize func(ctx context.Context) error
+}
+
+// ReadInfo says where a read was answered and how fresh it is; the
+// server sends it in the X-Scellis-Node, X-Scellis-Applied-Index,
+// X-Scellis-Leader-Contact-Ms and X-Scellis-Linearizable headers.
+type ReadInfo struct {
+	Node         string `json:"node"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// LeaderContactMs is how long ago the node last heard from the
+	// leader (0 on the leader; -1 when it knows none).
+	LeaderContactMs int64 `json:"leader_contact_ms"`
+	Stale           bool  `json:"stale,omitempty"`
+	// Linearizable: the leader confirmed its leadership and applied every
+	// committed write before answering.
+	Linearizable bool `json:"linearizable,omitempty"`
 }
 
 // Membership adds and removes aggregator voters. Both return a
@@ -59,20 +83,20 @@ type MemberRequest struct {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/jobs", s.auth(s.submit, identity.Aggregator, identity.Silo, identity.Worker))
-	mux.HandleFunc("GET /v1/jobs", s.auth(s.listJobs))
-	mux.HandleFunc("GET /v1/jobs/{id}", s.auth(s.jobStatus))
-	mux.HandleFunc("GET /v1/jobs/{id}/events", s.auth(s.jobEvents))
+	mux.HandleFunc("GET /v1/jobs", s.auth(s.read(s.listJobs)))
+	mux.HandleFunc("GET /v1/jobs/{id}", s.auth(s.read(s.jobStatus)))
+	mux.HandleFunc("GET /v1/jobs/{id}/events", s.auth(s.read(s.jobEvents)))
 	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.auth(s.cancelJob))
 	mux.HandleFunc("POST /v1/runs", s.auth(s.startRun, identity.Aggregator, identity.Silo, identity.Worker))
-	mux.HandleFunc("GET /v1/runs", s.auth(s.listRuns))
-	mux.HandleFunc("GET /v1/runs/{id}", s.auth(s.runStatus))
-	mux.HandleFunc("POST /v1/lease", s.auth(s.lease, identity.Worker, identity.Silo))
+	mux.HandleFunc("GET /v1/runs", s.auth(s.read(s.listRuns)))
+	mux.HandleFunc("GET /v1/runs/{id}", s.auth(s.read(s.runStatus)))
+	mux.HandleFunc("POST /v1/lease", s.auth(s.read(s.lease), identity.Worker, identity.Silo))
 	mux.HandleFunc("POST /v1/renew", s.auth(s.renew, identity.Worker, identity.Silo))
 	mux.HandleFunc("POST /v1/release", s.auth(s.release, identity.Worker, identity.Silo))
 	mux.HandleFunc("POST /v1/results", s.auth(s.report, identity.Worker, identity.Silo))
 	mux.HandleFunc("POST /v1/reduced", s.auth(s.reduced, identity.Aggregator))
-	mux.HandleFunc("GET /v1/receipts", s.auth(s.receipts))
-	mux.HandleFunc("GET /v1/contributions", s.auth(s.contributions))
+	mux.HandleFunc("GET /v1/receipts", s.auth(s.read(s.receipts)))
+	mux.HandleFunc("GET /v1/contributions", s.auth(s.read(s.contributions)))
 	mux.HandleFunc("GET /v1/status", s.auth(s.status))
 	mux.HandleFunc("POST /v1/cluster/join", s.auth(s.membership(true), identity.Aggregator))
 	mux.HandleFunc("POST /v1/cluster/leave", s.auth(s.membership(false), identity.Aggregator))
@@ -111,6 +135,62 @@ func (s *Server) auth(h http.HandlerFunc, roles ...identity.Role) http.HandlerFu
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
 		h(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, m)))
 	}
+}
+
+// read guards a handler that answers from the local replica: a node cut
+// off from the leader refuses (SC7107, the client asks another node), and
+// ?consistent=true makes the read linearizable — a follower sends it to
+// the leader, the leader confirms its leadership and applies every
+// committed write first. The answer carries the node's applied index and
+// leader contact age in headers.
+func (s *Server) read(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.Fresh == nil {
+			h(w, r)
+			return
+		}
+		consistent := r.URL.Query().Get("consistent") == "true"
+		if consistent && s.Leader != nil && s.Linearize != nil {
+			name, url, self := s.Leader()
+			if !self {
+				if url == "" {
+					writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolNoLeader, "cluster", "no leader is elected yet, so no linearizable read").
+						WithHelp("retry in a moment; clients do it by themselves"))
+					return
+				}
+				toLeader(w, r, name, url)
+				return
+			}
+			if err := s.Linearize(r.Context()); err != nil {
+				writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolNoLeader, "cluster", "could not confirm leadership for a linearizable read: %v", err).
+					WithHelp("retry; clients do it by themselves"))
+				return
+			}
+		}
+		info := s.Fresh()
+		info.Linearizable = consistent && s.Linearize != nil
+		if info.Stale {
+			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolStaleRead, info.Node,
+				"this aggregator has not heard from a leader for %s; what it would answer may be out of date", contactAge(info.LeaderContactMs)).
+				WithHelp("clients ask another aggregator by themselves; if every node says this, a majority is down or partitioned (scellis aggregator status)"))
+			return
+		}
+		hd := w.Header()
+		hd.Set("X-Scellis-Node", info.Node)
+		hd.Set("X-Scellis-Applied-Index", strconv.FormatUint(info.AppliedIndex, 10))
+		hd.Set("X-Scellis-Leader-Contact-Ms", strconv.FormatInt(info.LeaderContactMs, 10))
+		if info.Linearizable {
+			hd.Set("X-Scellis-Linearizable", "true")
+		}
+		h(w, r)
+	}
+}
+
+func contactAge(ms int64) string {
+	if ms < 0 {
+		return "a while (no leader known)"
+	}
+	return (time.Duration(ms) * time.Millisecond).String()
 }
 
 func (s *Server) now() int64 {

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -44,6 +45,14 @@ type Status struct {
 	LastSnapshotIndex uint64
 	// Leader is the leader this node knows of; empty fields when none.
 	Leader Server
+	// LeaderContactMs is how long ago this node last heard from the
+	// leader, in milliseconds: 0 on the leader itself, -1 when no leader
+	// is known or it was never heard from.
+	LeaderContactMs int64
+	// Fresh says whether this node's reads can be trusted to be recent:
+	// it is the leader, or a follower that heard from the leader within
+	// two heartbeat timeouts. A node cut off from the cluster is not.
+	Fresh bool
 	// Servers is the latest configuration this node knows (possibly not yet
 	// committed), in configuration order.
 	Servers []Server
@@ -64,7 +73,47 @@ func (n *Node) Status() Status {
 	}
 	st.Leader.ID, st.Leader.Address = n.Leader()
 	st.Servers = n.servers()
+	age, ok := n.LeaderContact()
+	st.LeaderContactMs = -1
+	if ok {
+		st.LeaderContactMs = age.Milliseconds()
+	}
+	st.Fresh = ok && age <= n.StaleAfter()
 	return st
+}
+
+// LeaderContact returns how long ago this node last heard from the leader
+// (0 on the leader), and false when it knows no leader.
+func (n *Node) LeaderContact() (time.Duration, bool) {
+	switch n.raft.State() {
+	case raft.Leader:
+		return 0, true
+	case raft.Follower:
+		if id, _ := n.Leader(); id == "" {
+			return 0, false
+		}
+		last := n.raft.LastContact()
+		if last.IsZero() {
+			return 0, false
+		}
+		return time.Since(last), true
+	default:
+		return 0, false
+	}
+}
+
+// StaleAfter is how long a follower may go without hearing from the leader
+// before its reads count as stale: two heartbeat timeouts (a healthy
+// leader contacts it every tenth of one).
+func (n *Node) StaleAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
+
+// AppliedIndex is the last log index handed to the state machine.
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// Fresh reports whether this node's reads are recent (see Status.Fresh).
+func (n *Node) Fresh() bool {
+	age, ok := n.LeaderContact()
+	return ok && age <= n.StaleAfter()
 }
 
 // Leader returns the ID and Raft address of the leader this node knows of,

@@ -8,4 +8,5 @@ var (
 	BlobRefused     = define("SC7104", "blob upload refused")
 	BlobMissing     = define("SC7105", "blob not found")
 	WorkerConfig    = define("SC7106", "worker or aggregator config problem")
+	PoolStaleRead   = define("SC7107", "aggregator cut off from the cluster; its state may be stale")
 )

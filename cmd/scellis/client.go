@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -95,7 +96,26 @@ func (f *memberFlags) client(stderr io.Writer) (*api.Client, *identity.Federatio
 		}
 		c = api.NewClientTLS(api.Transport(tlsCfg), eps)
 	}
+	// A person waits for an answer: when no aggregator answers at all,
+	// say so within seconds instead of retrying for the whole budget.
+	c.GiveUpAfter = giveUpAfter
 	return c, fed, nil
+}
+
+// giveUpAfter is how long a CLI command tries to reach an aggregator
+// that never answers before it fails with SC7103.
+const giveUpAfter = 12 * time.Second
+
+// describeRead says where a status read was answered and how fresh it is.
+func describeRead(info api.ReadInfo) string {
+	if info.Node == "" {
+		return "read from a single node"
+	}
+	how := fmt.Sprintf("leader contact %dms ago", info.LeaderContactMs)
+	if info.Linearizable {
+		how = "linearizable: the leader confirmed it leads and applied every committed write"
+	}
+	return fmt.Sprintf("read from %s at applied index %d (%s)", info.Node, info.AppliedIndex, how)
 }
 
 func printJSON(w io.Writer, b []byte) {

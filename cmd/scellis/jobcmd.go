@@ -203,7 +203,7 @@ func newJobStatusCmd() *cobra.Command {
 		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
 			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
-			st, err := c.Job(ctx, id)
+			st, info, err := c.JobNow(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -219,6 +219,7 @@ func newJobStatusCmd() *cobra.Command {
 			if st.Reduced != "" {
 				fmt.Fprintf(out, "  result %s (scellis job result %s --out DIR)\n", st.Reduced, st.ID)
 			}
+			fmt.Fprintf(out, "  %s\n", describeRead(info))
 			return nil
 		})
 	return cmd
@@ -234,17 +235,11 @@ func newJobResultCmd() *cobra.Command {
 					return err
 				}
 			}
-			st, err := c.Job(ctx, id)
+			// A linearizable read: after the stream's job-complete it sees
+			// the reduction, whichever node streamed it.
+			st, _, err := c.JobNow(ctx, id)
 			if err != nil {
 				return err
-			}
-			// The event may come from a node ahead of the one answering
-			// this read: give the replicas a moment to apply the reduction.
-			for deadline := time.Now().Add(10 * time.Second); wait && st.Reduced == "" && time.Now().Before(deadline); {
-				time.Sleep(100 * time.Millisecond)
-				if st, err = c.Job(ctx, id); err != nil {
-					return err
-				}
 			}
 			if st.Reduced == "" {
 				return &exitError{code: 1, msg: fmt.Sprintf("job %s is %s (%d/%d shards verified); no result yet — use --wait, or scellis job watch %s", st.Name, st.State, st.Counts.Verified, st.Counts.Total, id)}

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// silentNode accepts connections and never answers, like a black-holed
+// link or a frozen process: nothing is refused or reset.
+func silentNode(t *testing.T) string {
+	u, _ := countedSilentNode(t)
+	return u
+}
+
+// countedSilentNode is silentNode, also counting the connections made.
+func countedSilentNode(t *testing.T) (string, *atomic.Int32) {
+	var n atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n.Add(1)
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String(), &n
+}
+
+func answering(t *testing.T, h http.HandlerFunc) string {
+	s := httptest.NewServer(h)
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func jobsOK(w http.ResponseWriter, r *http.Request) { writeJSON(w, http.StatusOK, []any{}) }
+
+// A silent first node costs one attempt's deadline, then the client asks
+// the next node — within the operation's context, which is far longer.
+func TestClientRotatesPastSilentNode(t *testing.T) {
+	c := NewClientTLS(http.DefaultTransport, []string{silentNode(t), answering(t, jobsOK)})
+	c.AttemptTimeout = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Jobs(ctx); err != nil {
+		t.Fatalf("jobs with a silent first node: %v", err)
+	}
+	// The silent node is now avoided: the next call goes straight to the
+	// node that answers.
+	if _, idx := c.endpoint(); idx != 1 {
+		t.Fatalf("after a timeout the client still prefers the silent node")
+	}
+}
+
+// A node cut off from the cluster refuses reads (SC7107); the client asks
+// another node.
+func TestClientRotatesPastStaleNode(t *testing.T) {
+	var stale atomic.Int32
+	c := NewClientTLS(http.DefaultTransport, []string{
+		answering(t, func(w http.ResponseWriter, r *http.Request) {
+			stale.Add(1)
+			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolStaleRead, "agg-1", "cut off"))
+		}),
+		answering(t, jobsOK),
+	})
+	if _, err := c.Jobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if stale.Load() != 1 {
+		t.Fatalf("the stale node was asked %d times", stale.Load())
+	}
+}
+
+// A redirect to a leader that does not answer is not followed again while
+// another node can name a live leader.
+func TestClientPrefersTheLeaderThatAnswers(t *testing.T) {
+	silent, dialled := countedSilentNode(t)
+	live := answering(t, jobsOK)
+	var toLive string
+	follower := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, toLive+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	})
+	toLive = live
+	stuck := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, silent+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	})
+	c := NewClientTLS(http.DefaultTransport, []string{stuck, silent, follower, live})
+	c.AttemptTimeout = 200 * time.Millisecond
+	if _, err := c.Jobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The silent leader is avoided now: the stale redirect is not
+	// followed to it again, another node is asked instead.
+	before := dialled.Load()
+	c.current = 0
+	if _, err := c.Jobs(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if dialled.Load() != before {
+		t.Fatalf("the client went back to the silent leader (%d connections, %d before)", dialled.Load(), before)
+	}
+}
+
+// With no node answering, a CLI client (GiveUpAfter) fails with SC7103
+// naming every node, instead of retrying for its whole budget.
+func TestClientGivesUpWhenNoNodeAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := "http://" + ln.Addr().String()
+	ln.Close()
+	c := NewClientTLS(http.DefaultTransport, []string{refused, silentNode(t)})
+	c.AttemptTimeout = 100 * time.Millisecond
+	c.GiveUpAfter = 300 * time.Millisecond
+	_, err = c.Jobs(context.Background()) // no deadline: only GiveUpAfter ends it
+	ds, ok := diag.As(err)
+	if !ok || ds[0].Code != diag.PoolNoLeader {
+		t.Fatalf("want SC7103, got %v", err)
+	}
+}
