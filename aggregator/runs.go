@@ -47,6 +47,14 @@ const (
 	roundPriceBasis = "training round: 1 work unit per participating silo"
 )
 
+// roundThreshold is a round's secure-aggregation threshold: the default
+// ⌊n/2⌋+1, raised to the run's cohort.min so that no sum can be unmasked
+// with fewer sites than the run promised (silos refuse a threshold below
+// their own min_cohort), and at most n.
+func roundThreshold(n, minCohort int) int {
+	return min(n, max(n/2+1, minCohort))
+}
+
 // runCtx is what the leader knows of a run from its spec blob.
 type runCtx struct {
 	canon *fl.Canonical
@@ -280,7 +288,8 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		UpdateDim: dims, Metrics: fl.DefaultMetrics, Seed: spec.Seed, Reducer: n.Self.Name,
 		SecAgg: secagg.Params{
 			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(fl.DefaultMetrics),
-			Clip: roundClip, Weighted: true, MaxWeight: roundMaxWeight,
+			Threshold: roundThreshold(len(members), spec.MinCohort),
+			Clip:      roundClip, Weighted: true, MaxWeight: roundMaxWeight,
 		},
 	}
 	bb, err := content.Encode(&bundle)

@@ -25,20 +25,30 @@ const (
 // Privacy says which DP the engine applies to one client step. The content
 // cannot weaken it.
 //
-// UnitRecord: Q is DP-SGD's Poisson sampling rate, Clip the per-example
-// bound, Sigma the noise multiplier and Steps, when > 0, the most DP-SGD
-// steps the client step may take in total (all its model.train runs).
+// UnitRecord: SampleRate is DP-SGD's Poisson sampling rate (the run's
+// privacy.q), Clip the per-example bound, Sigma the noise multiplier and
+// Steps, when > 0, the most DP-SGD steps the client step may take in total
+// (all its model.train runs).
 //
 // UnitSilo: Clip bounds the L2 norm of the whole update (after the
-// strategy's weighting and concatenation), Sigma is the noise multiplier and
-// Q the probability the silo takes part in a round (its client-sampling
-// rate; 0 means 1, every round).
+// strategy's concatenation), Sigma is the noise multiplier. A silo takes
+// part in every round it accepts and its participation is public (its
+// contribution record, the round's participants), so no sampling hides it:
+// a round is the plain Gaussian mechanism, q = 1. SampleRate must then be
+// unset (0) or 1, and Participation too — secret participation, which
+// alone would make amplification by sampling legitimate, is not
+// implemented, so a rate below 1 is refused rather than undercharged.
 type Privacy struct {
-	Unit  Unit
-	Q     float64
-	Clip  float64
-	Sigma float64
-	Steps int
+	Unit Unit
+	// SampleRate is DP-SGD's per-record Poisson sampling rate (record
+	// level only); 0 means unset.
+	SampleRate float64
+	// Participation is the probability a silo takes part in a round
+	// (update level); 0 means unset, which is 1. Only 1 is accepted.
+	Participation float64
+	Clip          float64
+	Sigma         float64
+	Steps         int
 	// Noise is the secure noise source for update-level DP; nil draws a
 	// fresh dp.NewNoise(). Record-level DP-SGD always uses model's own
 	// crypto-keyed generators.
@@ -51,20 +61,30 @@ func (p Privacy) Validate() error {
 		return diag.New(diag.FLBadPrivacy, "privacy "+string(p.Unit), format, args...).
 			WithHelp("scellis privacy calibrate chooses σ for a target ε")
 	}
+	silo := func(format string, args ...any) error {
+		return diag.New(diag.FLBadPrivacy, "privacy "+string(p.Unit), format, args...).
+			WithHelp("remove privacy.q and privacy.participation from the run (or set them to 1) for silo-level datasets; scellis privacy calibrate --q 1 chooses σ for a target ε per round")
+	}
 	finitePos := func(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
 	switch p.Unit {
 	case UnitNone:
 		return nil
 	case UnitRecord:
-		if !(p.Q > 0 && p.Q <= 1) {
-			return bad("sampling rate q = %v is outside (0, 1]", p.Q)
+		if !(p.SampleRate > 0 && p.SampleRate <= 1) {
+			return bad("privacy.q = %v: DP-SGD's sampling rate must lie in (0, 1]", p.SampleRate)
 		}
 		if p.Steps < 0 {
 			return bad("step allowance %d is negative", p.Steps)
 		}
+		if p.Participation != 0 && p.Participation != 1 {
+			return silo("privacy.participation = %v: secret participation is not implemented; a silo takes part in every round it accepts (participation 1)", p.Participation)
+		}
 	case UnitSilo:
-		if !(p.Q >= 0 && p.Q <= 1) {
-			return bad("client-sampling rate q = %v is outside [0, 1] (0 means 1)", p.Q)
+		if p.SampleRate != 0 && p.SampleRate != 1 {
+			return silo("privacy.q = %v: q is DP-SGD's per-record sampling rate, and this dataset is protected at the silo level, where a round releases the whole update every time the silo takes part (q = 1); no sampling happens, so a q below 1 would undercharge every round", p.SampleRate)
+		}
+		if p.Participation != 0 && p.Participation != 1 {
+			return silo("privacy.participation = %v: secret participation is not implemented; a silo takes part in every round it accepts and its participation is public, so each round is charged at q = 1", p.Participation)
 		}
 	default:
 		return diag.New(diag.FLBadPrivacy, "privacy", "unknown unit of privacy %q", p.Unit).
@@ -75,6 +95,27 @@ func (p Privacy) Validate() error {
 	}
 	if !finitePos(p.Sigma) {
 		return bad("noise multiplier σ = %v must be positive and finite", p.Sigma)
+	}
+	return nil
+}
+
+// Mechanisms prices a client step: the mechanisms to charge for it, as the
+// accountant composes them. steps is the number of DP-SGD steps (record
+// level; the client step passes the steps it took, a silo's policy the
+// step allowance, the most a round can cost); it is ignored at the silo
+// level, where a round is one release of the Gaussian mechanism on the
+// grid with q = 1 (ReleaseUpdate adds at least σ times the sensitivity of
+// the encoded, rounded update). This is the one function both the client
+// step and a silo's policy price with. p must be valid (Validate).
+func (p Privacy) Mechanisms(steps int) []dp.Mechanism {
+	switch p.Unit {
+	case UnitRecord:
+		if steps <= 0 {
+			return nil
+		}
+		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, p.SampleRate, int64(steps))}
+	case UnitSilo:
+		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, 1, 1)}
 	}
 	return nil
 }

@@ -26,7 +26,7 @@ func wantDiag(t *testing.T, err error, code diag.Code) *diag.Diagnostic {
 	return ds[0]
 }
 
-var recordDP = Privacy{Unit: UnitRecord, Q: 0.05, Clip: 1, Sigma: 1.1}
+var recordDP = Privacy{Unit: UnitRecord, SampleRate: 0.05, Clip: 1, Sigma: 1.1}
 
 // Under record-level DP, model.train inside the content runs DP-SGD although
 // the built-in strategy passes no DP option: the ledger is told the exact
@@ -165,15 +165,15 @@ func TestUpdateLevelDP(t *testing.T) {
 	if out.Mechanism.Unit != UnitSilo || out.Mechanism.Clip != 0.5 || !slices.Equal(out.Mechanism.Mechanisms, want) {
 		t.Fatalf("mechanism %+v", out.Mechanism)
 	}
-	noisy, err := ClientStep(ctx, env, s, g, train[0], nil, Privacy{Unit: UnitSilo, Clip: 0.5, Sigma: 4, Q: 0.5})
+	noisy, err := ClientStep(ctx, env, s, g, train[0], nil, Privacy{Unit: UnitSilo, Clip: 0.5, Sigma: 4, SampleRate: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := dp.L2Norm(noisy.Update); n < 2 {
 		t.Fatalf("update norm %v: noise of σC = 2 per coordinate is missing", n)
 	}
-	if noisy.Mechanism.Mechanisms[0].Q != 0.5 {
-		t.Fatalf("client-sampling rate lost: %+v", noisy.Mechanism)
+	if !slices.Equal(noisy.Mechanism.Mechanisms, []dp.Mechanism{dp.SubsampledGaussian(4, 1, 1)}) {
+		t.Fatalf("a silo-level round is the plain Gaussian, q = 1: %+v", noisy.Mechanism)
 	}
 	// A site that declines releases nothing and is charged nothing.
 	declined, err := ClientStep(ctx, env, s.With(map[string]any{"work": 0.5}), g, train[0], nil, tiny)
@@ -186,8 +186,12 @@ func TestUpdateLevelDP(t *testing.T) {
 	for _, bad := range []Privacy{
 		{Unit: UnitSilo, Clip: 0, Sigma: 1},
 		{Unit: UnitSilo, Clip: 1, Sigma: 0},
-		{Unit: UnitRecord, Q: 0, Clip: 1, Sigma: 1},
-		{Unit: UnitRecord, Q: 0.1, Clip: math.Inf(1), Sigma: 1},
+		{Unit: UnitRecord, SampleRate: 0, Clip: 1, Sigma: 1},
+		{Unit: UnitRecord, SampleRate: 1.5, Clip: 1, Sigma: 1},
+		{Unit: UnitRecord, SampleRate: 0.1, Clip: math.Inf(1), Sigma: 1},
+		{Unit: UnitSilo, SampleRate: 1e-6, Clip: 1, Sigma: 1}, // no sampling happens: q < 1 would undercharge
+		{Unit: UnitSilo, SampleRate: 0.5, Clip: 1, Sigma: 1},
+		{Unit: UnitSilo, Participation: 0.5, Clip: 1, Sigma: 1}, // secret participation is not implemented
 		{Unit: "dataset", Clip: 1, Sigma: 1},
 	} {
 		_, err := ClientStep(ctx, env, s, g, train[0], nil, bad)

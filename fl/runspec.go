@@ -35,13 +35,16 @@ type RunSpec struct {
 	MinCohort int            `cbor:"min_cohort" json:"min_cohort"`
 	// Privacy parameters; each silo applies them at its dataset's unit
 	// (record-level DP-SGD or update-level). DP false only in own pools.
-	DP        bool    `cbor:"dp" json:"dp"`
-	Clip      float64 `cbor:"clip" json:"clip"`
-	Sigma     float64 `cbor:"sigma" json:"sigma"`
-	Q         float64 `cbor:"q" json:"q"`
-	Steps     int     `cbor:"steps" json:"steps"`
-	SecureAgg bool    `cbor:"secure_agg" json:"secure_agg"`
-	Seed      int64   `cbor:"seed" json:"seed"`
+	DP    bool    `cbor:"dp" json:"dp"`
+	Clip  float64 `cbor:"clip" json:"clip"`
+	Sigma float64 `cbor:"sigma" json:"sigma"`
+	Q     float64 `cbor:"q" json:"q"` // DP-SGD's per-record sampling rate
+	// Participation is privacy.participation, the probability a silo
+	// takes part in a round; 0 (unset) is 1, the only value silos accept.
+	Participation float64 `cbor:"participation,omitempty" json:"participation,omitempty"`
+	Steps         int     `cbor:"steps" json:"steps"`
+	SecureAgg     bool    `cbor:"secure_agg" json:"secure_agg"`
+	Seed          int64   `cbor:"seed" json:"seed"`
 
 	File string `cbor:"-" json:"-"`
 }
@@ -133,7 +136,7 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 	}
 	if n := f["privacy"]; n != nil {
-		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "steps")
+		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "participation", "steps")
 		if v := pf["dp"]; v != nil {
 			s.DP = d.Bool(v, "privacy.dp")
 		}
@@ -145,6 +148,9 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 		if v := pf["q"]; v != nil {
 			s.Q = d.Number(v, "privacy.q", 1e-9, 1)
+		}
+		if v := pf["participation"]; v != nil {
+			s.Participation = d.Number(v, "privacy.participation", 1e-9, 1)
 		}
 		if v := pf["steps"]; v != nil {
 			s.Steps = int(d.Integer(v, "privacy.steps", 1, 1<<30))
@@ -175,7 +181,7 @@ func (s *RunSpec) Privacy(unit Unit) Privacy {
 	if !s.DP {
 		return Privacy{}
 	}
-	return Privacy{Unit: unit, Q: s.Q, Clip: s.Clip, Sigma: s.Sigma, Steps: s.Steps}
+	return Privacy{Unit: unit, SampleRate: s.Q, Participation: s.Participation, Clip: s.Clip, Sigma: s.Sigma, Steps: s.Steps}
 }
 
 // Canonical is the run as it is hashed and shipped: the strategy resolved

@@ -101,7 +101,7 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 	var dpSteps int
 	if privacy.Unit == UnitRecord {
 		env.Training = &script.TrainingPolicy{
-			DP: &model.DPSGD{Q: privacy.Q, Clip: privacy.Clip, Sigma: privacy.Sigma, Steps: privacy.Steps},
+			DP: &model.DPSGD{Q: privacy.SampleRate, Clip: privacy.Clip, Sigma: privacy.Sigma, Steps: privacy.Steps},
 			Trained: func(r script.TrainRun) {
 				if r.DP != nil {
 					dpSteps += r.Steps
@@ -129,8 +129,7 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 				WithHelp("under record-level DP the update must come from model.train; use update-level DP (unit silo) for strategies that compute updates otherwise")
 		}
 		if dpSteps > 0 {
-			out.Mechanism = Mechanism{Unit: UnitRecord, Clip: privacy.Clip,
-				Mechanisms: []dp.Mechanism{dp.SubsampledGaussian(privacy.Sigma, privacy.Q, int64(dpSteps))}}
+			out.Mechanism = Mechanism{Unit: UnitRecord, Clip: privacy.Clip, Mechanisms: privacy.Mechanisms(dpSteps)}
 		}
 	case UnitSilo:
 		if out.Update != nil {
@@ -139,12 +138,7 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 				noise = dp.NewNoise()
 			}
 			noise.PrivatizeUpdate(out.Update, privacy.Clip, privacy.Sigma)
-			q := privacy.Q
-			if q == 0 {
-				q = 1
-			}
-			out.Mechanism = Mechanism{Unit: UnitSilo, Clip: privacy.Clip,
-				Mechanisms: []dp.Mechanism{dp.SubsampledGaussian(privacy.Sigma, q, 1)}}
+			out.Mechanism = Mechanism{Unit: UnitSilo, Clip: privacy.Clip, Mechanisms: privacy.Mechanisms(0)}
 		}
 	}
 	return out, nil

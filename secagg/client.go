@@ -43,6 +43,9 @@ type Client struct {
 	seed    []byte            // b_u
 	held    map[string]heldShares
 	u2      []string
+	// minSurvivors is the fewest sites whose inputs the client lets the
+	// sum hold (RequireSurvivors); the round's floor max(3, t) applies too.
+	minSurvivors int
 
 	// testEncoded, when set by a test, receives the plaintext ring
 	// encoding of the input, so a test can check the sum exactly.
@@ -86,6 +89,24 @@ func NewClient(p Params, id string, identity ed25519.PrivateKey) (*Client, error
 			WithHelp("load the key generated for this site (scellis keygen), or fix its public key in the federation file")
 	}
 	return &Client{r: r, id: id, identity: identity}, nil
+}
+
+// RequireSurvivors makes the client refuse, and abort, when fewer than k
+// sites survive to masked input collection or to unmasking: a silo whose
+// policy sets min_cohort k is never summed with fewer than k sites, whatever
+// the round's threshold. Call it before Advertise.
+func (c *Client) RequireSurvivors(k int) { c.minSurvivors = k }
+
+// checkSurvivors applies the round's floor and RequireSurvivors.
+func (c *Client) checkSurvivors(phase string, have int) error {
+	if err := c.r.checkFloor(phase, have); err != nil {
+		return err
+	}
+	if have < c.minSurvivors {
+		return diag.New(diag.SecAggBelowThreshold, c.subject(), "%d sites left at %s; this site takes part only in sums of at least %d (its min_cohort)", have, phase, c.minSurvivors).
+			WithHelp("too many sites dropped out for this site's policy; the round ends without its input — run it again")
+	}
+	return nil
 }
 
 // ID returns the client's ID.
@@ -335,7 +356,7 @@ func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*Mask
 		c.held[b.From] = h
 		u2 = append(u2, b.From)
 	}
-	if err := c.r.checkFloor("masked input collection", len(u2)); err != nil {
+	if err := c.checkSurvivors("masked input collection", len(u2)); err != nil {
 		return nil, c.fail(err)
 	}
 	slices.Sort(u2)
@@ -496,7 +517,7 @@ func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
 		return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names this client as dropped, but it sent its masked input").
 			WithHelp("the server is faulty"))
 	}
-	if err := c.r.checkFloor("unmasking", len(req.Survivors)); err != nil {
+	if err := c.checkSurvivors("unmasking", len(req.Survivors)); err != nil {
 		return nil, c.fail(err)
 	}
 	out := &Unmasking{Round: c.r.id, From: c.id}

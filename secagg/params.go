@@ -200,6 +200,18 @@ func (p Params) FracBits() (int, error) {
 	return r.fracBits, nil
 }
 
+// EffectiveThreshold returns the threshold t the round runs with: Threshold,
+// or the default ⌊n/2⌋+1 when it is zero. Every sum the server can unmask
+// holds the inputs of at least max(3, t) sites, so a site that takes part
+// only in sums of at least k sites refuses params whose t is below k.
+func (p Params) EffectiveThreshold() (int, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return 0, err
+	}
+	return r.t, nil
+}
+
 func (r *round) subject() string { return fmt.Sprintf("secure aggregation round %q", r.id) }
 
 // checkRound refuses a message of another round.

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/scellis/scellis/diag"
@@ -501,4 +502,33 @@ func TestRefuseUnknownSites(t *testing.T) {
 	// Named dropped although it sent its input.
 	_, err = h.clients["c3"].Unmask(&UnmaskRequest{Round: "r1", Survivors: []string{"c1", "c2", "c4", "c5"}, Dropped: []string{"c3"}})
 	wantCode(t, err, diag.SecAggUnknownSite)
+}
+
+// A client whose site requires at least k survivors (its min_cohort)
+// refuses to unmask a sum of fewer, even when the round's threshold allows
+// it; EffectiveThreshold tells the site the threshold before it joins.
+func TestRefuseFewerSurvivorsThanRequired(t *testing.T) {
+	if tt, err := testParams("r1", 7, 0, 2, 1).EffectiveThreshold(); err != nil || tt != 4 {
+		t.Fatalf("default threshold of 7 sites: %d %v, want 4", tt, err)
+	}
+	h := roundAt(t, 7, 4, 2, stepMask)
+	req, err := h.server.EndMask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five survive: enough for t = 4, not for a site that requires 6.
+	five := &UnmaskRequest{Round: req.Round, Survivors: req.Survivors[:5], Dropped: append(slices.Clone(req.Dropped), req.Survivors[5:]...)}
+	c := h.clients[five.Survivors[0]]
+	c.RequireSurvivors(6)
+	_, err = c.Unmask(five)
+	wantCode(t, err, diag.SecAggBelowThreshold)
+	if !strings.Contains(err.Error(), "at least 6 (its min_cohort)") {
+		t.Fatalf("refusal does not name the site's floor: %v", err)
+	}
+	// A site that requires five answers the same request.
+	c = h.clients[five.Survivors[1]]
+	c.RequireSurvivors(5)
+	if _, err := c.Unmask(five); err != nil {
+		t.Fatalf("five survivors refused by a site requiring five: %v", err)
+	}
 }

@@ -112,7 +112,9 @@ func (p Policy) dataset(name string) (config.Dataset, bool) {
 // round log at time now, and returns every violation (empty: accepted):
 //
 //   - SC9201 the strategy is not accepted;
-//   - SC9204 the cohort is below min_cohort, or below 3;
+//   - SC9204 the cohort is below min_cohort, or below 3, or the secure
+//     aggregation threshold t is below min_cohort (the sum could then be
+//     unmasked with fewer sites than the silo agreed to);
 //   - SC9203 σ is below min_noise_multiplier (a round without DP has none);
 //   - SC9206 the silo has no such dataset;
 //   - SC4004/SC4002/SC4006/SC4007 the trust rules for training
@@ -150,6 +152,10 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 			d.WithHelp("the silo's policy sets min_cohort %d; launch the run with a larger cohort", minCohort)
 		}
 		add(d)
+	}
+	if req.Threshold > 0 && req.Threshold < minCohort {
+		add(diag.New(diag.SiloCohortTooSmall, subject, "the round's secure-aggregation threshold is %d; with it the sum could be unmasked holding only %d sites, and this silo takes part only in sums of at least %d (min_cohort)", req.Threshold, max(req.Threshold, config.MinSites), minCohort).
+			WithHelp("launch the run with cohort.min %d or more (the aggregator sets the threshold to at least cohort.min)", minCohort))
 	}
 
 	dpOn := req.Privacy.Unit != fl.UnitNone

@@ -25,7 +25,7 @@ var (
 	fedavg   = content.Hash([]byte("fedavg source"))
 	other    = content.Hash([]byte("another fedavg"))
 	userRef  = content.Hash([]byte("fedadam source"))
-	roundDP  = fl.Privacy{Unit: fl.UnitRecord, Q: 0.01, Clip: 1, Sigma: 1.1, Steps: 100} // ε ≈ 0.956 at δ = 1e-5
+	roundDP  = fl.Privacy{Unit: fl.UnitRecord, SampleRate: 0.01, Clip: 1, Sigma: 1.1, Steps: 100} // ε ≈ 0.956 at δ = 1e-5
 	baseline = []config.Dataset{
 		{Name: "cardio", Class: trust.Confidential, Unit: fl.UnitRecord, Budget: config.Budget{Epsilon: 3, Delta: 1e-5}},
 		{Name: "registry", Class: trust.Public, Unit: fl.UnitSilo, Budget: config.Budget{Epsilon: 8, Delta: 1e-6}},
@@ -47,7 +47,7 @@ func basePolicy(rounds RoundLog) Policy {
 func baseRequest() RoundRequest {
 	return RoundRequest{
 		Run: "run-7", Round: 3, StrategyRef: fedavg, StrategyName: "fedavg",
-		Dataset: "cardio", Privacy: roundDP, Cohort: 4,
+		Dataset: "cardio", Privacy: roundDP, Cohort: 4, Threshold: 4,
 		Regime: trust.Consortium, SecureAgg: true,
 	}
 }
@@ -117,7 +117,7 @@ func codes(ds diag.List) []diag.Code {
 // Every refusal, one at a time (each case changes one thing of an accepted
 // round), then several together, and the accept cases.
 func TestCheckRound(t *testing.T) {
-	round := dp.SubsampledGaussian(roundDP.Sigma, roundDP.Q, int64(roundDP.Steps))
+	round := dp.SubsampledGaussian(roundDP.Sigma, roundDP.SampleRate, int64(roundDP.Steps))
 	cases := []struct {
 		name   string
 		policy func(*Policy)
@@ -162,6 +162,10 @@ func TestCheckRound(t *testing.T) {
 			req:  func(r *RoundRequest) { r.Cohort = 3 },
 			want: []diag.Code{diag.SiloCohortTooSmall},
 			msg:  []string{"the round has 3 sites; this silo takes part only with at least 4", "min_cohort 4"}},
+		{name: "secure-aggregation threshold below min_cohort",
+			req:  func(r *RoundRequest) { r.Cohort, r.Threshold = 6, 3 },
+			want: []diag.Code{diag.SiloCohortTooSmall},
+			msg:  []string{"threshold is 3; with it the sum could be unmasked holding only 3 sites", "at least 4 (min_cohort)"}},
 		{name: "cohort below three even without min_cohort",
 			policy: func(p *Policy) { p.MinCohort = 0 },
 			req:    func(r *RoundRequest) { r.Cohort = 2 },
@@ -216,14 +220,14 @@ func TestCheckRound(t *testing.T) {
 			req:  func(r *RoundRequest) { r.Regime = "" },
 			want: []diag.Code{diag.UnknownRegime}},
 		{name: "unit of privacy differs from the dataset's",
-			req:  func(r *RoundRequest) { r.Privacy.Unit, r.Privacy.Q = fl.UnitSilo, 1 },
+			req:  func(r *RoundRequest) { r.Privacy.Unit, r.Privacy.SampleRate = fl.UnitSilo, 1 },
 			want: []diag.Code{diag.SiloUnitMismatch},
 			msg:  []string{"asks for silo-level DP, but dataset \"cardio\" is protected at record level"}},
 		{name: "record-level DP without a step allowance",
 			req:  func(r *RoundRequest) { r.Privacy.Steps = 0 },
 			want: []diag.Code{diag.SiloUnpriced}},
 		{name: "invalid privacy parameters",
-			req:  func(r *RoundRequest) { r.Privacy.Q = 2 },
+			req:  func(r *RoundRequest) { r.Privacy.SampleRate = 2 },
 			want: []diag.Code{diag.FLBadPrivacy}},
 		{name: "every violation together",
 			policy: func(p *Policy) { p.Rounds = logWith(5); p.MaxEpsilonPerRound = 0.1 },
@@ -368,15 +372,26 @@ func TestMechanisms(t *testing.T) {
 	if err != nil || len(ms) != 1 || ms[0] != dp.SubsampledGaussian(2, 1, 1) {
 		t.Fatalf("silo, q=0 means 1: %v %v", ms, err)
 	}
-	r.Privacy.Q = 0.25
-	if ms, _ = r.Mechanisms(); ms[0] != dp.SubsampledGaussian(2, 0.25, 1) {
-		t.Fatalf("silo q: %v", ms)
+	// A silo's participation is public: no sampling hides it, so a q (or
+	// a participation rate) below 1 would undercharge; it is refused, and
+	// the diagnostic names the field.
+	r.Privacy.SampleRate = 1e-6
+	if _, err = r.Mechanisms(); !isCode(err, diag.FLBadPrivacy) || !strings.Contains(err.Error(), "privacy.q = 1e-06") {
+		t.Fatalf("silo q = 1e-6: %v", err)
+	}
+	r.Privacy.SampleRate, r.Privacy.Participation = 1, 0.5
+	if _, err = r.Mechanisms(); !isCode(err, diag.FLBadPrivacy) || !strings.Contains(err.Error(), "privacy.participation = 0.5") {
+		t.Fatalf("silo participation 0.5: %v", err)
+	}
+	r.Privacy.Participation = 1
+	if ms, _ = r.Mechanisms(); ms[0] != dp.SubsampledGaussian(2, 1, 1) {
+		t.Fatalf("silo q = 1: %v", ms)
 	}
 	r.Privacy = fl.Privacy{}
 	if ms, err = r.Mechanisms(); ms != nil || err != nil {
 		t.Fatalf("no DP: %v %v", ms, err)
 	}
-	r.Privacy = fl.Privacy{Unit: fl.UnitRecord, Q: 0.1, Clip: 1, Sigma: 1}
+	r.Privacy = fl.Privacy{Unit: fl.UnitRecord, SampleRate: 0.1, Clip: 1, Sigma: 1}
 	if _, err = r.Mechanisms(); !isCode(err, diag.SiloUnpriced) {
 		t.Fatalf("no step allowance: %v", err)
 	}

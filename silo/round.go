@@ -115,10 +115,14 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if d, ok := a.Config.Dataset(spec.Spec.Dataset); ok && d.Unit != "" {
 		unit = d.Unit
 	}
+	threshold, err := b.SecAgg.EffectiveThreshold()
+	if err != nil {
+		return decline(err)
+	}
 	req := RoundRequest{
 		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
 		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.Privacy(unit), Cohort: len(b.SecAgg.Members),
-		Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg,
+		Threshold: threshold, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg,
 	}
 	now := a.now()
 	if ds := a.Policy.CheckRound(req, LedgerOf(a.Ledger), now); ds.HasErrors() {
@@ -201,7 +205,8 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	base, err := a.secaggHost(ctx, b)
 	if err == nil {
-		err = wire.Participate(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), input, weight)
+		err = wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(),
+			wire.Input{Values: input, Weight: weight, MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)})
 	}
 	clear(input)
 	if err != nil {

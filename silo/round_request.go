@@ -24,8 +24,12 @@ type RoundRequest struct {
 	Dataset      string     // the silo's dataset the round trains on
 	Privacy      fl.Privacy // unit, q, clip, σ and step allowance
 	Cohort       int        // sites in the round, this one included
-	Regime       trust.Regime
-	SecureAgg    bool
+	// Threshold is the round's secure-aggregation threshold t (as the
+	// params derive it): the fewest sites a sum can be unmasked with.
+	// 0 means unknown (no secure aggregation), and is not checked.
+	Threshold int
+	Regime    trust.Regime
+	SecureAgg bool
 }
 
 // Subject names the round in diagnostics: "run RUN round N".
@@ -38,7 +42,8 @@ func (r RoundRequest) Key() RoundKey { return RoundKey{Run: r.Run, Round: r.Roun
 // accountant composes it: nil without DP; for record-level DP, DP-SGD's
 // subsampled Gaussian over the whole step allowance (a client step may take
 // fewer steps, and its charge is then smaller); for update-level DP, one
-// Gaussian release sampled with the silo's participation rate q (0 means 1).
+// release of the Gaussian mechanism with q = 1 (fl.Privacy.Mechanisms, the
+// function the client step prices with too).
 // These are the mechanisms the silo's charge for the round is bounded by,
 // computed from σ, q and steps — never an ε typed in by a person.
 //
@@ -59,12 +64,6 @@ func (r RoundRequest) Mechanisms() ([]dp.Mechanism, error) {
 				"record-level DP without a step allowance: the round's ε has no bound before it runs").
 				WithHelp("give the round's privacy a step allowance (steps), so the silo can check the most the round can cost")
 		}
-		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, p.Q, int64(p.Steps))}, nil
-	default: // fl.UnitSilo; Validate refuses any other unit
-		q := p.Q
-		if q == 0 {
-			q = 1
-		}
-		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, q, 1)}, nil
 	}
+	return p.Mechanisms(p.Steps), nil
 }

@@ -96,6 +96,25 @@ seed: 3
 		t.Fatalf("h1's ledger has %d charges, want 3:\n%s", n, out)
 	}
 	mustRun(t, scellisCmd(t, c.dir, "ledger", "verify", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))
+	// A run that asks silo-level datasets for q = 1e-6: no sampling hides
+	// a silo's participation, so the silos refuse it (charging it at q
+	// would undercharge ~10^4-fold) and nothing is charged.
+	c.write("tinyq.yaml", "name: tinyq\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\n"+
+		"cohort: {silos: [h1, h2, h5]}\nprivacy: {clip: 5.0, sigma: 0.5, q: 1.0e-6}\n")
+	tiny := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "tinyq.yaml"))
+	tinyOut, tinyErr, _ := c.cli("alice", "fl", "watch", tiny)
+	if !strings.Contains(tinyOut+tinyErr, "run stopped") {
+		t.Fatalf("a silo-level run with q = 1e-6 went on:\n%s%s", tinyOut, tinyErr)
+	}
+	for _, s := range []string{"h1", "h2", "h5"} {
+		if log, _ := os.ReadFile(filepath.Join(c.dir, s+".log")); !strings.Contains(string(log), "declined: SC9105 privacy.q = 1e-06") {
+			t.Fatalf("%s did not refuse q = 1e-6 naming privacy.q (SC9105):\n%s", s, log)
+		}
+	}
+	out = mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))
+	if n := strings.Count(out, `"consumer"`); n != 3 {
+		t.Fatalf("the refused run was charged: h1's ledger has %d charges, want 3:\n%s", n, out)
+	}
 	// A run over two sites is refused: each could learn the other's update.
 	c.write("two.yaml", "name: two\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\ncohort: {silos: [h1, h2]}\nprivacy: {clip: 5.0, sigma: 0.5}\n")
 	if out, errs, err := c.cli("alice", "fl", "launch", "two.yaml"); err == nil || !strings.Contains(errs, "SC9301") {

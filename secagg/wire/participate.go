@@ -54,6 +54,24 @@ import (
 // round ID: sums of one update over two rounds with different sites
 // reveal the difference.
 func Participate(ctx context.Context, hc *http.Client, base string, params secagg.Params, id ed25519.PrivateKey, input []float64, weight float64) error {
+	return ParticipateWith(ctx, hc, base, params, id, Input{Values: input, Weight: weight})
+}
+
+// Input is what a site puts into a round, for ParticipateWith.
+type Input struct {
+	// Values is the input vector, encoded onto the ring by the client.
+	Values []float64
+	// Weight is the site's weight (weighted rounds).
+	Weight float64
+	// MinSurvivors, when > 0, makes the site refuse to mask or unmask
+	// when fewer sites than that survive (its policy's min_cohort).
+	MinSurvivors int
+}
+
+// ParticipateWith is Participate with the site's input and its own floor
+// on the sites the sum may hold.
+func ParticipateWith(ctx context.Context, hc *http.Client, base string, params secagg.Params, id ed25519.PrivateKey, in Input) error {
+	input, weight := in.Values, in.Weight
 	if hc == nil {
 		return errors.New("wire: Participate needs an *http.Client with the site's mutual TLS config")
 	}
@@ -65,6 +83,7 @@ func Participate(ctx context.Context, hc *http.Client, base string, params secag
 	if err != nil {
 		return err
 	}
+	c.RequireSurvivors(in.MinSurvivors)
 	if err := c.CheckInput(input, weight); err != nil {
 		return err
 	}
