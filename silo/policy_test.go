@@ -447,7 +447,7 @@ policy:
 	}
 	e, _ := cat.Lookup("fedavg")
 	req := baseRequest()
-	req.Cohort = 5
+	req.Cohort, req.Threshold = 5, 5
 	req.StrategyRef = e.Ref
 	if got := pinned.CheckRound(req, freshLedger(), now); len(got) != 0 {
 		t.Fatalf("the silo's own fedavg refused: %v", got)
