@@ -65,6 +65,8 @@ type Options struct {
 	// Raft tuning (0: the consensus defaults).
 	SnapshotThreshold, TrailingLogs, SegmentBytes int
 	SnapshotInterval                              time.Duration
+	// Raft timeouts (0: the consensus defaults, the LAN profile).
+	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
 	LeaseTTL time.Duration
 	Log      io.Writer // operational log; nil: stderr
@@ -165,13 +167,16 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 			}
 			return c
 		},
-		Bootstrap:         boot,
-		Logger:            logOut,
-		LogLevel:          opt.LogLevel,
-		SnapshotThreshold: uint64(opt.SnapshotThreshold),
-		TrailingLogs:      uint64(opt.TrailingLogs),
-		SnapshotInterval:  opt.SnapshotInterval,
-		SegmentSize:       opt.SegmentBytes,
+		Bootstrap:          boot,
+		Logger:             logOut,
+		LogLevel:           opt.LogLevel,
+		SnapshotThreshold:  uint64(opt.SnapshotThreshold),
+		TrailingLogs:       uint64(opt.TrailingLogs),
+		SnapshotInterval:   opt.SnapshotInterval,
+		SegmentSize:        opt.SegmentBytes,
+		HeartbeatTimeout:   opt.RaftHeartbeat,
+		ElectionTimeout:    opt.RaftElection,
+		LeaderLeaseTimeout: opt.RaftLeaderLease,
 	}, n.fsm)
 	if err != nil {
 		return nil, err
@@ -225,6 +230,13 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		n.leaderDuties(ctx)
 	}()
 	return n, nil
+}
+
+// HandOver, on the leader, transfers leadership to the most up-to-date
+// follower before the node stops, so the cluster does not wait out an
+// election timeout; it returns the new leader ("" on a follower).
+func (n *Node) HandOver(ctx context.Context) (string, error) {
+	return n.raft.TransferLeadership(ctx)
 }
 
 // Close stops serving and closes the Raft node; the data stays on disk.

@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"fmt"
+	"time"
+
+	"github.com/scellis/scellis/diag"
+)
 
 // Aggregator configures `scellis aggregator`.
 type Aggregator struct {
@@ -25,11 +30,30 @@ type Aggregator struct {
 	SnapshotInterval  time.Duration
 	TrailingLogs      int
 	SegmentBytes      int
+	// Raft timing: a profile (lan, the default, or wan for links of about
+	// 150 ms round trip) and optional overrides of its three timeouts.
+	// After loading, the three fields hold the values in force.
+	RaftTiming             string
+	RaftHeartbeatTimeout   time.Duration
+	RaftElectionTimeout    time.Duration
+	RaftLeaderLeaseTimeout time.Duration
+}
+
+// RaftTimings are the Raft timeout profiles of an aggregator config:
+// heartbeat, election and leader-lease timeouts. lan suits nodes on one
+// site or on loopback, even on busy machines (a leader heartbeats every
+// tenth of the heartbeat timeout, so a follower calls an election only
+// after ten heartbeats went missing); wan suits hospital links of about
+// 150 ms round trip, where a 1 s timeout is only six round trips and a
+// burst of loss would trigger needless elections.
+var RaftTimings = map[string][3]time.Duration{
+	"lan": {time.Second, time.Second, 500 * time.Millisecond},
+	"wan": {3 * time.Second, 3 * time.Second, 1500 * time.Millisecond},
 }
 
 // LoadAggregator reads an aggregator config.
 func LoadAggregator(file string) (*Aggregator, error) {
-	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn", RoundJoinTimeout: 2 * time.Minute}
+	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn", RoundJoinTimeout: 2 * time.Minute, RaftTiming: "lan"}
 	fields := []field{
 		mk("name", true, "the node's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -44,8 +68,22 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("snapshot_interval", false, "", duration(&c.SnapshotInterval)),
 		mk("trailing_logs", false, "", integer(&c.TrailingLogs, 1, 1<<30)),
 		mk("segment_bytes", false, "", integer(&c.SegmentBytes, 1<<10, 1<<30)),
+		mk("raft_timing", false, "", parsed(func(s string) error {
+			if _, ok := RaftTimings[s]; !ok {
+				return fmt.Errorf("%q is not a Raft timing profile: use lan (one site) or wan (links of about 150 ms round trip)", s)
+			}
+			c.RaftTiming = s
+			return nil
+		}, "lan", "wan")),
+		mk("raft_heartbeat_timeout", false, "", duration(&c.RaftHeartbeatTimeout)),
+		mk("raft_election_timeout", false, "", duration(&c.RaftElectionTimeout)),
+		mk("raft_leader_lease_timeout", false, "", duration(&c.RaftLeaderLeaseTimeout)),
 	}
-	if _, err := load(file, "aggregator config", fields); err != nil {
+	l, err := load(file, "aggregator config", fields)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.raftTimeouts(l); err != nil {
 		return nil, err
 	}
 	c.Identity = resolve(file, c.Identity)
@@ -96,4 +134,25 @@ func LoadWorker(file string) (*Worker, error) {
 	c.Federation = resolve(file, c.Federation)
 	c.CacheDir = resolve(file, c.CacheDir)
 	return c, nil
+}
+
+// raftTimeouts fills the Raft timeouts the profile leaves unset and checks
+// the order Raft needs: leader lease ≤ heartbeat ≤ election.
+func (c *Aggregator) raftTimeouts(l *loaded) error {
+	prof := RaftTimings[c.RaftTiming]
+	for i, d := range []*time.Duration{&c.RaftHeartbeatTimeout, &c.RaftElectionTimeout, &c.RaftLeaderLeaseTimeout} {
+		if *d == 0 {
+			*d = prof[i]
+		}
+	}
+	help := "keep raft_leader_lease_timeout ≤ raft_heartbeat_timeout ≤ raft_election_timeout, or set only raft_timing"
+	if c.RaftLeaderLeaseTimeout > c.RaftHeartbeatTimeout {
+		l.errorf("raft_leader_lease_timeout", diag.InvalidValue, "raft_leader_lease_timeout", help,
+			"the leader lease (%v) is longer than the heartbeat timeout (%v)", c.RaftLeaderLeaseTimeout, c.RaftHeartbeatTimeout)
+	}
+	if c.RaftHeartbeatTimeout > c.RaftElectionTimeout {
+		l.errorf("raft_heartbeat_timeout", diag.InvalidValue, "raft_heartbeat_timeout", help,
+			"the heartbeat timeout (%v) is longer than the election timeout (%v)", c.RaftHeartbeatTimeout, c.RaftElectionTimeout)
+	}
+	return l.d.Err()
 }

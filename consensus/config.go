@@ -58,14 +58,17 @@ type Config struct {
 	Bootstrap []Server
 
 	// HeartbeatTimeout: a follower that hears nothing from the leader for
-	// this long (randomised up to twice as long) starts an election.
-	// Default 300ms.
+	// this long (randomised up to twice as long) starts an election; the
+	// leader heartbeats every tenth of it. Default 1s (hashicorp/raft's LAN
+	// default: on a busy two-core machine 300 ms let a slow scheduler
+	// trigger spontaneous elections). For links of about 150 ms round trip
+	// use 3s (the aggregator config's raft_timing: wan).
 	HeartbeatTimeout time.Duration
 	// ElectionTimeout: how long a candidate waits before a new election.
-	// Default 300ms.
+	// Default 1s; at least HeartbeatTimeout.
 	ElectionTimeout time.Duration
 	// LeaderLeaseTimeout: a leader that cannot reach a quorum for this long
-	// steps down. Default 150ms; at most HeartbeatTimeout.
+	// steps down. Default 500ms; at most HeartbeatTimeout.
 	LeaderLeaseTimeout time.Duration
 	// CommitTimeout: the longest a follower waits to learn a new commit index
 	// when no entries flow. Default 10ms.
@@ -114,9 +117,9 @@ func (c Config) withDefaults() Config {
 			*d = v
 		}
 	}
-	def(&c.HeartbeatTimeout, 300*time.Millisecond)
-	def(&c.ElectionTimeout, 300*time.Millisecond)
-	def(&c.LeaderLeaseTimeout, 150*time.Millisecond)
+	def(&c.HeartbeatTimeout, time.Second)
+	def(&c.ElectionTimeout, time.Second)
+	def(&c.LeaderLeaseTimeout, 500*time.Millisecond)
 	def(&c.CommitTimeout, 10*time.Millisecond)
 	def(&c.IOTimeout, 10*time.Second)
 	def(&c.SnapshotInterval, 60*time.Second)

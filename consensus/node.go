@@ -317,6 +317,35 @@ func (n *Node) WaitLeader(ctx context.Context) (id, address string, err error) {
 	}
 }
 
+// TransferLeadership hands leadership to the most up-to-date follower
+// (Raft's leadership transfer: the follower is caught up, then told to
+// start an election at once), so stopping the leader costs the cluster no
+// election timeout. It returns the new leader's ID; on a follower it does
+// nothing and returns "".
+func (n *Node) TransferLeadership(ctx context.Context) (string, error) {
+	if n.raft.State() != raft.Leader {
+		return "", nil
+	}
+	if err := n.await(ctx, n.raft.LeadershipTransfer()); err != nil {
+		return "", err
+	}
+	id, err := func() (string, error) {
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if id, _ := n.Leader(); id != "" && id != n.cfg.NodeID {
+				return id, nil
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+		}
+	}()
+	return id, err
+}
+
 // Barrier waits until every command committed before it is applied on this
 // node, the leader. Reads served by the leader after a Barrier see every
 // write acknowledged before it.

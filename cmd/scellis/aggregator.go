@@ -30,7 +30,8 @@ disk under data_dir), serves the control-plane API and the blob endpoint over
 mutual TLS pinned to the federation file, and reduces verified results.
 
 The cluster is every aggregator in the federation file; a new cluster
-bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
+bootstraps itself the first time its nodes start. Stop a node with SIGINT
+or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 		Example: `  scellis aggregator --config agg.yaml
 
   # agg.yaml
@@ -39,7 +40,12 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
   federation: federation.yaml
   data_dir: agg-1/data
   lease_ttl: 30s              # how long a worker holds a shard without renewing
-  round_join_timeout: 2m      # how long a training round waits for silos to join`,
+  round_join_timeout: 2m      # how long a training round waits for silos to join
+  raft_timing: lan            # lan (default: 1s heartbeat and election, 500ms
+                              # leader lease) or wan (3s, 3s, 1.5s: links of
+                              # ~150 ms round trip); or set each of
+                              # raft_heartbeat_timeout, raft_election_timeout,
+                              # raft_leader_lease_timeout`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cfgPath == "" {
@@ -58,6 +64,7 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
 				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
 				SecAgg:            wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
+				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
 			})
 			if err != nil {
 				return err
@@ -67,6 +74,15 @@ bootstraps itself the first time its nodes start. Stop a node with SIGINT.`,
 			defer stop()
 			<-ctx.Done()
 			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s stopping\n", c.Name)
+			// A stopping leader hands over first, so the cluster keeps a
+			// leader instead of waiting out an election timeout.
+			hctx, cancel := context.WithTimeout(context.Background(), 2*c.RaftElectionTimeout+time.Second)
+			if to, err := n.HandOver(hctx); err != nil {
+				fmt.Fprintf(cmd.ErrOrStderr(), "aggregator %s: leadership transfer failed (%v); the others will elect a leader\n", c.Name, err)
+			} else if to != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s handed leadership to %s\n", c.Name, to)
+			}
+			cancel()
 			return n.Close()
 		},
 	}

@@ -351,3 +351,38 @@ func TestClusterRestartAfterTailTruncation(t *testing.T) {
 		t.Fatalf("after the restart\n%+v\nbefore\n%+v", after, before)
 	}
 }
+
+// A leader stopped with SIGTERM hands leadership to a follower before it
+// exits: the log says to whom, that node leads the next term, and the
+// cluster goes on committing without the stopped node.
+func TestClusterSIGTERMLeaderHandsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "worker"})
+	c.startAggregators()
+	old := c.leader("alice")
+	if old == "" {
+		t.Fatal("no leader")
+	}
+	term := c.statuses("alice")[old].Raft.Term
+	c.kill(old, syscall.SIGTERM)
+	c.waitExit(old)
+	log, _ := os.ReadFile(filepath.Join(c.dir, old+".log"))
+	var to string
+	for _, line := range strings.Split(string(log), "\n") {
+		if _, after, ok := strings.Cut(line, "handed leadership to "); ok {
+			to = strings.TrimSpace(after)
+		}
+	}
+	if to == "" || to == old {
+		t.Fatalf("%s stopped without handing over leadership:\n%s", old, log)
+	}
+	st := c.statuses("alice")[to]
+	if st.Raft.State != "leader" || st.Raft.Term != term+1 {
+		t.Fatalf("%s after the hand-over: %s in term %d (the old leader led term %d)", to, st.Raft.State, st.Raft.Term, term)
+	}
+	c.startWorker("w1")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-handover", 4)))
+	waitFor(t, "a job under the new leader", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+}

@@ -1,0 +1,46 @@
+package config
+
+import (
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+)
+
+const aggBase = "name: agg-1\nidentity: k\nfederation: f.yaml\ndata_dir: d\n"
+
+// The Raft timeouts come from a profile, each overridable; an order Raft
+// cannot run with is refused at the key that breaks it.
+func TestAggregatorRaftTiming(t *testing.T) {
+	load := func(extra string) (*Aggregator, error) {
+		dir := writeFiles(t, map[string]string{"agg.yaml": aggBase + extra})
+		return LoadAggregator(filepath.Join(dir, "agg.yaml"))
+	}
+	c, err := load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RaftTiming != "lan" || c.RaftHeartbeatTimeout != time.Second || c.RaftElectionTimeout != time.Second || c.RaftLeaderLeaseTimeout != 500*time.Millisecond {
+		t.Fatalf("default timing: %+v", c)
+	}
+	c, err = load("raft_timing: wan\nraft_election_timeout: 5s\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RaftHeartbeatTimeout != 3*time.Second || c.RaftElectionTimeout != 5*time.Second || c.RaftLeaderLeaseTimeout != 1500*time.Millisecond {
+		t.Fatalf("wan timing with an override: %+v", c)
+	}
+	for _, tc := range []struct {
+		extra string
+		want  []string
+	}{
+		{"raft_timing: satellite\n", []string{"SC1005 5:14"}},
+		{"raft_leader_lease_timeout: 2s\n", []string{"SC1005 5:28"}},
+		{"raft_heartbeat_timeout: 2s\nraft_election_timeout: 1s\n", []string{"SC1005 5:25"}},
+	} {
+		_, err := load(tc.extra)
+		if got := where(err); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: got %v, want %v (%v)", tc.extra, got, tc.want, err)
+		}
+	}
+}
