@@ -181,7 +181,7 @@ func newFLBenchPool(b *testing.B) (*runPool, []*model.Dataset, []*silo.Appliance
 	if err != nil {
 		b.Fatal(err)
 	}
-	members := []testMember{{"alice", identity.Worker}}
+	members := []testMember{{"alice", identity.Researcher}}
 	for _, s := range gen {
 		p.silos = append(p.silos, s.Name)
 		members = append(members, testMember{s.Name, identity.Silo})

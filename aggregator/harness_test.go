@@ -75,7 +75,7 @@ func freeAddrs(tb testing.TB, n int) []string {
 // w1..wN, and starts the node (see startTestNode).
 func newTestPool(tb testing.TB, regime trust.Regime, workers int, opt Options) *testPool {
 	tb.Helper()
-	members := []testMember{{"alice", identity.Worker}}
+	members := []testMember{{"alice", identity.Researcher}}
 	for i := 1; i <= workers; i++ {
 		members = append(members, testMember{fmt.Sprintf("w%d", i), identity.Worker})
 	}

@@ -326,12 +326,16 @@ func TestLaw3NoResultBytesThroughControlPlane(t *testing.T) {
 // of a quiet pool and checks each gets its status with a diagnostic and
 // leaves the coordinator state unchanged.
 func testRefusals(t *testing.T, p *testPool, jobID, result content.Ref) {
-	tlsCfg, err := identity.ClientTLSConfig(p.ids["w1"], p.fed, "", identity.Aggregator)
-	if err != nil {
-		t.Fatal(err)
+	// Workers lease and report; a researcher (alice) submits.
+	clients := map[string]*http.Client{}
+	for _, name := range []string{"w1", "alice"} {
+		tlsCfg, err := identity.ClientTLSConfig(p.ids[name], p.fed, "", identity.Aggregator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[name] = &http.Client{Transport: api.Transport(tlsCfg), Timeout: 10 * time.Second}
+		defer clients[name].CloseIdleConnections()
 	}
-	hc := &http.Client{Transport: api.Transport(tlsCfg), Timeout: 10 * time.Second}
-	defer hc.CloseIdleConnections()
 	base := "https://" + p.node.Self.Address
 
 	// A worker trying to push result bytes through the control plane.
@@ -353,6 +357,10 @@ func testRefusals(t *testing.T, p *testPool, jobID, result content.Ref) {
 	}
 	for _, c := range cases {
 		before := p.node.Status()
+		hc := clients["w1"]
+		if c.path == "/v1/jobs" {
+			hc = clients["alice"]
+		}
 		resp, err := hc.Post(base+c.path, "application/json", strings.NewReader(c.body))
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)

@@ -103,6 +103,7 @@ func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter str
 		Job:              pl.ID,
 		Name:             pl.Spec.Name,
 		Bundle:           bundleRef,
+		Submitter:        submitter,
 		Regime:           pl.Spec.Regime,
 		SecurityCritical: pl.Spec.SecurityCritical,
 		Inputs:           req.Inputs,

@@ -142,7 +142,7 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 		return coordinator.StartRun{}, err
 	}
 	return coordinator.StartRun{
-		Run: req.Spec, Name: spec.Name, Rounds: spec.Rounds, Silos: cohort,
+		Run: req.Spec, Name: spec.Name, Rounds: spec.Rounds, Silos: cohort, Submitter: submitter,
 		DP: spec.DP, SecureAgg: spec.SecureAgg,
 		// A silo's training data is confidential unless proven otherwise.
 		Dataset: trust.Item{Name: spec.Dataset, Class: trust.Confidential},

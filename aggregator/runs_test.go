@@ -44,7 +44,7 @@ type runPool struct {
 func newRunPool(tb testing.TB, silos int, opt Options) *runPool {
 	tb.Helper()
 	p := &runPool{data: map[string]*model.Dataset{}}
-	members := []testMember{{"alice", identity.Worker}}
+	members := []testMember{{"alice", identity.Researcher}}
 	for i := 1; i <= silos; i++ {
 		p.silos = append(p.silos, fmt.Sprintf("s%d", i))
 		members = append(members, testMember{p.silos[i-1], identity.Silo})

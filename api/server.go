@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/scellis/scellis/content"
@@ -78,31 +79,6 @@ type MemberRequest struct {
 	Member string `json:"member"`
 }
 
-// Handler returns the API routes. Mount it behind a TLS listener whose
-// config requires and pins client certificates.
-func (s *Server) Handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/jobs", s.auth(s.submit, identity.Aggregator, identity.Silo, identity.Worker))
-	mux.HandleFunc("GET /v1/jobs", s.auth(s.read(s.listJobs)))
-	mux.HandleFunc("GET /v1/jobs/{id}", s.auth(s.read(s.jobStatus)))
-	mux.HandleFunc("GET /v1/jobs/{id}/events", s.auth(s.read(s.jobEvents)))
-	mux.HandleFunc("POST /v1/jobs/{id}/cancel", s.auth(s.cancelJob))
-	mux.HandleFunc("POST /v1/runs", s.auth(s.startRun, identity.Aggregator, identity.Silo, identity.Worker))
-	mux.HandleFunc("GET /v1/runs", s.auth(s.read(s.listRuns)))
-	mux.HandleFunc("GET /v1/runs/{id}", s.auth(s.read(s.runStatus)))
-	mux.HandleFunc("POST /v1/lease", s.auth(s.read(s.lease), identity.Worker, identity.Silo))
-	mux.HandleFunc("POST /v1/renew", s.auth(s.renew, identity.Worker, identity.Silo))
-	mux.HandleFunc("POST /v1/release", s.auth(s.release, identity.Worker, identity.Silo))
-	mux.HandleFunc("POST /v1/results", s.auth(s.report, identity.Worker, identity.Silo))
-	mux.HandleFunc("POST /v1/reduced", s.auth(s.reduced, identity.Aggregator))
-	mux.HandleFunc("GET /v1/receipts", s.auth(s.read(s.receipts)))
-	mux.HandleFunc("GET /v1/contributions", s.auth(s.read(s.contributions)))
-	mux.HandleFunc("GET /v1/status", s.auth(s.status))
-	mux.HandleFunc("POST /v1/cluster/join", s.auth(s.membership(true), identity.Aggregator))
-	mux.HandleFunc("POST /v1/cluster/leave", s.auth(s.membership(false), identity.Aggregator))
-	return mux
-}
-
 type peerKey struct{}
 
 // peerOf returns the authenticated member making the request.
@@ -112,8 +88,8 @@ func peerOf(r *http.Request) identity.Member {
 }
 
 // auth admits only federation members (the TLS layer already refused
-// unknown keys; this is the second lock) with one of roles, if given.
-func (s *Server) auth(h http.HandlerFunc, roles ...identity.Role) http.HandlerFunc {
+// unknown keys; this is the second lock) whose role e allows.
+func (s *Server) auth(h http.HandlerFunc, e Endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		m, ok := s.Fed.PeerFromRequest(r)
 		if !ok {
@@ -121,16 +97,9 @@ func (s *Server) auth(h http.HandlerFunc, roles ...identity.Role) http.HandlerFu
 				WithHelp("add the member's public key to the federation file"))
 			return
 		}
-		if len(roles) > 0 {
-			allowed := false
-			for _, role := range roles {
-				allowed = allowed || m.Role == role
-			}
-			if !allowed {
-				writeDiag(w, http.StatusForbidden, diag.New(diag.PoolUnknownPeer, m.Name, "a %s may not call %s %s", m.Role, r.Method, r.URL.Path).
-					WithHelp("use the identity of a member with the right role"))
-				return
-			}
+		if !e.Allows(m.Role) {
+			writeDiag(w, http.StatusForbidden, Forbidden(m, e))
+			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
 		h(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, m)))
@@ -260,6 +229,8 @@ func statusFor(ds diag.List) int {
 		return http.StatusNotFound
 	case diag.PoolNoLease, diag.PoolLeaseNotLive:
 		return http.StatusConflict
+	case diag.PoolForbidden:
+		return http.StatusForbidden
 	}
 	return http.StatusBadRequest
 }
@@ -547,5 +518,16 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.apply(w, r, coordinator.CancelJob{Job: id, Peer: peerOf(r).Name, Reason: req.Reason, Now: s.now()})
+	p := peerOf(r)
+	s.apply(w, r, coordinator.CancelJob{Job: id, Peer: p.Name, Operator: p.Role == identity.Operator, Reason: req.Reason, Now: s.now()})
+}
+
+// Forbidden is the SC7108 refusal of member m calling e.
+func Forbidden(m identity.Member, e Endpoint) *diag.Diagnostic {
+	roles := make([]string, len(e.Roles))
+	for i, r := range e.Roles {
+		roles[i] = string(r)
+	}
+	return diag.New(diag.PoolForbidden, m.Name, "%s is a %s, and a %s may not call %s", m.Name, m.Role, m.Role, e).
+		WithHelp("%s is for members with role %s; use such an identity (scellis keygen --role …, listed in the federation file)", e, strings.Join(roles, " or "))
 }

@@ -10,10 +10,14 @@ import (
 // whose content fails on every peer would otherwise wait for ever. Rounds
 // of a training run are ended with the run (StopRun), not one by one.
 type CancelJob struct {
-	Job    content.Ref `cbor:"job" json:"job"`
-	Peer   string      `cbor:"peer" json:"peer"` // who cancelled it
-	Reason string      `cbor:"reason" json:"reason"`
-	Now    int64       `cbor:"now" json:"now"`
+	Job  content.Ref `cbor:"job" json:"job"`
+	Peer string      `cbor:"peer" json:"peer"` // who cancelled it
+	// Operator says Peer is an operator (stamped by the server from the
+	// caller's role): operators may cancel any job, anyone else only the
+	// jobs they submitted (SC7108).
+	Operator bool   `cbor:"operator,omitempty" json:"operator,omitempty"`
+	Reason   string `cbor:"reason" json:"reason"`
+	Now      int64  `cbor:"now" json:"now"`
 }
 
 func (CancelJob) command() {}
@@ -49,6 +53,9 @@ func (m *Machine) cancel(c CancelJob) Result {
 	if j == nil {
 		return refuse(unknownJob(c.Job))
 	}
+	if d := mayCancel(c.Peer, c.Operator, "job "+j.Name, j.Submitter); d != nil {
+		return refuse(d)
+	}
 	if j.Run != "" {
 		return refuse(diag.New(diag.RunBadRound, "job "+j.Name, "job %s is a round of a training run", j.ID.Short()).
 			WithHelp("stop the run instead; its open round ends with it"))
@@ -81,4 +88,20 @@ func (m *Machine) cancel(c CancelJob) Result {
 	resp.State = j.State
 	events = append(events, JobCancelled{Job: j.ID, Peer: c.Peer, Reason: c.Reason})
 	return Result{Response: resp, Events: events}
+}
+
+// mayCancel allows a cancel to an operator and to the submitter of what is
+// cancelled; anyone else is refused with SC7108. A job or run with no
+// recorded submitter (from before submitters were recorded) can be
+// cancelled by operators only.
+func mayCancel(peer string, operator bool, subject, submitter string) *diag.Diagnostic {
+	if operator || (submitter != "" && peer == submitter) {
+		return nil
+	}
+	owner := "its submitter " + submitter
+	if submitter == "" {
+		owner = "no recorded submitter"
+	}
+	return diag.New(diag.PoolForbidden, subject, "%s may not cancel it: it has %s, and %s is not an operator", peer, owner, peer).
+		WithHelp("ask the submitter or an operator of the federation to cancel it")
 }

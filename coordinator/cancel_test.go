@@ -11,7 +11,7 @@ import (
 func TestCancelJob(t *testing.T) {
 	m, _ := New(Config{Regime: trust.Own})
 	job := content.Hash([]byte("j"))
-	sub := SubmitJob{Job: job, Name: "j", Bundle: content.Hash([]byte("b")), Now: 1}
+	sub := SubmitJob{Job: job, Name: "j", Bundle: content.Hash([]byte("b")), Submitter: "alice", Now: 1}
 	for i := 0; i < 3; i++ {
 		sub.Shards = append(sub.Shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
 	}
@@ -19,6 +19,21 @@ func TestCancelJob(t *testing.T) {
 	applyEncoded(t, m, Lease{Peer: "w1", Now: 2, Max: 3})
 	applyEncoded(t, m, ReportResult{Peer: "w1", Job: job, Shard: 0, Result: content.Hash([]byte("r0")), Now: 3})
 
+	// Only the submitter and operators may cancel; a refusal changes nothing.
+	before := m.StateHash()
+	wantCode(t, applyEncoded(t, m, CancelJob{Job: job, Peer: "bob", Now: 4}), diag.PoolForbidden)
+	if m.StateHash() != before {
+		t.Fatal("a refused cancel changed the state")
+	}
+	// The same job submitted again by someone else stays alice's.
+	again := sub
+	again.Submitter, again.Now = "bob", 4
+	if r := applyEncoded(t, m, again); r.Refused() || !r.Response.(*SubmitResponse).Existing {
+		t.Fatalf("resubmission by another member: %+v", r)
+	}
+	if st, _ := m.Job(job); st.Submitter != "alice" {
+		t.Fatalf("submitter %q, want alice", st.Submitter)
+	}
 	r := applyEncoded(t, m, CancelJob{Job: job, Peer: "alice", Reason: "shard 1 fails everywhere", Now: 4})
 	if r.Refused() {
 		t.Fatal(r.Refusal)
@@ -35,8 +50,8 @@ func TestCancelJob(t *testing.T) {
 		t.Fatalf("a cancelled job's shard was leased: %+v", g)
 	}
 	wantCode(t, applyEncoded(t, m, ReportReduced{Job: job, Peer: "agg", Reduced: content.Hash([]byte("x")), Now: 6}), diag.PoolJobCancelled)
-	if r := applyEncoded(t, m, CancelJob{Job: job, Peer: "alice", Now: 7}); r.Refused() {
-		t.Fatalf("a retried cancel was refused: %v", r.Refusal)
+	if r := applyEncoded(t, m, CancelJob{Job: job, Peer: "ops", Operator: true, Now: 7}); r.Refused() {
+		t.Fatalf("a retried cancel by an operator was refused: %v", r.Refusal)
 	}
 	// The state survives a snapshot.
 	m2, _ := New(Config{Regime: trust.Own})

@@ -68,7 +68,12 @@ type SubmitJob struct {
 	Models           []trust.Item `cbor:"models" json:"models"` // classed content (models)
 	Policy           Policy       `cbor:"policy" json:"policy"`
 	Shards           []ShardPlan  `cbor:"shards" json:"shards"`
-	Now              int64        `cbor:"now" json:"now"`
+	// Submitter is the member who submitted the job (stamped by the
+	// server from the caller's certificate): it may cancel the job. It is
+	// not part of the plan, so a second submission of the same job by
+	// someone else is the same job, still owned by its first submitter.
+	Submitter string `cbor:"submitter,omitempty" json:"submitter,omitempty"`
+	Now       int64  `cbor:"now" json:"now"`
 }
 
 // Lease asks for up to Max shards (default 1) for Peer. Grants go to

@@ -35,6 +35,7 @@ type JobStatus struct {
 	Method           string        `json:"method"`
 	State            JobState      `json:"state"`
 	SubmittedAt      int64         `json:"submitted_at"`
+	Submitter        string        `json:"submitter,omitempty"`
 	Counts           Counts        `json:"counts"`
 	Reduced          content.Ref   `json:"reduced,omitempty"`
 	Reducer          string        `json:"reducer,omitempty"`
@@ -108,7 +109,7 @@ func (m *Machine) Jobs() []JobStatus {
 func (j *jobState) status() JobStatus {
 	js := JobStatus{
 		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
-		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt,
+		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt, Submitter: j.Submitter,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
 	}
 	js.Counts.Total = len(j.Shards)

@@ -35,7 +35,10 @@ type StartRun struct {
 	SecureAgg bool         `cbor:"secure_agg" json:"secure_agg"`
 	Dataset   trust.Item   `cbor:"dataset" json:"dataset"`
 	Regime    trust.Regime `cbor:"regime" json:"regime"`
-	Now       int64        `cbor:"now" json:"now"`
+	// Submitter is the member who launched the run (stamped by the server
+	// from the caller's certificate); it is not part of the run's plan.
+	Submitter string `cbor:"submitter,omitempty" json:"submitter,omitempty"`
+	Now       int64  `cbor:"now" json:"now"`
 }
 
 // StopRun stops a run before its last round (for example when fewer than
@@ -91,6 +94,7 @@ type runState struct {
 	Rounds    int           `cbor:"rounds"`
 	Silos     []string      `cbor:"silos"`
 	StartedAt int64         `cbor:"started_at"`
+	Submitter string        `cbor:"submitter,omitempty"` // who launched it
 	State     RunState      `cbor:"state"`
 	Jobs      []content.Ref `cbor:"jobs,omitempty"`   // round jobs, in order
 	Models    []content.Ref `cbor:"models,omitempty"` // model after each completed round
@@ -106,6 +110,7 @@ type RunStatus struct {
 	Silos     []string      `json:"silos"`
 	State     RunState      `json:"state"`
 	StartedAt int64         `json:"started_at"`
+	Submitter string        `json:"submitter,omitempty"`
 	Jobs      []content.Ref `json:"jobs"`
 	Models    []content.Ref `json:"models"`
 	DoneAt    int64         `json:"done_at,omitempty"`
@@ -194,7 +199,11 @@ func (m *Machine) startRun(c StartRun) Result {
 		return refuse(diag.New(diag.RunTooFewSites, subject, "the cohort has %d silos; a training run needs at least %d", len(silos), MinSites).
 			WithHelp("with two sites each could subtract its own update from the sum and learn the other's; admit at least three"))
 	}
-	c.Silos, c.Now = silos, 0
+	submitter := c.Submitter
+	if len(submitter) > maxName {
+		return refuse(badCommand("submitter name has more than %d bytes", maxName))
+	}
+	c.Silos, c.Now, c.Submitter = silos, 0, ""
 	plan, err := content.HashOf(c)
 	if err != nil {
 		return refuse(badCommand("run cannot be encoded: %v", err))
@@ -215,7 +224,7 @@ func (m *Machine) startRun(c StartRun) Result {
 	}
 	now := m.clock(c.Now)
 	events := m.advance(now)
-	r := &runState{ID: c.Run, Name: c.Name, Plan: plan, Rounds: c.Rounds, Silos: silos, StartedAt: now, State: RunRunning}
+	r := &runState{ID: c.Run, Name: c.Name, Plan: plan, Rounds: c.Rounds, Silos: silos, StartedAt: now, Submitter: submitter, State: RunRunning}
 	m.st.Runs = append(m.st.Runs, r)
 	events = append(events, RunStarted{Run: r.ID, Name: r.Name, Rounds: r.Rounds, Silos: slices.Clone(silos)})
 	return Result{Response: &StartRunResponse{Run: r.ID}, Events: events}
@@ -364,7 +373,7 @@ func (m *Machine) Run(id content.Ref) (RunStatus, error) {
 
 func (r *runState) status() RunStatus {
 	return RunStatus{
-		ID: r.ID, Name: r.Name, Rounds: r.Rounds, Silos: slices.Clone(r.Silos), State: r.State, StartedAt: r.StartedAt,
+		ID: r.ID, Name: r.Name, Rounds: r.Rounds, Silos: slices.Clone(r.Silos), State: r.State, StartedAt: r.StartedAt, Submitter: r.Submitter,
 		Jobs: append([]content.Ref{}, r.Jobs...), Models: append([]content.Ref{}, r.Models...), DoneAt: r.DoneAt, Reason: r.Reason,
 	}
 }

@@ -61,6 +61,7 @@ type jobState struct {
 	Method           string        `cbor:"method"`
 	Plan             content.Ref   `cbor:"plan"` // hash of the submission without Now
 	SubmittedAt      int64         `cbor:"submitted_at"`
+	Submitter        string        `cbor:"submitter,omitempty"` // who may cancel it, with operators
 	State            JobState      `cbor:"state"`
 	Shards           []*shardState `cbor:"shards"`
 	Reduced          content.Ref   `cbor:"reduced,omitempty"`

@@ -49,7 +49,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 	j := &jobState{
 		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Run: c.Run, Round: c.Round, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
 		Policy: pol, Method: fmt.Sprintf("quorum-%d-exact", pol.Replicas), Plan: plan,
-		SubmittedAt: now, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
+		SubmittedAt: now, Submitter: c.Submitter, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
 	}
 	for i, s := range c.Shards {
 		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: StatePending}
@@ -75,6 +75,9 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 	}
 	if d := checkTime(c.Now); d != nil {
 		return d
+	}
+	if len(c.Submitter) > maxName {
+		return bad("submitter name has more than %d bytes", maxName)
 	}
 	if c.Regime != "" {
 		if _, err := trust.ParseRegime(string(c.Regime)); err != nil {
@@ -155,7 +158,7 @@ func DefaultReplicas(r trust.Regime) int {
 // planHash identifies a submission apart from its time, so that a retried
 // submission is recognised as the same.
 func planHash(c SubmitJob) content.Ref {
-	c.Now = 0
+	c.Now, c.Submitter = 0, ""
 	if len(c.Inputs) == 0 {
 		c.Inputs = nil
 	}

@@ -27,14 +27,24 @@ const (
 	Silo Role = "silo"
 	// Worker: executes generic shards only; holds no data of its own.
 	Worker Role = "worker"
+	// Researcher: a person who submits jobs and launches training runs,
+	// and may cancel what they submitted. Executes nothing.
+	Researcher Role = "researcher"
+	// Operator: a person who runs the federation: may cancel any job or
+	// run and change the aggregator membership. Submits nothing.
+	Operator Role = "operator"
 )
 
-var roles = []string{string(Aggregator), string(Silo), string(Worker)}
+var roles = []string{string(Aggregator), string(Silo), string(Worker), string(Researcher), string(Operator)}
+
+// Person reports whether r is a role for people (researcher, operator)
+// rather than for machines (aggregator, silo, worker).
+func (r Role) Person() bool { return r == Researcher || r == Operator }
 
 // ParseRole checks a role name; an unknown one is SC1101.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case Aggregator, Silo, Worker:
+	case Aggregator, Silo, Worker, Researcher, Operator:
 		return r, nil
 	}
 	help := "use one of: " + strings.Join(roles, ", ")
@@ -50,7 +60,8 @@ type Member struct {
 	Role      Role
 	PublicKey PublicKey
 	// Address is the host:port the member serves on: required for an
-	// aggregator (its control-plane API), optional for silos and workers.
+	// aggregator (its control-plane API), optional for silos and workers,
+	// refused for people (researchers and operators serve nothing).
 	Address string
 	// RaftAddress is the host:port of an aggregator's Raft transport;
 	// optional, and only aggregators may have one.
@@ -265,6 +276,9 @@ func (v *validator) member(n *yaml.Node, i int) (Member, bool) {
 		m.Address = v.address(an, subject, "address")
 	} else if m.Role == Aggregator {
 		d.Errorf(n, diag.MemberAddress, subject, "add address: host:port where this aggregator serves the API", "an aggregator needs an address")
+	}
+	if an := f["address"]; an != nil && m.Role.Person() {
+		d.Errorf(an, diag.MemberAddress, subject, "remove it: researchers and operators only call the aggregators", "a person (%s) serves nothing and has no address", m.Role)
 	}
 	if an := f["raft_address"]; an != nil {
 		m.RaftAddress = v.address(an, subject, "raft_address")

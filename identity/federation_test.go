@@ -190,10 +190,34 @@ func TestLoadFederation(t *testing.T) {
 }
 
 func TestParseRole(t *testing.T) {
-	for _, r := range []Role{Aggregator, Silo, Worker} {
+	for _, r := range []Role{Aggregator, Silo, Worker, Researcher, Operator} {
 		if got, err := ParseRole(string(r)); err != nil || got != r {
 			t.Errorf("ParseRole(%q) = %v, %v", r, got, err)
 		}
 	}
 	wantCode(t, func() error { _, err := ParseRole("Silo"); return err }(), diag.MemberRole)
+}
+
+// People are members too: a researcher and an operator parse, and a person
+// with an address is refused at the address's line.
+func TestParseFederationPeople(t *testing.T) {
+	src := fmt.Sprintf(goodFederation+"  - name: ada\n    role: researcher\n    public_key: %s\n  - name: ops\n    role: operator\n    public_key: %s\n", keys(5)...)
+	fed, err := ParseFederation("fed.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _ := fed.Member("ada"); m.Role != Researcher || !m.Role.Person() {
+		t.Fatalf("ada: %+v", m)
+	}
+	if m, _ := fed.Member("ops"); m.Role != Operator || !m.Role.Person() {
+		t.Fatalf("ops: %+v", m)
+	}
+	if Worker.Person() || Silo.Person() || Aggregator.Person() {
+		t.Fatal("a machine role counts as a person")
+	}
+	_, err = ParseFederation("fed.yaml", []byte(src+"    address: 127.0.0.1:9\n"))
+	ds, ok := diag.As(err)
+	if !ok || len(ds) != 1 || ds[0].Code != diag.MemberAddress || ds[0].Pos.Line != 23 || !strings.Contains(ds[0].Message, "person") {
+		t.Fatalf("a person with an address: %v", err)
+	}
 }

@@ -255,7 +255,7 @@ func TestPoolSweepMatchesSoloAndOutvotesLiar(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}
-	c := newCluster(t, "consortium", 1, member{"w1", "worker"}, member{"w2", "worker"}, member{"liar", "worker"}, member{"alice", "worker"})
+	c := newCluster(t, "consortium", 1, member{"w1", "worker"}, member{"w2", "worker"}, member{"liar", "worker"}, member{"alice", "researcher"})
 	c.write("liar.yaml", "name: liar\nidentity: liar/identity.key\nfederation: federation.yaml\ncache_dir: liar/cache\npoll: 100ms\ncorrupt_results: true\n")
 	job := c.sweep50()
 	mustRun(t, scellisCmd(t, c.dir, "run", job, "--out", "solo"))
@@ -318,7 +318,7 @@ func TestPoolWorkerKilledMidShardIsReplaced(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}
-	c := newCluster(t, "own", 1, member{"victim", "worker"}, member{"w1", "worker"}, member{"alice", "worker"})
+	c := newCluster(t, "own", 1, member{"victim", "worker"}, member{"w1", "worker"}, member{"alice", "researcher"})
 	// Shards that take a moment, so the victim is killed while holding one.
 	c.write("slow.star", "def run(params, inputs):\n    n = 0\n    for i in range(params[\"n\"]):\n        n += i % 7\n    return {\"n\": n}\n")
 	c.write("slow.yaml", "name: slow\nprogram: ./slow.star\npartitioner: {use: items, params: {items: [{n: 3000000}, {n: 3000001}, {n: 3000002}, {n: 3000003}]}}\nreducer: concat\nlimits: {steps: 100000000}\n")
@@ -349,7 +349,7 @@ func TestPoolRefusesUnknownKey(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}
-	c := newCluster(t, "own", 1, member{"alice", "worker"})
+	c := newCluster(t, "own", 1, member{"alice", "researcher"})
 	c.startAggregators()
 	c.mustCLI("alice", "job", "ls") // the pool is up for members
 	// A job nobody can finish (no workers here) can be cancelled.

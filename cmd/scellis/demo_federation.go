@@ -125,7 +125,7 @@ policy:
 			return err
 		}
 	}
-	if err := member("scientist", "worker", ""); err != nil {
+	if err := member("scientist", "researcher", ""); err != nil {
 		return err
 	}
 	d.fed = d.path("federation.yaml")

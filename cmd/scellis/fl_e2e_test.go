@@ -27,7 +27,7 @@ func TestFLRunWithSilos(t *testing.T) {
 	for _, s := range silos {
 		ms = append(ms, member{s, "silo"})
 	}
-	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "worker"})...)
+	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "5", "--rows", "300", "--out", "data"))
 	for i, s := range silos {
 		strategies := ""
@@ -137,7 +137,7 @@ func TestFLFedAvgMatchesCentralised(t *testing.T) {
 	for _, s := range silos {
 		ms = append(ms, member{s, "silo"})
 	}
-	c := newCluster(t, "own", 1, append(ms, member{"alice", "worker"})...)
+	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "600", "--seed", "5", "--out", "data"))
 	var pooled []*model.Dataset
 	for i, s := range silos {

@@ -64,7 +64,7 @@ public key, which also checks the passphrase and the file's permissions.`,
 	f := cmd.Flags()
 	f.StringVar(&o.out, "out", "", "folder to write identity.key and identity.pub to (created if missing)")
 	f.StringVar(&o.name, "name", "", "member name for the printed entry (default: this host's name)")
-	f.StringVar(&o.role, "role", string(identity.Silo), "member role for the printed entry: aggregator, silo or worker")
+	f.StringVar(&o.role, "role", string(identity.Silo), "member role for the printed entry: aggregator, silo, worker (machines), researcher or operator (people)")
 	f.StringVar(&o.address, "address", "", "host:port this member serves on, for the printed entry (required for an aggregator)")
 	f.StringVar(&o.passphraseFile, "passphrase-file", "", "encrypt the key with age under the passphrase on this file's first line")
 	f.StringVar(&o.recipient, "recipient", "", "encrypt the key with age to this recipient (age1…)")
@@ -109,6 +109,10 @@ func runKeygen(o keygenOptions, stdout, stderr io.Writer) error {
 	if o.address != "" {
 		if err := identity.CheckAddress(o.address); err != nil {
 			refused = append(refused, subjectOf(err, "--address"))
+		}
+		if role.Person() {
+			refused = append(refused, diag.New(diag.MemberAddress, "--address", "a person (%s) serves nothing and has no address", role).
+				WithHelp("drop --address; researchers and operators only call the aggregators"))
 		}
 	} else if role == identity.Aggregator {
 		refused = append(refused, diag.New(diag.MemberAddress, "--address", "an aggregator needs an address").

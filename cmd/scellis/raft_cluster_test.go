@@ -89,7 +89,7 @@ func TestClusterLeaderKilledMidJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"w2", "worker"}, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"w2", "worker"}, member{"alice", "researcher"})
 	c.startAggregators()
 	c.startWorker("w1")
 	c.startWorker("w2")
@@ -131,7 +131,7 @@ func TestClusterMinorityAndRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "researcher"})
 	c.startAggregators()
 	c.startWorker("w1")
 	c.kill("agg-3", syscall.SIGKILL)
@@ -185,7 +185,7 @@ func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "researcher"})
 	for _, a := range c.aggs {
 		b, _ := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
 		c.write(a+".yaml", string(b)+"snapshot_threshold: 16\nsnapshot_interval: 200ms\ntrailing_logs: 4\nsegment_bytes: 4096\n")
@@ -223,7 +223,7 @@ func TestClusterRefusesUnknownNode(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"alice", "researcher"})
 	// agg-3 stays down; an impostor with its own key takes agg-3's
 	// addresses, in a federation file of its own that lists its key.
 	c.start("agg-1", "aggregator", "--config", "agg-1.yaml")
@@ -282,7 +282,7 @@ func TestClusterLeaveAndJoin(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"alice", "researcher"})
 	c.startAggregators()
 	voters := func() int { return len(c.statuses("alice")[c.leader("alice")].Raft.Servers) }
 	c.mustCLI("agg-1", "aggregator", "leave", "agg-3")

@@ -1,0 +1,104 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/scellis/scellis/identity"
+)
+
+// Endpoint is one route of an aggregator's HTTP surface and the roles that
+// may call it. Every route is behind mutual TLS pinned to the federation
+// file; Roles narrows it further (empty: every member).
+type Endpoint struct {
+	Method string
+	Path   string
+	Roles  []identity.Role
+}
+
+// String is "METHOD /path".
+func (e Endpoint) String() string { return e.Method + " " + e.Path }
+
+// Allows reports whether a member with role r may call e.
+func (e Endpoint) Allows(r identity.Role) bool {
+	return len(e.Roles) == 0 || slices.Contains(e.Roles, r)
+}
+
+var (
+	people    = []identity.Role{identity.Researcher}
+	executors = []identity.Role{identity.Worker, identity.Silo}
+)
+
+// Endpoints lists every route an aggregator serves, with who may call it:
+// the control plane (Handler) and the blob endpoint (blob.Handler, mounted
+// by the aggregator with BlobReadable deciding reads of result bytes).
+// docs/api.md and SECURITY.md list the same table; a test keeps them true.
+func Endpoints() []Endpoint {
+	return []Endpoint{
+		{"POST", "/v1/jobs", people},
+		{"GET", "/v1/jobs", nil},
+		{"GET", "/v1/jobs/{id}", nil},
+		{"GET", "/v1/jobs/{id}/events", nil},
+		{"POST", "/v1/jobs/{id}/cancel", []identity.Role{identity.Researcher, identity.Operator}},
+		{"POST", "/v1/runs", people},
+		{"GET", "/v1/runs", nil},
+		{"GET", "/v1/runs/{id}", nil},
+		{"POST", "/v1/lease", executors},
+		{"POST", "/v1/renew", executors},
+		{"POST", "/v1/release", executors},
+		{"POST", "/v1/results", executors},
+		{"POST", "/v1/reduced", []identity.Role{identity.Aggregator}},
+		{"GET", "/v1/receipts", nil},
+		{"GET", "/v1/contributions", nil},
+		{"GET", "/v1/status", nil},
+		{"POST", "/v1/cluster/join", []identity.Role{identity.Aggregator, identity.Operator}},
+		{"POST", "/v1/cluster/leave", []identity.Role{identity.Aggregator, identity.Operator}},
+		{"PUT", "/blobs/{ref}", nil},
+		{"GET", "/blobs/{ref}", nil},
+	}
+}
+
+// routes maps each control-plane endpoint to its handler; reads of the
+// local replica go through read (refused when the node is cut off).
+func (s *Server) routes() map[string]http.HandlerFunc {
+	return map[string]http.HandlerFunc{
+		"POST /v1/jobs":             s.submit,
+		"GET /v1/jobs":              s.read(s.listJobs),
+		"GET /v1/jobs/{id}":         s.read(s.jobStatus),
+		"GET /v1/jobs/{id}/events":  s.read(s.jobEvents),
+		"POST /v1/jobs/{id}/cancel": s.cancelJob,
+		"POST /v1/runs":             s.startRun,
+		"GET /v1/runs":              s.read(s.listRuns),
+		"GET /v1/runs/{id}":         s.read(s.runStatus),
+		"POST /v1/lease":            s.read(s.lease),
+		"POST /v1/renew":            s.renew,
+		"POST /v1/release":          s.release,
+		"POST /v1/results":          s.report,
+		"POST /v1/reduced":          s.reduced,
+		"GET /v1/receipts":          s.read(s.receipts),
+		"GET /v1/contributions":     s.read(s.contributions),
+		"GET /v1/status":            s.status,
+		"POST /v1/cluster/join":     s.membership(true),
+		"POST /v1/cluster/leave":    s.membership(false),
+	}
+}
+
+// Handler returns the control-plane routes (every Endpoint under /v1/).
+// Mount it behind a TLS listener whose config requires and pins client
+// certificates.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	hs := s.routes()
+	for _, e := range Endpoints() {
+		if !strings.HasPrefix(e.Path, "/v1/") {
+			continue
+		}
+		h, ok := hs[e.String()]
+		if !ok {
+			panic("api: endpoint without a handler: " + e.String())
+		}
+		mux.HandleFunc(e.String(), s.auth(h, e))
+	}
+	return mux
+}

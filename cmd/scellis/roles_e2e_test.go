@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// refused runs a client command as `as` and checks it is refused with exit
+// code 2 and a diagnostic carrying code and every word of want.
+func (c *cluster) refused(as, code string, want []string, args ...string) {
+	c.t.Helper()
+	out, errs, err := c.cli(as, args...)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		c.t.Fatalf("scellis %v as %s: %v, want exit code 2\n%s%s", args, as, err, out, errs)
+	}
+	for _, w := range append([]string{code}, want...) {
+		if !strings.Contains(errs, w) {
+			c.t.Fatalf("scellis %v as %s: the refusal does not say %q:\n%s", args, as, w, errs)
+		}
+	}
+}
+
+// Roles through the real binary: silos and workers submit and launch
+// nothing; a researcher cancels only what it submitted; an operator
+// cancels anything. Every refusal is a 403 with SC7108 and a diagnostic
+// that says who may.
+func TestRolesThroughTheBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process roles test")
+	}
+	c := newCluster(t, "own", 1, member{"alice", "researcher"}, member{"bob", "researcher"},
+		member{"w1", "worker"}, member{"h1", "silo"}, member{"ops", "operator"})
+	c.startAggregators()
+	job := c.montecarlo("owned", 2)
+	for _, as := range []string{"w1", "h1", "ops"} {
+		c.refused(as, "SC7108", []string{"POST /v1/jobs", "researcher"}, "job", "submit", job)
+	}
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
+	var st struct{ Submitter, State string }
+	if err := json.Unmarshal([]byte(c.mustCLI("bob", "--json", "job", "status", id)), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Submitter != "alice" {
+		t.Fatalf("the job records submitter %q, want alice", st.Submitter)
+	}
+	// Another researcher may not cancel alice's job; a worker may not cancel at all.
+	c.refused("bob", "SC7108", []string{"alice", "operator"}, "job", "cancel", id)
+	c.refused("w1", "SC7108", []string{"researcher or operator"}, "job", "cancel", id)
+	if s := c.status("alice", id); s.State != "running" {
+		t.Fatalf("after refused cancels the job is %s, want running", s.State)
+	}
+	if out := c.mustCLI("ops", "job", "cancel", id, "--reason", "maintenance"); !strings.Contains(out, "cancelled") {
+		t.Fatalf("operator cancel: %s", out)
+	}
+	// A worker or a silo may not launch a training run against the silos.
+	c.write("run.yaml", "name: forbidden\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\nprivacy: {dp: false}\nsecure_aggregation: true\n")
+	for _, as := range []string{"w1", "h1"} {
+		c.refused(as, "SC7108", []string{"POST /v1/runs", "researcher"}, "fl", "launch", "run.yaml")
+	}
+}
