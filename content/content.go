@@ -63,6 +63,14 @@ func Decode(b []byte, v any) error {
 	return decMode.Unmarshal(b, v)
 }
 
+// DecodeFirst checks that b starts with one well-formed CBOR data item and
+// returns the bytes after it. It tells where a self-delimiting item ends in
+// bytes whose length field cannot be trusted (a damaged ledger frame).
+func DecodeFirst(b []byte) (rest []byte, err error) {
+	var v cbor.RawMessage
+	return decMode.UnmarshalFirst(b, &v)
+}
+
 // Hash returns the Ref of raw bytes.
 func Hash(b []byte) Ref {
 	sum := sha256.Sum256(b)

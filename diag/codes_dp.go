@@ -21,4 +21,7 @@ var (
 	LedgerExists        = define("SC5017", "ledger already exists")
 	LedgerUnreadable    = define("SC5018", "ledger file cannot be opened")
 	LedgerBadName       = define("SC5019", "invalid dataset or consumer name")
+	LedgerInsecure      = define("SC5040", "ledger or ledger key file is accessible to others")
+	LedgerHistory       = define("SC5041", "no ledger, but the silo has taken part in runs")
+	LedgerAuditFailed   = define("SC5042", "ledger disagrees with the receipt chain")
 )

@@ -66,7 +66,13 @@ func WritePublicKeyFile(path string, pub ed25519.PublicKey) error {
 }
 
 // ReadPrivateKeyFile reads an Ed25519 private key from a PEM PKCS#8 file.
+// It refuses (SC5040) a key file that its group or other users may access:
+// whoever reads the key can sign ledger entries.
 func ReadPrivateKeyFile(path string) (ed25519.PrivateKey, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o077 != 0 {
+		return nil, diag.New(diag.LedgerInsecure, path, "the ledger key file is accessible to others (mode %04o); refusing to use it", fi.Mode().Perm()).
+			WithHelp("run: chmod 600 %s, and consider the key exposed if others may have read it", path)
+	}
 	block, err := readPEM(path)
 	if err != nil {
 		return nil, err

@@ -100,18 +100,19 @@ func Create(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error)
 	}
 	nonce := make([]byte, 16)
 	readNonce(nonce)
+	format := createFormat
 	g := &Entry{
 		Seq: 0, Kind: KindGenesis, Time: opts.now()().UnixNano(),
 		Genesis: &Genesis{
-			Format: FormatVersion, PublicKey: key.Public().(ed25519.PublicKey),
+			Format: format, PublicKey: key.Public().(ed25519.PublicKey),
 			Orders: slices.Clone(orders), Conversion: conv.String(), Silo: silo, Nonce: nonce,
 		},
 	}
-	p, err := sealEntry(g, key)
+	p, err := sealEntry(g, key, format)
 	if err != nil {
 		return nil, err
 	}
-	data := appendFrame([]byte(fileMagic), p)
+	data := appendFrame([]byte(magicOf(format)), p, format)
 	if err := createFile(path, data); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil, existsDiag(path)
@@ -123,6 +124,10 @@ func Create(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error)
 
 // readNonce fills a genesis nonce; tests replace it for reproducible hashes.
 var readNonce = func(b []byte) { rand.Read(b) }
+
+// createFormat is the format Create writes; tests set 1 to make ledgers of
+// the old format.
+var createFormat = FormatVersion
 
 func existsDiag(path string) error {
 	return diag.New(diag.LedgerExists, path, "a file already exists at the ledger path").
@@ -142,7 +147,7 @@ func Open(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error) {
 	if err != nil {
 		return nil, openDiag(path, err)
 	}
-	l := &Ledger{path: path, f: f, key: key, c: newChain(), now: opts.now()}
+	l := &Ledger{path: path, f: f, key: key, now: opts.now()}
 	unlock, err := lockFile(f, true)
 	if err != nil {
 		f.Close()
@@ -155,13 +160,18 @@ func Open(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error) {
 		return nil, err
 	}
 	head, err := readRange(f, 0, min(fi.Size(), int64(len(fileMagic))))
+	format := 0
 	if err == nil {
-		err = checkMagic(path, head)
+		format, err = checkMagic(path, head)
+	}
+	if err == nil {
+		err = checkLedgerMode(path, fi)
 	}
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	l.c = newChain(format)
 	l.size = int64(len(fileMagic))
 	if err := l.catchUp(); err != nil {
 		f.Close()
@@ -179,6 +189,20 @@ func Open(path string, key ed25519.PrivateKey, opts *Options) (*Ledger, error) {
 			WithHelp("charge with the silo key the ledger was created with (by default PATH.key)")
 	}
 	return l, nil
+}
+
+// checkLedgerMode refuses a ledger file that others may read or write: a
+// writer must be the only one able to append, and the file says which
+// datasets a silo holds and how much it spends.
+func checkLedgerMode(path string, fi os.FileInfo) error {
+	if !fi.Mode().IsRegular() {
+		return diag.New(diag.LedgerNotLedger, path, "is not a regular file")
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return diag.New(diag.LedgerInsecure, path, "the ledger file is accessible to others (mode %04o); refusing to charge it", perm).
+			WithHelp("run: chmod 600 %s (ledgers are created 0600; check who could have changed it)", path)
+	}
+	return nil
 }
 
 func openDiag(path string, err error) error {
@@ -217,7 +241,7 @@ func (l *Ledger) catchUp() error {
 	l.size = end
 	if err != nil {
 		return l.fail(diag.New(diag.LedgerCorrupt, l.path, "ledger fails verification at %v", err).
-			WithHelp("run `scellis ledger verify --ledger %s`; no charge is accepted until the ledger is restored", l.path))
+			WithHelp("the ledger is fenced: no charge is written until an operator restores it (docs/dp.md, \"A damaged ledger\"); run `scellis ledger verify --ledger %s`", l.path))
 	}
 	if torn != nil {
 		if err := cutTail(l.f, l.path, torn); err != nil {
@@ -267,11 +291,11 @@ func (l *Ledger) appendEntry(e *Entry) (*Entry, error) {
 	e.Seq = uint64(len(l.c.entries))
 	e.Prev = l.c.head
 	e.Time = l.now().UnixNano()
-	p, err := sealEntry(e, l.key)
+	p, err := sealEntry(e, l.key, l.c.format)
 	if err != nil {
 		return nil, err
 	}
-	frame := appendFrame(nil, p)
+	frame := appendFrame(nil, p, l.c.format)
 	if _, err := l.f.WriteAt(frame, l.size); err != nil {
 		// Cut whatever part reached the file; if that fails too, the file's
 		// state is unknown.
@@ -530,9 +554,10 @@ func (s *Snapshot) Find(ref content.Ref) (Entry, bool) {
 // internally consistent, not who wrote it.
 //
 // On success it returns a Snapshot. A torn last write — shorter than its
-// frame, as a crash or kill -9 leaves it — is reported in TornBytes, not as
-// an error; a last entry of full length that fails its checksum is an error,
-// since an edit looks the same. A broken chain returns the Snapshot of the valid
+// frame and holding no complete entry, as a crash or kill -9 leaves it — is
+// reported in TornBytes, not as an error; anything else that does not parse
+// (a damaged length field, a full-length last frame failing its checksum,
+// a "torn" frame holding a complete entry) is an error at its offset. A broken chain returns the Snapshot of the valid
 // prefix and a *VerifyError naming the first bad entry. A file that is not a
 // ledger or cannot be read returns a diagnostic.
 func Verify(path string, pub ed25519.PublicKey) (*Snapshot, error) {
@@ -563,20 +588,17 @@ func Verify(path string, pub ed25519.PublicKey) (*Snapshot, error) {
 }
 
 func verifyBytes(path string, data []byte, pub ed25519.PublicKey) (*Snapshot, error) {
-	if err := checkMagic(path, data); err != nil {
+	format, err := checkMagic(path, data)
+	if err != nil {
 		return nil, err
 	}
-	c := newChain()
+	c := newChain(format)
 	_, torn, err := scan(c, data[len(fileMagic):], int64(len(fileMagic)))
 	s := &Snapshot{c: c}
 	if err != nil {
 		return s, err
 	}
 	if torn != nil {
-		if torn.Damaged {
-			return s, &VerifyError{Seq: uint64(len(c.entries)), Offset: torn.Offset,
-				Reason: "the last entry fails its checksum: an edit, or a power loss mid-write (the next charge cuts it off and saves its bytes aside)"}
-		}
 		s.TornBytes = torn.Bytes
 	}
 	if len(c.entries) == 0 {

@@ -20,6 +20,7 @@ import (
 // an entry only if it extends the chain validly. Writers and verifiers run the
 // same apply, so what a writer appends is exactly what a verifier accepts.
 type chain struct {
+	format   int // frame and signature format, from the file's magic
 	entries  []Entry
 	head     content.Ref
 	pub      ed25519.PublicKey
@@ -43,7 +44,9 @@ const (
 	maxOrders     = 1024
 )
 
-func newChain() *chain { return &chain{datasets: map[string]*datasetState{}} }
+func newChain(format int) *chain {
+	return &chain{format: format, datasets: map[string]*datasetState{}}
+}
 
 // verifyTolerance is the slack when a verifier recomputes floating-point
 // values a writer stored (RDP curves, cumulative ε): identical on one
@@ -89,7 +92,7 @@ func (c *chain) applyEntry(e *Entry, recompute bool) error {
 			return fmt.Errorf("genesis public key has %d bytes", len(pub))
 		}
 	}
-	if len(e.Sig) != ed25519.SignatureSize || !ed25519.Verify(pub, signedMessage(e.Hash), e.Sig) {
+	if !verifySig(pub, e.Hash, e.Sig, c.format) {
 		return fmt.Errorf("signature does not verify under the ledger key %s", PublicKeyString(pub))
 	}
 	switch e.Kind {
@@ -119,8 +122,8 @@ func (c *chain) push(e *Entry) {
 
 func (c *chain) applyGenesis(e *Entry) error {
 	g := e.Genesis
-	if g.Format != FormatVersion {
-		return fmt.Errorf("ledger format %d, this program reads format %d", g.Format, FormatVersion)
+	if g.Format != c.format {
+		return fmt.Errorf("genesis says format %d, the file's magic format %d", g.Format, c.format)
 	}
 	if err := CheckOrders(g.Orders); err != nil {
 		return fmt.Errorf("genesis orders: %v", err)
@@ -309,7 +312,7 @@ func (c *chain) statuses() []DatasetStatus {
 // never modified after apply, so sharing their payload pointers is safe.
 func (c *chain) clone() *chain {
 	d := &chain{
-		entries: slices.Clone(c.entries), head: c.head, pub: c.pub,
+		format: c.format, entries: slices.Clone(c.entries), head: c.head, pub: c.pub,
 		orders: slices.Clone(c.orders), conv: c.conv,
 		datasets: make(map[string]*datasetState, len(c.datasets)),
 	}

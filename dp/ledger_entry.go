@@ -10,39 +10,92 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/identity"
 )
 
-// Ledger file format, version 1.
+// Ledger file format, version 2 (written by this package).
 //
-//	file   = magic frame*
-//	magic  = "SCLEDGR1" (8 bytes)
-//	frame  = length:uint32be payload:length bytes crc:uint32be
-//	         (crc is CRC-32C of the length field and the payload)
+//	file    = magic frame*
+//	magic   = "SCLEDGR2" (8 bytes)
+//	frame   = length:uint32be hcrc:uint32be payload:length bytes crc:uint32be
+//	          hcrc is CRC-32C of the length field alone; crc is CRC-32C of
+//	          the length field and the payload
 //	payload = canonical CBOR map {"body": bstr, "hash": tstr, "sig": bstr}
-//	body    = canonical CBOR of Entry (the signed part)
+//	body    = canonical CBOR of Entry (the signed part), Genesis.Format = 2
 //	hash    = content.Hash(body) = "sha256:<hex>"
-//	sig     = Ed25519(silo key, "scellis/dp/ledger-entry/v1\x00" || sha256(body))
+//	sig     = Ed25519ctx(silo key, context identity.PurposeLedgerEntry,
+//	          sha256(body)) (RFC 8032 §5.1: domain-separated from every other
+//	          signature the key makes)
 //
-// The CRC only tells a torn write from a complete one; integrity against a
-// person comes from the hash chain (each body names the previous entry's
-// hash) and the signatures. Every decoder rejects non-canonical bytes, so an
-// entry has exactly one encoding.
+// Version 1 ("SCLEDGR1", Genesis.Format = 1) has no hcrc (8 bytes of frame
+// overhead) and signs with pure Ed25519 over
+// "scellis/dp/ledger-entry/v1\x00" || sha256(body). Ledgers of version 1 are
+// still read, verified and charged (in version 1, so their hash chain and
+// the receipts that cite it stay valid); new ledgers are version 2.
+//
+// The CRCs tell a torn write from a complete one and a damaged length field
+// from an honest one; integrity against a person comes from the hash chain
+// (each body names the previous entry's hash) and the signatures. Every
+// decoder rejects non-canonical bytes, so an entry has exactly one encoding.
+//
+// Crash or corruption: kill -9 or a power loss can only leave a final frame
+// shorter than its length field (or a zero-filled tail), and such a frame
+// holds no complete entry. So only a final frame that is shorter than its
+// (checksummed) length and holds no complete frame or entry anywhere in its
+// bytes is a torn write, which a writer cuts off (saving the bytes aside).
+// Anything else that does not parse is corruption: verification fails at its
+// offset and no charge is written until an operator restores the ledger.
 
 const (
-	fileMagic = "SCLEDGR1"
+	fileMagic   = "SCLEDGR2"
+	fileMagicV1 = "SCLEDGR1"
 	// maxRecord bounds one frame's payload. Entries are a few kilobytes.
 	maxRecord = 1 << 20
-	// frameOverhead is the length and CRC fields around a payload.
-	frameOverhead = 8
 
-	// FormatVersion is the ledger format this package writes and reads.
-	FormatVersion = 1
+	// FormatVersion is the ledger format this package writes; it also
+	// reads and charges format 1.
+	FormatVersion = 2
 )
+
+// frameOverhead is the length, header-CRC and CRC fields around a payload
+// in format v.
+func frameOverhead(v int) int {
+	if v == 1 {
+		return 8
+	}
+	return 12
+}
+
+// headerSize is the bytes before the payload in format v.
+func headerSize(v int) int { return frameOverhead(v) - 4 }
+
+// formatOfMagic returns the format a file's magic announces, 0 if none.
+func formatOfMagic(b []byte) int {
+	if len(b) < len(fileMagic) {
+		return 0
+	}
+	switch string(b[:len(fileMagic)]) {
+	case fileMagic:
+		return 2
+	case fileMagicV1:
+		return 1
+	}
+	return 0
+}
+
+func magicOf(v int) string {
+	if v == 1 {
+		return fileMagicV1
+	}
+	return fileMagic
+}
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// signDomain separates ledger signatures from every other use of the key.
-const signDomain = "scellis/dp/ledger-entry/v1\x00"
+// signDomainV1 separated format-1 ledger signatures (pure Ed25519) from
+// other uses of the key; format 2 uses Ed25519ctx with
+// identity.PurposeLedgerEntry instead.
+const signDomainV1 = "scellis/dp/ledger-entry/v1\x00"
 
 // EntryKind says what an entry records.
 type EntryKind string
@@ -119,20 +172,34 @@ type record struct {
 // errFormat marks a payload that is not a well-formed entry.
 var errFormat = errors.New("malformed entry")
 
-// sealEntry encodes e's body, sets e.Hash and e.Sig, and returns the frame
-// payload.
-func sealEntry(e *Entry, key ed25519.PrivateKey) ([]byte, error) {
+// sealEntry encodes e's body, sets e.Hash and e.Sig (in format v), and
+// returns the frame payload.
+func sealEntry(e *Entry, key ed25519.PrivateKey, v int) ([]byte, error) {
 	body, err := content.Encode(e)
 	if err != nil {
 		return nil, err
 	}
 	e.Hash = content.Hash(body)
-	e.Sig = ed25519.Sign(key, signedMessage(e.Hash))
+	if v == 1 {
+		e.Sig = ed25519.Sign(key, append([]byte(signDomainV1), e.Hash.Digest()...))
+	} else {
+		e.Sig = identity.Sign(identity.FromPrivateKey(key), identity.PurposeLedgerEntry, e.Hash.Digest())
+	}
 	return content.Encode(record{Body: body, Hash: e.Hash, Sig: e.Sig})
 }
 
-func signedMessage(h content.Ref) []byte {
-	return append([]byte(signDomain), h.Digest()...)
+// verifySig reports whether sig is pub's signature of the entry hash h in
+// format v.
+func verifySig(pub ed25519.PublicKey, h content.Ref, sig []byte, v int) bool {
+	if len(sig) != ed25519.SignatureSize || len(pub) != ed25519.PublicKeySize {
+		return false
+	}
+	if v == 1 {
+		return ed25519.Verify(pub, append([]byte(signDomainV1), h.Digest()...), sig)
+	}
+	var k identity.PublicKey
+	copy(k[:], pub)
+	return identity.Verify(k, identity.PurposeLedgerEntry, h.Digest(), sig)
 }
 
 // decodeRecord parses a frame payload into an Entry. It checks that the
@@ -161,13 +228,16 @@ func decodeRecord(p []byte) (*Entry, error) {
 	return &e, nil
 }
 
-// appendFrame appends the frame of payload p to dst.
-func appendFrame(dst, p []byte) []byte {
+// appendFrame appends the frame of payload p in format v to dst.
+func appendFrame(dst, p []byte, v int) []byte {
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(len(p)))
 	crc := crc32.Update(0, crcTable, hdr[:])
-	crc = crc32.Update(crc, crcTable, p)
 	dst = append(dst, hdr[:]...)
+	if v != 1 {
+		dst = binary.BigEndian.AppendUint32(dst, crc)
+	}
+	crc = crc32.Update(crc, crcTable, p)
 	dst = append(dst, p...)
 	return binary.BigEndian.AppendUint32(dst, crc)
 }
@@ -176,50 +246,91 @@ func appendFrame(dst, p []byte) []byte {
 type frameResult int
 
 const (
-	frameOK          frameResult = iota
-	frameEnd                     // no bytes left
-	frameTorn                    // an incomplete last frame: a write cut short
-	frameDamagedLast             // a complete-length last frame failing its CRC
-	frameCorrupt                 // a damaged frame with data after it, or a nonsense length
+	frameOK      frameResult = iota
+	frameEnd                 // no bytes left
+	frameTorn                // an incomplete last frame holding no entry: a write cut short
+	frameCorrupt             // anything else that does not parse
 )
 
 // nextFrame looks at data (the bytes of the file from the frame's offset to
-// the end of the file) and returns the payload of the frame there and the
-// frame's total size.
+// the end of the file) and returns the payload of the frame there, in
+// format v, and the frame's total size.
 //
-// A frame is torn when it is the last thing in the file and shorter than its
-// length field says (a write cut short: kill -9 mid-write can only do this),
-// or when the remaining bytes are all zero (a file extended by the
-// filesystem before its data landed). A last frame of full length failing
-// its CRC is damaged-last: a power loss that persisted part of the write, or
-// an edit; a writer cuts it like a torn one, but verification reports it.
-// Anything else that does not parse is corrupt.
-func nextFrame(data []byte) (payload []byte, size int, res frameResult, why string) {
-	if len(data) == 0 {
+// A frame is torn only when it is the last thing in the file, shorter than
+// its length field says, and its bytes hold no complete entry (a write cut
+// short: kill -9 mid-write can only do this), or when the remaining bytes
+// are all zero (a file extended by the filesystem before its data landed).
+// In format 2 the length field must first pass its own checksum. Anything
+// else — a damaged length, a full-length frame failing its CRC (even the
+// last), a "torn" frame that holds a complete entry — is corrupt: a writer
+// never cuts it.
+func nextFrame(data []byte, v int) (payload []byte, size int, res frameResult, why string) {
+	switch {
+	case len(data) == 0:
 		return nil, 0, frameEnd, ""
-	}
-	if allZero(data) {
+	case allZero(data):
 		return nil, 0, frameTorn, "zero-filled tail"
-	}
-	if len(data) < 4 {
+	case len(data) < headerSize(v):
 		return nil, 0, frameTorn, "incomplete frame header"
 	}
-	n := binary.BigEndian.Uint32(data)
-	if n == 0 || n > maxRecord {
-		return nil, 0, frameCorrupt, fmt.Sprintf("frame length %d is out of range", n)
-	}
-	total := int(n) + frameOverhead
-	if len(data) < total {
-		return nil, 0, frameTorn, fmt.Sprintf("frame of %d bytes cut at %d", total, len(data))
-	}
-	crc := crc32.Update(0, crcTable, data[:4+n])
-	if binary.BigEndian.Uint32(data[4+n:]) != crc {
-		if len(data) == total {
-			return nil, 0, frameDamagedLast, "last frame fails its checksum"
+	payload, size, short, why := parseFrame(data, v)
+	switch {
+	case short:
+		if held := holdsEntry(data, v); held != "" {
+			return nil, 0, frameCorrupt, fmt.Sprintf("the last frame claims %d bytes and only %d follow, but it holds %s: not a torn write", size, len(data), held)
 		}
-		return nil, 0, frameCorrupt, "frame fails its checksum"
+		return nil, 0, frameTorn, fmt.Sprintf("frame of %d bytes cut at %d", size, len(data))
+	case why != "":
+		return nil, 0, frameCorrupt, why
 	}
-	return data[4 : 4+n], total, frameOK, ""
+	return payload, size, frameOK, ""
+}
+
+// parseFrame parses the frame in format v at the start of data (at least
+// its header). It returns the payload and the frame's size, or why the
+// bytes are no frame; short reports a frame whose header is valid but whose
+// claimed size exceeds data (size is then the claimed size).
+func parseFrame(data []byte, v int) (payload []byte, size int, short bool, why string) {
+	hs := headerSize(v)
+	n := binary.BigEndian.Uint32(data)
+	crc := crc32.Update(0, crcTable, data[:4])
+	if v != 1 && binary.BigEndian.Uint32(data[4:]) != crc {
+		return nil, 0, false, "the frame's length field fails its checksum (the length was altered)"
+	}
+	if n == 0 || n > maxRecord {
+		return nil, 0, false, fmt.Sprintf("frame length %d is out of range", n)
+	}
+	size = int(n) + frameOverhead(v)
+	if len(data) < size {
+		return nil, size, true, ""
+	}
+	crc = crc32.Update(crc, crcTable, data[hs:hs+int(n)])
+	if binary.BigEndian.Uint32(data[hs+int(n):]) != crc {
+		return nil, 0, false, "frame fails its checksum"
+	}
+	return data[hs : hs+int(n)], size, false, ""
+}
+
+// holdsEntry reports what complete entry the bytes of an apparently torn
+// last frame (starting at its header) hold, "" if none: a record decoding
+// from the start of the payload (whatever the length field says), or a
+// frame with valid checksums at any later offset. A crash cannot produce
+// either, so such bytes are never cut.
+func holdsEntry(data []byte, v int) string {
+	hs := headerSize(v)
+	if len(data) > hs {
+		if rest, err := content.DecodeFirst(data[hs:]); err == nil {
+			if _, err := decodeRecord(data[hs : len(data)-len(rest)]); err == nil {
+				return "a complete entry after its header"
+			}
+		}
+	}
+	for off := 1; off+frameOverhead(v) <= len(data); off++ {
+		if _, _, short, why := parseFrame(data[off:], v); !short && why == "" {
+			return fmt.Sprintf("a complete frame at byte +%d", off)
+		}
+	}
+	return ""
 }
 
 func allZero(b []byte) bool {

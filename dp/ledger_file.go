@@ -1,10 +1,13 @@
 package dp
 
 import (
+	"time"
+
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/scellis/scellis/content"
 	"io"
 	"io/fs"
 	"os"
@@ -57,10 +60,9 @@ func readRange(f *os.File, from, to int64) ([]byte, error) {
 // tornTail describes bytes after the last complete entry that do not form
 // one: a write cut short by a crash or power loss.
 type tornTail struct {
-	Offset  int64
-	Bytes   int64
-	Why     string
-	Damaged bool // a full-length frame failing its CRC, not merely short
+	Offset int64
+	Bytes  int64
+	Why    string
 }
 
 // VerifyError names the first entry that breaks a ledger's chain.
@@ -76,19 +78,19 @@ func (e *VerifyError) Error() string {
 
 // scan applies the frames in data, which starts at file offset base, to c.
 // It returns the offset just past the last applied frame and, when the bytes
-// after it are a torn write (or a damaged last frame), a description of them. A frame that is damaged
+// after it are a torn write, a description of them. A frame that is damaged
 // but not torn, or an entry that does not extend the chain, is a
 // *VerifyError; the entries before it stay applied.
 func scan(c *chain, data []byte, base int64) (end int64, torn *tornTail, err error) {
 	off := 0
 	for {
 		seq := uint64(len(c.entries))
-		payload, size, res, why := nextFrame(data[off:])
+		payload, size, res, why := nextFrame(data[off:], c.format)
 		switch res {
 		case frameEnd:
 			return base + int64(off), nil, nil
-		case frameTorn, frameDamagedLast:
-			return base + int64(off), &tornTail{Offset: base + int64(off), Bytes: int64(len(data) - off), Why: why, Damaged: res == frameDamagedLast}, nil
+		case frameTorn:
+			return base + int64(off), &tornTail{Offset: base + int64(off), Bytes: int64(len(data) - off), Why: why}, nil
 		case frameCorrupt:
 			return base + int64(off), nil, &VerifyError{Seq: seq, Offset: base + int64(off), Reason: why}
 		}
@@ -107,13 +109,15 @@ func scan(c *chain, data []byte, base int64) (end int64, torn *tornTail, err err
 	}
 }
 
-// checkMagic returns a diagnostic unless data starts with the ledger magic.
-func checkMagic(path string, data []byte) error {
-	if len(data) < len(fileMagic) || string(data[:len(fileMagic)]) != fileMagic {
-		return diag.New(diag.LedgerNotLedger, path, "file is not a Scellis privacy ledger").
-			WithHelp("give the file `scellis ledger init` created; a ledger starts with %q", fileMagic)
+// checkMagic returns the format data's magic announces, or a diagnostic
+// unless data starts with a ledger magic.
+func checkMagic(path string, data []byte) (int, error) {
+	v := formatOfMagic(data)
+	if v == 0 {
+		return 0, diag.New(diag.LedgerNotLedger, path, "file is not a Scellis privacy ledger").
+			WithHelp("give the file `scellis ledger init` created; a ledger starts with %q (or %q, format 1)", fileMagic, fileMagicV1)
 	}
-	return nil
+	return v, nil
 }
 
 // cutTail saves the torn bytes next to the ledger (path.torn-OFFSET, for
@@ -141,7 +145,7 @@ func createFile(path string, data []byte) error {
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	tmp := path + ".tmp-" + hex.EncodeToString(rnd[:])
-	if err := writeNewFile(tmp, data, 0o644); err != nil {
+	if err := writeNewFile(tmp, data, 0o600); err != nil {
 		return err
 	}
 	defer os.Remove(tmp)
@@ -165,4 +169,111 @@ func syncDir(path string) error {
 		return err
 	}
 	return nil
+}
+
+// RepairResult says what Repair did.
+type RepairResult struct {
+	// Reframed are the byte offsets of the frames whose framing (length,
+	// its checksum or the CRC) was rewritten around an intact entry.
+	Reframed []int64
+	// SavedAs is where the damaged file was kept.
+	SavedAs string
+	// Entries is the number of entries of the repaired ledger.
+	Entries int
+}
+
+// Repair rewrites the framing of a ledger whose damage is in the frames
+// only: every frame that fails to parse must still hold, right after its
+// header, a complete entry that extends the chain (hash, signature and
+// budgets as Verify checks them). Such a frame is re-framed around the
+// same bytes, so no signed entry is dropped and no spent ε decreases. A
+// ledger with damaged entries is refused (SC5014): restore it from a copy
+// (docs/dp.md, "A damaged ledger"). The damaged file is kept as
+// path.damaged-UNIXNANO; the repaired one replaces it atomically. Repair
+// needs no key: framing is not signed.
+func Repair(path string, now time.Time) (*RepairResult, error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, openDiag(path, err)
+	}
+	defer f.Close()
+	unlock, err := lockFile(f, true)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, diag.New(diag.LedgerNotLedger, path, "is not a regular file")
+	}
+	data, err := readRange(f, 0, fi.Size())
+	if err != nil {
+		return nil, err
+	}
+	v, err := checkMagic(path, data)
+	if err != nil {
+		return nil, err
+	}
+	res := &RepairResult{}
+	c := newChain(v)
+	out := []byte(magicOf(v))
+	hs := headerSize(v)
+	off := len(fileMagic)
+	unrepairable := func(why string) error {
+		return diag.New(diag.LedgerCorrupt, path, "entry %d (byte %d) cannot be repaired: %s", len(c.entries), off, why).
+			WithHelp("the damage is in the entry itself, not its framing: restore the ledger from a copy and check it with `scellis ledger audit` (docs/dp.md, \"A damaged ledger\")")
+	}
+	for off < len(data) {
+		payload, size, fr, why := nextFrame(data[off:], v)
+		switch fr {
+		case frameTorn:
+			out = append(out, data[off:]...) // a crash's leftovers: the next writer cuts them
+			off = len(data)
+			continue
+		case frameOK:
+		default:
+			if len(data)-off <= hs {
+				return nil, unrepairable(why)
+			}
+			rest, derr := content.DecodeFirst(data[off+hs:])
+			if derr != nil {
+				return nil, unrepairable(why)
+			}
+			payload = data[off+hs : len(data)-len(rest)]
+			size = min(len(data)-off, hs+len(payload)+4)
+			res.Reframed = append(res.Reframed, int64(off))
+		}
+		e, derr := decodeRecord(payload)
+		if derr != nil {
+			return nil, unrepairable(derr.Error())
+		}
+		if aerr := c.apply(e); aerr != nil {
+			return nil, unrepairable(aerr.Error())
+		}
+		out = appendFrame(out, payload, v)
+		off += size
+	}
+	res.Entries = len(c.entries)
+	if len(res.Reframed) == 0 {
+		return res, nil
+	}
+	if _, err := verifyBytes(path, out, nil); err != nil {
+		return nil, fmt.Errorf("dp: the repaired ledger does not verify: %w", err)
+	}
+	res.SavedAs = fmt.Sprintf("%s.damaged-%d", path, now.UnixNano())
+	if err := writeNewFile(res.SavedAs, data, 0o600); err != nil {
+		return nil, fmt.Errorf("dp: keeping the damaged ledger: %w", err)
+	}
+	tmp := fmt.Sprintf("%s.repair-%d", path, now.UnixNano())
+	if err := writeNewFile(tmp, out, 0o600); err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return nil, err
+	}
+	return res, syncDir(path)
 }

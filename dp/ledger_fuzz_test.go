@@ -30,7 +30,7 @@ func seedLedger(f *testing.F) (file []byte, payloads [][]byte) {
 	}
 	off := len(fileMagic)
 	for {
-		p, size, res, _ := nextFrame(file[off:])
+		p, size, res, _ := nextFrame(file[off:], FormatVersion)
 		if res != frameOK {
 			break
 		}
@@ -83,11 +83,12 @@ func FuzzVerifyLedger(f *testing.F) {
 		if err != nil {
 			return
 		}
-		out := []byte(fileMagic)
+		v := formatOfMagic(data)
+		out := []byte(magicOf(v))
 		for _, e := range s.Entries() {
 			body, _ := content.Encode(&e)
 			p, _ := content.Encode(record{Body: body, Hash: e.Hash, Sig: e.Sig})
-			out = appendFrame(out, p)
+			out = appendFrame(out, p, v)
 		}
 		if want := data[:len(data)-int(s.TornBytes)]; !bytes.Equal(out, want) {
 			t.Fatalf("verified ledger does not re-frame to its bytes")

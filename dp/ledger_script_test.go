@@ -333,11 +333,11 @@ func (h *harness) crashMidWrite(c scriptCase) string {
 	cum, order, _ := Epsilon(h.l.c.orders, addCurves(ds.rdp, curve), ds.budget.Delta, h.l.c.conv)
 	e := &Entry{Seq: uint64(len(h.l.c.entries)), Kind: KindCharge, Prev: h.l.c.head, Time: h.clock().UnixNano(),
 		Charge: &Charge{Dataset: req.Dataset, Consumer: req.Consumer, Mechanisms: req.Mechanisms, RDP: curve, Epsilon: alone, Cumulative: cum, Order: order}}
-	p, err := sealEntry(e, h.l.key)
+	p, err := sealEntry(e, h.l.key, FormatVersion)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	frame := appendFrame(nil, p)
+	frame := appendFrame(nil, p, FormatVersion)
 	n := 0
 	if s, ok := strings.CutPrefix(c.args["bytes"], "all-"); ok {
 		k, _ := strconv.Atoi(s)
@@ -364,7 +364,7 @@ func readFrames(t *testing.T, path string) []rawFrame {
 	var out []rawFrame
 	off := len(fileMagic)
 	for {
-		p, size, res, _ := nextFrame(data[off:])
+		p, size, res, _ := nextFrame(data[off:], FormatVersion)
 		if res != frameOK {
 			return out
 		}
@@ -398,7 +398,7 @@ func reframe(t *testing.T, e *Entry, hash content.Ref, sig []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return appendFrame(nil, p)
+	return appendFrame(nil, p, FormatVersion)
 }
 
 func (h *harness) tamper(c scriptCase) string {
@@ -434,8 +434,8 @@ func (h *harness) tamper(c scriptCase) string {
 		raw[n] = reframe(h.t, e, content.Hash(body), e.Sig)
 	case "resign":
 		edit()
-		p, _ := sealEntry(e, mallory)
-		raw[n] = appendFrame(nil, p)
+		p, _ := sealEntry(e, mallory, FormatVersion)
+		raw[n] = appendFrame(nil, p, FormatVersion)
 	case "delete":
 		raw = append(raw[:n], raw[n+1:]...)
 	case "swap":
@@ -465,8 +465,8 @@ func (h *harness) tamper(c scriptCase) string {
 					fe.Charge.RDP[j] /= 2
 				}
 			}
-			p, _ := sealEntry(fe, key)
-			raw[i] = appendFrame(nil, p)
+			p, _ := sealEntry(fe, key, FormatVersion)
+			raw[i] = appendFrame(nil, p, FormatVersion)
 			prev = fe.Hash
 		}
 	default:

@@ -1,6 +1,7 @@
 package dp
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"fmt"
 	"os"
@@ -223,7 +224,9 @@ func TestLedgerConcurrentCharges(t *testing.T) {
 }
 
 // A torn last write (a crash mid-append) is cut on open, saved aside, and
-// no complete entry is lost.
+// no complete entry is lost. A full-length last frame failing its checksum
+// is not a torn write: verification fails, and a writer refuses to open the
+// ledger and cuts nothing.
 func TestLedgerCutsTornTail(t *testing.T) {
 	l, path := newTestLedger(t, 5)
 	if _, err := l.Charge(charge("r1", 1, 0.01, 10)); err != nil {
@@ -231,17 +234,26 @@ func TestLedgerCutsTornTail(t *testing.T) {
 	}
 	l.Close()
 	good, _ := os.ReadFile(path)
-	for _, tail := range [][]byte{{0, 0}, {0, 0, 1, 0, 0xa1}, make([]byte, 4096), []byte("\x00\x00\x00\x05abcde\x00\x00\x00\x00")} {
-		os.WriteFile(path, append(append([]byte{}, good...), tail...), 0o644)
+	short := appendFrame(nil, bytes.Repeat([]byte{0xa1}, 100), FormatVersion)[:30] // valid header, payload cut
+	damaged := appendFrame(nil, []byte("abcde"), FormatVersion)
+	damaged[len(damaged)-1] ^= 1
+	for _, tail := range [][]byte{{0, 0}, {0, 0, 1, 0, 0xa1}, make([]byte, 4096), short, damaged} {
+		os.WriteFile(path, append(append([]byte{}, good...), tail...), 0o600)
 		s, err := Verify(path, nil)
-		if tail[0] != 0 || len(tail) < 4 || tail[3] != 5 {
-			if err != nil || s.TornBytes != int64(len(tail)) || s.Len() != 3 {
-				t.Fatalf("tail %q: verify %v, torn %d", tail, err, s.TornBytes)
+		if bytes.Equal(tail, damaged) {
+			if err == nil || !strings.Contains(err.Error(), "fails its checksum") {
+				t.Fatalf("tail %q: damaged last frame verified: %v", tail, err)
 			}
-		} else if err == nil || !strings.Contains(err.Error(), "fails its checksum") {
-			// A full-length last frame failing its CRC may be an edit:
-			// verification reports it, a writer still cuts it.
-			t.Fatalf("tail %q: damaged last frame verified: %v", tail, err)
+			if _, err := Open(path, testKey(1), nil); err == nil {
+				t.Fatalf("tail %q: a writer opened a ledger with a damaged last frame", tail)
+			}
+			if now, _ := os.ReadFile(path); len(now) != len(good)+len(tail) {
+				t.Fatalf("tail %q: a refused open changed the file", tail)
+			}
+			continue
+		}
+		if err != nil || s.TornBytes != int64(len(tail)) || s.Len() != 3 {
+			t.Fatalf("tail %q: verify %v, torn %d", tail, err, s.TornBytes)
 		}
 		l, err := Open(path, testKey(1), nil)
 		if err != nil {
@@ -259,6 +271,7 @@ func TestLedgerCutsTornTail(t *testing.T) {
 		if err != nil || string(saved) != string(tail) {
 			t.Fatalf("tail %q: torn bytes not saved aside (%v)", tail, err)
 		}
+		os.Remove(fmt.Sprintf("%s.torn-%d", path, len(good)))
 	}
 }
 

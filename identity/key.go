@@ -125,3 +125,13 @@ func (id Identity) String() string { return "identity " + id.pub.String() }
 
 // GoString shows the public key only, so %#v leaks nothing either.
 func (id Identity) GoString() string { return "identity.Identity{" + id.pub.String() + "}" }
+
+// FromPrivateKey wraps an Ed25519 private key held elsewhere (a privacy
+// ledger's key file) as an Identity, so that it signs through Sign with a
+// purpose like every other key.
+func FromPrivateKey(priv ed25519.PrivateKey) *Identity {
+	if len(priv) != ed25519.PrivateKeySize {
+		panic("identity: FromPrivateKey needs an Ed25519 private key")
+	}
+	return fromPrivate(priv)
+}

@@ -155,17 +155,6 @@ func Open(c *config.Silo, id *identity.Identity, fed *identity.Federation, opt O
 	return a, nil
 }
 
-func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*dp.Ledger, error) {
-	opts := &dp.Options{Silo: c.Name, Now: now}
-	if err := os.MkdirAll(filepath.Dir(c.Ledger), 0o700); err != nil {
-		return nil, diag.New(diag.LedgerUnreadable, c.Ledger, "cannot make the ledger's folder: %v", err)
-	}
-	if _, err := os.Lstat(c.Ledger); os.IsNotExist(err) {
-		return dp.Create(c.Ledger, id.PrivateKey(), opts)
-	}
-	return dp.Open(c.Ledger, id.PrivateKey(), opts)
-}
-
 // declareBudgets declares each config dataset's budget in the ledger,
 // unless the ledger already holds one (then the smaller binds, see
 // Policy.CheckRound).

@@ -168,6 +168,22 @@ func (w *roundWorld) checkCharged(h http.Handler) http.Handler {
 // features; policy lists the strategies it accepts (nil: the default).
 func (w *roundWorld) openSilo(name string, strategies []string) *silo.Appliance {
 	w.t.Helper()
+	c := w.siloConfig(name, strategies)
+	a, err := silo.Open(c, w.ids[name], w.fed, silo.Options{Logf: func(f string, args ...any) { w.t.Logf(name+": "+f, args...) }})
+	if err != nil {
+		w.t.Fatalf("opening silo %s: %v", name, err)
+	}
+	w.t.Cleanup(func() { a.Close() })
+	a.RoundTimeout = time.Minute
+	w.mu.Lock()
+	w.silos[name] = a
+	w.mu.Unlock()
+	return a
+}
+
+// siloConfig writes the silo's dataset (once) and returns its config.
+func (w *roundWorld) siloConfig(name string, strategies []string) *config.Silo {
+	w.t.Helper()
 	dir := filepath.Join(w.dir, name)
 	csv := filepath.Join(dir, "patients.csv")
 	if _, err := os.Stat(csv); err != nil {
@@ -192,16 +208,7 @@ func (w *roundWorld) openSilo(name string, strategies []string) *silo.Appliance 
 			Budget: config.Budget{Epsilon: 50, Delta: 1e-5}, Unit: fl.UnitSilo}},
 		Policy: config.SiloPolicy{Strategies: strategies, MinCohort: 3},
 	}
-	a, err := silo.Open(c, w.ids[name], w.fed, silo.Options{Logf: func(f string, args ...any) { w.t.Logf(name+": "+f, args...) }})
-	if err != nil {
-		w.t.Fatalf("opening silo %s: %v", name, err)
-	}
-	w.t.Cleanup(func() { a.Close() })
-	a.RoundTimeout = time.Minute
-	w.mu.Lock()
-	w.silos[name] = a
-	w.mu.Unlock()
-	return a
+	return c
 }
 
 // startRound builds round r of the run the way the run driver does: the

@@ -36,7 +36,7 @@ charges the ledger before an update leaves; compliance officers read and
 verify it. See docs/dp.md.`,
 	}
 	c.AddCommand(newLedgerInitCmd(), newLedgerBudgetCmd(), newLedgerChargeCmd(),
-		newLedgerShowCmd(), newLedgerVerifyCmd(), newLedgerExportCmd())
+		newLedgerShowCmd(), newLedgerVerifyCmd(), newLedgerExportCmd(), newLedgerRepairCmd())
 	return c
 }
 
@@ -319,14 +319,25 @@ func jsonLine(v any) (string, error) {
 }
 
 // verifiedSnapshot reads and verifies a ledger for show and export; a broken
-// ledger is a failure (exit 1) pointing at `ledger verify`.
+// ledger is refused (SC5014, exit 2) pointing at `ledger verify`.
 func verifiedSnapshot(path string) (*dp.Snapshot, error) {
 	s, err := dp.Verify(path, nil)
 	var ve *dp.VerifyError
 	if errors.As(err, &ve) {
-		return nil, &exitError{code: 1, msg: fmt.Sprintf("ledger %s fails verification at %v; run `scellis ledger verify --ledger %s`", path, ve, path)}
+		return nil, corruptDiag(path, ve)
 	}
 	return s, err
+}
+
+// corruptDiag is the refusal of a ledger that fails verification: the first
+// bad entry and its byte offset, and the way back.
+func corruptDiag(path string, ve *dp.VerifyError) *diag.Diagnostic {
+	where := fmt.Sprintf("entry %d (byte %d)", ve.Seq, ve.Offset)
+	if ve.Offset < 0 {
+		where = fmt.Sprintf("entry %d", ve.Seq)
+	}
+	return diag.New(diag.LedgerCorrupt, path, "ledger fails verification at %s: %s", where, ve.Reason).
+		WithHelp("the ledger is fenced: no charge is written until an operator restores it; see docs/dp.md, \"A damaged ledger\" (keep this file aside, restore the last good copy, check it with `scellis ledger audit`)")
 }
 
 // showRow is one charge in `ledger show`.
@@ -444,7 +455,11 @@ func newLedgerVerifyCmd() *cobra.Command {
 		Long: `Verify checks every entry: framing, canonical encoding, hash, link to the
 previous entry, sequence number, Ed25519 signature, and that each charge's RDP
 curve and cumulative ε follow from its mechanism and stay within budget.
-It exits 0 when the ledger is intact and 1 naming the first bad entry.
+It exits 0 when the ledger is intact, and 2 with SC5014 naming the first bad
+entry and its byte offset otherwise. Only a final frame that is shorter than
+its length field and holds no complete entry counts as a torn write (a
+crash); anything else is corruption, and charges are refused until an
+operator restores the ledger (docs/dp.md, "A damaged ledger").
 
 Without --pubkey, verify proves the ledger is consistent in itself, not who
 wrote it: give the silo's public key (a .pub or .key file, or ed25519:BASE64)
@@ -489,7 +504,7 @@ last entries leaves a consistent ledger; give a head hash recorded earlier
 				}
 			}
 			if ve != nil {
-				return &exitError{code: 1, msg: fmt.Sprintf("ledger %s fails verification: %v", path, ve)}
+				return corruptDiag(path, ve)
 			}
 			if !jsonOutput {
 				fmt.Fprintf(out, "ledger %s is intact: %d entries, head %s\n", path, s.Len(), s.Head())
@@ -606,4 +621,48 @@ func exportCSV(w io.Writer, s *dp.Snapshot) error {
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+func newLedgerRepairCmd() *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:   "repair --ledger PATH",
+		Short: "Rewrite damaged framing around intact entries (operators, on a fenced ledger)",
+		Long: `Repair fixes a ledger that fails verification only because of its framing —
+a damaged length field, length checksum or frame CRC — when every entry is
+still intact: each damaged frame must hold, right after its header, a complete
+entry whose hash, signature and budget arithmetic verify and that extends the
+chain. Those bytes are re-framed as they were written, so no signed entry is
+dropped and spent ε never decreases. The damaged file is kept as
+PATH.damaged-UNIXNANO and the repaired one replaces it atomically.
+
+Damage inside an entry is refused (SC5014, exit 2): restore the ledger from a
+copy instead and check it against the receipt chain with 'scellis ledger
+audit' (docs/dp.md, "A damaged ledger"). Stop the silo before repairing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := requireLedger(path); err != nil {
+				return err
+			}
+			r, err := dp.Repair(path, time.Now())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if jsonOutput {
+				return writeJSON(out, map[string]any{"ledger": path, "reframed_offsets": r.Reframed, "saved_as": r.SavedAs, "entries": r.Entries})
+			}
+			if len(r.Reframed) == 0 {
+				fmt.Fprintf(out, "ledger %s: no damaged framing to repair (%d entries)\n", path, r.Entries)
+				return nil
+			}
+			for _, off := range r.Reframed {
+				fmt.Fprintf(out, "re-framed the entry at byte %d\n", off)
+			}
+			fmt.Fprintf(out, "ledger %s repaired: %d entries; the damaged file is kept as %s\n", path, r.Entries, r.SavedAs)
+			return nil
+		},
+	}
+	ledgerPathFlag(c, &path)
+	return c
 }

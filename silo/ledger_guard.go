@@ -1,0 +1,119 @@
+package silo
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/identity"
+)
+
+// ledgerMarker is the file in a silo's data_dir naming the genesis hash of
+// the ledger the silo charges. It is how a silo knows it has history: a
+// missing ledger, or another ledger at the configured path, is then refused
+// rather than silently replaced by one with full budgets.
+const ledgerMarker = "ledger.genesis"
+
+// openLedger opens the silo's ledger, or creates it when the silo has no
+// history. A silo has history when its data_dir holds the ledger marker or
+// the client state of a run it took part in; a missing ledger is then
+// refused (SC5041), and so is a ledger whose genesis is not the marker's.
+func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*dp.Ledger, error) {
+	opts := &dp.Options{Silo: c.Name, Now: now}
+	if err := os.MkdirAll(filepath.Dir(c.Ledger), 0o700); err != nil {
+		return nil, diag.New(diag.LedgerUnreadable, c.Ledger, "cannot make the ledger's folder: %v", err)
+	}
+	marker := filepath.Join(c.DataDir, ledgerMarker)
+	want, err := readMarker(marker)
+	if err != nil {
+		return nil, err
+	}
+	var l *dp.Ledger
+	if _, err := os.Lstat(c.Ledger); errors.Is(err, fs.ErrNotExist) {
+		if evidence := history(c.DataDir, want); evidence != "" {
+			return nil, diag.New(diag.LedgerHistory, c.Ledger, "there is no ledger at this path, but this silo has taken part in runs (%s)", evidence).
+				WithHelp("restore the ledger to %s (or set ledger: back to where it is) and start again; a silo never starts over with fresh budgets. See docs/dp.md, \"A damaged ledger\"", c.Ledger)
+		}
+		if l, err = dp.Create(c.Ledger, id.PrivateKey(), opts); err != nil {
+			return nil, err
+		}
+	} else if l, err = dp.Open(c.Ledger, id.PrivateKey(), opts); err != nil {
+		return nil, err
+	}
+	snap, err := l.Snapshot()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	genesis := snap.Entries()[0].Hash
+	switch {
+	case want == "":
+		if err := writeMarker(marker, string(genesis)); err != nil {
+			l.Close()
+			return nil, diag.New(diag.WorkerConfig, c.Name, "cannot write %s: %v", marker, err).WithHelp("check data_dir in the silo config")
+		}
+	case want != string(genesis):
+		l.Close()
+		return nil, diag.New(diag.LedgerHistory, c.Ledger, "the ledger at this path (genesis %s) is not the ledger this silo has charged (genesis %s, recorded in %s)", genesis.Short(), strings.TrimPrefix(want, "sha256:")[:12], marker).
+			WithHelp("point ledger: at the silo's own ledger, or restore it; a silo never switches to another ledger with fresh budgets")
+	}
+	return l, nil
+}
+
+func readMarker(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", diag.New(diag.SiloStateUnavailable, path, "cannot read the ledger marker: %v", err)
+	}
+	s := strings.TrimSpace(string(b))
+	if !strings.HasPrefix(s, "sha256:") || len(s) != len("sha256:")+64 {
+		return "", diag.New(diag.SiloStateUnavailable, path, "the ledger marker does not hold a genesis hash").
+			WithHelp("restore %s from a backup; it names the genesis hash of the silo's ledger", path)
+	}
+	return s, nil
+}
+
+func writeMarker(path, genesis string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(genesis+"\n"), 0o600); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		err = f.Sync()
+		f.Close()
+	}
+	if err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// history says what in dataDir shows the silo has taken part in runs: the
+// ledger marker, or a run's client-state folder (named by the run's hash).
+func history(dataDir, marker string) string {
+	if marker != "" {
+		return fmt.Sprintf("%s names ledger genesis %s", filepath.Join(dataDir, ledgerMarker), strings.TrimPrefix(marker, "sha256:")[:12])
+	}
+	ents, err := os.ReadDir(dataDir)
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		if _, err := hex.DecodeString(e.Name()); err == nil && len(e.Name()) == 64 && e.IsDir() {
+			return fmt.Sprintf("%s holds the state of run %s", dataDir, e.Name()[:12])
+		}
+	}
+	return ""
+}

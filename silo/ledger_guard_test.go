@@ -1,0 +1,66 @@
+package silo_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/silo"
+)
+
+// A silo with history never starts over with fresh budgets: a removed
+// ledger, or another ledger put at its path, is refused with SC5041; the
+// silo's own ledger, restored, opens again. Its ledger file is 0600.
+func TestSiloRefusesLedgerWithoutHistory(t *testing.T) {
+	w := newRoundWorld(t)
+	const name = "hospital-a"
+	a := w.openSilo(name, nil)
+	c := a.Config
+	a.Close()
+	if fi, err := os.Stat(c.Ledger); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("ledger mode: %v %v", fi.Mode(), err)
+	}
+	own, _ := os.ReadFile(c.Ledger)
+	open := func() error {
+		a, err := silo.Open(c, w.ids[name], w.fed, silo.Options{})
+		if err == nil {
+			a.Close()
+		}
+		return err
+	}
+	wantHistory := func(err error) {
+		t.Helper()
+		ds, ok := diag.As(err)
+		if !ok || ds[0].Code != diag.LedgerHistory {
+			t.Fatalf("got %v, want SC5041", err)
+		}
+	}
+	os.Remove(c.Ledger)
+	wantHistory(open())
+	if _, err := os.Stat(c.Ledger); err == nil {
+		t.Fatal("a refused open created a ledger")
+	}
+	// Another silo's ledger (a fresh one) at the path: refused too.
+	other := w.siloConfig("hospital-b", nil)
+	b, err := silo.Open(other, w.ids["hospital-b"], w.fed, silo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	theirs, _ := os.ReadFile(other.Ledger)
+	os.WriteFile(c.Ledger, theirs, 0o600)
+	if err := open(); err == nil {
+		t.Fatal("a silo opened another silo's ledger")
+	}
+	// Without the marker, a run's client state is history enough.
+	os.Remove(c.Ledger)
+	os.Remove(filepath.Join(c.DataDir, "ledger.genesis"))
+	os.MkdirAll(filepath.Join(c.DataDir, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"), 0o700)
+	wantHistory(open())
+	// Restored, the silo's own ledger opens.
+	os.WriteFile(c.Ledger, own, 0o600)
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+}
