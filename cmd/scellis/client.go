@@ -123,22 +123,28 @@ func printJSON(w io.Writer, b []byte) {
 }
 
 // idCommand builds a command that takes one job or run ID (named by the
-// second word of use), authenticates to the pool as a member, and calls fn
-// with a context that an interrupt cancels.
+// second word of use: JOB_ID or RUN_ID), authenticates to the pool as a
+// member, resolves a short ID prefix to the full ID, and calls fn with a
+// context that an interrupt cancels.
 func idCommand(use, short string, fn func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error) *cobra.Command {
 	var f memberFlags
+	arg := strings.Fields(use)[1]
+	kind := jobID
+	if arg == "RUN_ID" {
+		kind = runID
+	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  exactArgs(1, strings.Fields(use)[1]),
+		Args:  exactArgs(1, arg),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			id, err := parseJobID(args[0])
+			c, _, err := f.client(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
-			c, _, err := f.client(cmd.ErrOrStderr())
+			id, err := resolveID(ctx, c, args[0], kind)
 			if err != nil {
 				return err
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/silo"
@@ -34,7 +35,7 @@ cohort trains on its own data, clips and noises its update, charges its
 privacy ledger and takes part in secure aggregation; the aggregator learns
 only the sum and runs the strategy's server step on it.`,
 	}
-	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd())
+	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLListCmd(), newFLStatusCmd())
 	return cmd
 }
 
@@ -104,7 +105,25 @@ func newFLLaunchCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), resp.Run)
-			fmt.Fprintf(cmd.ErrOrStderr(), "launched %s: %d rounds of %s on dataset %q\n", spec.Name, spec.Rounds, strat.Entry.Name, spec.Dataset)
+			if resp.Existing {
+				// The same spec is the same run: say where it stands
+				// rather than pretend to launch it again.
+				st, _, err := c.RunNow(uctx, resp.Run)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "run %s (%s) was already launched and is %s: %d of %d rounds done%s; nothing changed\n",
+					spec.Name, resp.Run.Short(), st.State, len(st.Models), st.Rounds, reasonSuffix(st.Reason))
+				switch {
+				case st.State == coordinator.RunDone:
+					fmt.Fprintf(cmd.ErrOrStderr(), "scellis: hint: scellis fl model %s exports its model; change the spec (name, rounds, seed) to train again\n", resp.Run.Short())
+					return nil
+				case st.State != coordinator.RunRunning:
+					return nil
+				}
+			} else {
+				fmt.Fprintf(cmd.ErrOrStderr(), "launched %s: %d rounds of %s on dataset %q\n", spec.Name, spec.Rounds, strat.Entry.Name, spec.Dataset)
+			}
 			if watch {
 				return watchRun(ctx, c, resp.Run, cmd.ErrOrStderr())
 			}
@@ -181,7 +200,20 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (r
 	return row, nil
 }
 
-// watchRun prints each round as it lands until the run ends.
+// runEnd is the last record of `fl watch --json`: how the run ended and,
+// when a round failed, every silo's refusal of it.
+type runEnd struct {
+	Final       bool              `json:"final"`
+	Run         content.Ref       `json:"run"`
+	State       string            `json:"state"`
+	Reason      string            `json:"reason,omitempty"`
+	Rounds      int               `json:"rounds_completed"`
+	Diagnostics []diag.Diagnostic `json:"diagnostics"`
+}
+
+// watchRun prints each round as it lands until the run ends. It exits 0
+// only when the run is done; a run that stops or pauses ends the watch
+// with exit code 1, its reason and the silos' refusals of the last round.
 func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) error {
 	shown := 0
 	header := false
@@ -192,7 +224,7 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 		}
 		if !header && !jsonOutput {
 			fmt.Fprintf(w, "run %s (%s): %d rounds, cohort %s\n", st.Name, id.Short(), st.Rounds, strings.Join(st.Silos, ", "))
-			fmt.Fprintf(w, "%5s  %-6s %8s %8s  %s\n", "round", "sites", "loss", "acc", "ε charged this round per silo (each silo's ledger composes them) · dropouts")
+			fmt.Fprintf(w, "%5s  %-6s %8s %8s  %s\n", "round", "sites", "loss", "acc", "ε charged this round per silo (each silo's ledger composes them) · dropouts · declines")
 			header = true
 		}
 		for ; shown < len(st.Models); shown++ {
@@ -218,20 +250,13 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			if len(row.Dropped) > 0 {
 				extra = " · dropped: " + strings.Join(row.Dropped, ",")
 			}
-			for s, why := range row.Declined {
-				extra += fmt.Sprintf(" · %s declined: %s", s, why)
+			for _, s := range sortedKeys(row.Declined) {
+				extra += fmt.Sprintf(" · %s declined: %s", s, row.Declined[s])
 			}
 			fmt.Fprintf(w, "%5d  %-6d %8.4f %8.4f  %s%s\n", row.Round, len(row.Participants), row.Loss, row.Accuracy, strings.Join(eps, ", "), extra)
 		}
 		if st.State != coordinator.RunRunning {
-			if !jsonOutput {
-				reason := ""
-				if st.Reason != "" {
-					reason = ": " + st.Reason
-				}
-				fmt.Fprintf(w, "run %s%s\n", st.State, reason)
-			}
-			return nil
+			return endWatch(ctx, c, st, w)
 		}
 		select {
 		case <-ctx.Done():
@@ -239,6 +264,74 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// endWatch reports how a run ended: the final JSON record or a summary,
+// with the refusals of the round that did not complete; an error (exit 1)
+// unless the run is done.
+func endWatch(ctx context.Context, c *api.Client, st coordinator.RunStatus, w io.Writer) error {
+	end := runEnd{Final: true, Run: st.ID, State: string(st.State), Reason: st.Reason, Rounds: len(st.Models), Diagnostics: []diag.Diagnostic{}}
+	if len(st.Jobs) > len(st.Models) {
+		// The round that did not complete: what each silo said of it.
+		end.Diagnostics = roundRefusals(ctx, c, st.Jobs[len(st.Jobs)-1])
+	}
+	if jsonOutput {
+		b, _ := json.Marshal(end)
+		fmt.Fprintln(w, string(b))
+	} else {
+		fmt.Fprintf(w, "run %s%s\n", st.State, reasonSuffix(st.Reason))
+		for _, d := range end.Diagnostics {
+			fmt.Fprintf(w, "  round %d: %s %s: %s\n", len(st.Models), d.Subject, d.Code, d.Message)
+		}
+	}
+	if st.State == coordinator.RunDone {
+		return nil
+	}
+	return &exitError{code: 1, msg: fmt.Sprintf("run %s is %s after %d of %d rounds%s", st.Name, st.State, len(st.Models), st.Rounds, reasonSuffix(st.Reason))}
+}
+
+// roundRefusals reads a round job's signed contribution records and
+// returns each silo's refusal (declined or failed) as diagnostics whose
+// subject is the silo: codes and the silo's own words, never its data.
+func roundRefusals(ctx context.Context, c *api.Client, job content.Ref) []diag.Diagnostic {
+	out := []diag.Diagnostic{}
+	js, err := c.Job(ctx, job)
+	if err != nil {
+		return out
+	}
+	for _, s := range js.Shards {
+		if s.Result == "" {
+			continue
+		}
+		b, err := c.GetBlob(ctx, s.Result)
+		if err != nil {
+			continue
+		}
+		sc, err := silo.DecodeContribution(b)
+		if err != nil || sc.Record.Status == silo.Contributed {
+			continue
+		}
+		for _, r := range sc.Record.Refusals {
+			out = append(out, diag.Diagnostic{Code: r.Code, Severity: diag.Error, Subject: sc.Record.Silo, Message: r.Message, Help: r.Help})
+		}
+	}
+	return out
+}
+
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return ": " + reason
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // modelExport is what `fl model` writes: the final model and the

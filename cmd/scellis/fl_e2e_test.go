@@ -90,6 +90,7 @@ seed: 3
 	if !strings.Contains(table, "h4 declined: SC9201") || !strings.Contains(table, "h3 declined: SC9207") {
 		t.Fatalf("h4's policy refusal or h3's spent budget is not shown:\n%s", table)
 	}
+	checkFLManagement(t, c, id)
 	// Each participating silo's ledger holds one charge per round and verifies.
 	out := mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))
 	if n := strings.Count(out, `"consumer"`); n != 3 {
@@ -102,9 +103,19 @@ seed: 3
 	c.write("tinyq.yaml", "name: tinyq\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\n"+
 		"cohort: {silos: [h1, h2, h5]}\nprivacy: {clip: 5.0, sigma: 0.5, q: 1.0e-6}\n")
 	tiny := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "tinyq.yaml"))
-	tinyOut, tinyErr, _ := c.cli("alice", "fl", "watch", tiny)
-	if !strings.Contains(tinyOut+tinyErr, "run stopped") {
-		t.Fatalf("a silo-level run with q = 1e-6 went on:\n%s%s", tinyOut, tinyErr)
+	tinyOut, tinyErr, tinyExit := c.cli("alice", "--json", "fl", "watch", tiny[7:19])
+	end := finalRecord(t, tinyOut)
+	if end.State == "done" || end.State == "running" || tinyExit == nil {
+		t.Fatalf("a silo-level run with q = 1e-6 went on, or fl watch exited 0 (%v):\n%s%s", tinyExit, tinyOut, tinyErr)
+	}
+	declined := map[string]bool{}
+	for _, d := range end.Diagnostics {
+		if d.Code == "SC9105" {
+			declined[d.Subject] = true
+		}
+	}
+	if len(declined) != 3 {
+		t.Fatalf("the final record does not carry each silo's SC9105:\n%s", tinyOut)
 	}
 	for _, s := range []string{"h1", "h2", "h5"} {
 		if log, _ := os.ReadFile(filepath.Join(c.dir, s+".log")); !strings.Contains(string(log), "declined: SC9105 privacy.q = 1e-06") {
@@ -193,4 +204,48 @@ func concatRows(a, b *model.Dataset) *model.Dataset {
 		panic(err)
 	}
 	return d
+}
+
+// runEndRecord is the final record of `fl watch --json`.
+type runEndRecord struct {
+	Final       bool
+	State       string
+	Reason      string
+	Diagnostics []struct{ Code, Subject, Message string }
+}
+
+func finalRecord(t *testing.T, out string) runEndRecord {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	var end runEndRecord
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &end); err != nil || !end.Final {
+		t.Fatalf("fl watch --json does not end with a final record (%v):\n%s", err, out)
+	}
+	return end
+}
+
+// checkFLManagement drives the run-management commands against a finished
+// run: ls, status by the 12-digit prefix, a relaunch, the final record of
+// watch, and prefixes that name no run.
+func checkFLManagement(t *testing.T, c *cluster, id string) {
+	short := id[len("sha256:") : len("sha256:")+12]
+	if out := c.mustCLI("alice", "fl", "ls"); !strings.Contains(out, short) || !strings.Contains(out, "done") || !strings.Contains(out, "3/3") {
+		t.Fatalf("fl ls does not list the finished run %s:\n%s", short, out)
+	}
+	if out := c.mustCLI("alice", "fl", "status", short); !strings.Contains(out, "state done; 3 of 3 rounds done") || !strings.Contains(out, "linearizable") {
+		t.Fatalf("fl status %s:\n%s", short, out)
+	}
+	out, errs, err := c.cli("alice", "fl", "launch", "run.yaml")
+	if err != nil || strings.TrimSpace(out) != id || !strings.Contains(errs, "already launched and is done: 3 of 3 rounds done; nothing changed") {
+		t.Fatalf("relaunching a finished run (%v):\n%s%s", err, out, errs)
+	}
+	out, errs, err = c.cli("alice", "--json", "fl", "watch", short)
+	if end := finalRecord(t, out); err != nil || end.State != "done" {
+		t.Fatalf("fl watch --json of a done run (%v):\n%s%s", err, out, errs)
+	}
+	for _, bad := range []string{"000000", "zz"} {
+		if _, errs, err := c.cli("alice", "fl", "status", bad); err == nil || !strings.Contains(errs, "SC9302") && !strings.Contains(errs, "SC1005") {
+			t.Fatalf("fl status %s (%v):\n%s", bad, err, errs)
+		}
+	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
-	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/trust"
@@ -33,15 +32,6 @@ a solo run writes, plus the receipts of the verified shards).`,
 	}
 	cmd.AddCommand(newJobSubmitCmd(), newJobWatchCmd(), newJobStatusCmd(), newJobResultCmd(), newJobListCmd(), newJobCancelCmd())
 	return cmd
-}
-
-func parseJobID(s string) (content.Ref, error) {
-	id, err := content.ParseRef(s)
-	if err != nil {
-		return "", diag.New(diag.InvalidValue, "job", "%q is not a job ID", s).
-			WithHelp("job IDs look like sha256:<64 hex digits>; scellis job ls lists them")
-	}
-	return id, nil
 }
 
 func newJobSubmitCmd() *cobra.Command {

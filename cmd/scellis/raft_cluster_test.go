@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -359,7 +361,7 @@ func TestClusterSIGTERMLeaderHandsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "researcher"})
 	c.startAggregators()
 	old := c.leader("alice")
 	if old == "" {
@@ -385,4 +387,46 @@ func TestClusterSIGTERMLeaderHandsOver(t *testing.T) {
 	c.startWorker("w1")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-handover", 4)))
 	waitFor(t, "a job under the new leader", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	// The 12 hex digits the CLI prints name the job.
+	if out := c.mustCLI("alice", "job", "status", id[7:19]); !strings.Contains(out, "state done") || !strings.Contains(out, id) {
+		t.Fatalf("job status by prefix:\n%s", out)
+	}
+}
+
+// With no aggregator running, the commands a person types fail with SC7103
+// naming every node, instead of retrying silently for minutes.
+func TestCLIFailsWhenNoAggregatorAnswers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process test")
+	}
+	c := newCluster(t, "consortium", 3, member{"alice", "researcher"})
+	c.write("run.yaml", "name: nowhere\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\nprivacy: {clip: 1.0, sigma: 1.0}\nsecure_aggregation: true\n")
+	cmds := [][]string{
+		{"job", "ls"},
+		{"job", "submit", c.montecarlo("mc-nowhere", 2)},
+		{"fl", "launch", "run.yaml"},
+		{"fl", "status", "0123456789ab"},
+	}
+	type result struct {
+		args       []string
+		errs       string
+		err        error
+		overallDur time.Duration
+	}
+	results := make(chan result, len(cmds))
+	for _, args := range cmds {
+		go func() {
+			start := time.Now()
+			_, errs, err := c.cli("alice", args...)
+			results <- result{args, errs, err, time.Since(start)}
+		}()
+	}
+	for range cmds {
+		r := <-results
+		var ee *exec.ExitError
+		if !errors.As(r.err, &ee) || ee.ExitCode() != 2 || !strings.Contains(r.errs, "SC7103") || !strings.Contains(r.errs, "no aggregator answered") {
+			t.Errorf("scellis %v with no aggregator running (%v):\n%s", r.args, r.err, r.errs)
+		}
+		t.Logf("scellis %v gave up after %v", r.args, r.overallDur.Round(100*time.Millisecond))
+	}
 }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+)
+
+func newFLListCmd() *cobra.Command {
+	var f memberFlags
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the pool's training runs: ID, name, state, rounds done",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := f.client(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+			defer cancel()
+			runs, err := c.Runs(ctx)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if jsonOutput {
+				b, _ := json.MarshalIndent(runs, "", "  ")
+				printJSON(w, b)
+				return nil
+			}
+			if len(runs) == 0 {
+				fmt.Fprintln(w, "no training runs in this pool (scellis fl launch RUN.yaml starts one)")
+				return nil
+			}
+			fmt.Fprintf(w, "%-12s  %-24s %-8s %7s  %s\n", "run", "name", "state", "rounds", "reason")
+			for _, r := range runs {
+				fmt.Fprintf(w, "%-12s  %-24s %-8s %3d/%-3d  %s\n", r.ID.Short(), r.Name, r.State, len(r.Models), r.Rounds, r.Reason)
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newFLStatusCmd() *cobra.Command {
+	return idCommand("status RUN_ID", "Show one training run: state, rounds done, cohort, latest model (a linearizable read)",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			st, info, err := c.RunNow(ctx, id)
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if jsonOutput {
+				b, _ := json.MarshalIndent(st, "", "  ")
+				printJSON(w, b)
+				return nil
+			}
+			fmt.Fprintf(w, "run %s  %s\n  state %s%s; %d of %d rounds done\n", st.Name, st.ID, st.State, reasonSuffix(st.Reason), len(st.Models), st.Rounds)
+			fmt.Fprintf(w, "  cohort %s\n", strings.Join(st.Silos, ", "))
+			fmt.Fprintf(w, "  started %s", time.UnixMilli(st.StartedAt).UTC().Format(time.RFC3339))
+			if st.DoneAt > 0 {
+				fmt.Fprintf(w, ", ended %s", time.UnixMilli(st.DoneAt).UTC().Format(time.RFC3339))
+			}
+			fmt.Fprintln(w)
+			if n := len(st.Models); n > 0 {
+				fmt.Fprintf(w, "  latest model: round %d, %s (scellis fl model %s --out model.json)\n", n-1, st.Models[n-1].Short(), st.ID.Short())
+			}
+			if len(st.Jobs) > len(st.Models) {
+				how := "in progress"
+				if st.State != coordinator.RunRunning {
+					how = "did not complete"
+				}
+				j := st.Jobs[len(st.Jobs)-1].Short()
+				fmt.Fprintf(w, "  round %d %s: job %s (scellis job status %s)\n", len(st.Models), how, j, j)
+			}
+			fmt.Fprintf(w, "  %s\n", describeRead(info))
+			return nil
+		})
+}
