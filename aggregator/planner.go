@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 
 	"github.com/scellis/scellis/blob"
@@ -59,7 +58,10 @@ func (p *planner) compile(ctx context.Context, bundleRef content.Ref) (*job.Plan
 	if err := content.Decode(raw, &b); err != nil {
 		return nil, diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
 	}
-	dir := filepath.Join(p.cacheDir, strings.TrimPrefix(string(bundleRef), "sha256:")[:16])
+	if !content.IsRef(string(bundleRef)) {
+		return nil, diag.New(diag.PoolBadRequest, "bundle", "the bundle ref is not sha256:<64 lowercase hex digits>")
+	}
+	dir := filepath.Join(p.cacheDir, bundleRef.Hex()[:16])
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}

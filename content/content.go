@@ -7,8 +7,10 @@ package content
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/fxamacker/cbor/v2"
@@ -89,19 +91,78 @@ func HashOf(v any) (Ref, error) {
 // ParseRef checks that s is a well-formed ref.
 func ParseRef(s string) (Ref, error) {
 	if !IsRef(s) {
-		return "", fmt.Errorf("content: %q is not a ref (want sha256:<64 hex digits>)", s)
+		return "", fmt.Errorf("content: %s is not a ref (want sha256:<64 lowercase hex digits>)", quoteShort(s))
 	}
 	return Ref(s), nil
 }
 
-// IsRef reports whether s has the form of a Ref.
+// IsRef reports whether s has the form of a Ref: "sha256:" and 64 lowercase
+// hex digits, nothing else (no separators, dots or upper case), so that a
+// ref can name a file.
 func IsRef(s string) bool {
-	if !strings.HasPrefix(s, refPrefix) || len(s) != len(refPrefix)+64 {
+	if len(s) != len(refPrefix)+64 || s[:len(refPrefix)] != refPrefix {
 		return false
 	}
-	_, err := hex.DecodeString(s[len(refPrefix):])
-	return err == nil && strings.ToLower(s) == s
+	for i := len(refPrefix); i < len(s); i++ {
+		c := s[i]
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
+
+// Hex is the 64 hex digits of a well-formed ref, to name a file or folder.
+// It panics on a malformed ref: refs are validated where they are decoded
+// (UnmarshalCBOR, UnmarshalJSON, UnmarshalText, ParseRef), so a bad one
+// here is a bug that must not become a path.
+func (r Ref) Hex() string {
+	if !IsRef(string(r)) {
+		panic(fmt.Sprintf("content: Ref.Hex of malformed ref %q", string(r)))
+	}
+	return string(r[len(refPrefix):])
+}
+
+// decodeRef validates a decoded ref. The empty string is the zero Ref,
+// "none" (optional fields); anything else must be well formed.
+func decodeRef(s string, r *Ref) error {
+	if s != "" && !IsRef(s) {
+		return fmt.Errorf("content: %s is not a ref (want sha256:<64 lowercase hex digits>)", quoteShort(s))
+	}
+	*r = Ref(s)
+	return nil
+}
+
+// quoteShort quotes at most 80 bytes of s: a malformed ref in an error must
+// not carry a caller's whole payload back.
+func quoteShort(s string) string {
+	if len(s) > 80 {
+		return strconv.Quote(s[:80]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// UnmarshalCBOR refuses a malformed ref where it is decoded.
+func (r *Ref) UnmarshalCBOR(b []byte) error {
+	var s string
+	if err := decMode.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	return decodeRef(s, r)
+}
+
+// UnmarshalJSON refuses a malformed ref where it is decoded.
+func (r *Ref) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return err
+	}
+	return decodeRef(s, r)
+}
+
+// UnmarshalText refuses a malformed ref where it is decoded (YAML, flags,
+// map keys).
+func (r *Ref) UnmarshalText(b []byte) error { return decodeRef(string(b), r) }
 
 // Digest returns the 32 raw bytes of the hash.
 func (r Ref) Digest() []byte {

@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -96,7 +96,10 @@ type Fetcher func(ctx context.Context, ref content.Ref) ([]byte, error)
 // (the peer's own catalog) when it holds the same ref, else fetched; inputs
 // are fetched into cacheDir. The caller compares the resulting ID with the
 // one it was told: a mismatch means the bundle is not the job it claims.
-func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch Fetcher, cacheDir string) (*Plan, error) {
+//
+// caps are the operator's bounds on content calls; the job's own limits
+// may only lower them (see CompileCapped).
+func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch Fetcher, cacheDir string, caps ...script.Limits) (*Plan, error) {
 	if b.Format != bundleFormat {
 		return nil, diag.New(diag.InvalidValue, "bundle", "unknown bundle format %q", b.Format).
 			WithHelp("the submitter runs a different Scellis version")
@@ -143,21 +146,40 @@ func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch
 		}
 	}
 	for name, in := range b.Inputs {
-		file := strings.TrimPrefix(string(in.Ref), "sha256:") + ".csv"
+		// Decoding validated the ref already (content.Ref refuses anything
+		// but sha256:<64 lowercase hex>); a bundle built in memory is checked
+		// here, before the ref becomes a file name.
+		if !content.IsRef(string(in.Ref)) {
+			return nil, diag.New(diag.InvalidValue, "inputs."+name, "input ref is not sha256:<64 lowercase hex digits>").
+				WithHelp("the bundle was not made by scellis job submit")
+		}
+		file := in.Ref.Hex() + ".csv"
 		path := filepath.Join(cacheDir, file)
-		if _, err := os.Stat(path); err != nil {
-			data, err := fetch(ctx, in.Ref)
-			if err != nil {
-				return nil, fmt.Errorf("fetching input %s (%s): %w", name, in.Ref.Short(), err)
-			}
-			if err := WriteFileAtomic(path, data); err != nil {
-				return nil, err
-			}
+		if err := cacheInput(ctx, path, in.Ref, fetch); err != nil {
+			return nil, fmt.Errorf("fetching input %s (%s): %w", name, in.Ref.Short(), err)
 		}
 		// Relative to the spec's folder, which is cacheDir.
 		spec.Inputs[name] = Input{Path: file, Label: in.Label, Class: trust.Class(in.Class)}
 	}
-	return Compile(ctx, spec, cat)
+	spec.fetched = true
+	return compile(ctx, spec, cat, caps)
+}
+
+// cacheInput makes path hold the bytes of ref: a cached file is re-hashed
+// before use (law 14) and replaced when it does not match; fetched bytes
+// are checked against the ref before they are written.
+func cacheInput(ctx context.Context, path string, ref content.Ref, fetch Fetcher) error {
+	if got, err := hashFile(path); err == nil && got == ref {
+		return nil
+	}
+	data, err := fetch(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if got := content.Hash(data); got != ref {
+		return fmt.Errorf("fetched bytes hash to %s, not %s", got.Short(), ref.Short())
+	}
+	return WriteFileAtomic(path, data)
 }
 
 func nonNil(m map[string]any) map[string]any {

@@ -225,3 +225,67 @@ func TestBundleRoundTripKeepsJobID(t *testing.T) {
 		t.Fatalf("bundle compiled to another job: %s vs %s", q.ID, p.ID)
 	}
 }
+
+// A cached input file is re-hashed before use: one whose bytes no longer
+// match its ref is fetched again, and fetched bytes that do not match the
+// ref are refused. CSV errors about a fetched input never quote it.
+func TestCompileBundleRehashesCachedInputs(t *testing.T) {
+	p := compileWithLib(t, jobA, prog, lib, data)
+	b := p.Bundle()
+	sources, inputs := p.Blobs()
+	fetches := 0
+	var tamper func([]byte) []byte
+	fetch := func(_ context.Context, ref content.Ref) ([]byte, error) {
+		if s, ok := sources[ref]; ok {
+			return s, nil
+		}
+		if path, ok := inputs[ref]; ok {
+			fetches++
+			d, err := os.ReadFile(path)
+			if tamper != nil {
+				d = tamper(d)
+			}
+			return d, err
+		}
+		return nil, os.ErrNotExist
+	}
+	dir := t.TempDir()
+	if _, err := CompileBundle(context.Background(), b, catalog.New(), fetch, dir); err != nil {
+		t.Fatal(err)
+	}
+	var in BundleInput
+	for _, v := range b.Inputs {
+		in = v
+	}
+	cached := filepath.Join(dir, in.Ref.Hex()+".csv")
+	if err := os.WriteFile(cached, []byte("x,label\nsecret-cell,1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := fetches
+	q, err := CompileBundle(context.Background(), b, catalog.New(), fetch, dir)
+	if err != nil || q.ID != p.ID || fetches != before+1 {
+		t.Fatalf("tampered cache: err %v, fetches %d→%d", err, before, fetches)
+	}
+	// Fetched bytes that do not hash to the ref are refused.
+	os.Remove(cached)
+	tamper = func(d []byte) []byte { return append(d, '\n') }
+	if _, err := CompileBundle(context.Background(), b, catalog.New(), fetch, dir); err == nil || !strings.Contains(err.Error(), "hash to") {
+		t.Fatalf("mismatched fetch: %v", err)
+	}
+	// A fetched input that is not a usable table: the diagnostic names the
+	// check, not the cells.
+	bad := []byte("label,feature\n1,secret-cell-value\n")
+	badRef := content.Hash(bad)
+	b2 := *b
+	b2.Inputs = map[string]BundleInput{"data": {Ref: badRef, Label: "label", Class: in.Class}}
+	fetchBad := func(ctx context.Context, ref content.Ref) ([]byte, error) {
+		if ref == badRef {
+			return bad, nil
+		}
+		return fetch(ctx, ref)
+	}
+	_, err = CompileBundle(context.Background(), &b2, catalog.New(), fetchBad, t.TempDir())
+	if err == nil || strings.Contains(err.Error(), "secret-cell") || strings.Contains(err.Error(), "feature") {
+		t.Fatalf("bad fetched table: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -105,12 +106,32 @@ type canonicalShard struct {
 // Compile resolves a spec against a catalog, loads and hashes its inputs,
 // computes the job ID, partitions it into shards and prices them.
 func Compile(ctx context.Context, spec *Spec, cat *catalog.Catalog) (*Plan, error) {
+	return compile(ctx, spec, cat, nil)
+}
+
+// CompileCapped is Compile under an operator's caps: a zero field of caps
+// leaves that budget to the job; otherwise the job's limit may only lower
+// the cap, never raise it. The caps change no result (a call either fits
+// or fails with a diagnostic), so not the job ID.
+func CompileCapped(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps script.Limits) (*Plan, error) {
+	return compile(ctx, spec, cat, []script.Limits{caps})
+}
+
+func compile(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps []script.Limits) (*Plan, error) {
 	p := &Plan{Spec: spec, catalog: cat, limits: script.DefaultLimits()}
 	if spec.Limits.Steps > 0 {
 		p.limits.Steps = spec.Limits.Steps
 	}
 	if spec.Limits.MemoryMB > 0 {
-		p.limits.MemoryBytes = spec.Limits.MemoryMB << 20
+		// Saturate: MemoryMB<<20 overflows past 2^44 MiB.
+		p.limits.MemoryBytes = math.MaxUint64
+		if spec.Limits.MemoryMB <= math.MaxUint64>>20 {
+			p.limits.MemoryBytes = spec.Limits.MemoryMB << 20
+		}
+	}
+	for _, c := range caps {
+		p.CapSteps(c.Steps)
+		p.CapMemory(c.MemoryBytes)
 	}
 	var diags diag.List
 	resolve := func(field, ref string, kind catalog.Kind) *catalog.Entry {
@@ -232,11 +253,23 @@ func (p *Plan) loadInputs() error {
 		}
 		ds, err := model.LoadCSV(path, in.Label)
 		if err != nil {
-			if l, ok := diag.As(err); ok {
-				diags = append(diags, l...)
+			l, ok := diag.As(err)
+			if !ok {
+				return err
+			}
+			if p.Spec.fetched {
+				// The file came from a remote submitter and the error goes
+				// back to a remote caller: say which check failed, never
+				// what the file holds (column names, cell values).
+				for _, d := range l {
+					diags = append(diags, diag.New(d.Code, "inputs."+name,
+						"input %s is not a table this job can use (%s)", name, d.Code).
+						WithHelp("run the job with scellis run on the submitter's machine to see the file's own diagnostics"))
+				}
 				continue
 			}
-			return err
+			diags = append(diags, l...)
+			continue
 		}
 		p.Inputs = append(p.Inputs, &LoadedInput{Name: name, Path: path, Ref: ref, Class: in.Class, Label: in.Label, Data: ds})
 	}
@@ -371,6 +404,17 @@ func (p *Plan) TotalCost() int64 {
 	}
 	return n
 }
+
+// CapSteps lowers the plan's per-call step budget to at most steps (0:
+// no cap).
+func (p *Plan) CapSteps(steps uint64) {
+	if steps != 0 && (p.limits.Steps == 0 || p.limits.Steps > steps) {
+		p.limits.Steps = steps
+	}
+}
+
+// Limits returns the budgets each content call of the plan runs under.
+func (p *Plan) Limits() script.Limits { return p.limits }
 
 // CapMemory lowers the plan's per-call memory budget to at most bytes: a
 // worker's own budget applies whatever the job asks for. It changes no

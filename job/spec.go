@@ -33,6 +33,9 @@ type Spec struct {
 	File string
 	// pos remembers where fields were written, for later diagnostics.
 	pos map[string]diag.Position
+	// fetched marks a spec compiled from a bundle, whose input files came
+	// from a remote submitter: diagnostics about them never quote them.
+	fetched bool
 }
 
 // Use names a piece of content and the parameters handed to it.

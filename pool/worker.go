@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -149,7 +148,10 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	if err := content.Decode(raw, &b); err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", st.Bundle.Short(), err)
 	}
-	dir := filepath.Join(w.CacheDir, strings.TrimPrefix(string(id), "sha256:")[:16])
+	if !content.IsRef(string(id)) {
+		return nil, fmt.Errorf("job ID %.80q is not a ref", id)
+	}
+	dir := filepath.Join(w.CacheDir, id.Hex()[:16])
 	fetch := func(ctx context.Context, ref content.Ref) ([]byte, error) { return w.Client.GetBlob(ctx, ref) }
 	p, err := job.CompileBundle(ctx, &b, w.Catalog, fetch, dir)
 	if err != nil {

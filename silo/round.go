@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/scellis/scellis/api"
@@ -156,7 +155,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		return decline(bad("the global model %s cannot be decoded: %v", b.Global.Short(), err))
 	}
 	data := a.Data[req.Dataset]
-	statePath := a.statePath(st.Run)
+	statePath, err := a.statePath(st.Run)
+	if err != nil {
+		return decline(bad("%v", err))
+	}
 	state, err := loadState(statePath)
 	if err != nil {
 		return decline(diag.New(diag.SiloStateUnavailable, subject, "the client state cannot be read: %v", err).
@@ -356,9 +358,14 @@ func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	return nil
 }
 
-// statePath is where the client state of a run is kept.
-func (a *Appliance) statePath(run content.Ref) string {
-	return filepath.Join(a.Config.DataDir, strings.TrimPrefix(string(run), "sha256:"), "state")
+// statePath is where the client state of a run is kept. The run ID
+// becomes a folder name, so it is validated here (law 14) whatever decoded
+// it: only sha256:<64 lowercase hex> names a folder.
+func (a *Appliance) statePath(run content.Ref) (string, error) {
+	if !content.IsRef(string(run)) {
+		return "", fmt.Errorf("the run ID is not a ref (sha256:<64 lowercase hex digits>)")
+	}
+	return filepath.Join(a.Config.DataDir, run.Hex(), "state"), nil
 }
 
 func loadState(path string) (map[string]any, error) {

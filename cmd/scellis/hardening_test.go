@@ -1,0 +1,181 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/identity"
+)
+
+// member is an API client authenticated as a federation member, for tests
+// that send what the CLI never would: hand-made bundles.
+type apiMember struct {
+	c    *cluster
+	api  *api.Client
+	http *http.Client
+	base string
+}
+
+func (c *cluster) apiAs(name string) *apiMember {
+	id, _, err := identity.Load(filepath.Join(c.dir, name, "identity.key"), identity.LoadOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	fed, err := identity.LoadFederation(filepath.Join(c.dir, "federation.yaml"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cl, err := api.NewClient(id, fed)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	tlsCfg, err := identity.ClientTLSConfig(id, fed, "", identity.Aggregator)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return &apiMember{c: c, api: cl, http: &http.Client{Transport: api.Transport(tlsCfg)}, base: cl.Endpoints()[0]}
+}
+
+// submitRaw uploads a bundle's bytes and submits it, returning the HTTP
+// status and body of POST /v1/jobs.
+func (m *apiMember) submitRaw(bundle []byte) (int, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ref, err := m.api.PutBlob(ctx, bundle)
+	if err != nil {
+		m.c.t.Fatalf("upload: %v", err)
+	}
+	body, _ := json.Marshal(api.SubmitRequest{Bundle: ref})
+	return m.post("/v1/jobs", body)
+}
+
+func (m *apiMember) post(path string, body []byte) (int, string) {
+	resp, err := m.http.Post(m.base+path, "application/json", bytes.NewReader(body))
+	if err != nil {
+		m.c.t.Fatalf("POST %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// bundleOf returns the decoded bundle of a submitted job, as a plain map a
+// test can tamper with.
+func (m *apiMember) bundleOf(id string) map[string]any {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ref, err := content.ParseRef(id)
+	if err != nil {
+		m.c.t.Fatal(err)
+	}
+	js, err := m.api.Job(ctx, ref)
+	if err != nil {
+		m.c.t.Fatal(err)
+	}
+	raw, err := m.api.GetBlob(ctx, js.Bundle)
+	if err != nil {
+		m.c.t.Fatal(err)
+	}
+	var b map[string]any
+	if err := content.Decode(raw, &b); err != nil {
+		m.c.t.Fatal(err)
+	}
+	return b
+}
+
+func mustEncode(t *testing.T, v any) []byte {
+	b, err := content.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A member submits bundles whose input refs try to leave the cache folder
+// (sha256:../../../../secret), or are not refs at all, or name blobs never
+// uploaded: each is refused with a diagnostic and a 4xx through the real
+// API, nothing of the secret file comes back, and the state hash does not
+// move.
+func TestPoolRefusesPathTraversalBundle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 1, member{"alice", "worker"})
+	// The file the traversal aims at: <cwd>/secret.csv of the aggregator.
+	secret := "password,label\nhunter2-correct-horse,1\nhunter3-battery-staple,0\n"
+	c.write("secret.csv", secret)
+	secretRef := content.Hash([]byte(secret))
+	c.startAggregators()
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-base", 2)))
+	m := c.apiAs("alice")
+	good := m.bundleOf(id)
+	before := c.converged("alice", c.aggs...)
+
+	notUploaded := string(content.Hash([]byte("never uploaded")))
+	cases := map[string]string{
+		"traversal":    "sha256:../../../../secret",
+		"separator":    "sha256:" + strings.Repeat("a", 31) + "/" + strings.Repeat("a", 32),
+		"dots":         "sha256:" + strings.Repeat(".", 64),
+		"upper case":   "sha256:" + strings.ToUpper(notUploaded[7:]),
+		"wrong length": notUploaded[:70],
+		"not uploaded": notUploaded,
+	}
+	for name, ref := range cases {
+		b := map[string]any{}
+		for k, v := range good {
+			b[k] = v
+		}
+		b["name"] = "hostile-" + strings.ReplaceAll(name, " ", "-")
+		b["inputs"] = map[string]any{"data": map[string]any{"ref": ref, "label": "label", "class": "open"}}
+		status, body := m.submitRaw(mustEncode(t, b))
+		if status < 400 || status >= 500 {
+			t.Errorf("%s: status %d, want 4xx: %s", name, status, body)
+			continue
+		}
+		if !strings.Contains(body, `"code"`) {
+			t.Errorf("%s: no diagnostic in %s", name, body)
+		}
+		for _, leak := range []string{"hunter2", "hunter3", "password", string(secretRef)[7:19], secretRef.Short()} {
+			if strings.Contains(body, leak) {
+				t.Errorf("%s: the answer echoes %q: %s", name, leak, body)
+			}
+		}
+	}
+	// A bundle whose content ref is malformed is refused the same way.
+	b := map[string]any{}
+	for k, v := range good {
+		b[k] = v
+	}
+	b["program"] = "sha256:../../../../secret"
+	if status, body := m.submitRaw(mustEncode(t, b)); status != http.StatusBadRequest || !strings.Contains(body, `"code"`) {
+		t.Errorf("malformed program ref: %d %s", status, body)
+	}
+	// A malformed ref in the request itself.
+	if status, body := m.post("/v1/jobs", []byte(`{"bundle":"sha256:../../../../secret"}`)); status != http.StatusBadRequest {
+		t.Errorf("malformed bundle ref: %d %s", status, body)
+	}
+	if _, err := os.Stat(filepath.Join(c.dir, "agg-1", "data", "plans")); err == nil {
+		filepath.Walk(filepath.Join(c.dir, "agg-1", "data", "plans"), func(p string, info os.FileInfo, err error) error {
+			if err == nil && !info.IsDir() {
+				if data, _ := os.ReadFile(p); bytes.Contains(data, []byte("hunter2")) {
+					t.Errorf("the secret was copied into the plan cache: %s", p)
+				}
+			}
+			return nil
+		})
+	}
+	after := c.converged("alice", c.aggs...)
+	if after.StateHash != before.StateHash || after.Jobs != before.Jobs {
+		t.Fatalf("refused submissions changed the state: %s (%d jobs) → %s (%d jobs)", before.StateHash, before.Jobs, after.StateHash, after.Jobs)
+	}
+}
