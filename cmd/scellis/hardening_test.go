@@ -110,7 +110,7 @@ func TestPoolRefusesPathTraversalBundle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 1, member{"alice", "worker"})
+	c := newCluster(t, "own", 1, member{"alice", "researcher"})
 	// The file the traversal aims at: <cwd>/secret.csv of the aggregator.
 	secret := "password,label\nhunter2-correct-horse,1\nhunter3-battery-staple,0\n"
 	c.write("secret.csv", secret)

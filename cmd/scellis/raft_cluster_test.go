@@ -310,7 +310,7 @@ func TestClusterRestartAfterTailTruncation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
-	c := newCluster(t, "own", 3, member{"alice", "worker"})
+	c := newCluster(t, "own", 3, member{"alice", "researcher"})
 	c.startAggregators()
 	// Entries to truncate: a job submission (no worker runs it).
 	c.mustCLI("alice", "job", "submit", c.montecarlo("mc-trunc", 4))
