@@ -13,4 +13,5 @@ var (
 	SiloUnitMismatch     = define("SC9208", "round's unit of privacy differs from the dataset's")
 	SiloUnpriced         = define("SC9209", "round's privacy cost cannot be bounded")
 	SiloStateUnavailable = define("SC9210", "silo's ledger or round log cannot be read")
+	SiloRoundFailed      = define("SC9230", "silo could not complete the round (details in the silo's log)")
 )

@@ -195,15 +195,19 @@ func parseConsumer(s string) (RoundKey, bool) {
 	return RoundKey{Run: s[:i], Round: r}, true
 }
 
-// rebuildRoundLog records every round the ledger charged over the last
-// Day, so max_rounds_per_day holds across restarts. Rounds taken part in
-// without DP leave no ledger entry and are not counted after a restart.
+// rebuildRoundLog records every round the ledger charged, and every round
+// the round journal noted as accepted (declined afterwards for an error, or
+// taken part in without DP), over the last Day, so max_rounds_per_day holds
+// across restarts.
 func (a *Appliance) rebuildRoundLog() error {
 	snap, err := a.Ledger.Snapshot()
 	if err != nil {
 		return err
 	}
 	since := a.now().Add(-Day)
+	if err := a.readRoundJournal(since); err != nil {
+		return diag.New(diag.SiloStateUnavailable, a.Config.DataDir, "cannot read the round journal: %v", err)
+	}
 	for _, e := range snap.Entries() {
 		if e.Kind != dp.KindCharge || e.Charge == nil || e.At().Before(since) {
 			continue

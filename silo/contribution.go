@@ -3,6 +3,7 @@ package silo
 import (
 	"crypto/ed25519"
 	"fmt"
+	"slices"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -48,11 +49,14 @@ type Contribution struct {
 	Refusals []Refusal `cbor:"refusals,omitempty" json:"refusals,omitempty"`
 }
 
-// Refusal is one diagnostic of a declined round, as the launcher shows it.
+// Refusal is one reason of a declined or failed round, as every member
+// reads it: a diagnostic code and the fixed title of that code, never the
+// diagnostic's own text. A model or content error's message may quote a
+// record value or a row number (law 11: declines carry codes, never
+// content); the full diagnostic stays in the silo's own log.
 type Refusal struct {
 	Code    diag.Code `cbor:"code" json:"code"`
-	Message string    `cbor:"message" json:"message"`
-	Help    string    `cbor:"help,omitempty" json:"help,omitempty"`
+	Message string    `cbor:"message" json:"message"` // diag.Title(Code)
 }
 
 // SignedContribution is a Contribution signed by the silo's identity key
@@ -101,14 +105,24 @@ func DecodeContribution(b []byte) (*SignedContribution, error) {
 	return &s, nil
 }
 
+// refusalsOf reduces err to the codes of its diagnostics, each once, with
+// the fixed title of each code; an error that is no diagnostic becomes
+// diag.SiloRoundFailed.
 func refusalsOf(err error) []Refusal {
-	ds, ok := diag.As(err)
-	if !ok {
-		return []Refusal{{Code: "", Message: err.Error()}}
+	var codes []diag.Code
+	if ds, ok := diag.As(err); ok {
+		for _, d := range ds {
+			if !slices.Contains(codes, d.Code) {
+				codes = append(codes, d.Code)
+			}
+		}
 	}
-	out := make([]Refusal, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, Refusal{Code: d.Code, Message: d.Message, Help: d.Help})
+	if len(codes) == 0 {
+		codes = []diag.Code{diag.SiloRoundFailed}
+	}
+	out := make([]Refusal, len(codes))
+	for i, c := range codes {
+		out[i] = Refusal{Code: c, Message: diag.Title(c)}
 	}
 	return out
 }

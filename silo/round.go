@@ -138,7 +138,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		return decline(diag.New(diag.RunBadRound, subject, "the ledger already holds a charge for %s: this silo released an update for this round once", consumer).
 			WithHelp("a round is paid for and sent at most once; it goes on without this silo"))
 	}
-	a.Rounds.Record(req.Key(), now)
+	a.recordRound(req.Key(), now) // from here on, a decline still counts against the daily limit
 
 	strategy, err := a.strategy(ctx, spec)
 	if err != nil {
@@ -203,6 +203,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	if ctx.Err() != nil {
 		rec.Status, rec.Refusals = Failed, refusalsOf(ctx.Err())
+		a.logRefusal(subject, ctx.Err())
 		return rec, nil
 	}
 	base, err := a.secaggHost(ctx, b)
@@ -224,10 +225,17 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	return rec, nil
 }
 
+// logRefusal writes the full diagnostics of a declined or failed round to
+// the silo's own log: they may quote the silo's records, so they never
+// leave the site (the contribution record carries codes only).
 func (a *Appliance) logRefusal(subject string, err error) {
 	if ds, ok := diag.As(err); ok {
 		for _, d := range ds {
-			a.logf("%s: declined: %s %s", subject, d.Code, d.Message)
+			if d.Help != "" {
+				a.logf("%s: declined: %s %s (%s)", subject, d.Code, d.Message, d.Help)
+			} else {
+				a.logf("%s: declined: %s %s", subject, d.Code, d.Message)
+			}
 		}
 		return
 	}
