@@ -292,7 +292,7 @@ func endWatch(ctx context.Context, c *api.Client, st coordinator.RunStatus, w io
 
 // roundRefusals reads a round job's signed contribution records and
 // returns each silo's refusal (declined or failed) as diagnostics whose
-// subject is the silo: codes and the silo's own words, never its data.
+// subject is the silo: codes and their fixed titles, never its data.
 func roundRefusals(ctx context.Context, c *api.Client, job content.Ref) []diag.Diagnostic {
 	out := []diag.Diagnostic{}
 	js, err := c.Job(ctx, job)
@@ -312,7 +312,7 @@ func roundRefusals(ctx context.Context, c *api.Client, job content.Ref) []diag.D
 			continue
 		}
 		for _, r := range sc.Record.Refusals {
-			out = append(out, diag.Diagnostic{Code: r.Code, Severity: diag.Error, Subject: sc.Record.Silo, Message: r.Message, Help: r.Help})
+			out = append(out, diag.Diagnostic{Code: r.Code, Severity: diag.Error, Subject: sc.Record.Silo, Message: r.Message})
 		}
 	}
 	return out
