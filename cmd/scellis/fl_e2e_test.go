@@ -170,9 +170,15 @@ func TestFLFedAvgMatchesCentralised(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fl watch: %v\n%s%s", err, out, errs)
 	}
+	// The stream ends with the run's final record; the round before it
+	// carries the metrics of the model entering the last round.
 	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("fl watch --json printed no round:\n%s", out)
+	}
+	finalRecord(t, out)
 	var last struct{ Accuracy float64 }
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+	if err := json.Unmarshal([]byte(lines[len(lines)-2]), &last); err != nil {
 		t.Fatalf("last round: %v\n%s", err, out)
 	}
 
