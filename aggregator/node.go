@@ -1,6 +1,7 @@
 package aggregator
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -65,6 +66,11 @@ type Options struct {
 	// Raft tuning (0: the consensus defaults).
 	SnapshotThreshold, TrailingLogs, SegmentBytes int
 	SnapshotInterval                              time.Duration
+	// Listen and RaftListen are the addresses the API and Raft listeners
+	// bind, when they differ from the federation file's address and
+	// raft_address, which stay what the others dial (NAT, containers, a
+	// proxy in front). Empty: bind the federation's addresses.
+	Listen, RaftListen string
 	// Raft timeouts (0: the consensus defaults, the LAN profile).
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
@@ -156,7 +162,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	}
 	n.raft, err = consensus.Open(consensus.Config{
 		NodeID:        name,
-		BindAddr:      self.RaftAddress,
+		BindAddr:      cmp.Or(opt.RaftListen, self.RaftAddress),
 		AdvertiseAddr: self.RaftAddress,
 		Dir:           filepath.Join(dataDir, "raft"),
 		ServerTLS:     raftTLS,
@@ -187,10 +193,11 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		n.raft.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", self.Address)
+	listen := cmp.Or(opt.Listen, self.Address)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		n.raft.Close()
-		return nil, diag.New(diag.WorkerConfig, name, "cannot listen on %s: %v", self.Address, err).
+		return nil, diag.New(diag.WorkerConfig, name, "cannot listen on %s: %v", listen, err).
 			WithHelp("another process holds the port, or the address is not this machine's")
 	}
 	n.ln = tls.NewListener(ln, apiTLS)

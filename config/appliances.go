@@ -30,6 +30,10 @@ type Aggregator struct {
 	SnapshotInterval  time.Duration
 	TrailingLogs      int
 	SegmentBytes      int
+	// Listen and RaftListen bind the API and Raft listeners when they must
+	// differ from the federation file's address and raft_address (NAT,
+	// containers, a proxy in front); empty: bind those.
+	Listen, RaftListen string
 	// Raft timing: a profile (lan, the default, or wan for links of about
 	// 150 ms round trip) and optional overrides of its three timeouts.
 	// After loading, the three fields hold the values in force.
@@ -68,6 +72,8 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("snapshot_interval", false, "", duration(&c.SnapshotInterval)),
 		mk("trailing_logs", false, "", integer(&c.TrailingLogs, 1, 1<<30)),
 		mk("segment_bytes", false, "", integer(&c.SegmentBytes, 1<<10, 1<<30)),
+		mk("listen", false, "", str(&c.Listen)),
+		mk("raft_listen", false, "", str(&c.RaftListen)),
 		mk("raft_timing", false, "", parsed(func(s string) error {
 			if _, ok := RaftTimings[s]; !ok {
 				return fmt.Errorf("%q is not a Raft timing profile: use lan (one site) or wan (links of about 150 ms round trip)", s)

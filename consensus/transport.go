@@ -107,7 +107,7 @@ func (s *tlsStream) dial(ctx context.Context, addr, serverID string, timeout tim
 	if timeout <= 0 {
 		timeout = s.timeout
 	}
-	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: hardenTLS(cfg)}
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout, LocalAddr: sourceFor(s.ln.Addr(), addr)}, Config: hardenTLS(cfg)}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -115,6 +115,27 @@ func (s *tlsStream) dial(ctx context.Context, addr, serverID string, timeout tim
 		return nil, fmt.Errorf("consensus: dial %s at %s: %w", serverID, addr, err)
 	}
 	return c.(*tls.Conn), nil
+}
+
+// sourceFor is the local address to dial target from: the IP this node's
+// listener is bound to, when it is a specific address of the same kind
+// (loopback or not) as the target's, so a node's Raft traffic leaves from
+// the address its peers know it by (multi-homed hosts; tests that tell
+// nodes apart by source address). nil lets the kernel choose.
+func sourceFor(listen net.Addr, target string) net.Addr {
+	la, ok := listen.(*net.TCPAddr)
+	if !ok || la.IP == nil || la.IP.IsUnspecified() {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		return nil
+	}
+	tip := net.ParseIP(host)
+	if tip == nil || tip.IsLoopback() != la.IP.IsLoopback() || (tip.To4() == nil) != (la.IP.To4() == nil) {
+		return nil
+	}
+	return &net.TCPAddr{IP: la.IP}
 }
 
 // track registers c so Close can close it; it refuses new connections once

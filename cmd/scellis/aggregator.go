@@ -41,6 +41,8 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
   data_dir: agg-1/data
   lease_ttl: 30s              # how long a worker holds a shard without renewing
   round_join_timeout: 2m      # how long a training round waits for silos to join
+  # listen: 0.0.0.0:7400      # bind here instead of the federation address
+  # raft_listen: 0.0.0.0:7401 # (NAT, containers); the federation's stay advertised
   raft_timing: lan            # lan (default: 1s heartbeat and election, 500ms
                               # leader lease) or wan (3s, 3s, 1.5s: links of
                               # ~150 ms round trip); or set each of
@@ -64,6 +66,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
 				SecAgg:            wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
+				Listen: c.Listen, RaftListen: c.RaftListen,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
 			})
 			if err != nil {
