@@ -283,13 +283,16 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		}
 		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
 	}
+	// Under DP the sum holds the update alone, on the grid its noise is
+	// added on (silos refuse anything else).
+	summed, grid := spec.Summed(dims)
 	bundle := fl.RoundBundle{
 		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref,
-		UpdateDim: dims, Metrics: fl.DefaultMetrics, Seed: spec.Seed, Reducer: n.Self.Name,
+		UpdateDim: dims, Metrics: summed, Seed: spec.Seed, Reducer: n.Self.Name,
 		SecAgg: secagg.Params{
-			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(fl.DefaultMetrics),
+			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(summed),
 			Threshold: roundThreshold(len(members), spec.MinCohort),
-			Clip:      roundClip, Weighted: true, MaxWeight: roundMaxWeight,
+			Clip:      roundClip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: grid,
 		},
 	}
 	bb, err := content.Encode(&bundle)

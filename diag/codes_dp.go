@@ -24,4 +24,6 @@ var (
 	LedgerInsecure      = define("SC5040", "ledger or ledger key file is accessible to others")
 	LedgerHistory       = define("SC5041", "no ledger, but the silo has taken part in runs")
 	LedgerAuditFailed   = define("SC5042", "ledger disagrees with the receipt chain")
+	DPBadGrid           = define("SC5030", "invalid grid mechanism parameters")
+	DPRingHeadroom      = define("SC5031", "noise would exceed the secure-aggregation ring's headroom")
 )

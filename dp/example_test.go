@@ -34,12 +34,17 @@ func ExampleCalibrate() {
 	// Output: σ = 1.5131
 }
 
-// Update-level DP at a silo: clip the update, add secure Gaussian noise.
-func ExampleNoise_PrivatizeUpdate() {
-	update := []float64{3, 4}
-	norm := dp.NewNoise().PrivatizeUpdate(update, 1, 0) // multiplier 0 only to make the output checkable
-	fmt.Printf("norm before %.0f, after %.2f\n", norm, dp.L2Norm(update))
-	// Output: norm before 5, after 1.00
+// Update-level DP at a silo: clip the update, put it on the secure-
+// aggregation grid and add exact discrete Gaussian noise there; the
+// release costs one Gaussian step at q = 1.
+func ExampleGridGaussian() {
+	g := dp.GridGaussian{Clip: 1, Sigma: 1.1, FracBits: 10, Dim: 2}
+	y, err := g.Release([]float64{3, 4}, nil) // clipped to [0.6 0.8], then on the grid of 2^10
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(y), "integers; noise scale T =", g.NoiseScale(), "grid units; charge", g.Mechanisms()[0])
+	// Output: 2 integers; noise scale T = 1127 grid units; charge subsampled-gaussian(sigma=1.1, q=1, steps=1)
 }
 
 // The ledger: declare a budget, charge before releasing, and be refused

@@ -20,10 +20,12 @@ import (
 // float64 arithmetic does not have the exact distribution assumed by the
 // proof, and the set of floats reachable from a given noiseless value can
 // reveal it through the low-order bits of the noised result. AddGaussian is
-// the path for local model training (DP-SGD, update-level noise on float
-// updates) where this residual risk is accepted and documented in docs/dp.md.
-// Noise added on an integer or fixed-point grid — the form secure aggregation
-// works in — must use DiscreteGaussian instead, which is exact.
+// the path for local model training only (DP-SGD's noised gradients, which
+// the optimiser transforms inside the silo), where this residual risk is
+// accepted and documented in docs/dp.md. Anything a silo releases is noised
+// on the integer grid secure aggregation sums on, with the exact discrete
+// Gaussian (GridGaussian, ReleaseOnGrid); a test keeps float noise off the
+// round path.
 type Noise struct {
 	mu  sync.Mutex
 	src *rand.ChaCha8

@@ -49,6 +49,10 @@ type Privacy struct {
 	Clip          float64
 	Sigma         float64
 	Steps         int
+	// GridBits is the fraction bits f of the secure-aggregation grid the
+	// update is released on (the round's secagg.Params.GridBits); 0 picks
+	// dp.GridFracBits(Clip, len(update)).
+	GridBits int
 	// Noise is the secure noise source for update-level DP; nil draws a
 	// fresh dp.NewNoise(). Record-level DP-SGD always uses model's own
 	// crypto-keyed generators.

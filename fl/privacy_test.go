@@ -152,17 +152,27 @@ func TestUpdateLevelDP(t *testing.T) {
 	if dp.L2Norm(plain.Update) < 1 {
 		t.Fatalf("unclipped update norm %v: the test needs one above the clip", dp.L2Norm(plain.Update))
 	}
-	// A negligible σ shows the clip; a large one the noise.
-	tiny := Privacy{Unit: UnitSilo, Clip: 0.5, Sigma: 1e-12}
+	// A negligible σ shows the clip (on the grid: rounding and N_Z(0, 1)
+	// noise move each coordinate by a few grid units, 2^-f each); a large
+	// one the noise. Under DP the weight is 1 (weighting uniform).
+	tiny := Privacy{Unit: UnitSilo, Clip: 0.1, Sigma: 1e-12}
 	out, err := ClientStep(ctx, env, s, g, train[0], nil, tiny)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := dp.L2Norm(out.Update); math.Abs(n-0.5) > 1e-9 {
-		t.Fatalf("update norm %v after clipping to 0.5", n)
+	if n := dp.L2Norm(out.Update); math.Abs(n-0.1) > 0.005 {
+		t.Fatalf("update norm %v after clipping to 0.1", n)
+	}
+	if out.Weight != 1 || len(out.Encoded) != len(out.Update) || out.GridBits != dp.GridFracBits(0.1, len(out.Update)) {
+		t.Fatalf("weight %v, %d encoded values on grid 2^%d", out.Weight, len(out.Encoded), out.GridBits)
+	}
+	for i, y := range out.Encoded {
+		if out.Update[i] != math.Ldexp(float64(y), -out.GridBits) {
+			t.Fatalf("update[%d] = %v is not the decoded release %d·2^-%d", i, out.Update[i], y, out.GridBits)
+		}
 	}
 	want := []dp.Mechanism{dp.SubsampledGaussian(1e-12, 1, 1)}
-	if out.Mechanism.Unit != UnitSilo || out.Mechanism.Clip != 0.5 || !slices.Equal(out.Mechanism.Mechanisms, want) {
+	if out.Mechanism.Unit != UnitSilo || out.Mechanism.Clip != 0.1 || !slices.Equal(out.Mechanism.Mechanisms, want) {
 		t.Fatalf("mechanism %+v", out.Mechanism)
 	}
 	noisy, err := ClientStep(ctx, env, s, g, train[0], nil, Privacy{Unit: UnitSilo, Clip: 0.5, Sigma: 4, SampleRate: 1})

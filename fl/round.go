@@ -5,6 +5,7 @@ import (
 	"maps"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/secagg"
 )
 
@@ -38,6 +39,18 @@ const RoundFormat = "scellis/round/v1"
 
 // DefaultMetrics are the summable metrics every built-in strategy reports.
 var DefaultMetrics = []string{"correct", "examples", "loss"}
+
+// Summed returns what a round of the run sums besides the update, and on
+// which grid: without DP, DefaultMetrics and grid 0 (secure aggregation
+// derives the finest grid); under DP, no metrics (they would leave
+// unnoised and uncharged; silos refuse a round that asks for them) and
+// the grid dp.GridFracBits(clip, dims) that silos add their noise on.
+func (s *RunSpec) Summed(dims int) (metrics []string, gridBits int) {
+	if !s.DP {
+		return DefaultMetrics, 0
+	}
+	return nil, dp.GridFracBits(s.Clip, dims)
+}
 
 // Pack lays an update and its metrics out as the secure-aggregation input.
 func (b *RoundBundle) Pack(update []float64, metrics map[string]float64) []float64 {

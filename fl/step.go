@@ -30,6 +30,12 @@ type ClientOutput struct {
 	State map[string]any
 	// Mechanism is the DP that ran, for the ledger.
 	Mechanism Mechanism
+	// Encoded is the update as released under DP: on the integer grid of
+	// 2^GridBits, with update-level noise added there (dp.GridGaussian)
+	// or, at record level, randomly rounded (dp.RoundOnGrid). Update then
+	// holds its decoded value. Nil without DP or without an update.
+	Encoded  []int64
+	GridBits int
 }
 
 // Init returns the initial global state: the strategy's init(params, dims),
@@ -83,10 +89,16 @@ func defaultInit(s *Strategy, dims int) (Global, error) {
 // ClientStep runs the strategy's client_step(global, data, params, state)
 // at a site, under privacy. Record-level DP is imposed on every model.train
 // the content runs (env.Training is replaced by the policy privacy
-// implies); update-level DP clips the returned update to privacy.Clip and
-// adds N(0, σ²C²) noise, after client_step and before anything leaves.
-// Under record-level DP an update that no DP-SGD run stands behind is
-// refused (diag.FLUnprotected).
+// implies); update-level DP clips the returned update to privacy.Clip,
+// puts it on the integer grid and adds exact discrete Gaussian noise there
+// (dp.GridGaussian), after client_step and before anything leaves. Under
+// record-level DP an update that no DP-SGD run stands behind is refused
+// (diag.FLUnprotected).
+//
+// Under DP a site's weight is fixed: the engine sets the param weighting
+// to "uniform" and refuses a weight other than 1, so the summed weight is
+// the public number of participants and reveals nothing about a site's
+// row count (docs/dp.md, "What leaves a silo").
 //
 // state is the site's persisted client state (nil for none). The returned
 // Mechanism says what to charge the ledger before releasing Update.
@@ -109,6 +121,9 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 			},
 		}
 	}
+	if privacy.Unit != UnitNone {
+		s = s.With(map[string]any{"weighting": "uniform"})
+	}
 	var stateArg any
 	if state != nil {
 		stateArg = state
@@ -121,6 +136,9 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 	if err != nil {
 		return ClientOutput{}, err
 	}
+	if privacy.Unit != UnitNone && out.Update != nil && out.Weight != 1 {
+		return ClientOutput{}, contract(s, "client_step", "returned weight %v under differential privacy; a site's weight is fixed at 1 (the summed weight is the public participant count)", out.Weight)
+	}
 	switch privacy.Unit {
 	case UnitRecord:
 		if out.Update != nil && dpSteps == 0 {
@@ -131,17 +149,40 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 		if dpSteps > 0 {
 			out.Mechanism = Mechanism{Unit: UnitRecord, Clip: privacy.Clip, Mechanisms: privacy.Mechanisms(dpSteps)}
 		}
+		if out.Update != nil {
+			out.GridBits = privacy.grid(len(out.Update))
+			if out.Encoded, err = dp.RoundOnGrid(out.Update, out.GridBits, privacy.Noise); err != nil {
+				return ClientOutput{}, err
+			}
+			out.Update = dp.FromGrid(out.Encoded, out.GridBits)
+		}
 	case UnitSilo:
 		if out.Update != nil {
-			noise := privacy.Noise
-			if noise == nil {
-				noise = dp.NewNoise()
+			g := privacy.UpdateMechanism(len(out.Update))
+			if out.Encoded, err = g.Release(out.Update, privacy.Noise); err != nil {
+				return ClientOutput{}, err
 			}
-			noise.PrivatizeUpdate(out.Update, privacy.Clip, privacy.Sigma)
+			out.GridBits = g.FracBits
+			out.Update = dp.FromGrid(out.Encoded, out.GridBits)
 			out.Mechanism = Mechanism{Unit: UnitSilo, Clip: privacy.Clip, Mechanisms: privacy.Mechanisms(0)}
 		}
 	}
 	return out, nil
+}
+
+// UpdateMechanism is the grid mechanism a silo-level update of dim values
+// is released with: clipped to Clip, on the grid of 2^GridBits (or
+// dp.GridFracBits), noised with multiplier Sigma. Its charge is
+// Mechanisms(0): one Gaussian release at q = 1.
+func (p Privacy) UpdateMechanism(dim int) dp.GridGaussian {
+	return dp.GridGaussian{Clip: p.Clip, Sigma: p.Sigma, FracBits: p.grid(dim), Dim: dim}
+}
+
+func (p Privacy) grid(dim int) int {
+	if p.GridBits > 0 {
+		return p.GridBits
+	}
+	return dp.GridFracBits(p.Clip, dim)
 }
 
 var clientKeys = []string{"metrics", "state", "update", "weight"}

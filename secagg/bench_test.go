@@ -201,7 +201,7 @@ func BenchmarkClientMask(b *testing.B) {
 				b.SetBytes(int64(8 * d))
 				b.ReportAllocs()
 				measure(b, func() {
-					y, err := c.maskedVector(x, 0, bc.ids)
+					y, err := c.maskedVector(x, nil, 0, bc.ids)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -323,13 +323,35 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 // 0 on an unweighted round and in [0, MaxWeight] on a weighted one. A bad
 // input is refused without aborting, so the caller can fix it and retry.
 func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*MaskedInput, error) {
+	return c.mask(d, x, nil, weight)
+}
+
+// MaskEncoded is MaskInput for an input the site has put on the round's
+// grid itself: y_i is the integer standing for y_i·2^-f (f = FracBits),
+// with |y_i| ≤ EncodedBound. A site that adds differential-privacy noise
+// on the integers (dp.GridGaussian) sends them this way, so no
+// floating-point step follows the noise. The weight is encoded as in
+// MaskInput.
+func (c *Client) MaskEncoded(d *ShareDelivery, y []int64, weight float64) (*MaskedInput, error) {
+	if y == nil {
+		y = []int64{}
+	}
+	return c.mask(d, nil, y, weight)
+}
+
+// mask is MaskInput (enc nil) and MaskEncoded (x nil).
+func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64) (*MaskedInput, error) {
 	if d == nil {
 		return nil, malformed("share delivery", "no message")
 	}
 	if err := c.enter("share delivery", clientShared, d.Round); err != nil {
 		return nil, err
 	}
-	if err := c.checkInput(x, weight); err != nil {
+	if enc != nil {
+		if err := c.checkEncoded(enc, weight); err != nil {
+			return nil, err
+		}
+	} else if err := c.checkInput(x, weight); err != nil {
 		return nil, err
 	}
 	if err := d.validate(); err != nil {
@@ -361,7 +383,7 @@ func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*Mask
 	}
 	slices.Sort(u2)
 	c.u2 = u2
-	y, err := c.maskedVector(x, weight, u2)
+	y, err := c.maskedVector(x, enc, weight, u2)
 	if err != nil {
 		return nil, c.fail(err)
 	}
@@ -383,6 +405,24 @@ func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*Mask
 	return &MaskedInput{Round: c.r.id, From: c.id, Masked: out}, nil
 }
 
+// CheckEncoded reports whether MaskEncoded would accept y and weight.
+func (c *Client) CheckEncoded(y []int64, weight float64) error { return c.checkEncoded(y, weight) }
+
+func (c *Client) checkEncoded(y []int64, weight float64) error {
+	if len(y) != c.r.p.Dim {
+		return diag.New(diag.SecAggWrongLength, c.subject(), "input has %d values, the round aggregates %d", len(y), c.r.p.Dim).
+			WithHelp("send a vector of the round's dimension")
+	}
+	b := c.r.encBound
+	for i, v := range y {
+		if v > b || v < -b {
+			return diag.New(diag.SecAggOutOfRange, c.subject(), "encoded input value %d is %d, outside [-%d, %d] (clip %v on a grid of 2^%d)", i, v, b, b, c.r.p.Clip, c.r.fracBits).
+				WithHelp("clip the update and keep the noise within the round's headroom before aggregating")
+		}
+	}
+	return c.checkWeight(weight)
+}
+
 // CheckInput reports whether MaskInput would accept x and weight (length,
 // range, finiteness, weighting), without changing the client's state. A
 // driver calls it before the round starts, so that a bad input is refused
@@ -401,6 +441,11 @@ func (c *Client) checkInput(x []float64, weight float64) error {
 				WithHelp("clip the update to the round's clip range (and check for NaN or Inf) before aggregating")
 		}
 	}
+	return c.checkWeight(weight)
+}
+
+// checkWeight refuses a weight outside the round's range.
+func (c *Client) checkWeight(weight float64) error {
 	if !c.r.p.Weighted {
 		if weight != 0 {
 			return diag.New(diag.SecAggOutOfRange, c.subject(), "weight %v given on an unweighted round", weight).
@@ -413,9 +458,9 @@ func (c *Client) checkInput(x []float64, weight float64) error {
 	return nil
 }
 
-// maskedVector encodes x (and the weight) in the ring and adds the
-// client's masks for the survivors u2.
-func (c *Client) maskedVector(x []float64, weight float64, u2 []string) ([]uint64, error) {
+// maskedVector encodes x (or takes enc, already on the grid) and the
+// weight in the ring and adds the client's masks for the survivors u2.
+func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []string) ([]uint64, error) {
 	y := make([]uint64, c.r.dim)
 	rd, err := newRounder(c.r.prg)
 	if err != nil {
@@ -423,6 +468,9 @@ func (c *Client) maskedVector(x []float64, weight float64, u2 []string) ([]uint6
 	}
 	for i, v := range x {
 		y[i] = encodeValue(v, c.r.scale, rd)
+	}
+	for i, v := range enc {
+		y[i] = uint64(v) // two's complement: the ring image of v
 	}
 	if c.r.p.Weighted {
 		y[c.r.p.Dim] = encodeValue(weight, c.r.wScale, rd)

@@ -71,6 +71,9 @@ type harness struct {
 	server  *Server
 	inputs  map[string][]float64
 	weights map[string]float64
+	// enc, when it holds a client, is that client's input already on the
+	// grid: it is sent with MaskEncoded (inputs holds its decoded value).
+	enc     map[string][]int64
 	encoded map[string][]uint64 // plaintext ring encodings, from the hook
 	ring    []uint64            // unmasked ring sum, from the hook
 	stop    map[string]step     // last step a client takes part in
@@ -271,7 +274,12 @@ func (h *harness) mask() bool {
 		if h.wire {
 			d = viaWire(h, false, d, ParseShareDelivery)
 		}
-		m, err := h.clients[id].MaskInput(d, h.inputs[id], h.weights[id])
+		var m *MaskedInput
+		if e, ok := h.enc[id]; ok {
+			m, err = h.clients[id].MaskEncoded(d, e, h.weights[id])
+		} else {
+			m, err = h.clients[id].MaskInput(d, h.inputs[id], h.weights[id])
+		}
 		if err != nil {
 			h.clientErr(id, err)
 			continue

@@ -46,6 +46,13 @@ type Params struct {
 	// PRG is the mask keystream; empty means AESCTR. Coordinators pick it
 	// with DefaultPRG.
 	PRG PRG `cbor:"prg"`
+	// GridBits, when > 0, fixes the fraction bits f of the values' grid
+	// instead of deriving the largest that fits: sites that put their
+	// input on the grid themselves (MaskEncoded: differential-privacy
+	// noise added on the integers) need a grid coarse enough for their
+	// noise, chosen before the round (dp.GridFracBits). It must still
+	// satisfy n·(Clip·2^f + 1) ≤ 2^62.
+	GridBits int `cbor:"grid_bits,omitempty"`
 }
 
 // Limits on parameters and identifiers.
@@ -75,6 +82,7 @@ type round struct {
 	ids       []string        // member IDs, sorted
 	floor     int             // max(MinSites, t): survivors needed at every phase
 	errBound1 float64         // per-site fixed-point rounding bound on a value
+	encBound  int64           // ⌊Clip·2^f⌋: the bound on an encoded value
 }
 
 // paramsWire is what the session digest covers: the params plus what is
@@ -149,6 +157,13 @@ func newRound(p Params) (*round, error) {
 	if r.fracBits, ok = fracBitsFor(p.Clip, n); !ok {
 		return nil, bad("clip %v: want a finite positive bound with %d·clip below 2^62", p.Clip, n).WithHelp("clip updates to a smaller range before aggregating")
 	}
+	if p.GridBits < 0 || p.GridBits > r.fracBits {
+		return nil, bad("grid bits %d: want 0 (derived) or 1 to %d, so that %d·(clip·2^f + 1) stays below 2^62", p.GridBits, r.fracBits, n).
+			WithHelp("choose a coarser grid or a smaller clip")
+	} else if p.GridBits > 0 {
+		r.fracBits = p.GridBits
+	}
+	r.encBound = int64(math.Floor(math.Ldexp(p.Clip, r.fracBits)))
 	if p.Weighted {
 		if r.wFracBits, ok = fracBitsFor(p.MaxWeight, n); !ok {
 			return nil, bad("max weight %v: want a finite positive bound with %d·max weight below 2^62", p.MaxWeight, n)
@@ -210,6 +225,18 @@ func (p Params) EffectiveThreshold() (int, error) {
 		return 0, err
 	}
 	return r.t, nil
+}
+
+// EncodedBound returns the bound on each value of an input the site put on
+// the grid itself (MaskEncoded): |y_i| ≤ ⌊Clip·2^f⌋, the per-site share of
+// the ring's headroom. A site adding noise on the grid refuses a round
+// whose bound its noise could exceed.
+func (p Params) EncodedBound() (int64, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return 0, err
+	}
+	return r.encBound, nil
 }
 
 func (r *round) subject() string { return fmt.Sprintf("secure aggregation round %q", r.id) }

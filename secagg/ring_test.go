@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/big"
 	"testing"
+
+	"github.com/scellis/scellis/diag"
 )
 
 func TestFracBitsLeaveHeadroom(t *testing.T) {
@@ -96,4 +98,59 @@ func TestExtremesDoNotWrap(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Inputs a site put on the grid itself (MaskEncoded, the path for noise
+// added on the integers) sum exactly, mixed with inputs encoded by the
+// client; a value beyond the round's per-site bound is refused, and so is
+// a grid finer than the ring's headroom allows.
+func TestMaskEncodedSumsExactly(t *testing.T) {
+	p := testParams("enc", 5, 0, 6, 10)
+	p.GridBits = 8
+	bound, err := p.EncodedBound()
+	if err != nil || bound != 2560 {
+		t.Fatalf("encoded bound %d %v, want 10·2^8", bound, err)
+	}
+	h, err := newHarness(t, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.enc = map[string][]int64{}
+	want := make([]float64, p.Dim)
+	for k, id := range h.ids {
+		if k == 4 { // one client sends floats, on the same grid
+			for i, v := range h.inputs[id] {
+				h.inputs[id][i] = math.Ldexp(math.Round(math.Ldexp(v, 8)), -8) // on the grid: no rounding
+				want[i] += h.inputs[id][i]
+			}
+			continue
+		}
+		y := make([]int64, p.Dim)
+		for i := range y {
+			y[i] = int64((k*7+i*13)%5121) - 2560
+			if k == 0 && i == 0 {
+				y[i] = -bound
+			}
+			want[i] += math.Ldexp(float64(y[i]), -8)
+		}
+		h.enc[id] = y
+		h.inputs[id] = nil
+		for _, v := range y {
+			h.inputs[id] = append(h.inputs[id], math.Ldexp(float64(v), -8))
+		}
+	}
+	if !h.run() {
+		t.Fatalf("round refused:\n%s", h.out.String())
+	}
+	for i, v := range h.result.Sum {
+		if v != want[i] {
+			t.Fatalf("sum[%d] = %v, want exactly %v", i, v, want[i])
+		}
+	}
+	c, _ := NewClient(p, h.ids[0], identity(h.ids[0]))
+	wantCode(t, c.CheckEncoded([]int64{0, 0, bound + 1, 0, 0, 0}, 0), diag.SecAggOutOfRange)
+	wantCode(t, c.CheckEncoded([]int64{0, 0}, 0), diag.SecAggWrongLength)
+	p.GridBits = 60 // 5·(10·2^60) does not fit below 2^62
+	_, err = NewClient(p, h.ids[0], identity(h.ids[0]))
+	wantCode(t, err, diag.SecAggBadParams)
 }

@@ -226,11 +226,12 @@ func (w *roundWorld) startRound(runRef content.Ref, canon *fl.Canonical, st *fl.
 	if err != nil {
 		w.t.Fatal(err)
 	}
+	summed, grid := canon.Spec.Summed(dims)
 	b := fl.RoundBundle{
 		Format: fl.RoundFormat, Run: runRef, Round: r, Strategy: canon.Strategy, Global: w.put(gb),
-		UpdateDim: dims, Metrics: fl.DefaultMetrics, Seed: 7,
-		SecAgg: secagg.Params{Round: fmt.Sprintf("%s/%d", runRef, r), Dim: dims + len(fl.DefaultMetrics),
-			Clip: 1e6, Weighted: true, MaxWeight: 1e9},
+		UpdateDim: dims, Metrics: summed, Seed: 7,
+		SecAgg: secagg.Params{Round: fmt.Sprintf("%s/%d", runRef, r), Dim: dims + len(summed),
+			Clip: 1e6, Weighted: true, MaxWeight: 1e9, GridBits: grid},
 	}
 	for _, m := range members {
 		b.SecAgg.Members = append(b.SecAgg.Members, secagg.Member{ID: m, Key: w.ids[m].Public().Ed25519()})
@@ -324,6 +325,13 @@ func TestRoundAgainstSecAggHost(t *testing.T) {
 		wg.Wait()
 		if len(res.Sum) != b.UpdateDim+len(b.Metrics) {
 			t.Fatalf("round %d: sum of %d values", r, len(res.Sum))
+		}
+		// Differencing: under DP the sum holds the update alone and every
+		// site's weight is 1, so what a round with one more or one fewer
+		// site reveals beyond the noised update is the public participant
+		// count — nothing about a site's rows, loss or correct answers.
+		if len(b.Metrics) != 0 || len(res.Sum) != b.UpdateDim || res.Weight != float64(len(res.Contributors)) {
+			t.Fatalf("round %d: metrics %v summed, weight %v for %d contributors", r, b.Metrics, res.Weight, len(res.Contributors))
 		}
 		return b
 	}

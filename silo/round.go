@@ -123,9 +123,17 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.Privacy(unit), Cohort: len(b.SecAgg.Members),
 		Threshold: threshold, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg,
 	}
+	if f, err := b.SecAgg.FracBits(); err != nil {
+		return decline(err)
+	} else {
+		req.Privacy.GridBits = f // the grid the sum is decoded from
+	}
 	now := a.now()
 	if ds := a.Policy.CheckRound(req, LedgerOf(a.Ledger), now); ds.HasErrors() {
 		return decline(ds)
+	}
+	if err := checkRelease(subject, req.Privacy, b); err != nil {
+		return decline(err)
 	}
 	if !a.memberOf(b) {
 		return decline(diag.New(diag.SecAggUnknownSite, subject, "this silo is not among the round's secure-aggregation members").
@@ -179,16 +187,34 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	update, weight := out.Update, out.Weight
 	if update == nil {
+		if req.Privacy.Unit != fl.UnitNone {
+			// Under DP every participant's weight is 1, so the summed weight
+			// is the public participant count; a site the content declines
+			// stays out rather than sending a zero weight into the sum.
+			return decline(diag.New(diag.FLContract, subject, "the client step declined the round (no update)").
+				WithHelp("under differential privacy a site either releases an update of weight 1 or takes no part"))
+		}
 		update, weight = make([]float64, b.UpdateDim), 0 // declined by the content: zeros
 	}
 	if len(update) != b.UpdateDim {
 		return decline(diag.New(diag.FLDimension, subject, "the client step returned %d values; the round sums %d", len(update), b.UpdateDim).
 			WithHelp("the run's model and the silo's dataset disagree on the number of features"))
 	}
-	input := b.Pack(update, out.Metrics)
+	in := wire.Input{Weight: weight, MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)}
+	if out.Encoded != nil {
+		// Under DP the update leaves as the integers it was noised (or
+		// rounded) on; nothing else is summed with it (checkRelease).
+		in.Encoded = out.Encoded
+	} else {
+		in.Values = b.Pack(update, out.Metrics)
+	}
 	if c, err := secagg.NewClient(b.SecAgg, a.Name, a.ID.PrivateKey()); err != nil {
 		return decline(err)
-	} else if err := c.CheckInput(input, weight); err != nil {
+	} else if in.Encoded != nil {
+		if err := c.CheckEncoded(in.Encoded, weight); err != nil {
+			return decline(err) // refused before the charge: nothing was paid for
+		}
+	} else if err := c.CheckInput(in.Values, weight); err != nil {
 		return decline(err) // refused before the charge: nothing was paid for
 	}
 
@@ -208,10 +234,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	base, err := a.secaggHost(ctx, b)
 	if err == nil {
-		err = wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(),
-			wire.Input{Values: input, Weight: weight, MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)})
+		err = wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), in)
 	}
-	clear(input)
+	clear(in.Values)
+	clear(in.Encoded)
 	if err != nil {
 		rec.Status, rec.Refusals = Failed, refusalsOf(err)
 		a.logRefusal(subject+": secure aggregation", err)
@@ -223,6 +249,39 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	rec.Status = Contributed
 	a.logf("%s: contributed (secure aggregation round %s on %s)", subject, b.SecAgg.Round, base)
 	return rec, nil
+}
+
+// checkRelease refuses, before anything is computed or charged, a round
+// whose sum would carry something DP does not pay for, or whose grid cannot
+// hold the noise: under DP the summed vector is the update alone (training
+// metrics stay in the silo: they would leave unnoised and uncharged), and
+// the update's noised integers, with HeadroomSigmas noise deviations to
+// spare, must fit the ring's per-site bound (else the sum could wrap).
+func checkRelease(subject string, p fl.Privacy, b fl.RoundBundle) error {
+	if p.Unit == fl.UnitNone {
+		return nil
+	}
+	if len(b.Metrics) > 0 || b.SecAgg.Dim != b.UpdateDim {
+		return diag.New(diag.FLBadPrivacy, subject, "the round sums %d training metrics (%v) with the update; under differential privacy they would leave unnoised and uncharged", len(b.Metrics), b.Metrics).
+			WithHelp("under DP the round's sum holds the update only; metrics come from a charged evaluation")
+	}
+	if p.Unit != fl.UnitSilo {
+		return nil
+	}
+	g := p.UpdateMechanism(b.UpdateDim)
+	if err := g.Validate(); err != nil {
+		return err
+	}
+	bound, err := b.SecAgg.EncodedBound()
+	if err != nil {
+		return err
+	}
+	if m := g.MaxMagnitude(); m > float64(bound) {
+		return diag.New(diag.DPRingHeadroom, subject, "the noised update can reach %.4g on the grid (clip·2^%d plus %d noise deviations of %d), beyond the ring's per-site bound %d",
+			m, g.FracBits, dp.HeadroomSigmas, g.NoiseScale(), bound).
+			WithHelp("lower privacy.sigma or privacy.clip, or run with fewer sites: the secure sum would wrap around")
+	}
+	return nil
 }
 
 // logRefusal writes the full diagnostics of a declined or failed round to

@@ -61,6 +61,10 @@ func Participate(ctx context.Context, hc *http.Client, base string, params secag
 type Input struct {
 	// Values is the input vector, encoded onto the ring by the client.
 	Values []float64
+	// Encoded, when not nil, is the input already on the round's grid
+	// (secagg.Client.MaskEncoded), sent instead of Values: the path for
+	// differential-privacy noise added on the integers.
+	Encoded []int64
 	// Weight is the site's weight (weighted rounds).
 	Weight float64
 	// MinSurvivors, when > 0, makes the site refuse to mask or unmask
@@ -84,7 +88,14 @@ func ParticipateWith(ctx context.Context, hc *http.Client, base string, params s
 		return err
 	}
 	c.RequireSurvivors(in.MinSurvivors)
-	if err := c.CheckInput(input, weight); err != nil {
+	check, maskIn := c.CheckInput, c.MaskInput
+	if in.Encoded != nil {
+		check = func([]float64, float64) error { return c.CheckEncoded(in.Encoded, weight) }
+		maskIn = func(d *secagg.ShareDelivery, _ []float64, w float64) (*secagg.MaskedInput, error) {
+			return c.MaskEncoded(d, in.Encoded, w)
+		}
+	}
+	if err := check(input, weight); err != nil {
 		return err
 	}
 	s := newSession(hc, base, params)
@@ -118,7 +129,7 @@ func ParticipateWith(ctx context.Context, hc *http.Client, base string, params s
 	if err != nil {
 		return err
 	}
-	m, err := c.MaskInput(d, input, weight)
+	m, err := maskIn(d, input, weight)
 	if err != nil {
 		return err
 	}
