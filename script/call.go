@@ -283,7 +283,13 @@ func compile(e *catalog.Entry) (*starlark.Program, error) {
 	c, _ := progCache.LoadOrStore(string(e.Ref)+"\x00"+e.Path, &compiled{})
 	cp := c.(*compiled)
 	cp.once.Do(func() {
-		_, cp.prog, cp.err = starlark.SourceProgramOptions(catalog.Dialect(), e.Path, e.Source, predeclared.Has)
+		f, err := catalog.Dialect().Parse(e.Path, e.Source, 0)
+		if err != nil {
+			cp.err = err
+			return
+		}
+		guardRepetition(f)
+		cp.prog, cp.err = starlark.FileProgram(f, predeclared.Has)
 	})
 	return cp.prog, cp.err
 }

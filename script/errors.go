@@ -115,6 +115,9 @@ func (st *callState) contentFrame(ev *starlark.EvalError) (syntax.Position, stri
 	b.WriteString("\nTraceback (most recent call last):")
 	for _, fr := range ev.CallStack {
 		if fr.Pos.Filename() == "<builtin>" {
+			if fr.Name == repeatName {
+				continue // the multiplication itself; its line is above
+			}
 			fmt.Fprintf(&b, "\n  in %s (native)", fr.Name)
 			continue
 		}

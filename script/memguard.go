@@ -48,11 +48,17 @@ import (
 //     larger of the live figure and the heap's current objects, so that
 //     what the engine allocated just before the call is not charged to it.
 //
-// Not covered: a single built-in operation runs to completion before any
-// check — "x" * n and [0] * n can allocate up to 2^30 elements (16 GiB for
-// a list) in one step, and list + list or str.join in proportion to their
-// operands; the backstop stops the thread right after, but the allocation
-// has happened. Work inside one native call (model training) is bounded by
+//  4. Repetition (exact, deterministic). Every `a * b` in content compiles
+//     to a call that reserves the size of the sequence a repetition would
+//     build ("x" * n, [0] * n, tuples, bytes) before building it, so
+//     [0] * (1 << 27) under a 256 MiB budget is refused, not allocated
+//     (repeat.go). An augmented `t *= n` is covered when t is a name or an
+//     index or field of names and literals.
+//
+// Not covered: other single built-in operations still run to completion
+// before any check — list + list, str.join, str.replace allocate in
+// proportion to their operands (at most a few times what the call holds,
+// which audits bound); the backstop stops the thread right after. Work inside one native call (model training) is bounded by
 // its reservations, not audited while it runs. The live-heap figure lags
 // by up to one GC cycle, so the backstop can overshoot by up to the GC's
 // headroom (GOGC). Memory the engine lends (input datasets) is not

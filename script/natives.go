@@ -30,6 +30,7 @@ func init() {
 	for _, name := range []string{"list", "tuple", "sorted", "set", "enumerate", "zip"} {
 		predeclared[name] = sizedBuiltin(starlark.Universe[name].(*starlark.Builtin))
 	}
+	predeclared[repeatName] = repeatBuiltin
 	predeclared.Freeze()
 }
 
