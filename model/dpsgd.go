@@ -110,15 +110,19 @@ func (c *TrainConfig) dpSteps() int {
 	return c.Epochs * max(1, int(math.Round(1/c.DP.Q)))
 }
 
-func (t *trainer) runDP() {
+func (t *trainer) runDP() error {
 	for range t.cfg.dpSteps() {
-		t.dpStep()
+		if err := t.interrupt(t.dpStep()); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // dpStep is one DP-SGD step: Poisson sample, per-example clip, sum, noise,
-// divide by the expected batch size, then the optimizer step.
-func (t *trainer) dpStep() {
+// divide by the expected batch size, then the optimizer step. It returns the
+// size of the sampled batch.
+func (t *trainer) dpStep() int {
 	s, cfg := t.dp, t.cfg.DP
 	n := t.d.Rows()
 	s.idx = s.poissonSample(s.idx[:0], n, cfg.Q)
@@ -140,4 +144,5 @@ func (t *trainer) dpStep() {
 	}
 	t.stats.Examples += len(s.idx)
 	t.update()
+	return len(s.idx)
 }

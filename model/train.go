@@ -53,6 +53,13 @@ type TrainConfig struct {
 	// one outer round to the next). Train reads and updates it in place; a
 	// zero AdamState starts fresh. Nil means fresh moments for every call.
 	Adam *AdamState
+	// Interrupt, when set, is called after every optimizer step with the
+	// work the step did (examples × parameters, about the multiply-adds of
+	// its gradients). A non-nil error stops training at once: Train returns
+	// it, and the parameters are left as the last step made them. The
+	// sandbox uses it to charge training to the step budget and to honour
+	// cancellation (a shard timeout, SIGINT) inside a long run.
+	Interrupt func(work int) error
 }
 
 // AdamState is AdamW's first and second moment estimates, one per
@@ -226,10 +233,14 @@ func (c *TrainConfig) check(nParams int) error {
 }
 
 func (t *trainer) run() (TrainStats, error) {
+	var err error
 	if t.dp != nil {
-		t.runDP()
+		err = t.runDP()
 	} else {
-		t.runBatches()
+		err = t.runBatches()
+	}
+	if err != nil {
+		return t.stats, err
 	}
 	for _, v := range t.m.Params {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
@@ -245,7 +256,7 @@ func (t *trainer) run() (TrainStats, error) {
 
 // runBatches is deterministic minibatch training: shuffles come from a
 // generator keyed by cfg.Seed.
-func (t *trainer) runBatches() {
+func (t *trainer) runBatches() error {
 	n, bs := t.d.Rows(), min(t.cfg.BatchSize, t.d.Rows())
 	r := newRand("shuffle", t.cfg.Seed)
 	perm := identity(n)
@@ -262,15 +273,30 @@ func (t *trainer) runBatches() {
 				pos++
 			}
 			t.minibatch(batch)
+			if err := t.interrupt(len(batch)); err != nil {
+				return err
+			}
 		}
-		return
+		return nil
 	}
 	for range t.cfg.Epochs {
 		shuffle(r, perm)
 		for i := 0; i < n; i += bs {
 			t.minibatch(perm[i:min(i+bs, n)])
+			if err := t.interrupt(min(bs, n-i)); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
+}
+
+// interrupt reports a step over examples rows to cfg.Interrupt.
+func (t *trainer) interrupt(examples int) error {
+	if t.cfg.Interrupt == nil {
+		return nil
+	}
+	return t.cfg.Interrupt((examples + 1) * len(t.m.Params))
 }
 
 // minibatch gathers rows idx, computes their mean gradient and steps.

@@ -218,9 +218,10 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 	res, err := p.Execute(runCtx, sh)
 	stop()
 	if err != nil {
-		if ctx.Err() == nil {
-			release(err)
-		}
+		// Timed out, failed, or the worker is stopping (SIGINT): either
+		// way the shard goes back, so another peer need not wait for the
+		// lease to lapse.
+		release(err)
 		return
 	}
 	if w.Corrupt {

@@ -2,6 +2,7 @@ package script
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,9 @@ import (
 type Limits struct {
 	// Steps bounds the Starlark interpreter's abstract computation steps
 	// (roughly, bytecode instructions) across the whole call, including the
-	// module's top level and everything it loads. Work done inside native
-	// functions counts as one step per call.
+	// module's top level and everything it loads. A native call counts as
+	// one step, except model.train and tensor.matmul, which count one step
+	// per workPerStep multiply-adds as they go.
 	Steps uint64
 	// MemoryBytes bounds the memory the call holds; see memguard.go for
 	// what is measured and how.
@@ -108,6 +110,39 @@ func (st *callState) stop(reason int32, detail string) {
 		st.detail.Store(&detail)
 	}
 	st.thread.Cancel(detail)
+}
+
+// workPerStep is how many multiply-adds of native work (training steps,
+// matrix products) count as one interpreter step: a step of Starlark takes
+// about as long as 30–60 multiply-adds in Go, so a budget of steps bounds
+// native work and Starlark alike by time, roughly.
+const workPerStep = 32
+
+// errStopped is what nativeWork returns once the call was stopped; mapError
+// turns the call's stop reason into the diagnostic.
+var errStopped = errors.New("stopped")
+
+// nativeWork is called inside long-running natives (model.train after every
+// optimizer step, tensor.matmul between bands of rows) with the work done
+// since the last call. It charges the work to the step budget and reports
+// whether the call must stop: the budget is spent, the context was
+// cancelled (a shard timeout, SIGINT), or the memory backstop stopped it.
+// It runs on the call's goroutine, which owns thread.Steps.
+func (st *callState) nativeWork(work int) error {
+	th := st.thread
+	// At least one step per report, so a loop of tiny steps is bounded too.
+	steps := (uint64(max(work, 0)) + workPerStep - 1) / workPerStep
+	steps = max(steps, 1)
+	if th.Steps+steps < th.Steps || th.Steps+steps >= st.limits.Steps {
+		th.Steps = st.limits.Steps
+		st.stop(stopSteps, "step budget exhausted")
+	} else {
+		th.Steps += steps
+	}
+	if st.reason.Load() != stopNone {
+		return errStopped
+	}
+	return nil
 }
 
 // module is a loaded catalog entry within one call.

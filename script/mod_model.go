@@ -186,6 +186,7 @@ func trainModel(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starla
 	if err := st.env.Training.apply(&cfg, st.dpSteps); err != nil {
 		return nil, err
 	}
+	cfg.Interrupt = st.nativeWork
 	stats, err := model.Train(m, d, cfg)
 	if err != nil {
 		return nil, modelError(err)

@@ -238,7 +238,7 @@ var tensorModule = makeModule("tensor", map[string]nativeFunc{
 		if err := st.reserve(bytesOf(am.Rows*bm.Cols), "tensor.matmul"); err != nil {
 			return nil, err
 		}
-		c, err := tensor.MatMul(am, bm)
+		c, err := tensor.MatMulChecked(am, bm, st.nativeWork)
 		if err != nil {
 			return nil, err
 		}

@@ -131,7 +131,12 @@ func general(m *Matrix) blas64.General {
 
 // MatMul returns a·b, computed by gonum's BLAS (Dgemm). See the package
 // documentation for its determinism.
-func MatMul(a, b *Matrix) (*Matrix, error) {
+func MatMul(a, b *Matrix) (*Matrix, error) { return MatMulChecked(a, b, nil) }
+
+// MatMulChecked is MatMul that calls check, when not nil, after each band of
+// rows with the multiply-adds done; a non-nil error from check stops the
+// product and is returned. The result is bit-identical to MatMul's.
+func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
@@ -145,9 +150,32 @@ func MatMul(a, b *Matrix) (*Matrix, error) {
 	if a.Rows == 0 || b.Cols == 0 || a.Cols == 0 {
 		return c, nil
 	}
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, general(a), general(b), 0, general(c))
+	// Row bands of C: each multiply-add still sums over k in order (gonum
+	// accumulates its k-blocks into C in place), so the bands give the same
+	// bits as one product, while check runs between them.
+	inner := max(a.Cols*b.Cols, 1)
+	band := max(matMulBandWork/inner, 1)
+	if band >= 64 {
+		band -= band % 64 // whole gonum blocks, so bands still run in parallel
+	}
+	for lo := 0; lo < a.Rows; lo += band {
+		hi := min(lo+band, a.Rows)
+		ga, gc := general(a), general(c)
+		ga.Rows, ga.Data = hi-lo, ga.Data[lo*ga.Stride:]
+		gc.Rows, gc.Data = hi-lo, gc.Data[lo*gc.Stride:]
+		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, ga, general(b), 0, gc)
+		if check != nil {
+			if err := check((hi - lo) * inner); err != nil {
+				return nil, err
+			}
+		}
+	}
 	return c, nil
 }
+
+// matMulBandWork is the multiply-adds MatMulChecked does between checks
+// (about a tenth of a second).
+var matMulBandWork = 1 << 27 // a variable so tests can make bands small
 
 // MatVec returns a·x, each element summed in column order (replayable).
 func MatVec(a *Matrix, x Vector) (Vector, error) {
