@@ -95,6 +95,10 @@ type Options struct {
 	SecAggLongPoll time.Duration
 	RoundLeaseTTL  time.Duration
 	ReportGrace    time.Duration
+
+	// BodyTimeout bounds reading a request body (see deadlines.go); zero
+	// means DefaultBodyTimeout. Tests shorten it.
+	BodyTimeout time.Duration
 }
 
 // Start opens the node's stores, joins (or bootstraps) the Raft cluster
@@ -222,7 +226,16 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		}
 		return true
 	}))
-	n.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	bodyTimeout := opt.BodyTimeout
+	if bodyTimeout <= 0 {
+		bodyTimeout = DefaultBodyTimeout
+	}
+	n.http = &http.Server{
+		Handler:           withDeadlines(mux, bodyTimeout, opt.SecAggLongPoll),
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	n.done.Add(2)
