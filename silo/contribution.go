@@ -45,6 +45,20 @@ type Contribution struct {
 	Mechanisms  []dp.Mechanism `cbor:"mechanisms,omitempty" json:"mechanisms,omitempty"`
 	Epsilon     float64        `cbor:"epsilon,omitempty" json:"epsilon,omitempty"` // the charge alone, at the dataset's δ
 	SecAggRound string         `cbor:"secagg_round" json:"secagg_round"`
+	// LedgerSeq and LedgerHead are the sequence number and hash of the
+	// last entry of the silo's ledger when the record was signed (the
+	// charge itself, or a later entry). The receipt chain cites the record,
+	// so it anchors the ledger's head: whoever holds the chain can tell a
+	// truncated or rolled-back ledger (scellis ledger audit).
+	LedgerSeq  uint64      `cbor:"ledger_seq,omitempty" json:"ledger_seq,omitempty"`
+	LedgerHead content.Ref `cbor:"ledger_head,omitempty" json:"ledger_head,omitempty"`
+	// Delta, Cumulative and Budget are the dataset's δ, its cumulative ε
+	// in the ledger (every charge so far, composed in RDP) and its ε budget
+	// when the record was signed: bookkeeping for the privacy report, none
+	// of it depends on the dataset's records.
+	Delta      float64 `cbor:"delta,omitempty" json:"delta,omitempty"`
+	Cumulative float64 `cbor:"cumulative_epsilon,omitempty" json:"cumulative_epsilon,omitempty"`
+	Budget     float64 `cbor:"budget_epsilon,omitempty" json:"budget_epsilon,omitempty"`
 	// Refusals are the reasons of a declined or failed round.
 	Refusals []Refusal `cbor:"refusals,omitempty" json:"refusals,omitempty"`
 }

@@ -403,6 +403,7 @@ func (a *Appliance) hosts(ctx context.Context, url string) bool {
 
 // report uploads the signed record and reports its hash for the shard.
 func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
+	a.anchor(&rec)
 	signed, err := Sign(a.ID, rec)
 	if err != nil {
 		return err
@@ -423,6 +424,20 @@ func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	}
 	a.logf("run %s round %d: reported %s contribution %s (%s)", rec.Run.Short(), rec.Round, rec.Status, ref.Short(), out.Outcome)
 	return nil
+}
+
+// anchor records the ledger's head and the dataset's bookkeeping in rec.
+// A ledger that cannot be read (fenced) leaves rec without an anchor.
+func (a *Appliance) anchor(rec *Contribution) {
+	snap, err := a.Ledger.Snapshot()
+	if err != nil {
+		a.logf("run %s round %d: the ledger cannot be read for the record's anchor: %v", rec.Run.Short(), rec.Round, err)
+		return
+	}
+	rec.LedgerSeq, rec.LedgerHead = uint64(snap.Len()-1), snap.Head()
+	if st, ok := snap.Dataset(rec.Dataset); ok && rec.Dataset != "" {
+		rec.Delta, rec.Cumulative, rec.Budget = st.Delta, st.Spent, st.Budget
+	}
 }
 
 // statePath is where the client state of a run is kept. The run ID

@@ -135,6 +135,7 @@ seed: 3
 	if b, err := os.ReadFile(filepath.Join(c.dir, "model.json")); err != nil || !strings.Contains(string(b), `"receipts"`) {
 		t.Fatalf("model export: %v\n%s", err, b)
 	}
+	checkPrivacyReportAndAudit(t, c, id)
 }
 
 // FedAvg across four silo processes (own regime, DP off, secure aggregation

@@ -37,8 +37,14 @@ verify it. See docs/dp.md.`,
 	}
 	c.AddCommand(newLedgerInitCmd(), newLedgerBudgetCmd(), newLedgerChargeCmd(),
 		newLedgerShowCmd(), newLedgerVerifyCmd(), newLedgerExportCmd(), newLedgerRepairCmd())
+	for _, sub := range ledgerSubcommands {
+		c.AddCommand(sub())
+	}
 	return c
 }
+
+// ledgerSubcommands are ledger commands defined in files of their own.
+var ledgerSubcommands []func() *cobra.Command
 
 // ledgerPathFlag registers the required --ledger flag.
 func ledgerPathFlag(c *cobra.Command, p *string) {

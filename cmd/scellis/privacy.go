@@ -27,7 +27,7 @@ Gaussian mechanism (Mironov, Talwar, Zhang 2019) without touching a ledger:
 estimate ε for a training plan, calibrate the noise for a target ε, or find
 how many steps a budget allows. See docs/dp.md.`,
 	}
-	c.AddCommand(newPrivacyEstimateCmd(), newPrivacyCalibrateCmd(), newPrivacyMaxStepsCmd())
+	c.AddCommand(newPrivacyEstimateCmd(), newPrivacyCalibrateCmd(), newPrivacyMaxStepsCmd(), newPrivacyReportCmd())
 	return c
 }
 
