@@ -57,9 +57,35 @@ func BenchmarkPoolShards(b *testing.B) {
 	} {
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
 		b.Run(name, func(b *testing.B) {
-			rate := benchPool(b, c.regime, c.workers)
+			rate := benchPool(b, c.regime, c.workers, Options{})
 			if solo > 0 {
 				b.ReportMetric(rate/solo, "vs-solo")
+			}
+		})
+	}
+}
+
+// The cost of commit–reveal (law 13): the same pools with it (as
+// aggregators always run) and without it (results reported outright, which
+// lets a member copy another's hash), in one run; "vs-no-commit" is the
+// ratio of the two rates. With it a result takes two writes (commit, then
+// reveal) instead of one, and a peer may wait up to one lease TTL for the
+// shard's other replica to commit.
+//
+//	go test -run x -bench PoolCommitReveal -benchtime 3x ./aggregator/
+func BenchmarkPoolCommitReveal(b *testing.B) {
+	for _, c := range []struct {
+		regime  trust.Regime
+		workers int
+	}{{trust.Own, 2}, {trust.Consortium, 2}, {trust.Consortium, 4}} {
+		var off float64
+		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
+		b.Run(name+"/commit-reveal=off", func(b *testing.B) {
+			off = benchPool(b, c.regime, c.workers, Options{NoCommitReveal: true})
+		})
+		b.Run(name+"/commit-reveal=on", func(b *testing.B) {
+			if rate := benchPool(b, c.regime, c.workers, Options{}); off > 0 {
+				b.ReportMetric(rate/off, "vs-no-commit")
 			}
 		})
 	}
@@ -95,8 +121,9 @@ func benchSolo(b *testing.B, verify bool) float64 {
 // returns shards/s. It also reports how long the job took from its last
 // shard decided to done (the reducer peer's latency: the leader looks for
 // decided jobs every 200ms), and the rate without it.
-func benchPool(b *testing.B, regime trust.Regime, workers int) float64 {
-	p := newTestPool(b, regime, workers, Options{LeaseTTL: benchTTL})
+func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options) float64 {
+	opt.LeaseTTL = benchTTL
+	p := newTestPool(b, regime, workers, opt)
 	p.startWorkers(workers, benchPoll)
 	alice := p.client("alice")
 	jobs := 0

@@ -34,6 +34,9 @@ type testPool struct {
 	node *Node
 	cat  *catalog.Catalog
 	log  *syncBuffer // the node's operational log, shown when the test fails
+	// noCommit: the node runs without commit–reveal, and so do the
+	// workers (benchmarks measuring its cost).
+	noCommit bool
 }
 
 // syncBuffer is a log sink safe for the node's goroutines.
@@ -93,7 +96,7 @@ type testMember struct {
 // leads. opt.Log defaults to a buffer, shown when the test fails.
 func startTestNode(tb testing.TB, regime trust.Regime, members []testMember, opt Options) *testPool {
 	tb.Helper()
-	p := &testPool{tb: tb, dir: tb.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}}
+	p := &testPool{tb: tb, dir: tb.TempDir(), ids: map[string]*identity.Identity{}, log: &syncBuffer{}, noCommit: opt.NoCommitReveal}
 	var fed strings.Builder
 	fmt.Fprintf(&fed, "federation: test\nregime: %s\nmembers:\n", regime)
 	for _, m := range append([]testMember{{"agg-1", identity.Aggregator}}, members...) {
@@ -180,6 +183,8 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 		name := fmt.Sprintf("w%d", i)
 		w := &pool.Worker{
 			Client:   p.client(name),
+			Name:     name,
+			NoCommit: p.noCommit,
 			Catalog:  p.cat,
 			CacheDir: filepath.Join(p.dir, name),
 			Parallel: 1,

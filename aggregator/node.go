@@ -99,6 +99,11 @@ type Options struct {
 	// BodyTimeout bounds reading a request body (see deadlines.go); zero
 	// means DefaultBodyTimeout. Tests shorten it.
 	BodyTimeout time.Duration
+
+	// NoCommitReveal runs the coordinator without commit–reveal: results
+	// are reported outright, which lets a member copy another's hash.
+	// Only benchmarks set it, to measure what commit–reveal costs.
+	NoCommitReveal bool
 }
 
 // Start opens the node's stores, joins (or bootstraps) the Raft cluster
@@ -130,7 +135,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	machine, err := coordinator.New(coordinator.Config{Regime: fed.Regime, DefaultLeaseTTL: ttl.Milliseconds()})
+	machine, err := coordinator.New(coordinator.Config{Regime: fed.Regime, DefaultLeaseTTL: ttl.Milliseconds(), CommitReveal: !opt.NoCommitReveal})
 	if err != nil {
 		return nil, err
 	}
@@ -220,9 +225,21 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	// reducer peer here, never through the control-plane API (law 3).
 	mux.Handle(wire.Prefix, n.sagg)
 	mux.Handle("/blobs/", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
-		if _, ok := fed.PeerFromRequest(r); !ok {
+		m, ok := fed.PeerFromRequest(r)
+		if !ok {
 			http.Error(w, "not a federation member", http.StatusUnauthorized)
 			return false
+		}
+		// Result bytes of an undecided shard are for the aggregators only
+		// (law 13); decided ones for the members the job's regime allows.
+		if r.Method == http.MethodGet {
+			if ref, err := content.ParseRef(r.PathValue("ref")); err == nil && !api.BlobReadable(n.fsm.machine().ResultUse(ref), m) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusForbidden)
+				diag.RenderJSON(w, diag.List{diag.New(diag.PoolForbidden, ref.Short(), "%s may not read this blob: it is a shard result not yet decided, or of an open-pool job %s did not submit", m.Name, m.Name).
+					WithHelp("results are readable once their shard is decided; in an open pool by the job's submitter and operators only")})
+				return false
+			}
 		}
 		return true
 	}))
@@ -374,7 +391,13 @@ func (r readerOf) Leasable(peer string, now int64) int {
 	return r.f.machine().Leasable(peer, now)
 }
 func (r readerOf) Peers() []coordinator.PeerRecord { return r.f.machine().Peers() }
-func (r readerOf) Runs() []coordinator.RunStatus   { return r.f.machine().Runs() }
+func (r readerOf) RevealOpen(job content.Ref, shard int, now int64) (bool, int64) {
+	return r.f.machine().RevealOpen(job, shard, now)
+}
+func (r readerOf) ResultUse(ref content.Ref) coordinator.ResultUse {
+	return r.f.machine().ResultUse(ref)
+}
+func (r readerOf) Runs() []coordinator.RunStatus { return r.f.machine().Runs() }
 func (r readerOf) Run(id content.Ref) (coordinator.RunStatus, error) {
 	return r.f.machine().Run(id)
 }

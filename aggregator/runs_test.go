@@ -20,6 +20,7 @@ import (
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/pool"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg/wire"
 	"github.com/scellis/scellis/trust"
@@ -192,11 +193,8 @@ func (p *runPool) round(ctx context.Context, c *api.Client, hc *http.Client, nam
 	if err != nil {
 		return err
 	}
-	ref, err := c.PutBlob(ctx, rec)
-	if err != nil {
-		return err
-	}
-	_, err = c.Report(ctx, api.ResultReport{Job: g.Job, Shard: g.Shard, Result: ref})
+	// Commit, upload and reveal, as a silo does.
+	_, err = (&pool.Worker{Client: c, Name: name, Poll: 20 * time.Millisecond}).Deliver(ctx, g, rec, content.Hash(rec))
 	return err
 }
 

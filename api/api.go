@@ -46,6 +46,14 @@ type Reader interface {
 	// Leasable is how many shards a lease by peer at now would get; an
 	// idle worker's poll is answered from it without a log entry.
 	Leasable(peer string, now int64) int
+	// RevealOpen says whether a reveal on job's shard at now would pass
+	// the reveal window, and when it opens at the latest; an early reveal
+	// is answered from it without a log entry.
+	RevealOpen(job content.Ref, shard int, now int64) (bool, int64)
+	// ResultUse says whether ref is a reported result, and of which
+	// shards: the blob endpoint serves undecided results to aggregators
+	// only (law 13).
+	ResultUse(ref content.Ref) coordinator.ResultUse
 }
 
 // Planner turns a submitted bundle into the SubmitJob command: it compiles
@@ -114,11 +122,21 @@ type ReleaseRequest struct {
 	Shards []coordinator.ShardRef `json:"shards,omitempty"`
 }
 
-// ResultReport reports a result's hash (the bytes went to the blob store).
+// CommitRequest commits the caller to a result for one shard:
+// Commitment is coordinator.Commitment(result, caller, job, shard, nonce).
+type CommitRequest struct {
+	Job        content.Ref `json:"job"`
+	Shard      int         `json:"shard"`
+	Commitment content.Ref `json:"commitment"`
+}
+
+// ResultReport reveals a result's hash (the bytes went to the blob store)
+// and the nonce that opens the caller's commitment.
 type ResultReport struct {
 	Job    content.Ref `json:"job"`
 	Shard  int         `json:"shard"`
 	Result content.Ref `json:"result"`
+	Nonce  string      `json:"nonce,omitempty"`
 }
 
 // ReducedReport reports a job's reduced result document.

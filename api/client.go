@@ -499,6 +499,19 @@ func (c *Client) Report(ctx context.Context, req ResultReport) (coordinator.Repo
 	return r, c.do(ctx, "POST", "/v1/results", req, &r)
 }
 
+// Peers returns every peer's record: leases, reports, wins, losses and
+// timeouts.
+func (c *Client) Peers(ctx context.Context) ([]coordinator.PeerRecord, error) {
+	var r []coordinator.PeerRecord
+	return r, c.do(ctx, "GET", "/v1/peers", nil, &r)
+}
+
+// Commit commits the caller to a result for one shard (workers and silos).
+func (c *Client) Commit(ctx context.Context, req CommitRequest) (coordinator.CommitResponse, error) {
+	var r coordinator.CommitResponse
+	return r, c.do(ctx, "POST", "/v1/commits", req, &r)
+}
+
 // ReportReduced reports a reduced result (reducer peers only).
 func (c *Client) ReportReduced(ctx context.Context, req ReducedReport) error {
 	return c.do(ctx, "POST", "/v1/reduced", req, nil)

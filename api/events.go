@@ -123,7 +123,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			if !ok {
 				return
 			}
-			writeEvent(w, e.Kind(), e)
+			writeEvent(w, e.Kind(), redactEvent(e, peerOf(r)))
 			flusher.Flush()
 			switch e.(type) {
 			case coordinator.JobComplete, coordinator.RunComplete, coordinator.JobCancelled:

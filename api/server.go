@@ -227,7 +227,7 @@ func statusFor(ds diag.List) int {
 	switch ds[0].Code {
 	case diag.PoolUnknownJob:
 		return http.StatusNotFound
-	case diag.PoolNoLease, diag.PoolLeaseNotLive:
+	case diag.PoolNoLease, diag.PoolLeaseNotLive, diag.PoolRevealEarly:
 		return http.StatusConflict
 	case diag.PoolForbidden:
 		return http.StatusForbidden
@@ -283,6 +283,7 @@ func (s *Server) jobStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	js, err := s.Read.Job(id)
+	redactJob(&js, peerOf(r))
 	s.writeRead(w, r, js, err)
 }
 
@@ -402,6 +403,13 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// An early reveal is answered from the replica, without a log entry:
+	// the worker waits and reveals again.
+	now := s.now()
+	if open, at := s.Read.RevealOpen(req.Job, req.Shard, now); !open {
+		writeDiag(w, http.StatusConflict, coordinator.RevealEarly(fmt.Sprintf("job %s shard %d", req.Job.Short(), req.Shard), req.Shard, at))
+		return
+	}
 	if s.Durable != nil {
 		if err := s.Durable(r.Context(), req.Result); err != nil {
 			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.BlobMissing, req.Result.Short(),
@@ -409,7 +417,20 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.apply(w, r, coordinator.ReportResult{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Now: s.now()})
+	s.apply(w, r, coordinator.ReportResult{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Nonce: req.Nonce, Now: s.now()})
+}
+
+func (s *Server) commit(w http.ResponseWriter, r *http.Request) {
+	var req CommitRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if !content.IsRef(string(req.Commitment)) {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "commits", "commitment %q is not a ref", req.Commitment).
+			WithHelp("send coordinator.Commitment(result, your member name, job, shard, nonce)"))
+		return
+	}
+	s.apply(w, r, coordinator.CommitResult{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Commitment: req.Commitment, Now: s.now()})
 }
 
 func (s *Server) reduced(w http.ResponseWriter, r *http.Request) {
@@ -435,6 +456,10 @@ func (s *Server) receipts(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) contributions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, s.Read.Contributions())
+}
+
+func (s *Server) peers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Read.Peers())
 }
 
 func (s *Server) status(w http.ResponseWriter, r *http.Request) {

@@ -128,7 +128,9 @@ type ReportResult struct {
 	Job    content.Ref `cbor:"job" json:"job"`
 	Shard  int         `cbor:"shard" json:"shard"`
 	Result content.Ref `cbor:"result" json:"result"`
-	Now    int64       `cbor:"now" json:"now"`
+	// Nonce opens the peer's commitment (CommitResult), in hex.
+	Nonce string `cbor:"nonce,omitempty" json:"nonce,omitempty"`
+	Now   int64  `cbor:"now" json:"now"`
 }
 
 // ReportReduced records the hash of a job's reduced result, reported by a

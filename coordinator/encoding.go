@@ -18,6 +18,7 @@ type envelope struct {
 	Release *ReleaseLeases `cbor:"release,omitempty"`
 	Tick    *Tick          `cbor:"tick,omitempty"`
 	Report  *ReportResult  `cbor:"report,omitempty"`
+	Commit  *CommitResult  `cbor:"commit,omitempty"`
 	Reduced *ReportReduced `cbor:"reduced,omitempty"`
 	Cancel  *CancelJob     `cbor:"cancel,omitempty"`
 	Start   *StartRun      `cbor:"start_run,omitempty"`
@@ -118,6 +119,8 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Tick = &c
 	case ReportResult:
 		e.Report = &c
+	case CommitResult:
+		e.Commit = &c
 	case ReportReduced:
 		e.Reduced = &c
 	case CancelJob:
@@ -158,6 +161,9 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Report != nil {
 		out = append(out, *e.Report)
+	}
+	if e.Commit != nil {
+		out = append(out, *e.Commit)
 	}
 	if e.Reduced != nil {
 		out = append(out, *e.Reduced)

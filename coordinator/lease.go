@@ -86,7 +86,7 @@ func (m *Machine) lease(c Lease) Result {
 // eligible reports whether peer may get a new lease on s now (after the
 // clock advance, so every lease in s.Leases is live).
 func eligible(j *jobState, s *shardState, peer string) bool {
-	if s.State != StatePending || s.reportOf(peer) != nil || (s.Peer != "" && s.Peer != peer) {
+	if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil || (s.Peer != "" && s.Peer != peer) {
 		return false
 	}
 	if _, has := s.leaseOf(peer); has {
@@ -123,7 +123,14 @@ func (m *Machine) renew(c RenewLease) Result {
 	if ttl == 0 {
 		ttl = j.Policy.LeaseTTL
 	}
-	s.Leases[i].Expiry = max(s.Leases[i].Expiry, now+ttl)
+	expiry := max(s.Leases[i].Expiry, now+ttl)
+	if s.commitOf(c.Peer) != nil {
+		// A committed peer renews only to wait for the reveal: never past
+		// one TTL after the reveal window closes, so a peer that commits
+		// and never reveals cannot hold the shard.
+		expiry = max(s.Leases[i].Expiry, min(expiry, revealAt(j, s)+ttl))
+	}
+	s.Leases[i].Expiry = expiry
 	g := LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: s.Leases[i].Expiry}
 	return Result{Response: &RenewResponse{Grant: g}, Events: events}
 }
@@ -217,6 +224,7 @@ func (m *Machine) advance(now int64) []Event {
 			for _, l := range s.Leases {
 				if l.Expiry <= now {
 					events = append(events, LeaseEnded{Job: j.ID, Shard: s.Index, Peer: l.Peer, Reason: LeaseExpired})
+					m.peer(l.Peer).Expired++
 					continue
 				}
 				kept = append(kept, l)

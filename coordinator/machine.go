@@ -25,6 +25,10 @@ type Config struct {
 	// DefaultLeaseTTL is the lease duration in ms for jobs whose policy
 	// gives none; 0 means DefaultLeaseTTL.
 	DefaultLeaseTTL int64
+	// CommitReveal refuses any result report that does not open an earlier
+	// commitment of the same peer (commit.go). Aggregators always set it;
+	// a pool without it exists to measure what it costs.
+	CommitReveal bool
 }
 
 // Machine is the coordinator state machine. Apply changes it; the query
@@ -55,7 +59,7 @@ func New(cfg Config) (*Machine, error) {
 		cfg.DefaultLeaseTTL = DefaultLeaseTTL
 	}
 	m := &Machine{}
-	m.st = state{Format: snapshotFormat, Regime: cfg.Regime, DefaultLeaseTTL: cfg.DefaultLeaseTTL}
+	m.st = state{Format: snapshotFormat, Regime: cfg.Regime, DefaultLeaseTTL: cfg.DefaultLeaseTTL, CommitReveal: cfg.CommitReveal}
 	m.jobs = map[string]*jobState{}
 	m.nextExpiry = math.MaxInt64
 	return m, nil
@@ -89,6 +93,8 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.release(c)
 	case Tick:
 		return m.tick(c)
+	case CommitResult:
+		return m.commit(c)
 	case ReportResult:
 		return m.report(c)
 	case ReportReduced:

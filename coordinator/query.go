@@ -51,9 +51,13 @@ type ShardStatus struct {
 	PriceBasis string      `json:"price_basis"`
 	Peer       string      `json:"peer,omitempty"` // the only peer that may lease it, if set
 	// State is pending, leased, verified or unverified.
-	State   ShardState   `json:"state"`
-	Leases  []LeaseInfo  `json:"leases,omitempty"`
-	Reports []ReportInfo `json:"reports,omitempty"`
+	State  ShardState  `json:"state"`
+	Leases []LeaseInfo `json:"leases,omitempty"`
+	// Commits are the peers that committed to a result, without their
+	// commitments; RevealAt is when the reveal opens at the latest.
+	Commits  []CommitInfo `json:"commits,omitempty"`
+	RevealAt int64        `json:"reveal_at,omitempty"`
+	Reports  []ReportInfo `json:"reports,omitempty"`
 	// Result is the canonical result hash of a verified shard: what the
 	// reducer fetches, in shard-index order.
 	Result    content.Ref `json:"result,omitempty"`
@@ -67,6 +71,13 @@ type ShardStatus struct {
 type LeaseInfo struct {
 	Peer   string `json:"peer"`
 	Expiry int64  `json:"expiry"`
+}
+
+// CommitInfo is a peer's commitment on a shard (the commitment itself is
+// not shown).
+type CommitInfo struct {
+	Peer string `json:"peer"`
+	At   int64  `json:"at"`
 }
 
 // ReportInfo is an accepted report on a shard.
@@ -91,6 +102,7 @@ func (m *Machine) Job(id content.Ref) (JobStatus, error) {
 	js.Shards = make([]ShardStatus, len(j.Shards))
 	for i, s := range j.Shards {
 		js.Shards[i] = s.status()
+		js.Shards[i].RevealAt = revealAt(j, s)
 	}
 	return js, nil
 }
@@ -140,10 +152,55 @@ func (s *shardState) status() ShardStatus {
 	for _, l := range s.Leases {
 		ss.Leases = append(ss.Leases, LeaseInfo(l))
 	}
+	for _, c := range s.Commits {
+		ss.Commits = append(ss.Commits, CommitInfo{Peer: c.Peer, At: c.At})
+	}
 	for _, r := range s.Reports {
 		ss.Reports = append(ss.Reports, ReportInfo(r))
 	}
 	return ss
+}
+
+// ResultUse says where a blob is a reported result: on an undecided shard
+// (then only aggregators may read it, law 13), and the jobs whose decided
+// shards it was reported on. A blob that is no report's result has the
+// zero ResultUse.
+type ResultUse struct {
+	Undecided bool
+	Decided   []ResultJob
+}
+
+// ResultJob is a job a decided result belongs to: who may read the result
+// depends on its regime and submitter.
+type ResultJob struct {
+	Job       content.Ref
+	Regime    trust.Regime
+	Submitter string
+}
+
+// ResultUse finds every report of ref. It scans the reports of every job.
+func (m *Machine) ResultUse(ref content.Ref) ResultUse {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var u ResultUse
+	for _, j := range m.st.Jobs {
+		found := false
+		for _, s := range j.Shards {
+			for _, r := range s.Reports {
+				if r.Result != ref {
+					continue
+				}
+				if s.State == StatePending {
+					return ResultUse{Undecided: true}
+				}
+				found = true
+			}
+		}
+		if found {
+			u.Decided = append(u.Decided, ResultJob{Job: j.ID, Regime: j.Regime, Submitter: j.Submitter})
+		}
+	}
+	return u
 }
 
 // Receipts returns the receipts with Seq > since, in order (since 0: all).
@@ -214,7 +271,7 @@ func (m *Machine) Leasable(peer string, now int64) int {
 			continue
 		}
 		for _, s := range j.Shards[j.cursor:] {
-			if s.State != StatePending || s.reportOf(peer) != nil {
+			if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil {
 				continue
 			}
 			live := 0

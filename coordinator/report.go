@@ -37,6 +37,9 @@ func (m *Machine) report(c ReportResult) Result {
 			WithHelp("a peer reports one result per shard; a program that gives two results is not deterministic"))
 	}
 	now := m.clock(c.Now)
+	if d := m.checkReveal(c, j, s, now); d != nil {
+		return refuse(d)
+	}
 	i, has := s.leaseOf(c.Peer)
 	live := has && s.Leases[i].Expiry > now
 	if !live && !s.held(c.Peer) {

@@ -29,6 +29,9 @@ type state struct {
 	LeaseMemo map[string]*leaseMemo `cbor:"lease_memo,omitempty"`
 	// Runs are the training runs, in start order.
 	Runs []*runState `cbor:"runs,omitempty"`
+	// CommitReveal requires every report to open an earlier commitment
+	// (commit.go).
+	CommitReveal bool `cbor:"commit_reveal,omitempty"`
 }
 
 type leaseMemo struct {
@@ -94,6 +97,9 @@ type shardState struct {
 	Leases []lease `cbor:"leases,omitempty"`
 	// Holders are the peers ever granted a lease on the shard, sorted.
 	Holders []string `cbor:"holders,omitempty"`
+	// Commits are the peers' commitments in arrival order, at most one per
+	// peer (commit.go).
+	Commits []commitment `cbor:"commits,omitempty"`
 	// Reports in arrival order, at most one per peer.
 	Reports   []report    `cbor:"reports,omitempty"`
 	Canonical content.Ref `cbor:"canonical,omitempty"`
@@ -134,6 +140,8 @@ type PeerRecord struct {
 	Inconclusive int `cbor:"inconclusive" json:"inconclusive"`
 	// WorkUnits: verified work credited, as in receipt.Contributions.
 	WorkUnits int64 `cbor:"work_units" json:"work_units"`
+	// Expired: leases that ran out without a report (the peer timed out).
+	Expired int `cbor:"expired,omitempty" json:"expired"`
 }
 
 func (s *shardState) leaseOf(peer string) (int, bool) {

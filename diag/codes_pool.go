@@ -18,4 +18,7 @@ var (
 	ReceiptChainBroken    = define("SC7013", "receipt chain fails verification")
 	ReceiptMalformed      = define("SC7014", "malformed receipt")
 	PoolJobCancelled      = define("SC7015", "job cancelled, or already done and not cancellable")
+	PoolNoCommitment      = define("SC7016", "result reported without a commitment")
+	PoolRevealMismatch    = define("SC7017", "revealed result does not open the commitment")
+	PoolRevealEarly       = define("SC7018", "reveal before the shard's reveal is open")
 )

@@ -19,11 +19,15 @@ import (
 )
 
 // Worker is a remote pool's executor: lease → run the shard in the sandbox
-// → upload the result bytes to the blob store → report the hash → repeat.
+// → commit to the result → upload its bytes → reveal the hash once the
+// shard's reveal is open (Deliver) → repeat.
 // It renews leases while a shard runs, never runs more than Parallel shards
 // at once, and hands its leases back when it stops.
 type Worker struct {
-	Client       *api.Client
+	Client *api.Client
+	// Name is the worker's member name in the federation: commitments
+	// bind a result to it (Deliver).
+	Name         string
 	Catalog      *catalog.Catalog // the worker's built-ins; other content is fetched by ref
 	CacheDir     string
 	Parallel     int
@@ -33,6 +37,10 @@ type Worker struct {
 	// Corrupt makes every result wrong: a test switch showing that a lying
 	// worker is out-voted and recorded. Never set in production.
 	Corrupt bool
+	// NoCommit reports results without commit–reveal; only a pool whose
+	// coordinator runs without it accepts that (benchmarks). Never set in
+	// production.
+	NoCommit bool
 	// Logf reports progress for people; nil is silent.
 	Logf func(format string, args ...any)
 	// Dispatch, when set, handles every leased grant in place of RunGrant:
@@ -230,19 +238,15 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 			return
 		}
 	}
-	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer rcancel()
-	if _, err := w.Client.PutBlob(rctx, res.Bytes); err != nil {
-		release(fmt.Errorf("uploading result: %w", err))
-		return
-	}
-	out, err := w.Client.Report(rctx, api.ResultReport{Job: g.Job, Shard: g.Shard, Result: res.Hash})
+	out, err := w.Deliver(ctx, g, res.Bytes, res.Hash)
 	if err != nil {
 		if ds, ok := diag.As(err); ok {
 			w.logf("shard %d of %s: report refused: %s", g.Shard, g.Job.Short(), ds[0].Message)
 			return
 		}
-		w.logf("shard %d of %s: report: %v", g.Shard, g.Job.Short(), err)
+		if ctx.Err() == nil {
+			release(fmt.Errorf("delivering the result: %w", err))
+		}
 		return
 	}
 	w.logf("shard %d of %s: reported %s (%s)", g.Shard, g.Job.Short(), res.Hash.Short(), out.Outcome)

@@ -254,7 +254,7 @@ func (a *Appliance) Worker() *pool.Worker {
 			par = 4
 		}
 		a.worker = &pool.Worker{
-			Client: a.Client, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
+			Client: a.Client, Name: a.Name, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
 			Parallel: par, Poll: poll, Logf: a.Logf, Dispatch: a.Dispatch,
 		}
 	})

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
@@ -414,11 +413,8 @@ func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ref, err := a.Client.PutBlob(ctx, b)
-	if err != nil {
-		return fmt.Errorf("uploading: %w", err)
-	}
-	out, err := a.Client.Report(ctx, api.ResultReport{Job: g.Job, Shard: g.Shard, Result: ref})
+	ref := content.Hash(b)
+	out, err := a.Worker().Deliver(ctx, g, b, ref)
 	if err != nil {
 		return err
 	}

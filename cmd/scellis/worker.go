@@ -76,7 +76,7 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			defer os.Remove(pidFile)
 			out := cmd.ErrOrStderr()
 			w := &pool.Worker{
-				Client: client, Catalog: builtin, CacheDir: c.CacheDir, Parallel: c.Parallel,
+				Client: client, Name: c.Name, Catalog: builtin, CacheDir: c.CacheDir, Parallel: c.Parallel,
 				MemoryBytes: uint64(c.MemoryMB) << 20, ShardTimeout: c.ShardTimeout, Poll: c.Poll, Corrupt: c.CorruptResults,
 				Logf: func(format string, args ...any) {
 					fmt.Fprintf(out, "%s %s: %s\n", time.Now().Format("15:04:05.000"), c.Name, fmt.Sprintf(format, args...))

@@ -1,0 +1,69 @@
+package pool
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+)
+
+// Deliver hands a result to the pool by commit–reveal (law 13): it commits
+// to the result's hash under a fresh random nonce, uploads the bytes, and
+// reveals the hash and nonce once the shard's reveal is open (the other
+// replicas have committed, or the window of one lease TTL has passed),
+// keeping the lease alive meanwhile. Early reveals are answered by the
+// aggregator without a log entry; Deliver retries them every Poll. With
+// NoCommit it reports the hash outright (only a pool configured without
+// commit–reveal accepts that; benchmarks measure the difference).
+func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []byte, hash content.Ref) (coordinator.ReportResponse, error) {
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := api.ResultReport{Job: g.Job, Shard: g.Shard, Result: hash}
+	if !w.NoCommit {
+		var nonce [coordinator.NonceBytes]byte
+		if _, err := rand.Read(nonce[:]); err != nil {
+			return coordinator.ReportResponse{}, err
+		}
+		if w.Name == "" {
+			return coordinator.ReportResponse{}, fmt.Errorf("pool: a worker needs its member name to commit to results")
+		}
+		commit := coordinator.Commitment(hash, w.Name, g.Job, g.Shard, nonce[:])
+		if _, err := w.Client.Commit(rctx, api.CommitRequest{Job: g.Job, Shard: g.Shard, Commitment: commit}); err != nil {
+			return coordinator.ReportResponse{}, fmt.Errorf("committing: %w", err)
+		}
+		req.Nonce = fmt.Sprintf("%x", nonce)
+	}
+	if _, err := w.Client.PutBlob(rctx, data); err != nil {
+		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
+	}
+	if w.NoCommit {
+		return w.Client.Report(rctx, req)
+	}
+	// Wait for the reveal with the lease renewed, so the shard is not
+	// leased to a third peer while the second is still computing.
+	wctx, stop := w.Renewing(ctx, g, 0)
+	defer stop()
+	poll := w.Poll
+	if poll <= 0 {
+		poll = 500 * time.Millisecond
+	}
+	for {
+		out, err := w.Client.Report(ctx, req)
+		if ds, ok := diag.As(err); !ok || ds[0].Code != diag.PoolRevealEarly {
+			return out, err
+		}
+		select {
+		case <-ctx.Done():
+			return coordinator.ReportResponse{}, ctx.Err()
+		case <-wctx.Done():
+			// The lease is gone (revoked by a decision, or capped): the
+			// reveal is open now, or will be at the window's end.
+		case <-time.After(poll):
+		}
+	}
+}
