@@ -102,10 +102,30 @@ func newRoundWorld(t *testing.T) *roundWorld {
 		w.put(b)
 		rw.WriteHeader(http.StatusCreated)
 	})
+	// Commit–reveal as the coordinator checks it: a report must open the
+	// silo's earlier commitment.
+	commits := map[string]content.Ref{}
+	mux.HandleFunc("POST /v1/commits", func(rw http.ResponseWriter, r *http.Request) {
+		var c api.CommitRequest
+		json.NewDecoder(r.Body).Decode(&c)
+		m, _ := w.fed.PeerFromRequest(r)
+		w.mu.Lock()
+		commits[m.Name] = c.Commitment
+		w.mu.Unlock()
+		json.NewEncoder(rw).Encode(coordinator.CommitResponse{Job: c.Job, Shard: c.Shard, Commits: 1, Reveal: true})
+	})
 	mux.HandleFunc("POST /v1/results", func(rw http.ResponseWriter, r *http.Request) {
 		var rep api.ResultReport
 		json.NewDecoder(r.Body).Decode(&rep)
 		m, _ := w.fed.PeerFromRequest(r)
+		nonce, err := coordinator.ParseNonce(rep.Nonce)
+		w.mu.Lock()
+		opens := err == nil && coordinator.Commitment(rep.Result, m.Name, rep.Job, rep.Shard, nonce) == commits[m.Name]
+		w.mu.Unlock()
+		if !opens {
+			http.Error(rw, "the report does not open the commitment", http.StatusBadRequest)
+			return
+		}
 		w.mu.Lock()
 		w.reports[m.Name] = rep.Result
 		w.mu.Unlock()
