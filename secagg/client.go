@@ -169,7 +169,7 @@ func (c *Client) Advertise() (*Advert, error) {
 		Round: c.r.id, Client: c.id, Params: slices.Clone(c.r.session),
 		EncKey: c.encKey.PublicKey().Bytes(), MaskKey: c.maskKey.PublicKey().Bytes(),
 	}
-	a.Sig = ed25519.Sign(c.identity, a.signedBytes())
+	a.Sig = signAdvert(c.identity, a)
 	c.state = clientAdvertised
 	return a, nil
 }
@@ -208,7 +208,7 @@ func (set *advertSet) add(r *round, subject string, a *Advert) error {
 		return diag.New(diag.SecAggDuplicate, subject, "two adverts for client %q", a.Client).
 			WithHelp("a client advertises once per round; a second advert is a replay or a faulty relay")
 	}
-	if !ed25519.Verify(pub, a.signedBytes(), a.Sig) {
+	if !verifyAdvert(pub, a) {
 		return diag.New(diag.SecAggBadSignature, subject, "advert of %q does not verify under its identity key", a.Client).
 			WithHelp("the advert was tampered with or signed with another key; check the site's key in the federation file")
 	}

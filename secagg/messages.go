@@ -10,6 +10,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	sid "github.com/scellis/scellis/identity"
 )
 
 // The protocol's messages, in the order a round sends them:
@@ -56,6 +57,23 @@ type advertSigned struct {
 
 func (a *Advert) signedBytes() []byte {
 	return mustEncode(advertSigned{Domain: labelAdvert, Round: a.Round, Client: a.Client, Params: a.Params, EncKey: a.EncKey, MaskKey: a.MaskKey})
+}
+
+// signAdvert signs a with a site's identity key as Ed25519ctx under
+// identity.PurposeSecaggAdvert, so an advert signature never verifies as
+// any other signature the key makes (TLS, receipts, ledger entries).
+func signAdvert(key ed25519.PrivateKey, a *Advert) []byte {
+	return sid.Sign(sid.FromPrivateKey(key), sid.PurposeSecaggAdvert, a.signedBytes())
+}
+
+// verifyAdvert reports whether a.Sig is pub's advert signature of a.
+func verifyAdvert(pub ed25519.PublicKey, a *Advert) bool {
+	var k sid.PublicKey
+	if len(pub) != len(k) {
+		return false
+	}
+	copy(k[:], pub)
+	return sid.Verify(k, sid.PurposeSecaggAdvert, a.signedBytes(), a.Sig)
 }
 
 // KeySet is the server's relay of the adverts it accepted (the set U1).

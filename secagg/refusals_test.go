@@ -179,9 +179,15 @@ func TestRefuseBadSignature(t *testing.T) {
 	unsigned.Sig = nil
 	wantCode(t, h.server.AddAdvert(&unsigned), diag.SecAggBadSignature)
 
+	// Signed by the right key but without the advert purpose (pure
+	// Ed25519, as before domain separation): refused.
+	plain := *a
+	plain.Sig = ed25519.Sign(identity("c1"), a.signedBytes())
+	wantCode(t, h.server.AddAdvert(&plain), diag.SecAggBadSignature)
+
 	// Signed by another member's identity.
 	forged := *a
-	forged.Sig = ed25519.Sign(identity("c2"), a.signedBytes())
+	forged.Sig = signAdvert(identity("c2"), &forged)
 	wantCode(t, h.server.AddAdvert(&forged), diag.SecAggBadSignature)
 
 	// A swapped key under the original signature.
@@ -248,7 +254,7 @@ func TestRefuseReusedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	a2.EncKey = slices.Clone(a1.EncKey)
-	a2.Sig = ed25519.Sign(identity("c2"), a2.signedBytes())
+	a2.Sig = signAdvert(identity("c2"), a2)
 	wantCode(t, h.server.AddAdvert(a2), diag.SecAggDuplicate)
 }
 
