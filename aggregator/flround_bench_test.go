@@ -63,7 +63,7 @@ func flBenchSpec(iter int, inputs int) fl.RunSpec {
 	return fl.RunSpec{
 		Name: fmt.Sprintf("bench-%d", iter), Strategy: "fedavg", Params: map[string]any{"lr": 0.5, "epochs": int64(2)},
 		Model: fl.ModelSpec{Kind: "logistic", Inputs: inputs}, Dataset: flBenchDataset, Rounds: 1, MinCohort: 3,
-		DP: true, Clip: flBenchClip, Sigma: flBenchSigma, SecureAgg: true, Seed: int64(iter),
+		DP: true, Clip: flBenchClip, Sigma: flBenchSigma, SecureAgg: true, Seed: int64(iter), Standardize: fl.StandardizeLocal,
 	}
 }
 

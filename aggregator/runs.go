@@ -43,6 +43,12 @@ const (
 	roundClip = 1e6
 	// roundMaxWeight bounds a site's weight (its example count, or 1).
 	roundMaxWeight = 1e9
+	// statsClip bounds each summed value of the statistics and evaluation
+	// steps:
+	// Σx² of raw features over a site's rows (1e5-scale values over
+	// thousands of rows) needs far more range than an update, and far
+	// less resolution (255·1e12 < 2^48 leaves about 14 fractional bits).
+	statsClip = 1e12
 	// roundPriceBasis prices a round's shard: one work unit per silo.
 	roundPriceBasis = "training round: 1 work unit per participating silo"
 )
@@ -142,7 +148,8 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 		return coordinator.StartRun{}, err
 	}
 	return coordinator.StartRun{
-		Run: req.Spec, Name: spec.Name, Rounds: spec.Rounds, Silos: cohort, Submitter: submitter,
+		// Rounds counts the run's steps: statistics, training rounds, final evaluation.
+		Run: req.Spec, Name: spec.Name, Rounds: spec.StepCount(), Silos: cohort, Submitter: submitter,
 		DP: spec.DP, SecureAgg: spec.SecureAgg,
 		// A silo's training data is confidential unless proven otherwise.
 		Dataset: trust.Item{Name: spec.Dataset, Class: trust.Confidential},
@@ -250,14 +257,23 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 	spec := rc.canon.Spec
 	env := n.env(rc, st.ID, r)
-	strat := rc.strat.With(map[string]any{"round": int64(r), "sites": int64(len(st.Silos))})
+	step, trainRound := spec.Step(r)
+	strat := rc.strat.With(map[string]any{"round": int64(trainRound), "sites": int64(len(st.Silos))})
 	var global fl.Global
+	var std *fl.Standardization // the run's standardisation so far
 	if r == 0 {
 		global, err = fl.Init(ctx, env, strat, spec.Model.Inputs)
+		if spec.StandardizeMode() != fl.StandardizeFederated {
+			std = &fl.Standardization{Mode: spec.StandardizeMode()}
+		}
 	} else {
 		var b []byte
+		var prev *fl.RoundResult
 		if b, err = n.fetchBlob(ctx, st.Models[r-1]); err == nil {
-			_, global, err = fl.DecodeRoundResult(b)
+			prev, global, err = fl.DecodeRoundResult(b)
+		}
+		if prev != nil {
+			std = prev.Std
 		}
 	}
 	if err != nil {
@@ -271,9 +287,13 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err != nil {
 		return err // transient: the next pass retries
 	}
-	dims, err := fl.UpdateDims(ctx, env, strat, global)
+	dims, metricNames, grid, err := spec.StepSums(ctx, env, strat, global, step)
 	if err != nil {
 		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
+	}
+	clip := float64(roundClip)
+	if step != fl.StepTrain {
+		clip = statsClip
 	}
 	members := make([]secagg.Member, 0, len(st.Silos))
 	for _, s := range st.Silos {
@@ -283,16 +303,14 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		}
 		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
 	}
-	// Under DP the sum holds the update alone, on the grid its noise is
-	// added on (silos refuse anything else).
-	summed, grid := spec.Summed(dims)
 	bundle := fl.RoundBundle{
 		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref,
-		UpdateDim: dims, Metrics: summed, Seed: spec.Seed, Reducer: n.Self.Name,
+		UpdateDim: dims, Metrics: metricNames, Seed: spec.Seed, Reducer: n.Self.Name,
+		Step: step, TrainRound: trainRound, Std: std,
 		SecAgg: secagg.Params{
-			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(summed),
+			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(metricNames),
 			Threshold: roundThreshold(len(members), spec.MinCohort),
-			Clip:      roundClip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: grid,
+			Clip:      clip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: grid,
 		},
 	}
 	bb, err := content.Encode(&bundle)
@@ -351,10 +369,22 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		return n.abortRound(ctx, st, js, reason)
 	}
 	update, metrics := bundle.Unpack(sum.Sum)
-	next, err := fl.ServerStep(ctx, env, strat, global, update, sum.Weight)
-	if err != nil {
-		js, _ := n.fsm.machine().Job(jobID)
-		return n.abortRound(ctx, st, js, fmt.Sprintf("round %d: the server step failed: %v", r, err))
+	next := global // statistics and evaluation steps leave the model as it is
+	switch step {
+	case fl.StepStats:
+		var bounds []float64
+		if spec.DP {
+			bounds = spec.FeatureBounds
+		}
+		if std, err = fl.StatsFromSums(update, metrics["rows"], bounds); err != nil {
+			js, _ := n.fsm.machine().Job(jobID)
+			return n.abortRound(ctx, st, js, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
+		}
+	case fl.StepTrain:
+		if next, err = fl.ServerStep(ctx, env, strat, global, update, sum.Weight); err != nil {
+			js, _ := n.fsm.machine().Job(jobID)
+			return n.abortRound(ctx, st, js, fmt.Sprintf("round %d: the server step failed: %v", r, err))
+		}
 	}
 	nb, err := next.Encode()
 	if err != nil {
@@ -371,6 +401,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		Format: fl.RoundResultFormat, Run: st.ID, Round: r, Job: jobID, Bundle: bref, Strategy: rc.canon.Strategy,
 		Previous: gref, Model: content.Hash(nb), Global: nb, Metrics: metrics, Weight: sum.Weight,
 		Participants: contributors, Dropped: dropped, ErrorBound: sum.ErrorBound, SecAggRound: bundle.SecAgg.Round,
+		Step: step, Std: std,
 	}
 	if doc.Dropped == nil {
 		doc.Dropped = []string{}

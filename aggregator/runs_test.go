@@ -241,6 +241,9 @@ func fedavgSpec(rounds int) fl.RunSpec {
 		Name: "fedavg-hospitals", Strategy: "fedavg", Params: map[string]any{"lr": 0.5, "epochs": int64(2)},
 		Model: fl.ModelSpec{Kind: "logistic", Inputs: 0}, Dataset: "patients", Rounds: rounds, MinCohort: 3,
 		SecureAgg: true, Seed: 7,
+		// These tests play the silos themselves, training rounds only:
+		// no statistics step (silo/ and cmd/scellis test that).
+		Standardize: fl.StandardizeLocal,
 	}
 }
 

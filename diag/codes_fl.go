@@ -9,3 +9,12 @@ var (
 	FLBadPrivacy    = define("SC9105", "invalid privacy parameters for a client step")
 	FLBadSimulation = define("SC9106", "invalid federated simulation options")
 )
+
+// Models: model files, their evaluation and the data they are scored on (SC94xx).
+var (
+	ModelFileBad        = define("SC9401", "model file cannot be used")
+	ModelFormatUnknown  = define("SC9402", "model file of an unknown format version")
+	ModelColumnsMissing = define("SC9403", "data lacks columns the model needs")
+	ModelLabelUnknown   = define("SC9404", "label not among the model's classes")
+	ModelNoStatistics   = define("SC9405", "federated feature statistics cannot be released")
+)

@@ -28,6 +28,15 @@ type RoundBundle struct {
 	Metrics   []string      `cbor:"metrics" json:"metrics"`
 	SecAgg    secagg.Params `cbor:"secagg" json:"secagg"`
 	Seed      int64         `cbor:"seed" json:"seed"`
+	// Step is the kind of step (StepStats, StepTrain, StepEval); empty
+	// means a training round. TrainRound is a training round's number as
+	// the strategy sees it (params.round).
+	Step       string `cbor:"step,omitempty" json:"step,omitempty"`
+	TrainRound int    `cbor:"train_round,omitempty" json:"train_round,omitempty"`
+	// Std is how the silo standardises its features this round: for
+	// federated statistics, the global standardiser the statistics step
+	// produced. Nil before that step has run.
+	Std *Standardization `cbor:"std,omitempty" json:"std,omitempty"`
 	// Reducer is the aggregator member whose secure-aggregation host
 	// (wire.Prefix on its API address) runs the round: the leader that
 	// planned it. Its state is in that process's memory only.
@@ -101,6 +110,11 @@ type RoundResult struct {
 	ErrorBound   float64  `cbor:"error_bound" json:"error_bound"`
 	// SecAggRound is the secure-aggregation round ID the sum came from.
 	SecAggRound string `cbor:"secagg_round" json:"secagg_round"`
+	// Step is the bundle's step kind (empty: training); Std the run's
+	// standardisation after this step (set by the statistics step and
+	// carried forward), so the last result holds what the model needs.
+	Step string           `cbor:"step,omitempty" json:"step,omitempty"`
+	Std  *Standardization `cbor:"std,omitempty" json:"std,omitempty"`
 }
 
 // RoundResultFormat versions RoundResult.

@@ -45,6 +45,19 @@ type RunSpec struct {
 	Steps         int     `cbor:"steps" json:"steps"`
 	SecureAgg     bool    `cbor:"secure_agg" json:"secure_agg"`
 	Seed          int64   `cbor:"seed" json:"seed"`
+	// FeatureBounds are public bounds B_j on |x_j| (a data dictionary's
+	// ranges), one per model input: under DP the statistics step clips
+	// each value to [−B_j, B_j] and releases Σx/B, Σx²/B², which bounds a
+	// row's contribution by √(2d+1) whatever the data. Required when DP
+	// is on and the statistics are federated.
+	FeatureBounds []float64 `cbor:"feature_bounds,omitempty" json:"feature_bounds,omitempty"`
+	// Standardize says whose statistics standardise the features: the
+	// federation's (secure sums, StandardizeFederated, the default when
+	// empty), each silo's own (StandardizeLocal) or none.
+	Standardize string `cbor:"standardize,omitempty" json:"standardize,omitempty"`
+	// Eval declares federated evaluation: a held-out fraction of each
+	// silo's rows, or a named evaluation dataset every silo declares.
+	Eval EvalSpec `cbor:"evaluation,omitempty" json:"evaluation,omitzero"`
 
 	File string `cbor:"-" json:"-"`
 }
@@ -57,6 +70,41 @@ type ModelSpec struct {
 	Inputs  int    `cbor:"inputs" json:"inputs"`
 	Classes int    `cbor:"classes,omitempty" json:"classes,omitempty"`
 	Hidden  int    `cbor:"hidden,omitempty" json:"hidden,omitempty"`
+	// Features names the model's inputs in order; silos pick their
+	// columns by these names (and refuse a dataset that lacks one). Empty:
+	// every non-label column, in the silo's file order.
+	Features []string `cbor:"features,omitempty" json:"features,omitempty"`
+	// Label names the label column, for the model file (silos take theirs
+	// from their dataset declarations).
+	Label string `cbor:"label,omitempty" json:"label,omitempty"`
+}
+
+// EvalSpec is a run's federated evaluation: each silo evaluates the
+// current global model on rows it never trains on, every round and after
+// the last, and only the sums leave (secure aggregation).
+type EvalSpec struct {
+	// Holdout is the fraction of each silo's rows held out (0: none).
+	Holdout float64 `cbor:"holdout,omitempty" json:"holdout,omitempty"`
+	// Dataset names an evaluation dataset every silo declares instead.
+	Dataset string `cbor:"dataset,omitempty" json:"dataset,omitempty"`
+}
+
+// On reports whether the run evaluates on held-out rows.
+func (e EvalSpec) On() bool { return e.Holdout > 0 || e.Dataset != "" }
+
+// Standardisation modes (RunSpec.Standardize).
+const (
+	StandardizeFederated = "federated"
+	StandardizeLocal     = "local"
+	StandardizeNone      = "none"
+)
+
+// StandardizeMode returns the run's standardisation, federated when unset.
+func (s *RunSpec) StandardizeMode() string {
+	if s.Standardize == "" {
+		return StandardizeFederated
+	}
+	return s.Standardize
 }
 
 // LoadRunSpec reads and checks a run spec.
@@ -71,7 +119,7 @@ func LoadRunSpec(path string) (*RunSpec, error) {
 	return ParseRunSpec(path, data)
 }
 
-var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "seed"}
+var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "seed", "standardize", "evaluation"}
 
 // ParseRunSpec parses a run spec, reporting every problem at once.
 func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
@@ -104,7 +152,7 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 	}
 	if n := f["model"]; n != nil {
-		mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden")
+		mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "features", "label")
 		if k := mf["kind"]; k != nil {
 			s.Model.Kind = d.Str(k, "model.kind")
 		}
@@ -116,6 +164,24 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 		if h := mf["hidden"]; h != nil {
 			s.Model.Hidden = int(d.Integer(h, "model.hidden", 1, 4096))
+		}
+		if l := mf["features"]; l != nil {
+			seen := map[string]bool{}
+			for i, item := range d.Seq(l, "model.features") {
+				name := d.Str(item, fmt.Sprintf("model.features[%d]", i))
+				if seen[name] {
+					d.Errorf(item, diag.ConfigDuplicate, "model.features", "name every feature once", "feature %q is listed twice", name)
+				}
+				seen[name] = true
+				s.Model.Features = append(s.Model.Features, name)
+			}
+			if len(s.Model.Features) != s.Model.Inputs && s.Model.Inputs > 0 {
+				d.Errorf(l, diag.InvalidValue, "model.features", "list exactly model.inputs feature names, in the model's input order",
+					"%d feature names for a model of %d inputs", len(s.Model.Features), s.Model.Inputs)
+			}
+		}
+		if l := mf["label"]; l != nil {
+			s.Model.Label = d.Str(l, "model.label")
 		}
 	}
 	if n := d.Required(doc, f, "dataset", "run"); n != nil {
@@ -136,7 +202,7 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 	}
 	if n := f["privacy"]; n != nil {
-		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "participation", "steps")
+		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "participation", "steps", "feature_bounds")
 		if v := pf["dp"]; v != nil {
 			s.DP = d.Bool(v, "privacy.dp")
 		}
@@ -155,6 +221,15 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		if v := pf["steps"]; v != nil {
 			s.Steps = int(d.Integer(v, "privacy.steps", 1, 1<<30))
 		}
+		if l := pf["feature_bounds"]; l != nil {
+			for i, item := range d.Seq(l, "privacy.feature_bounds") {
+				s.FeatureBounds = append(s.FeatureBounds, d.Number(item, fmt.Sprintf("privacy.feature_bounds[%d]", i), 1e-9, 1e15))
+			}
+			if len(s.FeatureBounds) != s.Model.Inputs {
+				d.Errorf(l, diag.InvalidValue, "privacy.feature_bounds", "give one bound per model input, in the model's input order",
+					"%d feature bounds for a model of %d inputs", len(s.FeatureBounds), s.Model.Inputs)
+			}
+		}
 		if s.DP && (s.Clip == 0 || s.Sigma == 0) {
 			d.Errorf(n, diag.MissingField, "privacy", "give clip and sigma (scellis privacy calibrate picks sigma for a target ε), or dp: false in an own pool",
 				"privacy needs clip and sigma when DP is on")
@@ -168,6 +243,33 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 	}
 	if n := f["seed"]; n != nil {
 		s.Seed = d.Integer(n, "seed", 0, 1<<62)
+	}
+	if n := f["standardize"]; n != nil {
+		switch v := d.Str(n, "standardize"); v {
+		case StandardizeFederated, StandardizeLocal, StandardizeNone:
+			s.Standardize = v
+		default:
+			d.Errorf(n, diag.InvalidValue, "standardize", "use federated (statistics agreed through secure aggregation), local (each silo its own) or none",
+				"unknown standardisation %q", v)
+		}
+	}
+	if n := f["evaluation"]; n != nil {
+		ef := d.Fields(n, "evaluation", "holdout", "dataset")
+		if v := ef["holdout"]; v != nil {
+			s.Eval.Holdout = d.Number(v, "evaluation.holdout", 0, 0.9)
+		}
+		if v := ef["dataset"]; v != nil {
+			s.Eval.Dataset = d.Str(v, "evaluation.dataset")
+		}
+		if s.Eval.Holdout > 0 && s.Eval.Dataset != "" {
+			d.Errorf(n, diag.InvalidValue, "evaluation", "give holdout: F or dataset: NAME, not both",
+				"evaluation names both a held-out fraction and a dataset")
+		}
+	}
+	if s.DP && s.StandardizeMode() == StandardizeFederated && len(s.FeatureBounds) == 0 && f["privacy"] != nil {
+		d.Errorf(f["privacy"], diag.MissingField, "privacy.feature_bounds",
+			"give privacy.feature_bounds: [B_1, …, B_d], public bounds on each feature's magnitude (see docs/models.md), or standardize: local|none",
+			"federated feature statistics under DP need privacy.feature_bounds")
 	}
 	if err := d.Err(); err != nil {
 		return nil, err

@@ -13,7 +13,7 @@ model: {kind: logistic, inputs: 9}
 dataset: patients
 rounds: 20
 cohort: {silos: [h1, h2, h3, h4], min: 3}
-privacy: {clip: 1.0, sigma: 1.1, q: 0.05, steps: 20}
+privacy: {clip: 1.0, sigma: 1.1, q: 0.05, steps: 20, feature_bounds: [120, 1, 80, 300, 600, 500, 1, 40, 20]}
 secure_aggregation: true
 seed: 7
 `

@@ -34,6 +34,12 @@ func LoadCSV(path, label string) (*Dataset, error) {
 	return parseCSV(f, path, name, label)
 }
 
+// LoadFeatures reads a CSV file of features only (every column is one; the
+// labels are zeros and Label is empty), for scoring rows nobody labelled.
+func LoadFeatures(path string) (*Dataset, error) {
+	return LoadCSV(path, "")
+}
+
 // ParseCSV reads a dataset from r, as LoadCSV does; name names the dataset and
 // stands for the file in diagnostic positions.
 func ParseCSV(r io.Reader, name, label string) (*Dataset, error) {
@@ -84,7 +90,7 @@ func parseCSV(r io.Reader, file, name, label string) (*Dataset, error) {
 			labelCol = i
 		}
 	}
-	if labelCol < 0 {
+	if labelCol < 0 && label != "" {
 		d := diag.New(diag.CSVNoLabel, name, "no column named %q in the header", label).
 			At(file, 1, 1).
 			WithSource(strings.Join(header, ","))
@@ -97,7 +103,7 @@ func parseCSV(r io.Reader, file, name, label string) (*Dataset, error) {
 		}
 		return nil, d.WithHelp("%s", hint)
 	}
-	if len(header) < 2 {
+	if len(header) < 2 && labelCol >= 0 {
 		return nil, diag.New(diag.CSVEmpty, name, "the only column is the label %q: there are no feature columns", label).
 			At(file, 1, 1).
 			WithHelp("add at least one numeric feature column")
@@ -132,6 +138,9 @@ func parseCSV(r io.Reader, file, name, label string) (*Dataset, error) {
 				At(file, line, col).
 				WithSource(strings.Join(rec, ",")).
 				WithHelp("every row needs one value per header column (%s)", strings.Join(header, ", "))
+		}
+		if labelCol < 0 {
+			ys = append(ys, 0) // no label column: features only (LoadFeatures)
 		}
 		for i, f := range rec {
 			v, err := parseNumber(f)

@@ -148,3 +148,39 @@ func (l layout) weightMask() []float64 {
 	}
 	return m
 }
+
+// ParamLayout says where each block of a model's flat parameter vector
+// lies (offsets into Params, lengths in values), for readers outside Go:
+// HiddenWeights (H×d, row-major) and HiddenBias (H) only for an mlp, then
+// Weights (O×feed, row-major, one row per output) and Bias (O).
+type ParamLayout struct {
+	HiddenWeights [2]int `json:"hidden_weights,omitzero"`
+	HiddenBias    [2]int `json:"hidden_bias,omitzero"`
+	Weights       [2]int `json:"weights"`
+	Bias          [2]int `json:"bias"`
+	Outputs       int    `json:"outputs"`
+	Params        int    `json:"params"`
+}
+
+// Layout returns s's parameter layout, as [offset, length] pairs.
+func (s Spec) Layout() (ParamLayout, error) {
+	l, err := s.layout()
+	if err != nil {
+		return ParamLayout{}, err
+	}
+	p := ParamLayout{Weights: [2]int{l.w2, l.b2 - l.w2}, Bias: [2]int{l.b2, l.out}, Outputs: l.out, Params: l.n}
+	if l.hidden > 0 {
+		p.HiddenWeights = [2]int{l.w1, l.b1 - l.w1}
+		p.HiddenBias = [2]int{l.b1, l.hidden}
+	}
+	return p, nil
+}
+
+// ClassCount returns the number of label classes of s (0 for regression).
+func (s Spec) ClassCount() int {
+	l, err := s.layout()
+	if err != nil {
+		return 0
+	}
+	return l.classes
+}

@@ -105,15 +105,9 @@ func Open(c *config.Silo, id *identity.Identity, fed *identity.Federation, opt O
 			ds = append(ds, asDiags(err, diag.CSVUnreadable, "dataset "+d.Name, "check the dataset's path and label column")...)
 			continue
 		}
+		// Raw rows: each run standardises them as it declares (federated
+		// statistics, the silo's own, or none), per round (runData).
 		data.Name = d.Name
-		// Features are standardised with this site's own statistics, which
-		// never leave it. Sites with different distributions therefore see
-		// differently scaled features; a federated standardisation round
-		// (secure sums of means and variances) is the better fix, not built yet.
-		if data.Rows() > 0 {
-			data = model.FitStandardizer(data).Apply(data)
-			data.Name = d.Name
-		}
 		a.Data[d.Name] = data
 	}
 	a.Policy, err = NewPolicy(c, a.Rounds).Pin(a.Catalog)

@@ -304,7 +304,7 @@ func TestRoundAgainstSecAggHost(t *testing.T) {
 	}
 	spec := &fl.RunSpec{Name: "scaffold-test", Strategy: "scaffold", Params: map[string]any{"lr": 0.1, "epochs": int64(1)},
 		Model: fl.ModelSpec{Kind: "logistic", Inputs: 3}, Dataset: "patients", Rounds: 2, MinCohort: 3,
-		DP: true, Clip: 1, Sigma: 1.5, SecureAgg: true, Seed: 7}
+		DP: true, Clip: 1, Sigma: 1.5, SecureAgg: true, Seed: 7, Standardize: fl.StandardizeLocal}
 	canon, runRef, st, err := spec.Resolve(cat, "")
 	if err != nil {
 		t.Fatal(err)

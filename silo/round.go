@@ -7,9 +7,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/scellis/scellis/catalog"
@@ -161,52 +163,98 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(bad("the global model %s cannot be decoded: %v", b.Global.Short(), err))
 	}
-	data := a.Data[req.Dataset]
+	train, held, err := a.runData(st.Run, &spec, &b)
+	if err != nil {
+		return decline(err)
+	}
 	statePath, err := a.statePath(st.Run)
 	if err != nil {
 		return decline(bad("%v", err))
 	}
-	state, err := loadState(statePath)
-	if err != nil {
-		return decline(diag.New(diag.SiloStateUnavailable, subject, "the client state cannot be read: %v", err).
-			WithHelp("check %s; the silo does not train from a damaged state", statePath))
-	}
-	seed := a.seed(st.Run, st.Round, b.Seed)
-	strategy = strategy.With(map[string]any{
-		"round": int64(st.Round), "seed": int64(binary.BigEndian.Uint64(seed[:8]) >> 1),
-		"work": 1.0, "sites": int64(len(b.SecAgg.Members)),
-	})
-	env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
-	out, err := fl.ClientStep(ctx, env, strategy, global, data, state, req.Privacy)
-	if err != nil {
-		if ctx.Err() != nil {
-			return rec, ctx.Err()
+	var out fl.ClientOutput
+	in := wire.Input{MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)}
+	var evalMechs []dp.Mechanism // held-out metrics: charged to the evaluation dataset when it is a separate one
+	switch b.Step {
+	case fl.StepStats:
+		// Feature statistics: Σx, Σx² and the row count of the training
+		// rows; with DP on, each row scaled by the run's public feature
+		// bounds and the sums released on the grid, noised and charged.
+		in.Weight = 1
+		if req.Privacy.Unit == fl.UnitNone {
+			sums, rows := fl.StatsVector(train, nil)
+			in.Values = append(sums, rows)
+			break
 		}
-		return decline(err)
-	}
-	update, weight := out.Update, out.Weight
-	if update == nil {
-		if req.Privacy.Unit != fl.UnitNone {
-			// Under DP every participant's weight is 1, so the summed weight
-			// is the public participant count; a site the content declines
-			// stays out rather than sending a zero weight into the sum.
-			return decline(diag.New(diag.FLContract, subject, "the client step declined the round (no update)").
-				WithHelp("under differential privacy a site either releases an update of weight 1 or takes no part"))
+		bounds := spec.Spec.FeatureBounds
+		if len(bounds) != train.Dims() {
+			return decline(diag.New(diag.ModelNoStatistics, subject, "the run's DP is on but it gives %d feature bounds for %d features", len(bounds), train.Dims()).
+				WithHelp("a value's range must be bounded for the statistics' noise to mean anything; the run author sets privacy.feature_bounds"))
 		}
-		update, weight = make([]float64, b.UpdateDim), 0 // declined by the content: zeros
-	}
-	if len(update) != b.UpdateDim {
-		return decline(diag.New(diag.FLDimension, subject, "the client step returned %d values; the round sums %d", len(update), b.UpdateDim).
-			WithHelp("the run's model and the silo's dataset disagree on the number of features"))
-	}
-	in := wire.Input{Weight: weight, MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)}
-	if out.Encoded != nil {
-		// Under DP the update leaves as the integers it was noised (or
-		// rounded) on; nothing else is summed with it (checkRelease).
-		in.Encoded = out.Encoded
-	} else {
+		d := train.Dims()
+		if in.Encoded, out.Mechanism.Mechanisms, err = req.Privacy.ReleaseRecordSums(fl.StatsRecords(train, bounds), 2*d+1, fl.StatsSensitivity(d), b.SecAgg.GridBits); err != nil {
+			return decline(err)
+		}
+	case fl.StepEval:
+		in.Weight = 1
+		if in.Values, in.Encoded, evalMechs, err = heldOut(&spec, global, held, req.Privacy, b.SecAgg.GridBits); err != nil {
+			return decline(err)
+		}
+	default:
+		state, err := loadState(statePath)
+		if err != nil {
+			return decline(diag.New(diag.SiloStateUnavailable, subject, "the client state cannot be read: %v", err).
+				WithHelp("check %s; the silo does not train from a damaged state", statePath))
+		}
+		seed := a.seed(st.Run, st.Round, b.Seed)
+		strategy = strategy.With(map[string]any{
+			"round": int64(b.TrainRound), "seed": int64(binary.BigEndian.Uint64(seed[:8]) >> 1),
+			"work": 1.0, "sites": int64(len(b.SecAgg.Members)),
+		})
+		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
+		out, err = fl.ClientStep(ctx, env, strategy, global, train, state, req.Privacy)
+		if err != nil {
+			if ctx.Err() != nil {
+				return rec, ctx.Err()
+			}
+			return decline(err)
+		}
+		update, weight := out.Update, out.Weight
+		if update == nil {
+			if req.Privacy.Unit != fl.UnitNone {
+				// Under DP every participant's weight is 1, so the summed weight
+				// is the public participant count; a site the content declines
+				// stays out rather than sending a zero weight into the sum.
+				return decline(diag.New(diag.FLContract, subject, "the client step declined the round (no update)").
+					WithHelp("under differential privacy a site either releases an update of weight 1 or takes no part"))
+			}
+			update, weight = make([]float64, b.UpdateDim), 0 // declined by the content: zeros
+		}
+		if len(update) != b.UpdateDim {
+			return decline(diag.New(diag.FLDimension, subject, "the client step returned %d values; the round sums %d", len(update), b.UpdateDim).
+				WithHelp("the run's model and the silo's dataset disagree on the number of features"))
+		}
+		in.Weight = weight
+		if out.Encoded != nil {
+			// Under DP the update leaves as the integers it was noised (or
+			// rounded) on; nothing else is summed with it (checkRelease).
+			in.Encoded = out.Encoded
+			break
+		}
+		if held != nil && slices.Contains(b.Metrics, fl.EvalMetrics[0]) {
+			// The incoming global model on rows it never trained on (DP
+			// off: under DP only the charged evaluation step reports them).
+			m, err := fl.EvalSums(spec.ModelSpec(), weights(global), held)
+			if err != nil {
+				return decline(err)
+			}
+			if out.Metrics == nil {
+				out.Metrics = map[string]float64{}
+			}
+			maps.Copy(out.Metrics, m)
+		}
 		in.Values = b.Pack(update, out.Metrics)
 	}
+	weight := in.Weight
 	if c, err := secagg.NewClient(b.SecAgg, a.Name, a.ID.PrivateKey()); err != nil {
 		return decline(err)
 	} else if in.Encoded != nil {
@@ -215,6 +263,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		}
 	} else if err := c.CheckInput(in.Values, weight); err != nil {
 		return decline(err) // refused before the charge: nothing was paid for
+	}
+	if len(evalMechs) > 0 {
+		if spec.Spec.Eval.Dataset == "" {
+			out.Mechanism.Mechanisms = append(out.Mechanism.Mechanisms, evalMechs...)
+		} else {
+			// The held-out rows are another dataset's: its own budget pays.
+			e, err := a.Ledger.Charge(dp.ChargeRequest{Dataset: spec.Spec.Eval.Dataset, Consumer: consumer + "-eval", Mechanisms: evalMechs})
+			if err != nil {
+				return decline(err)
+			}
+			a.logf("%s: charged evaluation dataset %s ε = %.6g, ledger entry %s", subject, spec.Spec.Eval.Dataset, e.Charge.Epsilon, e.Hash.Short())
+		}
 	}
 
 	// Law 6: charge (fsync'd) before anything leaves the process.
@@ -242,8 +302,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		a.logRefusal(subject+": secure aggregation", err)
 		return rec, nil
 	}
-	if err := saveState(statePath, out.State); err != nil {
-		a.logf("%s: saving the client state: %v", subject, err)
+	if b.Step == "" || b.Step == fl.StepTrain {
+		if err := saveState(statePath, out.State); err != nil {
+			a.logf("%s: saving the client state: %v", subject, err)
+		}
 	}
 	rec.Status = Contributed
 	a.logf("%s: contributed (secure aggregation round %s on %s)", subject, b.SecAgg.Round, base)
@@ -258,6 +320,15 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 // spare, must fit the ring's per-site bound (else the sum could wrap).
 func checkRelease(subject string, p fl.Privacy, b fl.RoundBundle) error {
 	if p.Unit == fl.UnitNone {
+		return nil
+	}
+	if b.Step == fl.StepStats || b.Step == fl.StepEval {
+		// The whole summed vector is one release of per-row sums on the
+		// grid, noised and charged (fl.Privacy.ReleaseRecordSums).
+		if b.SecAgg.GridBits <= 0 {
+			return diag.New(diag.FLBadPrivacy, subject, "the %s step names no grid to release its sums on", b.Step).
+				WithHelp("under DP the aggregator fixes the grid of every release; the round was planned by an older aggregator")
+		}
 		return nil
 	}
 	if len(b.Metrics) > 0 || b.SecAgg.Dim != b.UpdateDim {

@@ -216,10 +216,15 @@ func (d *federationDemo) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "cluster up; logs in %s\n", d.path("logs"))
 
-	d.step("FedProx, 6 rounds, update-level DP (clip 5, σ 0.5) and secure aggregation; hospital-4 is killed after two rounds")
+	d.step("FedProx, 6 rounds after a federated feature-statistics step, update-level DP (clip 5, σ 0.5), secure aggregation; hospital-4 is killed after two steps")
+	features, _ := datagen.HospitalModel()
 	spec := &fl.RunSpec{Name: "fedprox-hospitals", Strategy: "fedprox", Params: map[string]any{"mu": 0.1, "lr": 0.5, "epochs": 2},
-		Model: fl.ModelSpec{Kind: "logistic", Inputs: 9}, Dataset: "patients", Rounds: 6, MinCohort: 3,
-		DP: true, Clip: 5, Sigma: 0.5, SecureAgg: true, Seed: 7}
+		Model:   fl.ModelSpec{Kind: "logistic", Inputs: 9, Features: features, Label: datagen.HospitalLabel},
+		Dataset: "patients", Rounds: 6, MinCohort: 3,
+		DP: true, Clip: 5, Sigma: 0.5, SecureAgg: true, Seed: 7,
+		// Public bounds on each feature (a data dictionary's ranges), in
+		// the order above: they fix the statistics step's sensitivity.
+		FeatureBounds: []float64{120, 1, 80, 300, 600, 500, 1, 40, 20}}
 	cat, err := catalog.Builtin()
 	if err != nil {
 		return err

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -50,11 +52,15 @@ func newFLLaunchCmd() *cobra.Command {
   # run.yaml
   name: fedprox-hospitals
   strategy: {use: fedprox, params: {mu: 0.1, lr: 0.1, epochs: 1, model: logistic}}
-  model: {kind: logistic, inputs: 9}
+  model: {kind: logistic, inputs: 9, label: outcome,
+          features: [age, sex, bmi, systolic_bp, glucose, cholesterol, smoker, exercise_hours, prior_admissions]}
   dataset: patients              # the dataset name every silo declares
   rounds: 10
   cohort: {min: 3}               # silos: [...] to name them; default every silo
-  privacy: {clip: 1.0, sigma: 1.0, q: 1.0}
+  privacy: {clip: 1.0, sigma: 1.0, q: 1.0,
+            feature_bounds: [120, 1, 80, 300, 600, 500, 1, 40, 20]}  # public bounds, for the statistics step
+  standardize: federated         # default; or local, none
+  evaluation: {holdout: 0.2}     # held-out metrics every round and for the final model
   secure_aggregation: true`,
 		Args: exactArgs(1, "RUN.yaml"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -142,37 +148,37 @@ func newFLWatchCmd() *cobra.Command {
 		})
 }
 
-// roundRow is one line of the watch table.
-type roundRow struct {
-	Round        int                `json:"round"`
-	Participants []string           `json:"participants"`
-	Dropped      []string           `json:"dropped"`
-	Loss         float64            `json:"loss"`
-	Accuracy     float64            `json:"accuracy"`
-	Epsilon      map[string]float64 `json:"epsilon"` // ε charged this round, per silo
-	Declined     map[string]string  `json:"declined,omitempty"`
-	Model        content.Ref        `json:"model"`
-}
-
-// roundRowOf reads a completed round: its result document and the silos'
-// signed contribution records (the round job's reported results).
-func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (roundRow, error) {
+// roundRowOf reads a completed round (step) of a run: its result document
+// and the silos' signed contribution records (the round job's reported
+// results). It is one line of the watch table and one round of the model
+// file.
+func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (fl.RoundSummary, *fl.RoundResult, fl.Global, error) {
 	raw, err := c.GetBlob(ctx, model)
 	if err != nil {
-		return roundRow{}, err
+		return fl.RoundSummary{}, nil, nil, err
 	}
-	rr, _, err := fl.DecodeRoundResult(raw)
+	rr, g, err := fl.DecodeRoundResult(raw)
 	if err != nil {
-		return roundRow{}, err
+		return fl.RoundSummary{}, nil, nil, err
 	}
-	row := roundRow{Round: rr.Round, Participants: rr.Participants, Dropped: rr.Dropped, Epsilon: map[string]float64{}, Declined: map[string]string{}, Model: rr.Model}
+	step := rr.Step
+	if step == "" {
+		step = fl.StepTrain
+	}
+	row := fl.RoundSummary{Round: rr.Round, Step: step, Participants: rr.Participants, Dropped: rr.Dropped, Sums: rr.Metrics,
+		Epsilon: map[string]float64{}, Declined: map[string]string{}, Model: rr.Model}
 	if n := rr.Metrics["examples"]; n > 0 {
-		row.Loss = rr.Metrics["loss"] / n
-		row.Accuracy = rr.Metrics["correct"] / n
+		row.TrainLoss = rr.Metrics["loss"] / n
+		row.TrainAcc = rr.Metrics["correct"] / n
+	}
+	if n := rr.Metrics["eval_examples"]; n > 0 {
+		row.EvalLoss = rr.Metrics["eval_loss"] / n
+		row.EvalAcc = rr.Metrics["eval_correct"] / n
+		row.EvalRows = n
 	}
 	st, err := c.Job(ctx, jobID)
 	if err != nil {
-		return row, nil
+		return row, rr, g, nil
 	}
 	for _, s := range st.Shards {
 		if s.Result == "" {
@@ -197,7 +203,15 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (r
 			row.Declined[sc.Record.Silo] = reason
 		}
 	}
-	return row, nil
+	return row, rr, g, nil
+}
+
+// metric prints a mean, or "-" where the step has none.
+func metric(v float64, has bool) string {
+	if !has {
+		return fmt.Sprintf("%8s", "-")
+	}
+	return fmt.Sprintf("%8.4f", v)
 }
 
 // runEnd is the last record of `fl watch --json`: how the run ended and,
@@ -223,12 +237,13 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			return err
 		}
 		if !header && !jsonOutput {
-			fmt.Fprintf(w, "run %s (%s): %d rounds, cohort %s\n", st.Name, id.Short(), st.Rounds, strings.Join(st.Silos, ", "))
-			fmt.Fprintf(w, "%5s  %-6s %8s %8s  %s\n", "round", "sites", "loss", "acc", "ε charged this round per silo (each silo's ledger composes them) · dropouts · declines")
+			fmt.Fprintf(w, "run %s (%s): %d steps, cohort %s\n", st.Name, id.Short(), st.Rounds, strings.Join(st.Silos, ", "))
+			fmt.Fprintln(w, "train: the incoming model on the silos' training rows; held-out: on rows no silo trains on (secure sums)")
+			fmt.Fprintf(w, "%5s  %-5s %-5s %8s %8s %8s %8s  %s\n", "round", "step", "sites", "train-ls", "train-ac", "held-ls", "held-ac", "ε charged this round per silo (each silo's ledger composes them) · dropouts · declines")
 			header = true
 		}
 		for ; shown < len(st.Models); shown++ {
-			row, err := roundRowOf(ctx, c, st.Jobs[shown], st.Models[shown])
+			row, _, _, err := roundRowOf(ctx, c, st.Jobs[shown], st.Models[shown])
 			if err != nil {
 				return err
 			}
@@ -253,7 +268,10 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			for _, s := range sortedKeys(row.Declined) {
 				extra += fmt.Sprintf(" · %s declined: %s", s, row.Declined[s])
 			}
-			fmt.Fprintf(w, "%5d  %-6d %8.4f %8.4f  %s%s\n", row.Round, len(row.Participants), row.Loss, row.Accuracy, strings.Join(eps, ", "), extra)
+			train, held := row.Sums["examples"] > 0, row.EvalRows > 0
+			fmt.Fprintf(w, "%5d  %-5s %-5d %s %s %s %s  %s%s\n", row.Round, row.Step, len(row.Participants),
+				metric(row.TrainLoss, train), metric(row.TrainAcc, train), metric(row.EvalLoss, held), metric(row.EvalAcc, held),
+				strings.Join(eps, ", "), extra)
 		}
 		if st.State != coordinator.RunRunning {
 			return endWatch(ctx, c, st, w)
@@ -334,24 +352,9 @@ func sortedKeys(m map[string]string) []string {
 	return keys
 }
 
-// modelExport is what `fl model` writes: the final model and the
-// provenance that lets anyone check where it came from.
-type modelExport struct {
-	Format   string         `json:"format"`
-	Run      content.Ref    `json:"run"`
-	Name     string         `json:"name"`
-	State    string         `json:"state"`
-	Rounds   []content.Ref  `json:"round_results"` // round result documents, in order
-	Jobs     []content.Ref  `json:"round_jobs"`
-	Strategy content.Ref    `json:"strategy"`
-	Model    content.Ref    `json:"model"`
-	Global   map[string]any `json:"global"`
-	Receipts []content.Ref  `json:"receipts"`
-}
-
 func newFLModelCmd() *cobra.Command {
 	var out string
-	cmd := idCommand("model RUN_ID --out FILE", "Export a run's latest model with its provenance (content refs, round receipts)",
+	cmd := idCommand("model RUN_ID --out FILE", "Export a run's latest model as a self-contained model file (docs/models.md)",
 		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
@@ -362,25 +365,54 @@ func newFLModelCmd() *cobra.Command {
 			if len(st.Models) == 0 {
 				return &exitError{code: 1, msg: fmt.Sprintf("run %s has no completed round yet", st.Name)}
 			}
-			raw, err := c.GetBlob(ctx, st.Models[len(st.Models)-1])
+			raw, err := c.GetBlob(ctx, id)
 			if err != nil {
 				return err
 			}
-			rr, g, err := fl.DecodeRoundResult(raw)
+			var spec fl.Canonical
+			if err := content.Decode(raw, &spec); err != nil {
+				return fmt.Errorf("the run spec %s: %w", id.Short(), err)
+			}
+			var rows []fl.RoundSummary
+			var last *fl.RoundResult
+			var global fl.Global
+			charges := map[string]*fl.SiloCharges{}
+			for i, m := range st.Models {
+				row, rr, g, err := roundRowOf(ctx, c, st.Jobs[i], m)
+				if err != nil {
+					return err
+				}
+				rows = append(rows, row)
+				last, global = rr, g
+				for s, eps := range row.Epsilon {
+					if charges[s] == nil {
+						charges[s] = &fl.SiloCharges{Silo: s}
+					}
+					if eps > 0 {
+						charges[s].Rounds++
+						charges[s].EpsilonSum += eps
+					}
+				}
+			}
+			exp, err := fl.NewModelFile(&spec, global, last.Std)
 			if err != nil {
 				return err
 			}
-			exp := modelExport{Format: "scellis/model/v1", Run: id, Name: st.Name, State: string(st.State), Rounds: st.Models,
-				Jobs: st.Jobs, Strategy: rr.Strategy, Model: rr.Model, Global: g}
-			receipts, err := c.Receipts(ctx, 0)
-			if err == nil {
+			exp.Run = fl.ModelRun{ID: id, Name: st.Name, State: string(st.State), Spec: &spec}
+			exp.Rounds = rows
+			exp.Privacy = []fl.SiloCharges{}
+			for _, s := range slices.Sorted(maps.Keys(charges)) {
+				exp.Privacy = append(exp.Privacy, *charges[s])
+			}
+			exp.Refs = fl.ModelRefs{Run: id, Strategy: last.Strategy, Model: last.Model, RoundResults: st.Models, RoundJobs: st.Jobs, Receipts: []content.Ref{}}
+			if receipts, err := c.Receipts(ctx, 0); err == nil {
 				jobs := map[content.Ref]bool{}
 				for _, j := range st.Jobs {
 					jobs[j] = true
 				}
 				for _, r := range receipts {
 					if jobs[r.Job] {
-						exp.Receipts = append(exp.Receipts, r.Hash)
+						exp.Refs.Receipts = append(exp.Refs.Receipts, r.Hash)
 					}
 				}
 			}
@@ -391,7 +423,8 @@ func newFLModelCmd() *cobra.Command {
 			if err := job.WriteFileAtomic(out, append(b, '\n')); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: model %s after %d rounds (%s), %d round receipts\n", out, rr.Model.Short(), len(st.Models), st.State, len(exp.Receipts))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s model %s of %d inputs (standardisation %s) after %d steps (%s), %d round receipts\n",
+				out, exp.Kind, last.Model.Short(), exp.Inputs, exp.Standardization.Mode, len(st.Models), st.State, len(exp.Refs.Receipts))
 			return nil
 		})
 	cmd.Flags().StringVar(&out, "out", "model.json", "file to write")

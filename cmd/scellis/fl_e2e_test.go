@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/model"
 )
 
@@ -59,6 +61,7 @@ model: {kind: logistic, inputs: 9}
 dataset: patients
 rounds: 3
 privacy: {clip: 5.0, sigma: 0.5}
+standardize: local
 secure_aggregation: true
 seed: 3
 `)
@@ -83,7 +86,7 @@ seed: 3
 		t.Fatalf("run did not complete:\n%s", table)
 	}
 	for r, want := range []int{4, 4, 3} {
-		if !strings.Contains(table, fmt.Sprintf("\n%5d  %d ", r, want)) {
+		if !strings.Contains(table, fmt.Sprintf("\n%5d  train %-5d ", r, want)) {
 			t.Fatalf("round %d did not have %d participants:\n%s", r, want, table)
 		}
 	}
@@ -101,7 +104,7 @@ seed: 3
 	// a silo's participation, so the silos refuse it (charging it at q
 	// would undercharge ~10^4-fold) and nothing is charged.
 	c.write("tinyq.yaml", "name: tinyq\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\n"+
-		"cohort: {silos: [h1, h2, h5]}\nprivacy: {clip: 5.0, sigma: 0.5, q: 1.0e-6}\n")
+		"cohort: {silos: [h1, h2, h5]}\nprivacy: {clip: 5.0, sigma: 0.5, q: 1.0e-6}\nstandardize: local\n")
 	tiny := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "tinyq.yaml"))
 	tinyOut, tinyErr, tinyExit := c.cli("alice", "--json", "fl", "watch", tiny[7:19])
 	end := finalRecord(t, tinyOut)
@@ -127,19 +130,24 @@ seed: 3
 		t.Fatalf("the refused run was charged: h1's ledger has %d charges, want 3:\n%s", n, out)
 	}
 	// A run over two sites is refused: each could learn the other's update.
-	c.write("two.yaml", "name: two\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\ncohort: {silos: [h1, h2]}\nprivacy: {clip: 5.0, sigma: 0.5}\n")
+	c.write("two.yaml", "name: two\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\ncohort: {silos: [h1, h2]}\nprivacy: {clip: 5.0, sigma: 0.5}\nstandardize: local\n")
 	if out, errs, err := c.cli("alice", "fl", "launch", "two.yaml"); err == nil || !strings.Contains(errs, "SC9301") {
 		t.Fatalf("a two-site run was not refused with SC9301: %v\n%s%s", err, out, errs)
 	}
 	c.mustCLI("alice", "fl", "model", id, "--out", "model.json")
-	if b, err := os.ReadFile(filepath.Join(c.dir, "model.json")); err != nil || !strings.Contains(string(b), `"receipts"`) {
+	if b, err := os.ReadFile(filepath.Join(c.dir, "model.json")); err != nil || !strings.Contains(string(b), `"receipts"`) || !strings.Contains(string(b), `"epsilon_sum"`) {
 		t.Fatalf("model export: %v\n%s", err, b)
 	}
 	checkPrivacyReportAndAudit(t, c, id)
 }
 
 // FedAvg across four silo processes (own regime, DP off, secure aggregation
-// on) reaches the accuracy of centralised training on the pooled data.
+// on) on hospitals whose patients differ (mean age 38 to 70): with the
+// federation's feature statistics (the default) it reaches the held-out
+// accuracy of centralised training on the union of the sites, and beats
+// every silo standardising with its own statistics. The exported model
+// file, scored by `scellis model eval` on the same held-out rows, gives
+// exactly the accuracy the federated evaluation of the final step reported.
 func TestFLFedAvgMatchesCentralised(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
@@ -150,52 +158,136 @@ func TestFLFedAvgMatchesCentralised(t *testing.T) {
 		ms = append(ms, member{s, "silo"})
 	}
 	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
-	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "600", "--seed", "5", "--out", "data"))
-	var pooled []*model.Dataset
+	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "750", "--seed", "5", "--out", "data"))
+	var trains, tests []*model.Dataset
 	for i, s := range silos {
-		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n  - {name: patients, path: data/hospital-%d.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n", s, s, s, i+1))
 		d, err := model.LoadCSV(filepath.Join(c.dir, "data", fmt.Sprintf("hospital-%d.csv", i+1)), "outcome")
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Each silo standardises with its own statistics; so does the baseline.
-		pooled = append(pooled, model.FitStandardizer(d).Apply(d))
+		train, test, err := model.Split(d, 0.2, uint64(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		trains, tests = append(trains, train), append(tests, test)
+		writeCSV(t, filepath.Join(c.dir, "data", s+"-train.csv"), train)
+		writeCSV(t, filepath.Join(c.dir, "data", s+"-test.csv"), test)
+		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n"+
+			"  - {name: patients, path: data/%s-train.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n"+
+			"  - {name: patients-test, path: data/%s-test.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n", s, s, s, s, s))
 	}
-	c.write("run.yaml", "name: fedavg\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 12\nprivacy: {dp: false}\nsecure_aggregation: true\nseed: 1\n")
+	run := func(name, std string) string {
+		return fmt.Sprintf(`name: %s
+strategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}
+model:
+  kind: logistic
+  inputs: 9
+  features: [age, sex, bmi, systolic_bp, glucose, cholesterol, smoker, exercise_hours, prior_admissions]
+  label: outcome
+dataset: patients
+evaluation: {dataset: patients-test}
+standardize: %s
+rounds: 12
+privacy: {dp: false}
+secure_aggregation: true
+seed: 1
+`, name, std)
+	}
+	c.write("federated.yaml", run("fedavg-federated", "federated"))
+	c.write("local.yaml", run("fedavg-local", "local"))
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
 	}
-	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
-	out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
-	if err != nil {
-		t.Fatalf("fl watch: %v\n%s%s", err, out, errs)
+	heldOut := func(file string) (string, fl.RoundSummary) {
+		id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", file))
+		out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
+		if err != nil {
+			t.Fatalf("fl watch: %v\n%s%s", err, out, errs)
+		}
+		finalRecord(t, out)
+		var lines []string
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			if !strings.Contains(l, `"final":`) { // the watch's closing record
+				lines = append(lines, l)
+			}
+		}
+		var first, last fl.RoundSummary
+		json.Unmarshal([]byte(lines[0]), &first)
+		if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil {
+			t.Fatalf("last step: %v\n%s", err, out)
+		}
+		if last.Step != fl.StepEval || last.EvalRows != 600 || len(last.Participants) != 4 {
+			t.Fatalf("%s: the last step is not a held-out evaluation of 600 rows by 4 silos:\n%s", file, out)
+		}
+		if file == "federated.yaml" && (first.Step != fl.StepStats || len(lines) != 14) {
+			t.Fatalf("the federated run does not start with its statistics step or has %d steps:\n%s", len(lines), out)
+		}
+		return id, last
 	}
-	// The stream ends with the run's final record; the round before it
-	// carries the metrics of the model entering the last round.
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) < 2 {
-		t.Fatalf("fl watch --json printed no round:\n%s", out)
-	}
-	finalRecord(t, out)
-	var last struct{ Accuracy float64 }
-	if err := json.Unmarshal([]byte(lines[len(lines)-2]), &last); err != nil {
-		t.Fatalf("last round: %v\n%s", err, out)
-	}
+	fedID, fed := heldOut("federated.yaml")
+	_, local := heldOut("local.yaml")
 
-	// Centralised: the same model on all rows at once.
-	all := pooled[0]
-	for _, d := range pooled[1:] {
-		all = concatRows(all, d)
+	// Centralised: the same model on the union of the training rows,
+	// standardised with the union's statistics, scored on the union of
+	// the held-out rows.
+	all, allTest := trains[0], tests[0]
+	for i := 1; i < len(trains); i++ {
+		all, allTest = concatRows(all, trains[i]), concatRows(allTest, tests[i])
 	}
+	std := model.FitStandardizer(all)
 	m, _ := model.New(model.Spec{Kind: "logistic", Inputs: 9}, 1)
+	m.Std = &std
 	if _, err := model.Train(m, all, model.TrainConfig{Epochs: 24, LR: 0.5, Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
-	central := model.Evaluate(m, all).Accuracy
-	t.Logf("federated accuracy %.4f (model entering the last round), centralised %.4f", last.Accuracy, central)
-	if last.Accuracy < central-0.02 {
-		t.Fatalf("federated accuracy %.4f is more than 2 points below centralised %.4f", last.Accuracy, central)
+	central := model.Evaluate(m, allTest).Accuracy
+	t.Logf("held-out accuracy: federated statistics %.4f, local statistics %.4f, centralised %.4f", fed.EvalAcc, local.EvalAcc, central)
+	if fed.EvalAcc < central-0.02 {
+		t.Fatalf("federated accuracy %.4f is more than 2 points below centralised %.4f", fed.EvalAcc, central)
+	}
+	if fed.EvalAcc < local.EvalAcc+0.02 {
+		t.Fatalf("federated statistics (%.4f) are not clearly better than local standardisation (%.4f)", fed.EvalAcc, local.EvalAcc)
+	}
+
+	// The exported model, scored on the same rows by model eval.
+	c.mustCLI("alice", "fl", "model", fedID, "--out", "model.json")
+	writeCSV(t, filepath.Join(c.dir, "test.csv"), allTest)
+	out := mustRun(t, scellisCmd(t, c.dir, "--json", "model", "eval", "model.json", "--data", "test.csv"))
+	var ev struct {
+		Rows     int
+		Accuracy float64
+	}
+	if err := json.Unmarshal([]byte(out), &ev); err != nil {
+		t.Fatalf("model eval: %v\n%s", err, out)
+	}
+	if ev.Rows != 600 || math.Abs(ev.Accuracy-fed.EvalAcc) > 1e-9 {
+		t.Fatalf("model eval accuracy %.6f on %d rows; the federated evaluation of the final model said %.6f", ev.Accuracy, ev.Rows, fed.EvalAcc)
+	}
+	mf, err := fl.ReadModelFile(filepath.Join(c.dir, "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mf.Standardization.Mode != fl.StandardizeFederated || mf.Standardization.Rows != 2400 || len(mf.Rounds) != 14 || mf.Features[0] != "age" {
+		t.Fatalf("model file: standardisation %+v, %d rounds, features %v", mf.Standardization, len(mf.Rounds), mf.Features)
+	}
+	// The federation's statistics are those of the union of the training rows.
+	for j := range std.Mean {
+		if math.Abs(mf.Standardization.Mean[j]-std.Mean[j]) > 1e-6*math.Max(1, math.Abs(std.Mean[j])) ||
+			math.Abs(mf.Standardization.Std[j]-std.Std[j]) > 1e-6*math.Max(1, std.Std[j]) {
+			t.Fatalf("feature %d: federated mean/std %g/%g, pooled %g/%g", j, mf.Standardization.Mean[j], mf.Standardization.Std[j], std.Mean[j], std.Std[j])
+		}
+	}
+}
+
+func writeCSV(t *testing.T, path string, d *model.Dataset) {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := model.WriteCSV(&buf, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,227 @@
+package main
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/model"
+)
+
+func init() { commands = append(commands, newModelCmd) }
+
+func newModelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "model",
+		Short: "Score and apply an exported model file on a CSV",
+		Long: `A model file (scellis fl model RUN_ID --out model.json; schema in
+docs/models.md) holds everything needed to use the model anywhere: its
+shape and parameters, the feature names in order, the label classes and
+the standardiser the federation agreed on. Columns are matched by name.`,
+	}
+	cmd.AddCommand(newModelEvalCmd(), newModelPredictCmd())
+	return cmd
+}
+
+// modelEval is what `model eval` reports.
+type modelEval struct {
+	Model     string        `json:"model"`
+	Data      string        `json:"data"`
+	Rows      int           `json:"rows"`
+	Accuracy  *float64      `json:"accuracy,omitempty"`
+	AUC       *float64      `json:"auc,omitempty"`
+	LogLoss   *float64      `json:"log_loss,omitempty"`
+	RMSE      *float64      `json:"rmse,omitempty"`
+	Classes   []float64     `json:"classes,omitempty"`
+	Confusion [][]int       `json:"confusion,omitempty"` // [true class][predicted class]
+	Std       string        `json:"standardization"`
+	Notes     []string      `json:"notes,omitempty"`
+	Metrics   model.Metrics `json:"-"`
+}
+
+func newModelEvalCmd() *cobra.Command {
+	var data, label string
+	cmd := &cobra.Command{
+		Use:   "eval MODEL --data test.csv [--label COL]",
+		Short: "Score a model file on a labelled CSV: accuracy, AUC, log-loss, confusion matrix, or RMSE",
+		Example: `  scellis model eval model.json --data test.csv
+  scellis --json model eval model.json --data test.csv --label outcome`,
+		Args: exactArgs(1, "MODEL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := fl.ReadModelFile(args[0])
+			if err != nil {
+				return err
+			}
+			if data == "" {
+				return usageError{fmt.Errorf("give the rows to score with --data FILE.csv")}
+			}
+			if label == "" {
+				label = f.Label
+			}
+			if label == "" {
+				return usageError{fmt.Errorf("the model file names no label column: give it with --label COL")}
+			}
+			raw, err := model.LoadCSV(data, label)
+			if err != nil {
+				return err
+			}
+			d, err := f.Prepare(raw, data, true)
+			if err != nil {
+				return err
+			}
+			m := f.Model()
+			met := model.Evaluate(m, d)
+			res := modelEval{Model: args[0], Data: data, Rows: met.N, Std: f.Standardization.Mode, Metrics: met}
+			if f.Standardization.Mode == fl.StandardizeLocal {
+				res.Notes = append(res.Notes, "the run standardised each silo with its own statistics: these rows were standardised with their own")
+			}
+			if len(f.Classes) == 0 {
+				res.RMSE = &met.RMSE
+			} else {
+				res.Accuracy, res.LogLoss, res.Classes = &met.Accuracy, &met.LogLoss, f.Classes
+				if len(f.Classes) == 2 {
+					res.AUC = &met.AUC
+				}
+				res.Confusion = confusion(m, d, len(f.Classes))
+			}
+			out := cmd.OutOrStdout()
+			if jsonOutput {
+				b, _ := json.MarshalIndent(res, "", "  ")
+				fmt.Fprintln(out, string(b))
+				return nil
+			}
+			fmt.Fprintf(out, "%s on %s: %d rows (standardisation %s)\n", args[0], data, res.Rows, res.Std)
+			if res.RMSE != nil {
+				fmt.Fprintf(out, "rmse      %.4f\n", *res.RMSE)
+			} else {
+				fmt.Fprintf(out, "accuracy  %.4f\n", *res.Accuracy)
+				if res.AUC != nil {
+					fmt.Fprintf(out, "auc       %.4f\n", *res.AUC)
+				}
+				fmt.Fprintf(out, "log-loss  %.4f\n", *res.LogLoss)
+				fmt.Fprintln(out, "confusion (rows: true class, columns: predicted)")
+				fmt.Fprintf(out, "%8s", "")
+				for _, c := range res.Classes {
+					fmt.Fprintf(out, " %8v", c)
+				}
+				fmt.Fprintln(out)
+				for i, row := range res.Confusion {
+					fmt.Fprintf(out, "%8v", res.Classes[i])
+					for _, v := range row {
+						fmt.Fprintf(out, " %8d", v)
+					}
+					fmt.Fprintln(out)
+				}
+			}
+			for _, n := range res.Notes {
+				fmt.Fprintf(out, "note: %s\n", n)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "labelled CSV to score (header row; columns matched by name)")
+	cmd.Flags().StringVar(&label, "label", "", "label column (default: the model file's)")
+	return cmd
+}
+
+// predicted returns the class m predicts for each row of d.
+func predicted(m *model.Model, d *model.Dataset) ([]int, [][]float64) {
+	cls := make([]int, d.Rows())
+	probs := make([][]float64, d.Rows())
+	for i := range d.Rows() {
+		p := m.Predict(d.Row(i))
+		probs[i] = p
+		if len(p) == 1 {
+			if p[0] >= 0.5 {
+				cls[i] = 1
+			}
+			continue
+		}
+		for k, v := range p {
+			if v > p[cls[i]] {
+				cls[i] = k
+			}
+		}
+	}
+	return cls, probs
+}
+
+func confusion(m *model.Model, d *model.Dataset, k int) [][]int {
+	out := make([][]int, k)
+	for i := range out {
+		out[i] = make([]int, k)
+	}
+	cls, _ := predicted(m, d)
+	for i, c := range cls {
+		out[int(d.Y[i])][c]++
+	}
+	return out
+}
+
+func newModelPredictCmd() *cobra.Command {
+	var data, out string
+	cmd := &cobra.Command{
+		Use:     "predict MODEL --data X.csv --out preds.csv",
+		Short:   "Apply a model file to a CSV of features; writes one prediction per row",
+		Example: `  scellis model predict model.json --data new-patients.csv --out preds.csv`,
+		Args:    exactArgs(1, "MODEL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := fl.ReadModelFile(args[0])
+			if err != nil {
+				return err
+			}
+			if data == "" || out == "" {
+				return usageError{fmt.Errorf("give the rows with --data FILE.csv and where to write with --out FILE.csv")}
+			}
+			raw, err := model.LoadFeatures(data)
+			if err != nil {
+				return err
+			}
+			d, err := f.Prepare(raw, data, false)
+			if err != nil {
+				return err
+			}
+			m := f.Model()
+			cls, probs := predicted(m, d)
+			var b strings.Builder
+			w := csv.NewWriter(&b)
+			header := []string{"prediction"}
+			switch {
+			case len(f.Classes) == 2:
+				header = append(header, "p_1")
+			case len(f.Classes) > 2:
+				for _, c := range f.Classes {
+					header = append(header, fmt.Sprintf("p_%v", c))
+				}
+			}
+			w.Write(header)
+			for i := range d.Rows() {
+				rec := make([]string, 0, len(header))
+				if len(f.Classes) == 0 {
+					rec = append(rec, strconv.FormatFloat(probs[i][0], 'g', -1, 64))
+				} else {
+					rec = append(rec, strconv.FormatFloat(f.Classes[cls[i]], 'g', -1, 64))
+					for _, p := range probs[i] {
+						rec = append(rec, strconv.FormatFloat(p, 'g', -1, 64))
+					}
+				}
+				w.Write(rec)
+			}
+			w.Flush()
+			if err := job.WriteFileAtomic(out, []byte(b.String())); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d predictions to %s\n", d.Rows(), out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&data, "data", "", "CSV of features (header row; columns matched by name; a label column is ignored)")
+	cmd.Flags().StringVar(&out, "out", "", "CSV to write: prediction, then class probabilities")
+	return cmd
+}

@@ -1,0 +1,255 @@
+package fl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/model"
+)
+
+// ModelFileFormat versions ModelFile; docs/models.md documents the schema.
+// A reader refuses any other value (diag.ModelFormatUnknown).
+const ModelFileFormat = "scellis/model/v2"
+
+// ModelFile is a trained model as it leaves the federation: everything
+// needed to use it outside (shape, feature names in order, label classes,
+// the standardiser, the parameter layout) and everything needed to check
+// where it came from (the run spec, per-round metrics, the privacy charges
+// per silo, the content refs it was built from). JSON, for people and for
+// any language; `scellis model eval` and `model predict` read it.
+type ModelFile struct {
+	Format string `json:"format"`
+	// Model: kind (logistic, softmax, linear, mlp), inputs, hidden width,
+	// and the label classes (0..K−1; empty for regression).
+	Kind     string    `json:"kind"`
+	Inputs   int       `json:"inputs"`
+	Hidden   int       `json:"hidden,omitempty"`
+	Classes  []float64 `json:"classes"`
+	Features []string  `json:"features"` // input order; empty: unnamed (every non-label column, in file order)
+	Label    string    `json:"label,omitempty"`
+	// Standardization maps raw features to the model's inputs:
+	// x' = (x − mean) / std with the federation's statistics (mode
+	// federated); mode local means every site used its own (no global
+	// standardiser exists); none means raw features.
+	Standardization Standardization   `json:"standardization"`
+	Params          []float64         `json:"params"`
+	Layout          model.ParamLayout `json:"layout"`
+	// Global is the strategy's whole final state (Params is its "w").
+	Global map[string]any `json:"global,omitempty"`
+
+	Run     ModelRun       `json:"run"`
+	Rounds  []RoundSummary `json:"rounds"`
+	Privacy []SiloCharges  `json:"privacy"`
+	Refs    ModelRefs      `json:"refs"`
+}
+
+// ModelRun is the run a model came from.
+type ModelRun struct {
+	ID    content.Ref `json:"id"`
+	Name  string      `json:"name"`
+	State string      `json:"state"`
+	Spec  *Canonical  `json:"spec"`
+}
+
+// RoundSummary is one step of the run as the model file records it: the
+// summed metrics divided out (training metrics are the incoming model on
+// the silos' training rows, before local training; held-out ones on rows
+// no silo trained on).
+type RoundSummary struct {
+	Round        int                `json:"round"`
+	Step         string             `json:"step"`
+	Participants []string           `json:"participants"`
+	Dropped      []string           `json:"dropped"`
+	TrainLoss    float64            `json:"train_loss,omitempty"`
+	TrainAcc     float64            `json:"train_accuracy,omitempty"`
+	EvalLoss     float64            `json:"eval_loss,omitempty"`
+	EvalAcc      float64            `json:"eval_accuracy,omitempty"`
+	EvalRows     float64            `json:"eval_rows,omitempty"`
+	Sums         map[string]float64 `json:"sums"`
+	Model        content.Ref        `json:"model"`
+	Epsilon      map[string]float64 `json:"epsilon,omitempty"` // ε charged this round, per silo
+	Declined     map[string]string  `json:"declined,omitempty"`
+}
+
+// SiloCharges sums one silo's charges for the run (per-round ε as each
+// ledger entry states it; the ledger composes them in RDP, so their sum is
+// an upper bound of what the run cost that silo).
+type SiloCharges struct {
+	Silo       string  `json:"silo"`
+	Rounds     int     `json:"rounds"`
+	EpsilonSum float64 `json:"epsilon_sum"`
+}
+
+// ModelRefs are the content refs the model was built from.
+type ModelRefs struct {
+	Run          content.Ref   `json:"run"`
+	Strategy     content.Ref   `json:"strategy"`
+	Model        content.Ref   `json:"model"`
+	RoundResults []content.Ref `json:"round_results"`
+	RoundJobs    []content.Ref `json:"round_jobs"`
+	Receipts     []content.Ref `json:"receipts"`
+}
+
+// NewModelFile builds the model part of a model file from a run's canonical
+// spec, its final global state and standardisation.
+func NewModelFile(spec *Canonical, global Global, std *Standardization) (*ModelFile, error) {
+	ms := spec.ModelSpec()
+	layout, err := ms.Layout()
+	if err != nil {
+		return nil, err
+	}
+	w, ok := global.Vector("w")
+	if !ok {
+		return nil, errors.New("fl: the final global state has no parameter vector w")
+	}
+	if len(w) != layout.Params {
+		return nil, fmt.Errorf("fl: the global state's w has %d values; a %s model of %d inputs has %d", len(w), ms.Kind, ms.Inputs, layout.Params)
+	}
+	f := &ModelFile{Format: ModelFileFormat, Kind: ms.Kind, Inputs: ms.Inputs, Hidden: ms.Hidden,
+		Features: slices.Clone(spec.Spec.Model.Features), Label: spec.Spec.Model.Label,
+		Params: w, Layout: layout, Global: global, Classes: []float64{}}
+	for k := range ms.ClassCount() {
+		f.Classes = append(f.Classes, float64(k))
+	}
+	if std != nil {
+		f.Standardization = *std
+	} else {
+		f.Standardization = Standardization{Mode: spec.Spec.StandardizeMode()}
+	}
+	return f, nil
+}
+
+// Spec returns the model.Spec the file describes.
+func (f *ModelFile) Spec() model.Spec {
+	s := model.Spec{Kind: f.Kind, Inputs: f.Inputs, Hidden: f.Hidden}
+	switch {
+	case f.Kind == model.KindMLP && len(f.Classes) == 0:
+		s.Classes = 1
+	case f.Kind == model.KindSoftmax || f.Kind == model.KindMLP:
+		s.Classes = len(f.Classes)
+	}
+	return s
+}
+
+// Model returns the usable model: spec, parameters and (federated mode) the
+// global standardiser.
+func (f *ModelFile) Model() *model.Model {
+	return &model.Model{Spec: f.Spec(), Params: slices.Clone(f.Params), Std: f.Standardization.Standardizer()}
+}
+
+// ReadModelFile reads and checks a model file. Every problem is a
+// diagnostic: unreadable or not a model file (SC9401), a format version
+// this build does not know (SC9402).
+func ReadModelFile(path string) (*ModelFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, diag.New(diag.ModelFileBad, path, "cannot read the model file: %v", err).WithHelp("export one with scellis fl model RUN_ID --out FILE")
+	}
+	var probe struct {
+		Format string `json:"format"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, diag.New(diag.ModelFileBad, path, "not a model file (JSON): %v", err).WithHelp("export one with scellis fl model RUN_ID --out FILE")
+	}
+	if probe.Format != ModelFileFormat {
+		help := fmt.Sprintf("this scellis reads %s; ", ModelFileFormat)
+		if strings.HasPrefix(probe.Format, "scellis/model/") {
+			help += "export the model again with this version's scellis fl model"
+		} else {
+			help += "is this a model file written by scellis fl model?"
+		}
+		return nil, diag.New(diag.ModelFormatUnknown, path, "model file format %q is not one this version reads", probe.Format).WithHelp("%s", help)
+	}
+	var f ModelFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, diag.New(diag.ModelFileBad, path, "the model file does not fit %s: %v", ModelFileFormat, err).WithHelp("export the model again")
+	}
+	bad := func(format string, args ...any) error {
+		return diag.New(diag.ModelFileBad, path, format, args...).WithHelp("the file was changed after export; export the model again")
+	}
+	spec := f.Spec()
+	if err := spec.Validate(); err != nil {
+		return nil, bad("the model's shape is invalid: %v", err)
+	}
+	if n := spec.NumParams(); len(f.Params) != n {
+		return nil, bad("%d parameters; a %s model of %d inputs has %d", len(f.Params), f.Kind, f.Inputs, n)
+	}
+	if len(f.Features) != 0 && len(f.Features) != f.Inputs {
+		return nil, bad("%d feature names for %d inputs", len(f.Features), f.Inputs)
+	}
+	switch f.Standardization.Mode {
+	case StandardizeFederated:
+		if len(f.Standardization.Mean) != f.Inputs || len(f.Standardization.Std) != f.Inputs {
+			return nil, bad("the standardiser covers %d features, the model has %d inputs", len(f.Standardization.Mean), f.Inputs)
+		}
+	case StandardizeLocal, StandardizeNone:
+	default:
+		return nil, bad("unknown standardisation mode %q", f.Standardization.Mode)
+	}
+	return &f, nil
+}
+
+// Prepare fits a dataset read from a CSV to the model: the model's features
+// picked by name in its order (the file's other columns ignored; a missing
+// one refused with the list, SC9403), and labels checked against the
+// model's classes (SC9404) when labelled is set. Without feature names the
+// file's non-label columns are taken in order.
+func (f *ModelFile) Prepare(d *model.Dataset, file string, labelled bool) (*model.Dataset, error) {
+	out := d
+	if len(f.Features) > 0 {
+		idx := make([]int, len(f.Features))
+		var missing []string
+		for i, name := range f.Features {
+			idx[i] = slices.Index(d.Features, name)
+			if idx[i] < 0 {
+				missing = append(missing, name)
+			}
+		}
+		if len(missing) > 0 {
+			return nil, diag.New(diag.ModelColumnsMissing, file, "the data has no column %s (the model's features are %s)",
+				strings.Join(missing, ", "), strings.Join(f.Features, ", ")).At(file, 1, 1).
+				WithHelp("the columns are matched by name; add or rename the missing ones (the file has: %s)", strings.Join(d.Features, ", "))
+		}
+		sel := make([]float64, 0, d.Rows()*len(idx))
+		for i := range d.Rows() {
+			row := d.Row(i)
+			for _, j := range idx {
+				sel = append(sel, row[j])
+			}
+		}
+		out = &model.Dataset{Name: d.Name, Features: slices.Clone(f.Features), Label: d.Label, Y: d.Y}
+		out.X = matrixOf(d.Rows(), len(idx), sel)
+	} else if d.Dims() != f.Inputs {
+		return nil, diag.New(diag.ModelColumnsMissing, file, "the data has %d feature columns; the model (no feature names) takes %d", d.Dims(), f.Inputs).
+			At(file, 1, 1).WithHelp("give exactly the model's inputs, in its order, besides the label column")
+	}
+	if labelled && len(f.Classes) > 0 {
+		for i, y := range out.Y {
+			if !slices.Contains(f.Classes, y) {
+				return nil, diag.New(diag.ModelLabelUnknown, file, "row %d has label %v; the model's classes are %s", i+1, y, classList(f.Classes)).
+					At(file, i+2, 1).WithHelp("score rows whose labels are among the model's classes, or check --label names the right column")
+			}
+		}
+	}
+	if f.Standardization.Mode == StandardizeLocal && out.Rows() > 0 {
+		// No global standardiser exists: every silo used its own. Score as
+		// a silo would, with the data's own statistics.
+		s := model.FitStandardizer(out)
+		out = s.Apply(out)
+	}
+	return out, nil
+}
+
+func classList(c []float64) string {
+	s := make([]string, len(c))
+	for i, v := range c {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, ", ")
+}

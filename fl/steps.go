@@ -1,0 +1,125 @@
+package fl
+
+import (
+	"context"
+	"math"
+	"slices"
+
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/script"
+)
+
+// A run is a list of steps; each is one round job of the coordinator
+// (law 1: one mechanism). Before the training rounds comes the
+// feature-statistics step when the run standardises with federated
+// statistics; after them, the final evaluation step when the run
+// evaluates on held-out rows. The coordinator's round r is step r.
+const (
+	// StepStats: each silo secure-aggregates per-feature Σx, Σx² and its
+	// row count; the reducer turns the sums into the global standardiser.
+	StepStats = "stats"
+	// StepTrain: a training round (the strategy's client and server step).
+	StepTrain = "train"
+	// StepEval: each silo evaluates the final model on its held-out rows.
+	StepEval = "eval"
+)
+
+// EvalMetrics are the held-out metrics silos add to a round's sums: the
+// incoming global model evaluated on rows it never trains on.
+var EvalMetrics = []string{"eval_correct", "eval_examples", "eval_loss"}
+
+// StatsMetrics are the summed values besides Σx, Σx² of a statistics step.
+var StatsMetrics = []string{"rows"}
+
+// StepCount returns the number of coordinator rounds the run takes.
+func (s *RunSpec) StepCount() int {
+	n := s.Rounds
+	if s.StandardizeMode() == StandardizeFederated {
+		n++
+	}
+	if s.Eval.On() {
+		n++
+	}
+	return n
+}
+
+// Step returns the kind of coordinator round r and, for a training round,
+// its training round number (0-based, as strategies see it in
+// params.round).
+func (s *RunSpec) Step(r int) (kind string, train int) {
+	if s.StandardizeMode() == StandardizeFederated {
+		if r == 0 {
+			return StepStats, 0
+		}
+		r--
+	}
+	if r >= s.Rounds {
+		return StepEval, s.Rounds
+	}
+	return StepTrain, r
+}
+
+// ModelSpec is the model the run trains, as the model package builds it:
+// the strategy params' model, classes and hidden (Canonical.Params, which
+// defaults them from the spec), with fl-common's default hidden width.
+func (c *Canonical) ModelSpec() model.Spec {
+	p := c.Params()
+	ms := model.Spec{Kind: "logistic", Inputs: c.Spec.Model.Inputs}
+	if k, ok := p["model"].(string); ok {
+		ms.Kind = k
+	}
+	if v, ok := asNumber(p["classes"]); ok {
+		ms.Classes = int(v)
+	}
+	if v, ok := asNumber(p["hidden"]); ok {
+		ms.Hidden = int(v)
+	} else if ms.Kind == model.KindMLP {
+		ms.Hidden = 16
+	}
+	return ms
+}
+
+// EvalLossCap caps one held-out row's loss (nats, or ½(ŷ−y)² for
+// regression) under DP, so one row moves the released metric sums
+// (correct, examples, loss) by at most (1, 1, EvalLossCap): log-loss is
+// otherwise unbounded.
+const EvalLossCap = 10
+
+// EvalSensitivity is the L2 sensitivity of one held-out row's metric
+// vector under DP: √(1 + 1 + EvalLossCap²).
+func EvalSensitivity() float64 { return math.Sqrt(2 + EvalLossCap*EvalLossCap) }
+
+// StepSums returns what a step of the run secure-aggregates: the length of
+// the summed vector before the named values (the update, or Σx and Σx² of
+// a statistics step), the names of the summed values after it, and the
+// grid the silos encode on (0: secure aggregation derives the finest).
+//
+// Without DP a training round also sums the training metrics and, when
+// the run evaluates, the held-out metrics. Under DP a training round sums
+// the update alone (RunSpec.Summed; the metrics would leave unnoised), and
+// the statistics and evaluation steps are each one Gaussian release of
+// per-row sums on the grid GridFracBits picks for their sensitivity.
+func (s *RunSpec) StepSums(ctx context.Context, env script.Env, strat *Strategy, global Global, step string) (dims int, names []string, gridBits int, err error) {
+	switch step {
+	case StepStats:
+		d := s.Model.Inputs
+		if s.DP {
+			gridBits = dp.GridFracBits(StatsSensitivity(d), 2*d+1)
+		}
+		return 2 * d, StatsMetrics, gridBits, nil
+	case StepEval:
+		if s.DP {
+			gridBits = dp.GridFracBits(EvalSensitivity(), len(EvalMetrics))
+		}
+		return 0, EvalMetrics, gridBits, nil
+	}
+	if dims, err = UpdateDims(ctx, env, strat, global); err != nil {
+		return 0, nil, 0, err
+	}
+	names, gridBits = s.Summed(dims)
+	if !s.DP && s.Eval.On() {
+		names = append(slices.Clone(names), EvalMetrics...)
+	}
+	return dims, names, gridBits, nil
+}
