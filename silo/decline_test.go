@@ -64,7 +64,7 @@ func TestModelErrorDeclinesWithCodeOnly(t *testing.T) {
 	cat, _ := catalog.Builtin()
 	spec := &fl.RunSpec{Name: "decline-test", Strategy: "fedavg", Params: map[string]any{"lr": 0.1, "epochs": int64(1)},
 		Model: fl.ModelSpec{Kind: "logistic", Inputs: 3}, Dataset: "patients", Rounds: 2, MinCohort: 3,
-		DP: true, Clip: 1, Sigma: 1.5, SecureAgg: true, Seed: 7}
+		DP: true, Clip: 1, Sigma: 1.5, SecureAgg: true, Seed: 7, Standardize: fl.StandardizeLocal}
 	canon, runRef, st, err := spec.Resolve(cat, "")
 	if err != nil {
 		t.Fatal(err)
