@@ -1,10 +1,14 @@
 package fl
 
 import (
+	"math"
 	"testing"
+
+	"gonum.org/v1/gonum/mat"
 
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/model"
 )
 
 const goodRun = `name: fedprox-hospitals
@@ -43,5 +47,31 @@ func TestRunSpecReportsEveryProblem(t *testing.T) {
 	ds, ok := diag.As(err)
 	if !ok || len(ds) < 4 {
 		t.Fatalf("want every problem at once, got %v", err)
+	}
+}
+
+// The statistics step's DP path scales by the bounds and StatsFromSums
+// undoes it: on noiseless sums it gives the pooled mean and std.
+func TestStatsRoundTripWithBounds(t *testing.T) {
+	d := &model.Dataset{Features: []string{"a", "b"}, X: mat.NewDense(4, 2, []float64{1, 10, 2, 20, 3, 30, 4, 40}), Y: []float64{0, 1, 0, 1}}
+	bounds := []float64{8, 50}
+	sums := make([]float64, 5)
+	for r := range StatsRecords(d, bounds) {
+		for i, v := range r {
+			sums[i] += v
+		}
+	}
+	std, err := StatsFromSums(sums[:4], sums[4], bounds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := model.FitStandardizer(d)
+	for j := range 2 {
+		if math.Abs(std.Mean[j]-want.Mean[j]) > 1e-12 || math.Abs(std.Std[j]-want.Std[j]) > 1e-12 {
+			t.Fatalf("feature %d: %v/%v, pooled %v/%v", j, std.Mean[j], std.Std[j], want.Mean[j], want.Std[j])
+		}
+	}
+	if got := StatsSensitivity(2); got != math.Sqrt(5) {
+		t.Fatalf("sensitivity %v", got)
 	}
 }
