@@ -64,3 +64,23 @@ func TestSiloRefusesLedgerWithoutHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A silo does not start on a ledger that fails verification: one flipped
+// byte in an entry's length field fences it (SC5014), and nothing is cut.
+func TestSiloRefusesDamagedLedger(t *testing.T) {
+	w := newRoundWorld(t)
+	a := w.openSilo("hospital-a", nil)
+	c := a.Config
+	a.Close()
+	good, _ := os.ReadFile(c.Ledger)
+	bad := append([]byte(nil), good...)
+	bad[8+1] ^= 0x10 // the genesis frame's length field
+	os.WriteFile(c.Ledger, bad, 0o600)
+	_, err := silo.Open(c, w.ids["hospital-a"], w.fed, silo.Options{})
+	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.LedgerCorrupt {
+		t.Fatalf("got %v, want SC5014", err)
+	}
+	if now, _ := os.ReadFile(c.Ledger); string(now) != string(bad) {
+		t.Fatal("the refused start changed the ledger")
+	}
+}
