@@ -109,6 +109,7 @@ func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter str
 		Regime:           pl.Spec.Regime,
 		SecurityCritical: pl.Spec.SecurityCritical,
 		Inputs:           req.Inputs,
+		Models:           req.Models,
 		Policy:           coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts},
 	}
 	if cmd.Inputs == nil {

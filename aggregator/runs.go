@@ -153,6 +153,7 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 		DP: spec.DP, SecureAgg: spec.SecureAgg,
 		// A silo's training data is confidential unless proven otherwise.
 		Dataset: trust.Item{Name: spec.Dataset, Class: trust.Confidential},
+		Models:  spec.Classed(),
 	}, nil
 }
 

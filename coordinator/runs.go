@@ -31,10 +31,12 @@ type StartRun struct {
 	Silos  []string    `cbor:"silos" json:"silos"` // the cohort, at least MinSites
 	// Protections the run declares, checked against the pool's regime:
 	// a consortium requires both.
-	DP        bool         `cbor:"dp" json:"dp"`
-	SecureAgg bool         `cbor:"secure_agg" json:"secure_agg"`
-	Dataset   trust.Item   `cbor:"dataset" json:"dataset"`
-	Regime    trust.Regime `cbor:"regime" json:"regime"`
+	DP        bool       `cbor:"dp" json:"dp"`
+	SecureAgg bool       `cbor:"secure_agg" json:"secure_agg"`
+	Dataset   trust.Item `cbor:"dataset" json:"dataset"`
+	// Models are the run's classed content: its model and strategy.
+	Models []trust.Item `cbor:"models,omitempty" json:"models,omitempty"`
+	Regime trust.Regime `cbor:"regime" json:"regime"`
 	// Submitter is the member who launched the run (stamped by the server
 	// from the caller's certificate); it is not part of the run's plan.
 	Submitter string `cbor:"submitter,omitempty" json:"submitter,omitempty"`
@@ -215,7 +217,7 @@ func (m *Machine) startRun(c StartRun) Result {
 		}
 		return Result{Response: &StartRunResponse{Run: r.ID, Existing: true}}
 	}
-	req := trust.Request{Subject: subject, Regime: c.Regime, Training: true, DP: c.DP, SecureAgg: c.SecureAgg}
+	req := trust.Request{Subject: subject, Regime: c.Regime, Training: true, DP: c.DP, SecureAgg: c.SecureAgg, Models: c.Models}
 	if c.Dataset.Name != "" {
 		req.Inputs = []trust.Item{c.Dataset}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
+	"github.com/scellis/scellis/trust"
 )
 
 // RunSpec is a training run as a data scientist writes it (RUN.yaml).
@@ -25,14 +26,16 @@ import (
 //	secure_aggregation: true
 //	seed: 7
 type RunSpec struct {
-	Name      string         `cbor:"name" json:"name"`
-	Strategy  string         `cbor:"strategy" json:"strategy"` // catalog name, path or ref as written
-	Params    map[string]any `cbor:"params" json:"params"`
-	Model     ModelSpec      `cbor:"model" json:"model"`
-	Dataset   string         `cbor:"dataset" json:"dataset"`
-	Rounds    int            `cbor:"rounds" json:"rounds"`
-	Silos     []string       `cbor:"silos" json:"silos"` // empty: every silo of the federation
-	MinCohort int            `cbor:"min_cohort" json:"min_cohort"`
+	Name     string `cbor:"name" json:"name"`
+	Strategy string `cbor:"strategy" json:"strategy"` // catalog name, path or ref as written
+	// StrategyClass is the strategy content's class (strategy.class).
+	StrategyClass trust.Class    `cbor:"strategy_class,omitempty" json:"strategy_class,omitempty"`
+	Params        map[string]any `cbor:"params" json:"params"`
+	Model         ModelSpec      `cbor:"model" json:"model"`
+	Dataset       string         `cbor:"dataset" json:"dataset"`
+	Rounds        int            `cbor:"rounds" json:"rounds"`
+	Silos         []string       `cbor:"silos" json:"silos"` // empty: every silo of the federation
+	MinCohort     int            `cbor:"min_cohort" json:"min_cohort"`
 	// Privacy parameters; each silo applies them at its dataset's unit
 	// (record-level DP-SGD or update-level). DP false only in own pools.
 	DP    bool    `cbor:"dp" json:"dp"`
@@ -77,6 +80,9 @@ type ModelSpec struct {
 	// Label names the label column, for the model file (silos take theirs
 	// from their dataset declarations).
 	Label string `cbor:"label,omitempty" json:"label,omitempty"`
+	// Class is the model's class: a confidential model refuses an open
+	// pool (SC4003), since every silo holds the model it trains.
+	Class trust.Class `cbor:"class,omitempty" json:"class,omitempty"`
 }
 
 // EvalSpec is a run's federated evaluation: each silo evaluates the
@@ -140,9 +146,12 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		if n.Kind == yaml.ScalarNode {
 			s.Strategy = d.Str(n, "strategy")
 		} else {
-			sf := d.Fields(n, "strategy", "use", "params")
+			sf := d.Fields(n, "strategy", "use", "params", "class")
 			if u := d.Required(n, sf, "use", "strategy"); u != nil {
 				s.Strategy = d.Str(u, "strategy.use")
+			}
+			if c := sf["class"]; c != nil {
+				s.StrategyClass = parseClass(d, c, "strategy.class")
 			}
 			if p := sf["params"]; p != nil {
 				if m, ok := d.Value(p, "strategy.params").(map[string]any); ok {
@@ -152,7 +161,10 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 	}
 	if n := f["model"]; n != nil {
-		mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "features", "label")
+		mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "features", "label", "class")
+		if c := mf["class"]; c != nil {
+			s.Model.Class = parseClass(d, c, "model.class")
+		}
 		if k := mf["kind"]; k != nil {
 			s.Model.Kind = d.Str(k, "model.kind")
 		}
@@ -310,4 +322,29 @@ func (s *RunSpec) Resolve(c *catalog.Catalog, baseDir string) (*Canonical, conte
 		return nil, "", nil, err
 	}
 	return cs, id, st, nil
+}
+
+// parseClass reads a class (public or confidential) at n; an unknown one
+// is SC4005 at its position.
+func parseClass(d *yamlpos.Decoder, n *yaml.Node, subject string) trust.Class {
+	c, err := trust.ParseClass(d.Str(n, subject))
+	if err != nil && n.Tag == "!!str" {
+		dg := err.(*diag.Diagnostic)
+		dg.Subject = subject
+		d.Diags = append(d.Diags, dg.At(d.File, n.Line, n.Column))
+	}
+	return c
+}
+
+// Classed is what the run declares classed: its model and strategy, for
+// admission (a confidential one refuses an open pool).
+func (s *RunSpec) Classed() []trust.Item {
+	var out []trust.Item
+	if s.Model.Class != "" {
+		out = append(out, trust.Item{Name: "the run's model", Class: s.Model.Class})
+	}
+	if s.StrategyClass != "" {
+		out = append(out, trust.Item{Name: "strategy " + s.Strategy, Class: s.StrategyClass})
+	}
+	return out
 }

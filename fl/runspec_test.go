@@ -2,6 +2,7 @@ package fl
 
 import (
 	"math"
+	"strings"
 	"testing"
 
 	"gonum.org/v1/gonum/mat"
@@ -9,6 +10,7 @@ import (
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/trust"
 )
 
 const goodRun = `name: fedprox-hospitals
@@ -73,5 +75,32 @@ func TestStatsRoundTripWithBounds(t *testing.T) {
 	}
 	if got := StatsSensitivity(2); got != math.Sqrt(5) {
 		t.Fatalf("sensitivity %v", got)
+	}
+}
+
+// A run classes its model and strategy; the classes reach admission, enter
+// the run ID, and an unknown class is SC4005 at its line.
+func TestRunSpecClasses(t *testing.T) {
+	src := strings.Replace(goodRun, "model: {kind: logistic, inputs: 9}", "model: {kind: logistic, inputs: 9, class: confidential}", 1)
+	src = strings.Replace(src, "strategy: {use: fedprox,", "strategy: {class: public, use: fedprox,", 1)
+	s, err := ParseRunSpec("run.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	items := s.Classed()
+	if len(items) != 2 || items[0].Class != trust.Confidential || items[1].Class != trust.Public {
+		t.Fatalf("classed: %+v", items)
+	}
+	plain, _ := ParseRunSpec("run.yaml", []byte(goodRun))
+	cat, _ := catalog.Builtin()
+	_, id1, _, _ := plain.Resolve(cat, ".")
+	_, id2, _, _ := s.Resolve(cat, ".")
+	if id1 == id2 {
+		t.Fatal("classing the model kept the run ID")
+	}
+	_, err = ParseRunSpec("run.yaml", []byte(strings.Replace(goodRun, "inputs: 9}", "inputs: 9, class: secret}", 1)))
+	ds, ok := diag.As(err)
+	if !ok || ds[0].Code != diag.UnknownInputClass || ds[0].Pos == nil || ds[0].Pos.Line != 3 {
+		t.Fatalf("a bad model class: %v", err)
 	}
 }

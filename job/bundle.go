@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
@@ -31,6 +32,8 @@ type Bundle struct {
 	Inputs           map[string]BundleInput `cbor:"inputs" json:"inputs"`
 	Verification     Verification           `cbor:"verification" json:"verification"`
 	Limits           Limits                 `cbor:"limits" json:"limits"`
+	// Classes are the job's classes (Spec.Classes), omitted when none.
+	Classes map[string]string `cbor:"classes,omitempty" json:"classes,omitempty"`
 }
 
 // BundleUse is a content ref and its parameters.
@@ -63,6 +66,7 @@ func (p *Plan) Bundle() *Bundle {
 		Inputs:           map[string]BundleInput{},
 		Verification:     p.Spec.Verification,
 		Limits:           p.Spec.Limits,
+		Classes:          classStrings(p.Spec.Classes),
 	}
 	for _, c := range p.Content {
 		b.Content[c.Name] = c.Ref
@@ -127,6 +131,18 @@ func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch
 		}
 	}
 	regime := trust.Regime(b.Regime)
+	var classes map[string]trust.Class
+	for k, v := range b.Classes {
+		c, err := trust.ParseClass(v)
+		if err != nil || !slices.Contains(ClassKeys, k) {
+			return nil, diag.New(diag.UnknownInputClass, "bundle", "class %q of %q is not one a job can have", v, k).
+				WithHelp("a job classes its content and model as public or confidential; the bundle was not made by scellis job submit")
+		}
+		if classes == nil {
+			classes = map[string]trust.Class{}
+		}
+		classes[k] = c
+	}
 	spec := &Spec{
 		Name:             b.Name,
 		Regime:           regime,
@@ -138,6 +154,7 @@ func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch
 		Inputs:           map[string]Input{},
 		Verification:     b.Verification,
 		Limits:           b.Limits,
+		Classes:          classes,
 		File:             filepath.Join(cacheDir, "bundle.yaml"),
 	}
 	if len(b.Inputs) > 0 {

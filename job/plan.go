@@ -95,6 +95,8 @@ type canonicalJob struct {
 	Inputs           map[string]canonicalInput `cbor:"inputs"`
 	Verification     Verification              `cbor:"verification"`
 	Limits           Limits                    `cbor:"limits"`
+	// Classes is omitted when empty, so jobs without classes keep their IDs.
+	Classes map[string]string `cbor:"classes,omitempty"`
 }
 
 type canonicalShard struct {
@@ -185,6 +187,7 @@ func compile(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps []scrip
 		Inputs:           map[string]canonicalInput{},
 		Verification:     spec.Verification,
 		Limits:           spec.Limits,
+		Classes:          classStrings(spec.Classes),
 	}
 	for _, in := range p.Inputs {
 		canon.Inputs[in.Name] = canonicalInput{in.Ref, in.Label, string(in.Class)}
@@ -393,7 +396,24 @@ func (p *Plan) AdmissionRequest() trust.Request {
 	for _, in := range p.Inputs {
 		r.Inputs = append(r.Inputs, trust.Item{Name: in.Name, Class: in.Class})
 	}
+	for _, k := range ClassKeys {
+		if c, ok := p.Spec.Classes[k]; ok {
+			r.Models = append(r.Models, trust.Item{Name: "the job's " + k, Class: c})
+		}
+	}
 	return r
+}
+
+// classStrings is the canonical form of a job's classes (nil when none).
+func classStrings(cs map[string]trust.Class) map[string]string {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(cs))
+	for k, c := range cs {
+		out[k] = string(c)
+	}
+	return out
 }
 
 // TotalCost is the sum of the shards' planner prices.

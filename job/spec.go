@@ -27,6 +27,11 @@ type Spec struct {
 	Inputs           map[string]Input
 	Verification     Verification
 	Limits           Limits
+	// Classes marks what the job runs as classed: "content" (its program,
+	// partitioner, reducer and libraries) and "model" (the model its
+	// program trains or scores). Admission refuses confidential ones on an
+	// open pool (SC4003): executing peers hold what they compute with.
+	Classes map[string]trust.Class
 
 	// File is the spec's path; relative paths in the spec resolve against
 	// its folder. Empty for specs that did not come from a file.
@@ -96,7 +101,9 @@ func (s *Spec) at(d *diag.Diagnostic, field string) *diag.Diagnostic {
 }
 
 var (
-	topKeys    = []string{"name", "description", "regime", "security_critical", "program", "partitioner", "reducer", "params", "inputs", "verification", "limits"}
+	topKeys = []string{"name", "description", "regime", "security_critical", "program", "partitioner", "reducer", "params", "inputs", "verification", "limits", "classes"}
+	// ClassKeys are what a job's classes may name.
+	ClassKeys  = []string{"content", "model"}
 	useKeys    = []string{"use", "params"}
 	inputKeys  = []string{"path", "label", "class"}
 	verifyKeys = []string{"replicas", "tolerance", "attempts"}
@@ -207,6 +214,18 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 		}
 		if v := vf["attempts"]; v != nil {
 			s.Verification.Attempts = int(d.Integer(v, "verification.attempts", 1, 100))
+		}
+	}
+	if n := f["classes"]; n != nil {
+		s.Classes = map[string]trust.Class{}
+		for k, v := range d.Fields(n, "classes", ClassKeys...) {
+			c, err := trust.ParseClass(d.Str(v, "classes."+k))
+			if err != nil && v.Tag == "!!str" {
+				dg := err.(*diag.Diagnostic)
+				dg.Subject = "classes." + k
+				d.Diags = append(d.Diags, dg.At(file, v.Line, v.Column))
+			}
+			s.Classes[k] = c
 		}
 	}
 	if n := f["limits"]; n != nil {

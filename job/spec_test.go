@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/trust"
 )
 
 const goodSpec = `name: sweep
@@ -54,6 +55,8 @@ func TestParseSpecErrors(t *testing.T) {
 		{"nan param", "name: x\nprogram: p\npartitioner: grid\nparams: {a: .nan}\n", diag.InvalidValue, 4},
 		{"replicas range", "name: x\nprogram: p\npartitioner: grid\nverification: {replicas: 0}\n", diag.InvalidValue, 4},
 		{"empty", "", diag.MissingField, 1},
+		{"unknown class target", "name: x\nprogram: p\npartitioner: grid\nclasses: {dataset: confidential}\n", diag.UnknownKey, 4},
+		{"bad content class", "name: x\nprogram: p\npartitioner: grid\nclasses:\n  model: secret\n", diag.UnknownInputClass, 5},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -103,4 +106,26 @@ func FuzzParseSpec(f *testing.F) {
 			t.Fatal("accepted once, not twice")
 		}
 	})
+}
+
+// Classes enter the job ID (a classed job is another job) and admission
+// (a confidential one is SC4003 on an open pool); a job without classes
+// keeps the ID it had before classes existed.
+func TestClassesInIDAndAdmission(t *testing.T) {
+	src := "name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 100, chunks: 2}}\n"
+	plain := compileFiles(t, map[string]string{"job.yaml": src})
+	classed := compileFiles(t, map[string]string{"job.yaml": src + "classes: {model: confidential}\n"})
+	if plain.ID == classed.ID {
+		t.Fatal("classing the model did not change the job ID")
+	}
+	if plain.Bundle().Classes != nil || len(plain.AdmissionRequest().Models) != 0 {
+		t.Fatal("an unclassed job carries classes")
+	}
+	ds := trust.Admit(trust.Open, classed.AdmissionRequest())
+	if len(ds) != 1 || ds[0].Code != diag.OpenConfidential {
+		t.Fatalf("admission on an open pool: %v", ds)
+	}
+	if b := classed.Bundle(); b.Classes["model"] != "confidential" {
+		t.Fatalf("bundle classes %v", b.Classes)
+	}
 }

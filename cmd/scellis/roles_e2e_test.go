@@ -62,3 +62,21 @@ func TestRolesThroughTheBinary(t *testing.T) {
 		c.refused(as, "SC7108", []string{"POST /v1/runs", "researcher"}, "fl", "launch", "run.yaml")
 	}
 }
+
+// SC4003 through the real binary: on an open pool a job whose content is
+// classed confidential is refused at submission, and so is a training run
+// whose model is (by the aggregator's admission, with SC4002 for the
+// silos' confidential data); the same job unclassed is admitted.
+func TestConfidentialRefusedOnOpenPool(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process admission test")
+	}
+	c := newCluster(t, "open", 1, member{"alice", "researcher"}, member{"h1", "silo"}, member{"h2", "silo"}, member{"h3", "silo"})
+	c.startAggregators()
+	c.write("secret.yaml", "name: secret\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 2000, chunks: 2}}\nreducer: {use: mean, params: {weight: samples}}\nclasses: {content: confidential}\n")
+	c.refused("alice", "SC4003", []string{`"the job's content" is confidential`}, "job", "submit", "secret.yaml")
+	c.write("public.yaml", "name: public\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 2000, chunks: 2}}\nreducer: {use: mean, params: {weight: samples}}\nclasses: {content: public, model: public}\n")
+	c.mustCLI("alice", "job", "submit", "public.yaml")
+	c.write("run.yaml", "name: secret-model\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}\nmodel: {kind: logistic, inputs: 9, class: confidential}\ndataset: patients\nrounds: 1\nprivacy: {clip: 5.0, sigma: 0.5}\nsecure_aggregation: true\n")
+	c.refused("alice", "SC4003", []string{"the run's model", "SC4002"}, "fl", "launch", "run.yaml")
+}
