@@ -77,6 +77,6 @@ func TestConfidentialRefusedOnOpenPool(t *testing.T) {
 	c.refused("alice", "SC4003", []string{`"the job's content" is confidential`}, "job", "submit", "secret.yaml")
 	c.write("public.yaml", "name: public\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 2000, chunks: 2}}\nreducer: {use: mean, params: {weight: samples}}\nclasses: {content: public, model: public}\n")
 	c.mustCLI("alice", "job", "submit", "public.yaml")
-	c.write("run.yaml", "name: secret-model\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}\nmodel: {kind: logistic, inputs: 9, class: confidential}\ndataset: patients\nrounds: 1\nprivacy: {clip: 5.0, sigma: 0.5}\nsecure_aggregation: true\n")
+	c.write("run.yaml", "name: secret-model\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}\nmodel: {kind: logistic, inputs: 9, class: confidential}\ndataset: patients\nrounds: 1\nprivacy: {clip: 5.0, sigma: 0.5}\nstandardize: none\nsecure_aggregation: true\n")
 	c.refused("alice", "SC4003", []string{"the run's model", "SC4002"}, "fl", "launch", "run.yaml")
 }
