@@ -109,6 +109,11 @@ type LeaseRequest struct {
 	Max       int         `json:"max"`
 	Job       content.Ref `json:"job,omitempty"`
 	RequestID string      `json:"request_id,omitempty"`
+	// WaitMS makes the request a long poll: with nothing to lease, the
+	// leader holds it up to WaitMS (at most 30 s) and answers as soon as a
+	// shard becomes leasable for the peer. It is also the peer's
+	// heartbeat: a silo that stops polling is left out of rounds.
+	WaitMS int `json:"wait_ms,omitempty"`
 }
 
 // RenewRequest renews one lease.

@@ -753,7 +753,8 @@ func (c *Client) watchOnce(ctx context.Context, base string, id content.Ref, fn 
 					State string `json:"state"`
 				}
 				if json.Unmarshal(ev.Data, &st) == nil &&
-					(st.State == string(coordinator.JobDone) || st.State == string(coordinator.RunStopped) || st.State == string(coordinator.JobCancelledState)) {
+					(st.State == string(coordinator.JobDone) || st.State == string(coordinator.RunStopped) || st.State == string(coordinator.JobCancelledState) ||
+						st.State == string(coordinator.JobAbandoned) || st.State == string(coordinator.RunPaused)) {
 					return true, nil
 				}
 			}

@@ -90,7 +90,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 	var over bool
 	if js, err := s.Read.Job(id); err == nil {
 		js.Shards = nil
-		status, over = js, js.State == coordinator.JobDone
+		status, over = js, js.State == coordinator.JobDone || js.State == coordinator.JobCancelledState || js.State == coordinator.JobAbandoned
 	} else if rs, err := s.Read.Run(id); err == nil {
 		status, over = rs, rs.State != coordinator.RunRunning
 	} else {

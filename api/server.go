@@ -50,6 +50,11 @@ type Server struct {
 	// this node still leads (a Raft barrier). Reads asked with
 	// ?consistent=true go through it; nil: reads are always local.
 	Linearize func(ctx context.Context) error
+	// Seen, if set, hears of every lease request a peer makes (its
+	// heartbeat: a silo polls for leases all the time, see
+	// LeaseRequest.WaitMS); Gone hears of a peer whose held lease request
+	// ended because the peer went away (its connection closed).
+	Seen, Gone func(peer string)
 }
 
 // ReadInfo says where a read was answered and how fresh it is; the
@@ -359,14 +364,40 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
+	peer := peerOf(r).Name
+	if req.WaitMS > 0 && s.Leader != nil {
+		// A long poll is the peer's heartbeat: it belongs on the leader,
+		// which decides who is in a round.
+		if name, url, self := s.Leader(); !self && url != "" {
+			toLeader(w, r, name, url)
+			return
+		}
+	}
+	s.seen(peer)
 	now := s.now()
-	if s.Read.Leasable(peerOf(r).Name, now) == 0 {
+	if s.Read.Leasable(peer, now) == 0 && req.WaitMS > 0 {
+		if !s.holdLease(r, peer, time.Duration(req.WaitMS)*time.Millisecond) {
+			if s.Gone != nil {
+				s.Gone(peer)
+			}
+			return
+		}
+		s.seen(peer)
+		now = s.now()
+	}
+	if s.Read.Leasable(peer, now) == 0 {
 		// Nothing to grant: answer without writing to the replicated log,
 		// so idle workers polling cost no consensus round.
 		writeJSON(w, http.StatusOK, coordinator.LeaseResponse{Grants: []coordinator.LeaseGrant{}})
 		return
 	}
-	s.apply(w, r, coordinator.Lease{Peer: peerOf(r).Name, Now: now, Max: req.Max, Job: req.Job, RequestID: req.RequestID})
+	s.apply(w, r, coordinator.Lease{Peer: peer, Now: now, Max: req.Max, Job: req.Job, RequestID: req.RequestID})
+}
+
+func (s *Server) seen(peer string) {
+	if s.Seen != nil {
+		s.Seen(peer)
+	}
 }
 
 func (s *Server) renew(w http.ResponseWriter, r *http.Request) {

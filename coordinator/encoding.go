@@ -24,6 +24,8 @@ type envelope struct {
 	Start   *StartRun      `cbor:"start_run,omitempty"`
 	Stop    *StopRun       `cbor:"stop_run,omitempty"`
 	Flag    *FlagDropped   `cbor:"flag_dropped,omitempty"`
+	Retry   *RetryRound    `cbor:"retry_round,omitempty"`
+	Resume  *ResumeRun     `cbor:"resume_run,omitempty"`
 	Batch   *Batch         `cbor:"batch,omitempty"`
 }
 
@@ -131,6 +133,10 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Stop = &c
 	case FlagDropped:
 		e.Flag = &c
+	case RetryRound:
+		e.Retry = &c
+	case ResumeRun:
+		e.Resume = &c
 	case Batch:
 		if !batchOK {
 			return e, badCommand("batches do not nest")
@@ -179,6 +185,12 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Flag != nil {
 		out = append(out, *e.Flag)
+	}
+	if e.Retry != nil {
+		out = append(out, *e.Retry)
+	}
+	if e.Resume != nil {
+		out = append(out, *e.Resume)
 	}
 	if e.Batch != nil {
 		if !batchOK {

@@ -73,7 +73,8 @@ func New(cfg Config) (*Machine, error) {
 // *LeaseResponse, RenewLease → *RenewResponse, ReleaseLeases →
 // *ReleaseResponse, Tick → *TickResponse, ReportResult → *ReportResponse,
 // ReportReduced → *ReducedResponse, StartRun → *StartRunResponse, StopRun
-// → *StopRunResponse, FlagDropped → *FlagDroppedResponse, Batch → *BatchResponse (whose Events
+// → *StopRunResponse, FlagDropped → *FlagDroppedResponse, RetryRound → *RetryRoundResponse,
+// ResumeRun → *StopRunResponse, Batch → *BatchResponse (whose Events
 // are also concatenated in the Batch's Result).
 func (m *Machine) Apply(c Command) Result {
 	m.mu.Lock()
@@ -107,6 +108,10 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.stopRun(c)
 	case FlagDropped:
 		return m.flagDropped(c)
+	case RetryRound:
+		return m.retryRound(c)
+	case ResumeRun:
+		return m.resumeRun(c)
 	case Batch:
 		if !batchOK {
 			return refuse(badCommand("batches do not nest"))

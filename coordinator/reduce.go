@@ -27,6 +27,8 @@ func (m *Machine) reduced(c ReportReduced) Result {
 			WithHelp("reduce once every shard is verified or flagged (the job-decided event)"))
 	case JobCancelledState:
 		return refuse(diag.New(diag.PoolJobCancelled, "job "+j.Name, "job %s was cancelled; no reduction is accepted", j.ID.Short()))
+	case JobAbandoned:
+		return refuse(diag.New(diag.RunBadRound, "job "+j.Name, "round job %s was abandoned and its round planned again; no reduction is accepted", j.ID.Short()))
 	case JobDone:
 		if j.Reduced != c.Reduced {
 			return refuse(diag.New(diag.PoolReducedConflict, "job "+j.Name,

@@ -43,12 +43,18 @@ type StartRun struct {
 	Now       int64  `cbor:"now" json:"now"`
 }
 
-// StopRun stops a run before its last round (for example when fewer than
-// three silos have budget left).
+// StopRun stops a run before its last round: its owner or an operator
+// cancelled it, or a budget or policy makes progress impossible. A running
+// or paused run can be stopped; a stopped run stays stopped.
 type StopRun struct {
 	Run    content.Ref `cbor:"run" json:"run"`
 	Reason string      `cbor:"reason" json:"reason"`
-	Now    int64       `cbor:"now" json:"now"`
+	// Peer, when set, is a person cancelling the run (scellis fl cancel):
+	// only its submitter or an operator (Operator, stamped by the server
+	// from the caller's role) may. The leader's own stops leave it empty.
+	Peer     string `cbor:"peer,omitempty" json:"peer,omitempty"`
+	Operator bool   `cbor:"operator,omitempty" json:"operator,omitempty"`
+	Now      int64  `cbor:"now" json:"now"`
 }
 
 // FlagDropped flags every undecided shard of a round job as dropped out of
@@ -102,6 +108,10 @@ type runState struct {
 	Models    []content.Ref `cbor:"models,omitempty"` // model after each completed round
 	DoneAt    int64         `cbor:"done_at,omitempty"`
 	Reason    string        `cbor:"reason,omitempty"`
+	// Failures counts the failed attempts of the next round (RetryRound);
+	// RetryAt is when its next attempt may be planned.
+	Failures int   `cbor:"failures,omitempty"`
+	RetryAt  int64 `cbor:"retry_at,omitempty"`
 }
 
 // RunStatus is a run as the pool sees it.
@@ -117,6 +127,8 @@ type RunStatus struct {
 	Models    []content.Ref `json:"models"`
 	DoneAt    int64         `json:"done_at,omitempty"`
 	Reason    string        `json:"reason,omitempty"`
+	Failures  int           `json:"failures,omitempty"`
+	RetryAt   int64         `json:"retry_at,omitempty"`
 }
 
 // StartRunResponse answers StartRun.
@@ -240,7 +252,12 @@ func (m *Machine) stopRun(c StopRun) Result {
 	if r == nil {
 		return refuse(unknownRun(c.Run))
 	}
-	if r.State != RunRunning {
+	if c.Peer != "" {
+		if d := mayCancel(c.Peer, c.Operator, "run "+r.Name, r.Submitter); d != nil {
+			return refuse(d)
+		}
+	}
+	if r.State != RunRunning && r.State != RunPaused {
 		return Result{Response: &StopRunResponse{Run: r.ID, State: r.State}}
 	}
 	now := m.clock(c.Now)
@@ -315,7 +332,7 @@ func (m *Machine) checkRound(c SubmitJob) *diag.Diagnostic {
 		return diag.New(diag.RunBadRound, subject, "the next round of this run is %d", len(r.Models))
 	}
 	if n := len(r.Jobs); n > 0 {
-		if prev := m.jobs[string(r.Jobs[n-1])]; prev != nil && prev.State != JobDone {
+		if prev := m.jobs[string(r.Jobs[n-1])]; prev != nil && prev.State != JobDone && prev.State != JobAbandoned {
 			return diag.New(diag.RunBadRound, subject, "round job %s is still open", prev.ID.Short())
 		}
 	}
@@ -343,6 +360,7 @@ func (m *Machine) roundReduced(j *jobState, now int64) []Event {
 		return nil
 	}
 	r.Models = append(r.Models, j.Reduced)
+	r.Failures, r.RetryAt = 0, 0
 	events := []Event{RoundComplete{Run: r.ID, Round: j.Round, Job: j.ID, Model: j.Reduced}}
 	if len(r.Models) == r.Rounds && r.State == RunRunning {
 		r.State, r.DoneAt = RunDone, now
@@ -377,5 +395,6 @@ func (r *runState) status() RunStatus {
 	return RunStatus{
 		ID: r.ID, Name: r.Name, Rounds: r.Rounds, Silos: slices.Clone(r.Silos), State: r.State, StartedAt: r.StartedAt, Submitter: r.Submitter,
 		Jobs: append([]content.Ref{}, r.Jobs...), Models: append([]content.Ref{}, r.Models...), DoneAt: r.DoneAt, Reason: r.Reason,
+		Failures: r.Failures, RetryAt: r.RetryAt,
 	}
 }
