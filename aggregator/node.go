@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/scellis/scellis/api"
@@ -53,6 +54,10 @@ type Node struct {
 	sagg       *wire.Host // the reducer peer's secure aggregation host
 	activeRuns sync.Map   // run ID → struct{}: a round being planned, hosted or reduced here
 	runCache   sync.Map   // run ID → *runCtx
+	// seen: silo → time.Time of its last lease poll (zero: gone); see
+	// liveness.go. leaderSince: when this node's tenure began (unix ns).
+	seen        sync.Map
+	leaderSince atomic.Int64
 
 	// peerClient talks to the other aggregators as this node (blob
 	// replication and fetches).
@@ -95,6 +100,15 @@ type Options struct {
 	SecAggLongPoll time.Duration
 	RoundLeaseTTL  time.Duration
 	ReportGrace    time.Duration
+	// SiloLease: a silo whose last lease poll is older is left out of the
+	// next round and excused from the current one (default 6 s; silos
+	// poll every 2 s). RoundAttempts: failed attempts of one round after
+	// which its run is paused (default 5). RetryBackoff: the wait before
+	// the second attempt, doubled for each later one, at most a minute
+	// (default 1 s).
+	SiloLease     time.Duration
+	RoundAttempts int
+	RetryBackoff  time.Duration
 
 	// BodyTimeout bounds reading a request body (see deadlines.go); zero
 	// means DefaultBodyTimeout. Tests shorten it.
@@ -213,7 +227,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	srv := &api.Server{
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, Membership: n, Leader: n.leader,
-		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier,
+		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer,
 	}
 	var control http.Handler = srv.Handler()
 	if opt.WrapAPI != nil {
@@ -331,6 +345,18 @@ func (n *Node) leaderDuties(ctx context.Context) {
 	// Reduce as soon as a job's last shard is decided, not at the next tick.
 	events, cancel := n.hub.Subscribe("")
 	defer func() { cancel() }()
+	// tenure.ctx lives while this node leads: the rounds it hosts end with it.
+	var tenure struct {
+		ctx    context.Context
+		cancel context.CancelFunc
+	}
+	stopLeading := func() {
+		if tenure.cancel != nil {
+			tenure.cancel()
+		}
+		tenure.ctx, tenure.cancel = nil, nil
+	}
+	defer stopLeading()
 	for {
 		select {
 		case <-ctx.Done():
@@ -343,7 +369,12 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			}
 		}
 		if n.raft.Status().State != consensus.StateLeader {
+			stopLeading()
 			continue
+		}
+		if tenure.ctx == nil {
+			n.leaderSince.Store(time.Now().UnixNano())
+			tenure.ctx, tenure.cancel = context.WithCancel(ctx)
 		}
 		m := n.fsm.machine()
 		now := time.Now().UnixMilli()
@@ -352,7 +383,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 				n.log.Debug("tick", "err", err)
 			}
 		}
-		n.driveRuns(ctx, m)
+		n.driveRuns(tenure.ctx, m)
 		for _, js := range m.Jobs() {
 			// A round job is reduced by its run's round (runs.go).
 			if js.State != coordinator.JobDecided || js.Run != "" {

@@ -5,9 +5,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/scellis/scellis/api"
@@ -147,6 +149,15 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 	if err != nil {
 		return coordinator.StartRun{}, err
 	}
+	if spec.WarmStart != "" {
+		// A model that does not fit is refused at launch, not at round 0.
+		if _, err := n.initialGlobal(ctx, n.env(rc, req.Spec, 0), rc.strat.With(map[string]any{"round": int64(0), "sites": int64(len(cohort))}), rc); err != nil {
+			return coordinator.StartRun{}, err
+		}
+		if err := n.durable(ctx, spec.WarmStart); err != nil {
+			return coordinator.StartRun{}, err
+		}
+	}
 	return coordinator.StartRun{
 		// Rounds counts the run's steps: statistics, training rounds, final evaluation.
 		Run: req.Spec, Name: spec.Name, Rounds: spec.StepCount(), Silos: cohort, Submitter: submitter,
@@ -189,43 +200,119 @@ func (n *Node) cohort(spec fl.RunSpec) ([]string, error) {
 	return out, nil
 }
 
-// driveRuns is the leader's run duty, once per leaderDuties pass: plan the
-// next round of every running run with no open round, and abort rounds this
-// node does not host (opened by an earlier leader: their secure
-// aggregation state was in that process).
+// driveRuns is the leader's run duty, once per leaderDuties pass: for
+// every running run whose retry time has come and that no goroutine here
+// drives, drive it (driveRun). ctx ends when this node stops leading.
 func (n *Node) driveRuns(ctx context.Context, m *coordinator.Machine) {
+	now := time.Now().UnixMilli()
 	for _, st := range m.Runs() {
-		if st.State != coordinator.RunRunning {
+		if st.State != coordinator.RunRunning || st.RetryAt > now {
 			continue
 		}
 		if _, busy := n.activeRuns.LoadOrStore(st.ID, struct{}{}); busy {
 			continue
 		}
-		var open *coordinator.JobStatus
-		if k := len(st.Jobs); k > len(st.Models) {
-			if js, err := m.Job(st.Jobs[k-1]); err == nil && js.State != coordinator.JobDone {
-				open = &js
-			}
-		}
-		if open == nil && len(st.Models) >= st.Rounds {
-			n.activeRuns.Delete(st.ID)
-			continue
-		}
 		n.done.Add(1)
-		go func() {
+		go func(id content.Ref) {
 			defer n.done.Done()
-			defer n.activeRuns.Delete(st.ID)
-			var err error
-			if open != nil {
-				err = n.abortRound(ctx, st, *open, fmt.Sprintf("round %d was opened by an earlier leader; its secure aggregation state is lost", open.Round))
-			} else {
-				err = n.runRound(ctx, st)
+			defer n.activeRuns.Delete(id)
+			if err := n.driveRun(ctx, id); err != nil && ctx.Err() == nil {
+				n.log.Warn("training round", "run", id.Short(), "err", err)
 			}
-			if err != nil && ctx.Err() == nil {
-				n.log.Warn("training round", "run", st.ID.Short(), "err", err)
-			}
-		}()
+		}(st.ID)
 	}
+}
+
+// driveRun plans, hosts and reduces a run's next round, or restarts a
+// round that an earlier leader opened (its secure aggregation state was in
+// that process: the round starts again under a new round ID, and every silo
+// that already paid for it re-sends the update it paid for). The run is
+// read again here, once this goroutine holds the run: the pass's view may
+// predate the round a goroutine that just ended completed, and planning
+// from it re-planned a finished round.
+func (n *Node) driveRun(ctx context.Context, id content.Ref) error {
+	m := n.fsm.machine()
+	st, err := m.Run(id)
+	if err != nil || st.State != coordinator.RunRunning || st.RetryAt > time.Now().UnixMilli() {
+		return nil
+	}
+	if k := len(st.Jobs); k > 0 {
+		if js, err := m.Job(st.Jobs[k-1]); err == nil && js.State != coordinator.JobDone && js.State != coordinator.JobAbandoned {
+			return n.retryRound(ctx, st, js.ID, false,
+				fmt.Sprintf("round %d was opened by an earlier leader; its secure aggregation starts again under a new round ID", js.Round))
+		}
+	}
+	if len(st.Models) >= st.Rounds {
+		return nil
+	}
+	return n.runRound(ctx, st)
+}
+
+// retryRound ends the current attempt of st's next round (job, if one was
+// submitted). A failed attempt counts toward Options.RoundAttempts and the
+// next waits a backoff; a lost host (failed false) is retried at once.
+func (n *Node) retryRound(ctx context.Context, st coordinator.RunStatus, job content.Ref, failed bool, reason string) error {
+	if len(reason) > 1000 {
+		reason = reason[:1000]
+	}
+	now := time.Now()
+	retryAt := now
+	if failed {
+		retryAt = now.Add(n.backoff(st.Failures))
+	}
+	res, err := n.Apply(ctx, coordinator.RetryRound{
+		Run: st.ID, Round: len(st.Models), Job: job, Reason: reason, Failed: failed,
+		MaxAttempts: n.roundAttempts(), RetryAt: retryAt.UnixMilli(), Now: now.UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	if len(res.Refusal) > 0 {
+		if stale(res.Refusal) {
+			return nil // the run moved on meanwhile
+		}
+		return fmt.Errorf("retrying the round refused: %v", res.Refusal)
+	}
+	var out coordinator.RetryRoundResponse
+	if json.Unmarshal(res.Response, &out) == nil && out.State == coordinator.RunPaused {
+		n.log.Warn("training run paused", "run", st.ID.Short(), "round", len(st.Models), "failures", out.Failures, "reason", reason)
+	} else {
+		n.log.Info("training round retried", "run", st.ID.Short(), "round", len(st.Models), "failed", failed, "reason", reason)
+	}
+	return nil
+}
+
+// stale reports whether a refusal only says that the proposer's view of
+// the run was out of date (the round was planned, finished or the run
+// paused meanwhile): nothing to do, the next pass sees the new state.
+func stale(ds diag.List) bool {
+	for _, d := range ds {
+		if d.Code != diag.RunBadRound && d.Code != diag.RunNotRunning {
+			return false
+		}
+	}
+	return len(ds) > 0
+}
+
+// roundAttempts is how many failed attempts of one round pause its run.
+func (n *Node) roundAttempts() int {
+	if n.opt.RoundAttempts > 0 {
+		return n.opt.RoundAttempts
+	}
+	return 5
+}
+
+// backoff is the wait before the next attempt of a round that failed
+// failures times already: RetryBackoff doubled per failure, at most a minute.
+func (n *Node) backoff(failures int) time.Duration {
+	d := n.opt.RetryBackoff
+	if d <= 0 {
+		d = time.Second
+	}
+	for range min(failures, 16) {
+		d *= 2
+	}
+	return min(d, time.Minute)
 }
 
 // roundID names a secure-aggregation round: fresh for every round job of
@@ -254,7 +341,10 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	r := len(st.Models)
 	rc, err := n.loadRun(ctx, st.ID)
 	if err != nil {
-		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d cannot be planned: %v", r, err))
+		if _, ok := diag.As(err); ok {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d cannot be planned: %v", r, err))
+		}
+		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: the run spec is unavailable: %v", r, err))
 	}
 	spec := rc.canon.Spec
 	env := n.env(rc, st.ID, r)
@@ -263,7 +353,10 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	var global fl.Global
 	var std *fl.Standardization // the run's standardisation so far
 	if r == 0 {
-		global, err = fl.Init(ctx, env, strat, spec.Model.Inputs)
+		global, err = n.initialGlobal(ctx, env, strat, rc)
+		if ds, ok := diag.As(err); ok {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round 0: %v", ds))
+		}
 		if spec.StandardizeMode() != fl.StandardizeFederated {
 			std = &fl.Standardization{Mode: spec.StandardizeMode()}
 		}
@@ -278,7 +371,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		}
 	}
 	if err != nil {
-		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: no global model: %v", r, err))
+		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: no global model: %v", r, err))
 	}
 	gb, err := global.Encode()
 	if err != nil {
@@ -296,13 +389,26 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if step != fl.StepTrain {
 		clip = statsClip
 	}
-	members := make([]secagg.Member, 0, len(st.Silos))
+	// The round's cohort: the run's silos that are alive (their lease
+	// poll, the heartbeat, is recent). A silo that is not is left out
+	// until it polls again, and rejoins at the next round.
+	var members []secagg.Member
+	var absent []string
 	for _, s := range st.Silos {
 		m, ok := n.fed.Member(s)
 		if !ok || m.Role != identity.Silo {
-			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: cohort member %q is no longer a silo of the federation", r, s))
+			absent = append(absent, s+" (no longer a silo of the federation)")
+			continue
+		}
+		if !n.alive(s) {
+			absent = append(absent, s)
+			continue
 		}
 		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
+	}
+	if need := max(coordinator.MinSites, spec.MinCohort); len(members) < need {
+		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: %d of the run's %d silos are alive, the round needs %d; absent: %s",
+			r, len(members), len(st.Silos), need, strings.Join(absent, ", ")))
 	}
 	bundle := fl.RoundBundle{
 		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref,
@@ -327,8 +433,15 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		return err
 	}
 	if err := n.sagg.Open(bundle.SecAgg, n.opt.SecAgg); err != nil {
-		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: secure aggregation cannot open: %v", r, err))
+		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: secure aggregation cannot open: %v", r, err))
 	}
+	// Leadership lost (ctx ends): the round is restarted by the next
+	// leader; its sites learn at once that this one is lost.
+	defer func() {
+		if ctx.Err() != nil {
+			n.sagg.Abort(bundle.SecAgg.Round, "its host is no longer the leader")
+		}
+	}()
 	ttl := n.opt.RoundLeaseTTL
 	if ttl <= 0 {
 		ttl = time.Hour
@@ -338,7 +451,8 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		Inputs: []trust.Item{{Name: spec.Dataset, Class: trust.Confidential}},
 		Policy: coordinator.Policy{Replicas: 1, LeaseTTL: ttl.Milliseconds()}, Now: time.Now().UnixMilli(),
 	}
-	for i, s := range st.Silos {
+	for i, mem := range members {
+		s := mem.ID
 		sid, err := content.HashOf(struct {
 			Job  content.Ref `cbor:"job"`
 			Silo string      `cbor:"silo"`
@@ -350,24 +464,44 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 	res, err := n.Apply(ctx, cmd)
 	if err != nil {
-		return err // not the leader any more, or not committed: the round times out unused
+		n.sagg.Abort(bundle.SecAgg.Round, "its round job was not committed")
+		return err // not the leader any more, or not committed: the next pass (or leader) retries
 	}
 	if len(res.Refusal) > 0 {
+		n.sagg.Abort(bundle.SecAgg.Round, "its round job was refused")
+		if stale(res.Refusal) {
+			return nil // planned from a view the run has left: the next pass re-reads it
+		}
+		// Admission refused the round (the pool's trust rules): a policy
+		// that makes progress impossible.
 		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d refused: %v", r, res.Refusal))
 	}
 
 	excuseCtx, stopExcusing := context.WithCancel(ctx)
-	go n.excuseDecliners(excuseCtx, jobID, bundle.SecAgg.Round)
+	var declines sync.Map // silo → its refusal codes
+	go n.excuseDecliners(excuseCtx, jobID, bundle.SecAgg.Round, &declines)
+	go n.excuseLapsed(excuseCtx, bundle.SecAgg.Round, members)
 	sum, err := n.sagg.Wait(ctx, bundle.SecAgg.Round)
 	stopExcusing()
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
-		// The round's model must not advance without a sum.
-		reason := fmt.Sprintf("round %d: secure aggregation failed: %v", r, err)
-		js, _ := n.fsm.machine().Job(jobID)
-		return n.abortRound(ctx, st, js, reason)
+		// Too many silos declined by their policy or budget: retrying
+		// cannot help, progress is impossible — the run stops.
+		var declined []string
+		declines.Range(func(k, v any) bool {
+			declined = append(declined, fmt.Sprintf("%s %s", k, v))
+			return true
+		})
+		slices.Sort(declined)
+		if len(members)-len(declined) < max(coordinator.MinSites, spec.MinCohort) {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %d of %d silos declined it by their policy or budget (%s); too few remain: %v",
+				r, len(declined), len(members), strings.Join(declined, ", "), err))
+		}
+		// The model never advances without a sum: the round is tried
+		// again (the silos that paid for it re-send the same update).
+		return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: secure aggregation failed: %v", r, err))
 	}
 	update, metrics := bundle.Unpack(sum.Sum)
 	next := global // statistics and evaluation steps leave the model as it is
@@ -378,13 +512,11 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			bounds = spec.FeatureBounds
 		}
 		if std, err = fl.StatsFromSums(update, metrics["rows"], bounds); err != nil {
-			js, _ := n.fsm.machine().Job(jobID)
-			return n.abortRound(ctx, st, js, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
+			return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
 		}
 	case fl.StepTrain:
 		if next, err = fl.ServerStep(ctx, env, strat, global, update, sum.Weight); err != nil {
-			js, _ := n.fsm.machine().Job(jobID)
-			return n.abortRound(ctx, st, js, fmt.Sprintf("round %d: the server step failed: %v", r, err))
+			return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: the server step failed: %v", r, err))
 		}
 	}
 	nb, err := next.Encode()
@@ -393,9 +525,9 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 	contributors := slices.Sorted(slices.Values(sum.Contributors))
 	var dropped []string
-	for _, s := range st.Silos {
-		if !slices.Contains(contributors, s) {
-			dropped = append(dropped, s)
+	for _, m := range members {
+		if !slices.Contains(contributors, m.ID) {
+			dropped = append(dropped, m.ID)
 		}
 	}
 	doc := fl.RoundResult{
@@ -421,14 +553,14 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	// The contributors report their contribution hashes right after
 	// unmasking; give them ReportGrace, then flag whoever has not reported.
 	n.awaitReports(ctx, jobID, contributors)
-	if err := n.flagDropped(ctx, jobID, fmt.Sprintf("secure aggregation summed %d of %d silos", len(contributors), len(st.Silos))); err != nil {
+	if err := n.flagDropped(ctx, jobID, fmt.Sprintf("secure aggregation summed %d of %d silos", len(contributors), len(members))); err != nil {
 		return err
 	}
 	out, err := n.Apply(ctx, coordinator.ReportReduced{Job: jobID, Peer: n.Self.Name, Reduced: dref, Now: time.Now().UnixMilli()})
 	if err != nil {
 		return err
 	}
-	if len(out.Refusal) > 0 {
+	if len(out.Refusal) > 0 && !stale(out.Refusal) {
 		return fmt.Errorf("report reduced refused: %v", out.Refusal)
 	}
 	return nil
@@ -487,18 +619,6 @@ func (n *Node) flagDropped(ctx context.Context, job content.Ref, reason string) 
 	return nil
 }
 
-// abortRound ends a round that cannot produce a model: its undecided
-// shards are flagged (so no silo keeps leasing them) and the run stops
-// with the reason. The model never advances without a secure sum.
-func (n *Node) abortRound(ctx context.Context, st coordinator.RunStatus, js coordinator.JobStatus, reason string) error {
-	if js.ID != "" && js.State == coordinator.JobRunning {
-		if err := n.flagDropped(ctx, js.ID, reason); err != nil {
-			return err
-		}
-	}
-	return n.stopRun(ctx, st.ID, reason)
-}
-
 func (n *Node) stopRun(ctx context.Context, run content.Ref, reason string) error {
 	if len(reason) > 1000 {
 		reason = reason[:1000]
@@ -526,7 +646,7 @@ func (n *Node) storeDurable(ctx context.Context, b []byte) (content.Ref, error) 
 // excuseDecliners watches a round job's reports: a silo that reports a
 // declined (or failed) contribution will not join secure aggregation, so
 // the host stops waiting for it instead of running into the join deadline.
-func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round string) {
+func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round string, declines *sync.Map) {
 	events, cancel := n.hub.Subscribe(job)
 	defer cancel()
 	check := func(silo string, result content.Ref) {
@@ -536,6 +656,13 @@ func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round strin
 		}
 		sc, err := silopkg.DecodeContribution(b)
 		if err == nil && sc.Record.Status != silopkg.Contributed && sc.Record.Silo == silo {
+			if sc.Record.Status == silopkg.Declined { // recorded before the excuse can end the round
+				var codes []string
+				for _, r := range sc.Record.Refusals {
+					codes = append(codes, string(r.Code))
+				}
+				declines.Store(silo, strings.Join(codes, "+"))
+			}
 			n.sagg.Excuse(round, silo)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -344,32 +345,69 @@ func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 	}
 }
 
-func TestRunRoundDropoutBelowThreeStopsTheRun(t *testing.T) {
-	p := newRunPool(t, 3, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// A round with too few survivors is retried with backoff under new round
+// IDs, then the run pauses (not stops) with the reason; once the silo is
+// back, fl resume (here its API call, by the run's owner) continues the
+// run from its last completed round and it completes.
+func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
+	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 100 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	spec := fedavgSpec(2)
 	spec.Model.Inputs = p.data["s1"].Dims()
-	p.startSilos(map[string]func(int) bool{"s3": func(int) bool { return true }})
+	var away atomic.Bool
+	away.Store(true)
+	p.startSilos(map[string]func(int) bool{"s3": func(int) bool { return away.Load() }})
 	run, err := p.launch(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := p.waitRun(run, 25*time.Second)
-	if st.State != coordinator.RunStopped || len(st.Models) != 0 {
+	st := p.waitRun(run, 40*time.Second)
+	if st.State != coordinator.RunPaused || len(st.Models) != 0 || st.Failures != 2 {
 		t.Fatalf("run %+v", st)
 	}
 	if !strings.Contains(st.Reason, string(diag.SecAggTooFewSites)) {
 		t.Errorf("reason %q does not carry the three-site diagnostic %s", st.Reason, diag.SecAggTooFewSites)
 	}
-	js, _ := p.node.fsm.machine().Job(st.Jobs[0])
-	if js.State != coordinator.JobDecided {
-		t.Errorf("round job is %s", js.State)
+	if len(st.Jobs) != 2 {
+		t.Fatalf("%d round jobs, want 2 attempts", len(st.Jobs))
 	}
-	for _, s := range js.Shards {
-		if s.State != coordinator.StateUnverified {
-			t.Errorf("shard of %s is %s, want flagged", s.Peer, s.State)
+	rounds := map[string]bool{}
+	for _, j := range st.Jobs {
+		js, _ := p.node.fsm.machine().Job(j)
+		if js.State != coordinator.JobAbandoned {
+			t.Errorf("attempt %s is %s", j.Short(), js.State)
 		}
+		raw, _ := p.node.blobs.Get(js.Bundle)
+		var b fl.RoundBundle
+		if err := content.Decode(raw, &b); err != nil {
+			t.Fatal(err)
+		}
+		rounds[b.SecAgg.Round] = true
+	}
+	if len(rounds) != 2 {
+		t.Errorf("the attempts share a secure aggregation round ID")
+	}
+	// Bad input: a member who is neither the owner nor an operator.
+	if _, err := p.client("s1").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.RunNotOwner)) {
+		t.Errorf("a silo resumed alice's run: %v", err)
+	}
+	away.Store(false)
+	if _, err := p.client("alice").ResumeRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client("alice").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.RunNotResumable)) {
+		t.Errorf("resuming a running run: %v", err)
+	}
+	st = p.waitRun(run, 40*time.Second)
+	if st.State != coordinator.RunDone || len(st.Models) != 2 {
+		t.Fatalf("after resume: %+v", st)
+	}
+	if _, err := p.client("alice").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.RunNotResumable)) {
+		t.Errorf("resuming a done run: %v", err)
+	}
+	if _, err := p.client("alice").ResumeRun(ctx, content.Hash([]byte("no such run"))); err == nil {
+		t.Errorf("resuming an unknown run succeeded")
 	}
 }
 

@@ -21,6 +21,14 @@ type Aggregator struct {
 	// silos to join secure aggregation (train, charge, advertise) before it
 	// goes on without the missing ones as dropouts.
 	RoundJoinTimeout time.Duration
+	// SiloLease: a silo that has not polled for leases for this long is
+	// left out of the next round and excused from the current one.
+	// RoundAttempts: failed attempts of one round before its run pauses.
+	// RoundRetryBackoff: the wait before a failed round's second attempt,
+	// doubled for each later one.
+	SiloLease         time.Duration
+	RoundAttempts     int
+	RoundRetryBackoff time.Duration
 	// Join: this node joins a running cluster (scellis aggregator join on
 	// the leader adds it) instead of bootstrapping one.
 	Join bool
@@ -57,7 +65,8 @@ var RaftTimings = map[string][3]time.Duration{
 
 // LoadAggregator reads an aggregator config.
 func LoadAggregator(file string) (*Aggregator, error) {
-	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn", RoundJoinTimeout: 2 * time.Minute, RaftTiming: "lan"}
+	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn", RoundJoinTimeout: 2 * time.Minute, RaftTiming: "lan",
+		SiloLease: 6 * time.Second, RoundAttempts: 5, RoundRetryBackoff: time.Second}
 	fields := []field{
 		mk("name", true, "the node's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -68,6 +77,9 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("log_level", false, "", str(&c.LogLevel)),
 		mk("join", false, "", boolean(&c.Join)),
 		mk("round_join_timeout", false, "", duration(&c.RoundJoinTimeout)),
+		mk("silo_lease", false, "", duration(&c.SiloLease)),
+		mk("round_attempts", false, "", integer(&c.RoundAttempts, 1, 1000)),
+		mk("round_retry_backoff", false, "", duration(&c.RoundRetryBackoff)),
 		mk("snapshot_threshold", false, "", integer(&c.SnapshotThreshold, 1, 1<<30)),
 		mk("snapshot_interval", false, "", duration(&c.SnapshotInterval)),
 		mk("trailing_logs", false, "", integer(&c.TrailingLogs, 1, 1<<30)),

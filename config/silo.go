@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -28,8 +29,13 @@ type Silo struct {
 	DataDir        string // model checkpoints, client state (e.g. SCAFFOLD's c_i)
 	Ledger         string // privacy ledger; default DataDir/privacy.ledger
 	LogLevel       string // off, error, warn, info, debug
-	Datasets       []Dataset
-	Policy         SiloPolicy
+	// Poll is how long the leader may hold the silo's lease request when
+	// there is nothing to lease (a long poll: a new round reaches the silo
+	// at once). The polls are the silo's heartbeat: keep it well below
+	// the aggregators' silo_lease. Default 2 s.
+	Poll     time.Duration
+	Datasets []Dataset
+	Policy   SiloPolicy
 }
 
 // Dataset is one dataset a silo holds. Its budget is what the silo declares
@@ -109,7 +115,7 @@ var datasetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // dataset CSV that cannot be read (SC3001), has no header (SC3005) or lacks
 // the label column (SC3003).
 func LoadSilo(file string) (*Silo, error) {
-	c := &Silo{File: file, LogLevel: "warn", Policy: SiloPolicy{MinCohort: MinSites}}
+	c := &Silo{File: file, LogLevel: "warn", Poll: 2 * time.Second, Policy: SiloPolicy{MinCohort: MinSites}}
 	strategies := DefaultStrategies()
 	var datasets []*Dataset
 	p := &c.Policy
@@ -120,6 +126,7 @@ func LoadSilo(file string) (*Silo, error) {
 		mk("federation", true, "the federation file listing every member", str(&c.Federation)),
 		mk("data_dir", true, "a folder for model checkpoints and client state", str(&c.DataDir)),
 		mk("ledger", false, "", str(&c.Ledger)),
+		mk("poll", false, "", duration(&c.Poll)),
 		mk("log_level", false, "", parsed(func(s string) error {
 			if !contains(logLevels, s) {
 				return fmt.Errorf("unknown log level %q", s)

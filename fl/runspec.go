@@ -61,6 +61,11 @@ type RunSpec struct {
 	// Eval declares federated evaluation: a held-out fraction of each
 	// silo's rows, or a named evaluation dataset every silo declares.
 	Eval EvalSpec `cbor:"evaluation,omitempty" json:"evaluation,omitzero"`
+	// WarmStart, if set, is the round result (a model) another run ended
+	// a round with: the run's first round starts from its parameters
+	// instead of init's (scellis fl launch --warm-start RUN). It is part of
+	// the spec, hence of the run's ID.
+	WarmStart content.Ref `cbor:"warm_start,omitempty" json:"warm_start,omitempty"`
 
 	File string `cbor:"-" json:"-"`
 }

@@ -34,6 +34,13 @@ type Worker struct {
 	MemoryBytes  uint64 // per-shard memory budget for content; 0: the job's
 	ShardTimeout time.Duration
 	Poll         time.Duration
+	// LongPoll, when set, makes every lease request a long poll: the
+	// leader holds an empty request up to LongPoll and answers as soon as
+	// a shard is leasable, so new work (the next training round) starts
+	// at once instead of at the next poll. The polls are also the
+	// worker's heartbeat (a silo's lease with the aggregator). Poll is
+	// then only the pause after a failed request.
+	LongPoll time.Duration
 	// Corrupt makes every result wrong: a test switch showing that a lying
 	// worker is out-voted and recorded. Never set in production.
 	Corrupt bool
@@ -90,8 +97,9 @@ func (w *Worker) Run(ctx context.Context) error {
 			}
 			continue
 		}
-		lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		resp, err := w.Client.Lease(lctx, api.LeaseRequest{Max: free, RequestID: requestID()})
+		lctx, cancel := context.WithTimeout(ctx, 30*time.Second+w.LongPoll)
+		asked := time.Now()
+		resp, err := w.Client.Lease(lctx, api.LeaseRequest{Max: free, RequestID: requestID(), WaitMS: int(w.LongPoll.Milliseconds())})
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
@@ -102,7 +110,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		if len(resp.Grants) == 0 {
-			sleep(ctx, poll)
+			if w.LongPoll <= 0 || time.Since(asked) < w.LongPoll/2 {
+				// Not held (a plain poll, or a node that does not hold):
+				// do not ask again in a hot loop.
+				sleep(ctx, poll)
+			}
 			continue
 		}
 		for _, g := range resp.Grants {

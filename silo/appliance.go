@@ -53,8 +53,17 @@ type Appliance struct {
 	// RoundTimeout bounds one round at the silo (client step and secure
 	// aggregation); default 10 minutes.
 	RoundTimeout time.Duration
-	// Poll is the pause between empty leases; default 500 ms.
+	// Poll is the pause after a failed lease request, and between probes
+	// for a round's host; default 500 ms.
 	Poll time.Duration
+	// LongPoll is how long the leader may hold an empty lease request
+	// (api.LeaseRequest.WaitMS): a new round's shard reaches the silo as
+	// soon as it is planned, and the polls are the silo's heartbeat
+	// (config poll; default 2 s).
+	LongPoll time.Duration
+	// RoundWatch is how often a silo in a round checks that the round's
+	// attempt is still the current one; default 1 s.
+	RoundWatch time.Duration
 	// Parallel is how many shards the silo works on at once; default 4.
 	Parallel int
 	// Now is the clock for the round log; nil means time.Now.
@@ -243,13 +252,16 @@ func (a *Appliance) Worker() *pool.Worker {
 			poll = 500 * time.Millisecond
 		}
 		a.Poll = poll
+		if a.LongPoll <= 0 {
+			a.LongPoll = 2 * time.Second
+		}
 		par := a.Parallel
 		if par <= 0 {
 			par = 4
 		}
 		a.worker = &pool.Worker{
 			Client: a.Client, Name: a.Name, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
-			Parallel: par, Poll: poll, Logf: a.Logf, Dispatch: a.Dispatch,
+			Parallel: par, Poll: poll, LongPoll: a.LongPoll, Logf: a.Logf, Dispatch: a.Dispatch,
 		}
 	})
 	return a.worker

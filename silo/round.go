@@ -53,7 +53,10 @@ func (a *Appliance) HandleRound(ctx context.Context, g coordinator.LeaseGrant, s
 		timeout = 10 * time.Minute
 	}
 	rctx, stop := w.Renewing(ctx, g, timeout)
+	rctx, abandon := context.WithCancel(rctx)
+	go a.watchAttempt(rctx, abandon, g.Job)
 	rec, err := a.round(rctx, g, st)
+	abandon()
 	stop()
 	if err != nil {
 		// Nothing charged, nothing sent: retry later (or stop).
@@ -64,6 +67,36 @@ func (a *Appliance) HandleRound(ctx context.Context, g coordinator.LeaseGrant, s
 	}
 	if err := a.report(g, rec); err != nil {
 		a.logf("run %s round %d: reporting the contribution: %v", st.Run.Short(), st.Round, err)
+	}
+}
+
+// watchAttempt ends a round attempt's context when the aggregator abandons
+// its job (the round is planned again, RetryRound): a silo waiting in
+// secure aggregation on a host that is gone stops waiting at once and
+// takes the new attempt, re-sending what it paid for. It reads the job
+// every RoundWatch, each read bounded so that a node that does not answer
+// is left for another.
+func (a *Appliance) watchAttempt(ctx context.Context, abandon context.CancelFunc, job content.Ref) {
+	every := a.RoundWatch
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		jctx, cancel := context.WithTimeout(ctx, 3*every)
+		js, err := a.Client.Job(jctx, job)
+		cancel()
+		if err == nil && js.State == coordinator.JobAbandoned {
+			a.logf("run %s round %d: the aggregator abandoned this attempt (job %s); stopping it", js.Run.Short(), js.Round, job.Short())
+			abandon()
+			return
+		}
 	}
 }
 
@@ -130,7 +163,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		req.Privacy.GridBits = f // the grid the sum is decoded from
 	}
 	now := a.now()
-	if ds := a.Policy.CheckRound(req, LedgerOf(a.Ledger), now); ds.HasErrors() {
+	consumer := Consumer(req.Run, req.Round)
+	paid, err := a.chargedFor(consumer)
+	if err != nil {
+		return decline(err)
+	}
+	ds := a.Policy.CheckRound(req, LedgerOf(a.Ledger), now)
+	if paid != nil {
+		// The round is paid for: re-sending what was paid for spends
+		// nothing, so the budget does not bind it again.
+		ds = slices.DeleteFunc(ds, func(d *diag.Diagnostic) bool { return d.Code == diag.SiloBudgetOverdraft })
+	}
+	if ds.HasErrors() {
 		return decline(ds)
 	}
 	if err := checkRelease(subject, req.Privacy, b); err != nil {
@@ -140,12 +184,8 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		return decline(diag.New(diag.SecAggUnknownSite, subject, "this silo is not among the round's secure-aggregation members").
 			WithHelp("the round was planned without this silo; it sends nothing"))
 	}
-	consumer := Consumer(req.Run, req.Round)
-	if charged, err := a.chargedFor(consumer); err != nil {
-		return decline(err)
-	} else if charged {
-		return decline(diag.New(diag.RunBadRound, subject, "the ledger already holds a charge for %s: this silo released an update for this round once", consumer).
-			WithHelp("a round is paid for and sent at most once; it goes on without this silo"))
+	if paid != nil {
+		return a.resend(ctx, rec, b, paid, subject)
 	}
 	a.recordRound(req.Key(), now) // from here on, a decline still counts against the daily limit
 
@@ -277,6 +317,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		}
 	}
 
+	// Law 12: what is released for this round is kept, durably, before it
+	// is paid for; a retried round re-sends it (resend) instead of
+	// training and noising again. Cached at the point of release: input
+	// and weight are exactly what secure aggregation receives.
+	stateBytes, err := fl.EncodeState(out.State)
+	if err != nil {
+		return decline(err)
+	}
+	if err := a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: b.Global,
+		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes}); err != nil {
+		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
+	}
 	// Law 6: charge (fsync'd) before anything leaves the process.
 	if len(out.Mechanism.Mechanisms) > 0 {
 		e, err := a.Ledger.Charge(dp.ChargeRequest{Dataset: req.Dataset, Consumer: consumer, Mechanisms: out.Mechanism.Mechanisms})
@@ -381,18 +433,84 @@ func (a *Appliance) memberOf(b fl.RoundBundle) bool {
 	return false
 }
 
-// chargedFor reports whether the ledger already holds a charge for consumer.
-func (a *Appliance) chargedFor(consumer string) (bool, error) {
+// chargedFor returns the ledger's charge for consumer, or nil.
+func (a *Appliance) chargedFor(consumer string) (*dp.Entry, error) {
 	snap, err := a.Ledger.Snapshot()
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	for _, e := range snap.Entries() {
 		if e.Kind == dp.KindCharge && e.Charge != nil && e.Charge.Consumer == consumer {
-			return true, nil
+			return &e, nil
 		}
 	}
-	return false, nil
+	return nil, nil
+}
+
+// resend takes part in a retried round the silo already paid for: it
+// re-sends, into the new secure aggregation, exactly the input and weight
+// it released for this round before (cached at release), and charges
+// nothing. Without the cache, or if the round now starts from another
+// model, it declines: a second, different update would be a second
+// release of the same round.
+func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBundle, paid *dp.Entry, subject string) (Contribution, error) {
+	rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = paid.Hash, paid.Charge.Mechanisms, paid.Charge.Epsilon
+	once := func(why string) (Contribution, error) {
+		err := diag.New(diag.RunBadRound, subject, "the ledger already holds a charge for this round (entry %s) and %s", paid.Hash.Short(), why).
+			WithHelp("a round is paid for and sent at most once; it goes on without this silo")
+		rec.Status, rec.Refusals = Declined, refusalsOf(err)
+		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = "", nil, 0
+		a.logRefusal(subject, err)
+		return rec, nil
+	}
+	rel, err := a.loadReleased(rec.Run, rec.Round)
+	switch {
+	case err != nil:
+		return once(fmt.Sprintf("its release cannot be re-sent: %v", err))
+	case rel.Global != b.Global:
+		return once(fmt.Sprintf("the round now starts from model %s, not %s that the paid update was trained from", b.Global.Short(), rel.Global.Short()))
+	case len(rel.Values)+len(rel.Encoded) != b.SecAgg.Dim || (rel.Encoded != nil) != (b.SecAgg.GridBits > 0):
+		return once(fmt.Sprintf("the round sums %d values (grid bits %d), the paid release has %d float and %d grid values",
+			b.SecAgg.Dim, b.SecAgg.GridBits, len(rel.Values), len(rel.Encoded)))
+	}
+	in := wire.Input{Values: rel.Values, Encoded: rel.Encoded, Weight: rel.Weight, MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)}
+	// The retried round may have another cohort: the release must still
+	// fit its ring (the same checks as before the charge).
+	c, err := secagg.NewClient(b.SecAgg, a.Name, a.ID.PrivateKey())
+	if err == nil {
+		if in.Encoded != nil {
+			err = c.CheckEncoded(in.Encoded, in.Weight)
+		} else {
+			err = c.CheckInput(in.Values, in.Weight)
+		}
+	}
+	if err != nil {
+		return once(fmt.Sprintf("its paid release does not fit the retried round: %v", err))
+	}
+	base, err := a.secaggHost(ctx, b)
+	if err == nil {
+		err = wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), in)
+	}
+	clear(rel.Values)
+	clear(rel.Encoded)
+	if err != nil {
+		rec.Status, rec.Refusals = Failed, refusalsOf(err)
+		a.logRefusal(subject+": secure aggregation (re-sent release)", err)
+		return rec, nil
+	}
+	if state, err := fl.DecodeState(rel.State); err == nil {
+		path, err := a.statePath(rec.Run)
+		if err == nil {
+			err = saveState(path, state)
+		}
+		if err != nil {
+			a.logf("%s: saving the client state: %v", subject, err)
+		}
+	}
+	rec.Status = Contributed
+	a.logf("%s: re-sent the update already paid for (ledger entry %s; nothing charged) to secure aggregation round %s on %s",
+		subject, paid.Hash.Short(), b.SecAgg.Round, base)
+	return rec, nil
 }
 
 // strategy returns the run's strategy: the silo's own entry when it has
@@ -528,41 +646,11 @@ func loadState(path string) (map[string]any, error) {
 	return fl.DecodeState(b)
 }
 
-// saveState writes the state's canonical encoding atomically and durably:
-// a temporary file, fsync'd, renamed over the old one, the folder fsync'd.
+// saveState writes the state's canonical encoding atomically and durably.
 func saveState(path string, state map[string]any) error {
 	b, err := fl.EncodeState(state)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".state-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeDurable(path, b, 0o600)
 }

@@ -40,7 +40,10 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
   federation: federation.yaml
   data_dir: agg-1/data
   lease_ttl: 30s              # how long a worker holds a shard without renewing
-  round_join_timeout: 2m      # how long a training round waits for silos to join
+  round_join_timeout: 2m      # backstop: how long a round waits for silos to join
+  silo_lease: 6s              # a silo silent this long is left out of rounds until it polls again
+  round_attempts: 5           # failed attempts of one round before the run pauses
+  round_retry_backoff: 1s     # wait before retrying a failed round, doubled each time
   # listen: 0.0.0.0:7400      # bind here instead of the federation address
   # raft_listen: 0.0.0.0:7401 # (NAT, containers); the federation's stay advertised
   raft_timing: lan            # lan (default: 1s heartbeat and election, 500ms
@@ -64,7 +67,8 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 			}
 			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{
 				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
-				SecAgg:            wire.Deadlines{Advertise: c.RoundJoinTimeout},
+				SecAgg:    wire.Deadlines{Advertise: c.RoundJoinTimeout},
+				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 				Listen: c.Listen, RaftListen: c.RaftListen,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,

@@ -85,6 +85,7 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 				return err
 			}
 			defer a.Close()
+			a.LongPoll = c.Poll
 			names := make([]string, 0, len(c.Datasets))
 			for _, d := range c.Datasets {
 				names = append(names, d.Name)

@@ -309,6 +309,11 @@ func (h *Host) drive(rd *hostRound) {
 		if !h.await(rd, st.d) {
 			err = diag.New(diag.SecAggWireUnavailable, rd.subject(), "the aggregator's secure aggregation host closed during the round").
 				WithHelp("the round ends without a result; run it again under a new round ID")
+			select {
+			case <-rd.aborted:
+				err = rd.abortErr
+			default:
+			}
 			rd.fail(err)
 			break
 		}
@@ -341,9 +346,34 @@ func (h *Host) await(rd *hostRound, d time.Duration) bool {
 			return true
 		case <-h.quit:
 			return false
+		case <-rd.aborted:
+			return false
 		}
 	}
 	return true
+}
+
+// Abort ends an open round at once without a result: its sites learn that
+// it is lost (SC6107 with reason) and Wait returns the diagnostic. The
+// aggregator aborts a round it can no longer finish — it lost the
+// leadership, and the round is planned again elsewhere — so that no site
+// waits for a phase deadline. Aborting an unknown or finished round is a
+// no-op.
+func (h *Host) Abort(round, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	rd := h.rounds[round]
+	if rd == nil {
+		return
+	}
+	select {
+	case <-rd.aborted:
+		return
+	default:
+	}
+	rd.abortErr = diag.New(diag.SecAggWireUnavailable, rd.subject(), "the round was aborted: %s", reason).
+		WithHelp("the round ends without a result; the aggregator plans it again under a new round ID")
+	close(rd.aborted)
 }
 
 // forget replaces a round that is over by its tombstone (once).

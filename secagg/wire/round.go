@@ -38,6 +38,10 @@ type hostRound struct {
 	kick   chan struct{} // a message was accepted: check Missing again
 	done   chan struct{} // closed when the round has an outcome
 	taken  chan struct{} // closed when Result takes the outcome
+	// aborted is closed by Host.Abort (once, under Host.mu): the round
+	// ends at once with abortErr.
+	aborted  chan struct{}
+	abortErr error
 
 	mu         sync.Mutex
 	phase      secagg.Phase  // the last phase published to the sites
@@ -81,7 +85,7 @@ func newHostRound(p secagg.Params, digest []byte, srv *secagg.Server, dl Deadlin
 	}
 	return &hostRound{
 		id: p.Round, digest: digest, srv: srv, dl: dl, keys: keys, n: len(p.Members), dim: dim,
-		kick: make(chan struct{}, 1), done: make(chan struct{}), taken: make(chan struct{}),
+		kick: make(chan struct{}, 1), done: make(chan struct{}), taken: make(chan struct{}), aborted: make(chan struct{}),
 		changed: make(chan struct{}), accepted: map[acceptKey][32]byte{},
 	}
 }

@@ -1,0 +1,65 @@
+package aggregator
+
+import (
+	"context"
+	"time"
+
+	"github.com/scellis/scellis/secagg"
+)
+
+// Silo liveness. A silo polls the leader for leases all the time (a long
+// poll, api.LeaseRequest.WaitMS), so its polls are its heartbeat: a silo
+// is alive while its last poll is younger than Options.SiloLease. A silo
+// whose held poll ends because its connection closed (the process died) is
+// gone at once. The record is the leader's, in memory: liveness is a
+// leader's planning input, not replicated state (law 10: it enters the log
+// only as the cohort of a round job). A new leader knows nobody yet, and
+// gives every silo one lease from the start of its tenure to poll.
+
+func (n *Node) siloLease() time.Duration {
+	if n.opt.SiloLease > 0 {
+		return n.opt.SiloLease
+	}
+	return 6 * time.Second
+}
+
+// sawPeer records a poll (api.Server.Seen).
+func (n *Node) sawPeer(peer string) { n.seen.Store(peer, time.Now()) }
+
+// lostPeer records a peer whose held poll ended with its connection
+// (api.Server.Gone).
+func (n *Node) lostPeer(peer string) { n.seen.Store(peer, time.Time{}) }
+
+// alive reports whether silo polled within the lease.
+func (n *Node) alive(silo string) bool {
+	if v, ok := n.seen.Load(silo); ok {
+		t := v.(time.Time)
+		return !t.IsZero() && time.Since(t) <= n.siloLease()
+	}
+	return time.Since(time.Unix(0, n.leaderSince.Load())) <= n.siloLease()
+}
+
+// excuseLapsed excuses, from the round's secure aggregation, every member
+// whose lease lapses while the round runs: the current phase stops waiting
+// for it and ends with the others (at once if they have all answered),
+// instead of at the phase deadline. The join deadline stays the backstop.
+func (n *Node) excuseLapsed(ctx context.Context, round string, members []secagg.Member) {
+	every := max(n.siloLease()/8, 50*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	excused := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, m := range members {
+			if !excused[m.ID] && !n.alive(m.ID) {
+				excused[m.ID] = true
+				n.log.Info("silo lease lapsed: left out of the round", "silo", m.ID, "round", round)
+				n.sagg.Excuse(round, m.ID)
+			}
+		}
+	}
+}
