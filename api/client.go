@@ -212,6 +212,9 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any, ou
 		}
 	}
 	at := c.newAttempts()
+	if hold, ok := ctx.Value(holdKey{}).(time.Duration); ok {
+		at.timeout += hold // the server may hold the request this long on purpose
+	}
 	for {
 		base, idx := c.endpoint()
 		var resp *http.Response
@@ -479,8 +482,15 @@ func (c *Client) Run(ctx context.Context, id content.Ref) (coordinator.RunStatus
 // Lease asks for work.
 func (c *Client) Lease(ctx context.Context, req LeaseRequest) (coordinator.LeaseResponse, error) {
 	var r coordinator.LeaseResponse
+	if req.WaitMS > 0 {
+		ctx = context.WithValue(ctx, holdKey{}, time.Duration(min(req.WaitMS, int(maxLeaseWait.Milliseconds())))*time.Millisecond)
+	}
 	return r, c.do(ctx, "POST", "/v1/lease", req, &r)
 }
+
+// holdKey carries how long the server may hold a request (a long poll):
+// its attempts' deadlines are that much longer.
+type holdKey struct{}
 
 // Renew extends a lease.
 func (c *Client) Renew(ctx context.Context, req RenewRequest) (coordinator.RenewResponse, error) {
