@@ -389,7 +389,7 @@ func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
 		t.Errorf("the attempts share a secure aggregation round ID")
 	}
 	// Bad input: a member who is neither the owner nor an operator.
-	if _, err := p.client("s1").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.RunNotOwner)) {
+	if _, err := p.client("s1").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.PoolForbidden)) {
 		t.Errorf("a silo resumed alice's run: %v", err)
 	}
 	away.Store(false)
