@@ -165,6 +165,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	now := a.now()
 	consumer := Consumer(req.Run, req.Round)
 	paid, err := a.chargedFor(consumer)
+	if err == nil && paid == nil {
+		// An evaluation step on a separate evaluation dataset pays there.
+		paid, err = a.chargedFor(consumer + "-eval")
+	}
 	if err != nil {
 		return decline(err)
 	}
@@ -304,6 +308,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	} else if err := c.CheckInput(in.Values, weight); err != nil {
 		return decline(err) // refused before the charge: nothing was paid for
 	}
+	// Law 12: what is released for this round is kept, durably, before it
+	// is paid for; a retried round re-sends it (resend) instead of
+	// training and noising again. Cached at the point of release: input
+	// and weight are exactly what secure aggregation receives.
+	stateBytes, err := fl.EncodeState(out.State)
+	if err != nil {
+		return decline(err)
+	}
+	if err := a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: b.Global,
+		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes}); err != nil {
+		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
+	}
 	if len(evalMechs) > 0 {
 		if spec.Spec.Eval.Dataset == "" {
 			out.Mechanism.Mechanisms = append(out.Mechanism.Mechanisms, evalMechs...)
@@ -317,18 +333,6 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		}
 	}
 
-	// Law 12: what is released for this round is kept, durably, before it
-	// is paid for; a retried round re-sends it (resend) instead of
-	// training and noising again. Cached at the point of release: input
-	// and weight are exactly what secure aggregation receives.
-	stateBytes, err := fl.EncodeState(out.State)
-	if err != nil {
-		return decline(err)
-	}
-	if err := a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: b.Global,
-		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes}); err != nil {
-		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
-	}
 	// Law 6: charge (fsync'd) before anything leaves the process.
 	if len(out.Mechanism.Mechanisms) > 0 {
 		e, err := a.Ledger.Charge(dp.ChargeRequest{Dataset: req.Dataset, Consumer: consumer, Mechanisms: out.Mechanism.Mechanisms})
