@@ -400,7 +400,7 @@ func TestCLIFailsWhenNoAggregatorAnswers(t *testing.T) {
 		t.Skip("multi-process test")
 	}
 	c := newCluster(t, "consortium", 3, member{"alice", "researcher"})
-	c.write("run.yaml", "name: nowhere\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\nprivacy: {clip: 1.0, sigma: 1.0}\nsecure_aggregation: true\n")
+	c.write("run.yaml", "name: nowhere\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 9}\ndataset: patients\nrounds: 1\nprivacy: {clip: 1.0, sigma: 1.0}\nsecure_aggregation: true\nstandardize: local\n")
 	cmds := [][]string{
 		{"job", "ls"},
 		{"job", "submit", c.montecarlo("mc-nowhere", 2)},
