@@ -33,11 +33,14 @@ func frameOffsets(t *testing.T, data []byte) []int {
 // One flipped byte in an entry's length field must never read as a torn
 // write: for every entry of a real ledger (written by Create and Charge, in
 // both formats), every byte of its length field (and, in format 2, of the
-// length's checksum) flipped in nine ways is reported at that entry's
+// length's checksum) flipped in five ways is reported at that entry's
 // offset; the writer refuses to open the ledger (fenced), cuts nothing, and
 // the spent ε a writer would start from never drops.
 func TestLedgerLengthFieldFlipsAreCorruption(t *testing.T) {
-	masks := []byte{0x01, 0x02, 0x04, 0x08, 0x10, 0x20, 0x40, 0x80, 0xff}
+	// A low bit (the length shrinks or grows a little: the CRC lands
+	// elsewhere), middle and high bits (the frame claims more than the
+	// file holds: the refund case), and all bits.
+	masks := []byte{0x01, 0x04, 0x20, 0x80, 0xff}
 	for _, format := range []int{1, 2} {
 		t.Run(fmt.Sprintf("format%d", format), func(t *testing.T) {
 			defer func(old int) { createFormat = old }(createFormat)
@@ -117,8 +120,8 @@ func TestLedgerLengthFieldFlipsAreCorruption(t *testing.T) {
 						}
 						// Framing-only damage is repaired to the very bytes
 						// the writer wrote; the damaged file is kept aside.
-						// (Two masks per byte: each repair fsyncs twice.)
-						if m != 0x01 && m != 0xff {
+						// (One mask per byte: each repair fsyncs thrice.)
+						if m != 0xff {
 							cases++
 							continue
 						}
@@ -177,6 +180,10 @@ func TestLedgerTornTailRule(t *testing.T) {
 		n := binary.BigEndian.Uint32(good[last:])
 		payloadEnd := last + headerSize(format) + int(n)
 		for cut := last + 1; cut < len(good); cut++ {
+			// Every cut near the frame's edges, a sample in between.
+			if cut > last+16 && cut < payloadEnd-8 && (cut-last)%29 != 0 {
+				continue
+			}
 			s, err := verifyBytes(path, good[:cut], nil)
 			if cut < payloadEnd {
 				if err != nil || s.TornBytes != int64(cut-last) {

@@ -97,13 +97,13 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 	}
 }
 
-// The drill that refunded budget, with the real binary: every byte of every
-// charge's length field flipped alone. Each flip makes `ledger verify` exit
+// The drill that refunded budget, with the real binary: every byte of the
+// first and the last charge's length field flipped alone. Each flip makes `ledger verify` exit
 // 2 with SC5014 at that entry's byte offset, and the next `ledger charge`
 // refuses; restored, the ledger's spent ε is what it was.
 func TestLedgerLengthFlipsRefuseCharges(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the binary 80 times")
+		t.Skip("runs the binary 24 times")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -123,7 +123,7 @@ func TestLedgerLengthFlipsRefuseCharges(t *testing.T) {
 		return st.Spent
 	}
 	before := spent()
-	for k := 2; k < 6; k++ { // the four charges
+	for _, k := range []int{2, 5} { // the first and the last charge (dp's test covers every entry)
 		off := entryOffset(t, path, k)
 		for b := range 4 {
 			bad := bytes.Clone(good)
