@@ -25,7 +25,6 @@ import (
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
-	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/secagg/wire"
 )
@@ -80,6 +79,10 @@ type Options struct {
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
 	LeaseTTL time.Duration
+	// Content caps the submitters' content this node runs (partition,
+	// cost, reduce): steps, memory, wall-clock time, prices, and how many
+	// plans run at once. Zero fields: DefaultContentCaps.
+	Content  ContentCaps
 	Log      io.Writer // operational log; nil: stderr
 	LogLevel string
 	// WrapAPI, if set, wraps the control-plane handler (the /v1/ routes
@@ -164,7 +167,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	n := &Node{
 		Self: self, id: id, fed: fed, log: log, blobs: blobs, hub: api.NewHub(), opt: opt,
 		sagg:    wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll}),
-		planner: &planner{blobs: blobs, builtin: builtin, cacheDir: filepath.Join(dataDir, "plans"), plans: map[content.Ref]*job.Plan{}},
+		planner: newPlanner(blobs, filepath.Join(dataDir, "blobs"), builtin, filepath.Join(dataDir, "plans"), opt.Content),
 	}
 	n.fsm = &fsm{m: machine, hub: n.hub}
 	n.planner.fetchBlob = n.fetchBlob
@@ -327,13 +330,16 @@ type NodeStatus struct {
 	ChainHead content.Ref      `json:"chain_head"`
 	StateHash content.Ref      `json:"state_hash"`
 	Jobs      int              `json:"jobs"`
+	// PlansRunning counts the plans and reductions of submitted content
+	// running in child processes on this node now.
+	PlansRunning int `json:"plans_running"`
 }
 
 // Status reports this node's Raft and state view.
 func (n *Node) Status() NodeStatus {
 	m := n.fsm.machine()
 	seq, head := m.Head()
-	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs())}
+	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running()}
 }
 
 // leaderDuties runs on every node but acts only on the leader: it proposes

@@ -1,100 +1,308 @@
 package aggregator
 
 import (
+	"container/list"
 	"context"
+	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/sandboxproc"
 	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
 )
 
+// ContentCaps are the operator's bounds on the submitters' content the
+// aggregator runs (partition, cost, reduce). A job's own limits may only
+// lower them. Zero fields take the defaults of DefaultContentCaps.
+type ContentCaps struct {
+	// Steps and MemoryBytes bound each content call inside the sandbox
+	// (script.Limits).
+	Steps       uint64
+	MemoryBytes uint64
+	// WallClock bounds one planning or reduction child process; past it
+	// the process is killed.
+	WallClock time.Duration
+	// MaxShardUnits and MaxJobUnits cap the prices cost() may set.
+	MaxShardUnits, MaxJobUnits int64
+	// Workers is how many plans or reductions run at once on this node;
+	// PerMember how many of one member's submissions plan at once.
+	Workers, PerMember int
+	// CacheSize bounds the compiled plans kept (by bundle ref).
+	CacheSize int
+}
+
+// DefaultContentCaps are the caps when the aggregator config sets none.
+func DefaultContentCaps() ContentCaps {
+	return ContentCaps{
+		Steps: script.DefaultSteps, MemoryBytes: 512 << 20, WallClock: time.Minute,
+		MaxShardUnits: 1 << 30, MaxJobUnits: 1 << 40,
+		Workers: 2, PerMember: 1, CacheSize: 256,
+	}
+}
+
+func (c ContentCaps) withDefaults() ContentCaps {
+	d := DefaultContentCaps()
+	if c.Steps == 0 {
+		c.Steps = d.Steps
+	}
+	if c.MemoryBytes == 0 {
+		c.MemoryBytes = d.MemoryBytes
+	}
+	if c.WallClock == 0 {
+		c.WallClock = d.WallClock
+	}
+	if c.MaxShardUnits == 0 {
+		c.MaxShardUnits = d.MaxShardUnits
+	}
+	if c.MaxJobUnits == 0 {
+		c.MaxJobUnits = d.MaxJobUnits
+	}
+	if c.Workers <= 0 {
+		c.Workers = d.Workers
+	}
+	if c.PerMember <= 0 {
+		c.PerMember = d.PerMember
+	}
+	if c.CacheSize <= 0 {
+		c.CacheSize = d.CacheSize
+	}
+	return c
+}
+
+// childOverhead is the address space a planning child may use beyond the
+// content's own memory cap: the engine itself, the job's input tables
+// (loaded outside the content's budget) and the Go heap's slack.
+const childOverhead = 256 << 20
+
+// processLimits are the OS limits of one child for these caps.
+func (c ContentCaps) processLimits() sandboxproc.Limits {
+	return sandboxproc.Limits{MemoryBytes: c.MemoryBytes + childOverhead, WallClock: c.WallClock}
+}
+
 // planner compiles bundles on the aggregator: the shards and their prices
-// are derived here from the content itself, never taken from the submitter.
-// Compiled plans are cached by bundle ref for the reducer peer.
+// are derived here from the content itself, never taken from the
+// submitter. The content runs in a child process (internal/sandboxproc)
+// under the operator's caps, at most caps.Workers at once and
+// caps.PerMember per member, so a hostile partitioner can neither pin this
+// process nor exhaust its memory. Compiled plans are cached, bounded, by
+// bundle ref.
 type planner struct {
 	blobs    *blob.Store
+	blobDir  string
 	builtin  *catalog.Catalog
 	cacheDir string
-	// fetchBlob reads a blob from this node, or from another aggregator.
+	caps     ContentCaps
+	// fetchBlob reads a blob from this node, or from another aggregator
+	// (and then keeps a copy here).
 	fetchBlob func(ctx context.Context, ref content.Ref) ([]byte, error)
 	// durable stores a blob on a second aggregator, so a new leader can
 	// plan and reduce the job after this node is gone.
 	durable func(ctx context.Context, ref content.Ref) error
 
-	mu    sync.Mutex
-	plans map[content.Ref]*job.Plan
+	slots   chan struct{} // the worker pool's free slots
+	running atomic.Int64  // plans and reductions in a child right now
+
+	mu       sync.Mutex
+	perPeer  map[string]int
+	cache    map[content.Ref]*list.Element // of *cachedPlan
+	lru      *list.List
+	inflight map[content.Ref]*planCall
 }
+
+type cachedPlan struct {
+	bundle content.Ref
+	reply  planReply
+}
+
+// planCall lets concurrent submissions of one bundle share its plan.
+type planCall struct {
+	done  chan struct{}
+	reply planReply
+	err   error
+}
+
+func newPlanner(blobs *blob.Store, blobDir string, builtin *catalog.Catalog, cacheDir string, caps ContentCaps) *planner {
+	caps = caps.withDefaults()
+	return &planner{
+		blobs: blobs, blobDir: blobDir, builtin: builtin, cacheDir: cacheDir, caps: caps,
+		slots:   make(chan struct{}, caps.Workers),
+		perPeer: map[string]int{}, cache: map[content.Ref]*list.Element{}, lru: list.New(),
+		inflight: map[content.Ref]*planCall{},
+	}
+}
+
+// Running is the number of plans and reductions running now.
+func (p *planner) Running() int { return int(p.running.Load()) }
 
 func (p *planner) fetch(ctx context.Context, ref content.Ref) ([]byte, error) {
 	b, err := p.fetchBlob(ctx, ref)
 	if err != nil {
-		return nil, diag.New(diag.BlobMissing, ref.Short(), "blob %s is not on this aggregator: %v", ref, err).
+		return nil, diag.New(diag.BlobMissing, ref.Short(), "blob %s is not on this aggregator", ref).
 			WithHelp("upload the bundle's content and inputs before submitting (scellis job submit does this)")
 	}
 	return b, nil
 }
 
-// compile returns the plan of a bundle, compiling it once.
-func (p *planner) compile(ctx context.Context, bundleRef content.Ref) (*job.Plan, error) {
-	p.mu.Lock()
-	if pl, ok := p.plans[bundleRef]; ok {
-		p.mu.Unlock()
-		return pl, nil
-	}
-	p.mu.Unlock()
+// local makes every blob a bundle names present in this node's store, so
+// the child, which reads only the local store, finds them.
+func (p *planner) local(ctx context.Context, bundleRef content.Ref) error {
 	raw, err := p.fetch(ctx, bundleRef)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	var b job.Bundle
 	if err := content.Decode(raw, &b); err != nil {
-		return nil, diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
+		return diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
 	}
-	if !content.IsRef(string(bundleRef)) {
-		return nil, diag.New(diag.PoolBadRequest, "bundle", "the bundle ref is not sha256:<64 lowercase hex digits>")
+	for _, ref := range b.Content {
+		if _, builtin := p.builtin.Lookup(string(ref)); builtin {
+			continue
+		}
+		if _, err := p.fetch(ctx, ref); err != nil {
+			return err
+		}
 	}
-	dir := filepath.Join(p.cacheDir, bundleRef.Hex()[:16])
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+	for _, in := range b.Inputs {
+		if _, err := p.fetch(ctx, in.Ref); err != nil {
+			return err
+		}
 	}
-	pl, err := job.CompileBundle(ctx, &b, p.builtin, p.fetch, dir)
-	if err != nil {
-		return nil, err
-	}
-	p.mu.Lock()
-	p.plans[bundleRef] = pl
-	p.mu.Unlock()
-	return pl, nil
+	return nil
 }
 
-// Plan implements api.Planner.
-func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter string) (coordinator.SubmitJob, error) {
-	pl, err := p.compile(ctx, bundleRef)
+// inChild runs a sandboxed handler in a slot of the worker pool.
+func (p *planner) inChild(ctx context.Context, handler string, req any) ([]byte, error) {
+	b, err := content.Encode(req)
 	if err != nil {
-		return coordinator.SubmitJob{}, err
+		return nil, err
 	}
-	// The bundle and every blob it names must survive this node.
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-p.slots }()
+	p.running.Add(1)
+	defer p.running.Add(-1)
+	out, err := sandboxproc.Run(ctx, handler, p.caps.processLimits(), b)
+	switch {
+	case errors.Is(err, sandboxproc.ErrMemory):
+		return nil, diag.New(diag.ContentKilled, "content", "the job's content was killed at this pool's memory cap (%d MiB for content, %d MiB for the process)",
+			p.caps.MemoryBytes>>20, p.caps.processLimits().MemoryBytes>>20).
+			WithHelp("lower what partition(), cost() or reduce() allocate; scellis run shows the content's own diagnostics")
+	case errors.Is(err, sandboxproc.ErrTimeout):
+		return nil, diag.New(diag.ContentKilled, "content", "the job's content was killed at this pool's wall-clock cap of %s", p.caps.WallClock).
+			WithHelp("partition(), cost() and reduce() must finish quickly; move the work into the program's shards")
+	}
+	return out, err
+}
+
+// planRequest is what a planning child is told: where the blobs are, which
+// bundle to compile, and under which caps.
+type planRequest struct {
+	Bundle   content.Ref `cbor:"bundle"`
+	BlobDir  string      `cbor:"blob_dir"`
+	CacheDir string      `cbor:"cache_dir"`
+	Caps     capsWire    `cbor:"caps"`
+}
+
+type capsWire struct {
+	Steps         uint64 `cbor:"steps"`
+	MemoryBytes   uint64 `cbor:"memory_bytes"`
+	MaxShardUnits int64  `cbor:"max_shard_units"`
+	MaxJobUnits   int64  `cbor:"max_job_units"`
+}
+
+func (p *planner) wireCaps() capsWire {
+	return capsWire{p.caps.Steps, p.caps.MemoryBytes, p.caps.MaxShardUnits, p.caps.MaxJobUnits}
+}
+
+// planReply is the child's answer: the command (without submitter and
+// time) and the blobs that must survive this node.
+type planReply struct {
+	Cmd     coordinator.SubmitJob `cbor:"cmd"`
+	Durable []content.Ref         `cbor:"durable"`
+}
+
+const (
+	planHandler   = "aggregator.plan"
+	reduceHandler = "aggregator.reduce"
+)
+
+func init() {
+	sandboxproc.Register(planHandler, childPlan)
+	sandboxproc.Register(reduceHandler, childReduce)
+}
+
+// compileInChild compiles a bundle inside a child: only the local blob
+// store is read, and every content call runs under the caps.
+func compileInChild(ctx context.Context, bundleRef content.Ref, blobDir, cacheDir string, caps capsWire) (*job.Plan, *catalog.Catalog, error) {
+	store, err := blob.Open(blobDir, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	builtin, err := catalog.Builtin()
+	if err != nil {
+		return nil, nil, err
+	}
+	fetch := func(_ context.Context, ref content.Ref) ([]byte, error) {
+		b, err := store.Get(ref)
+		if err != nil {
+			return nil, diag.New(diag.BlobMissing, ref.Short(), "blob %s is not on this aggregator", ref).
+				WithHelp("upload the bundle's content and inputs before submitting (scellis job submit does this)")
+		}
+		return b, nil
+	}
+	raw, err := fetch(ctx, bundleRef)
+	if err != nil {
+		return nil, nil, err
+	}
+	var b job.Bundle
+	if err := content.Decode(raw, &b); err != nil {
+		return nil, nil, diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
+	}
+	dir := filepath.Join(cacheDir, bundleRef.Hex()[:16])
+	pl, err := job.CompileBundle(ctx, &b, builtin, fetch, dir, script.Limits{Steps: caps.Steps, MemoryBytes: caps.MemoryBytes})
+	return pl, builtin, err
+}
+
+func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
+	var req planRequest
+	if err := content.Decode(raw, &req); err != nil {
+		return nil, err
+	}
+	pl, builtin, err := compileInChild(ctx, req.Bundle, req.BlobDir, req.CacheDir, req.Caps)
+	if err != nil {
+		return nil, err
+	}
+	if err := pl.CheckPrices(req.Caps.MaxShardUnits, req.Caps.MaxJobUnits); err != nil {
+		return nil, err
+	}
+	cmd, durable := submitCommand(pl, req.Bundle, builtin)
+	return content.Encode(planReply{Cmd: cmd, Durable: durable})
+}
+
+// submitCommand is the SubmitJob a plan stands for, and the blobs (the
+// bundle and every non-builtin blob it names) that must outlive this node.
+func submitCommand(pl *job.Plan, bundleRef content.Ref, builtin *catalog.Catalog) (coordinator.SubmitJob, []content.Ref) {
 	refs := []content.Ref{bundleRef}
 	for _, c := range pl.Content {
-		if _, builtin := p.builtin.Lookup(string(c.Ref)); !builtin {
+		if _, isBuiltin := builtin.Lookup(string(c.Ref)); !isBuiltin {
 			refs = append(refs, c.Ref)
 		}
 	}
 	for _, in := range pl.Inputs {
 		refs = append(refs, in.Ref)
-	}
-	for _, ref := range refs {
-		if err := p.durable(ctx, ref); err != nil {
-			return coordinator.SubmitJob{}, err
-		}
 	}
 	basis := "flat: 1 work unit per shard"
 	if pl.Program.HasFunc("cost") {
@@ -105,7 +313,6 @@ func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter str
 		Job:              pl.ID,
 		Name:             pl.Spec.Name,
 		Bundle:           bundleRef,
-		Submitter:        submitter,
 		Regime:           pl.Spec.Regime,
 		SecurityCritical: pl.Spec.SecurityCritical,
 		Inputs:           req.Inputs,
@@ -118,5 +325,92 @@ func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter str
 	for _, sh := range pl.Shards {
 		cmd.Shards = append(cmd.Shards, coordinator.ShardPlan{Index: sh.Index, ID: sh.ID, Price: sh.Cost, PriceBasis: basis})
 	}
+	return cmd, refs
+}
+
+// plan returns the plan of a bundle, compiling it in a child once: the
+// cache is bounded (least recently used out) and concurrent submissions of
+// one bundle share one child.
+func (p *planner) plan(ctx context.Context, bundleRef content.Ref, submitter string) (planReply, error) {
+	if !content.IsRef(string(bundleRef)) {
+		return planReply{}, diag.New(diag.PoolBadRequest, "bundle", "the bundle ref is not sha256:<64 lowercase hex digits>")
+	}
+	p.mu.Lock()
+	if el, ok := p.cache[bundleRef]; ok {
+		p.lru.MoveToFront(el)
+		r := el.Value.(*cachedPlan).reply
+		p.mu.Unlock()
+		return r, nil
+	}
+	if c, ok := p.inflight[bundleRef]; ok {
+		p.mu.Unlock()
+		select {
+		case <-c.done:
+			return c.reply, c.err
+		case <-ctx.Done():
+			return planReply{}, ctx.Err()
+		}
+	}
+	if submitter != "" && p.perPeer[submitter] >= p.caps.PerMember {
+		p.mu.Unlock()
+		return planReply{}, diag.New(diag.PoolPlanBusy, submitter, "%d of this member's submissions are being planned already (the pool allows %d at once)", p.perPeer[submitter], p.caps.PerMember).
+			WithHelp("wait for the submission in flight to be answered, then submit again")
+	}
+	c := &planCall{done: make(chan struct{})}
+	p.inflight[bundleRef] = c
+	if submitter != "" {
+		p.perPeer[submitter]++
+	}
+	p.mu.Unlock()
+
+	c.reply, c.err = p.planInChild(ctx, bundleRef)
+
+	p.mu.Lock()
+	delete(p.inflight, bundleRef)
+	if submitter != "" {
+		if p.perPeer[submitter]--; p.perPeer[submitter] <= 0 {
+			delete(p.perPeer, submitter)
+		}
+	}
+	if c.err == nil {
+		p.cache[bundleRef] = p.lru.PushFront(&cachedPlan{bundleRef, c.reply})
+		for p.lru.Len() > p.caps.CacheSize {
+			old := p.lru.Remove(p.lru.Back()).(*cachedPlan)
+			delete(p.cache, old.bundle)
+		}
+	}
+	p.mu.Unlock()
+	close(c.done)
+	return c.reply, c.err
+}
+
+func (p *planner) planInChild(ctx context.Context, bundleRef content.Ref) (planReply, error) {
+	if err := p.local(ctx, bundleRef); err != nil {
+		return planReply{}, err
+	}
+	out, err := p.inChild(ctx, planHandler, planRequest{Bundle: bundleRef, BlobDir: p.blobDir, CacheDir: p.cacheDir, Caps: p.wireCaps()})
+	if err != nil {
+		return planReply{}, err
+	}
+	var r planReply
+	if err := content.Decode(out, &r); err != nil {
+		return planReply{}, fmt.Errorf("planning child answered garbage: %w", err)
+	}
+	return r, nil
+}
+
+// Plan implements api.Planner.
+func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter string) (coordinator.SubmitJob, error) {
+	r, err := p.plan(ctx, bundleRef, submitter)
+	if err != nil {
+		return coordinator.SubmitJob{}, err
+	}
+	for _, ref := range r.Durable {
+		if err := p.durable(ctx, ref); err != nil {
+			return coordinator.SubmitJob{}, err
+		}
+	}
+	cmd := r.Cmd
+	cmd.Submitter = submitter
 	return cmd, nil
 }

@@ -4,60 +4,107 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/job"
 )
 
+// reduceRequest is what a reducing child is told: the job, its bundle,
+// each shard's verified result (empty when unverified) and the receipts to
+// list, all read from the local blob store.
+type reduceRequest struct {
+	Plan     planRequest   `cbor:"plan"`
+	Job      content.Ref   `cbor:"job"`
+	Method   string        `cbor:"method"`
+	Results  []content.Ref `cbor:"results"` // by shard index; "" for unverified shards
+	Receipts []content.Ref `cbor:"receipts"`
+}
+
 // reduceJob is the reducer peer's work for one decided job: fetch every
 // verified result by its canonical hash, reduce in shard-index order with the
 // job's reducer content, and store result.json as a blob. Unverified shards
 // are left out of the reduction and listed in the document, never counted.
+// The reducer is the submitter's content: it runs in a child process under
+// the operator's caps (planner.inChild), like partition and cost.
 func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, error) {
 	st, err := n.fsm.machine().Job(id)
 	if err != nil {
 		return "", err
 	}
-	pl, err := n.planner.compile(ctx, st.Bundle)
+	if err := n.planner.local(ctx, st.Bundle); err != nil {
+		return "", err
+	}
+	req := reduceRequest{
+		Plan: planRequest{Bundle: st.Bundle, BlobDir: n.planner.blobDir, CacheDir: n.planner.cacheDir, Caps: n.planner.wireCaps()},
+		Job:  id, Method: st.Method, Results: make([]content.Ref, len(st.Shards)),
+		Receipts: []content.Ref{},
+	}
+	for _, s := range st.Shards {
+		if s.State != coordinator.StateVerified {
+			continue
+		}
+		// The child reads the local store only: bring the result here.
+		if _, err := n.fetchBlob(ctx, s.Result); err != nil {
+			return "", fmt.Errorf("shard %d: result %s: %w", s.Index, s.Result.Short(), err)
+		}
+		req.Results[s.Index] = s.Result
+	}
+	for _, r := range n.fsm.machine().Receipts(0) {
+		if r.Job == id {
+			req.Receipts = append(req.Receipts, r.Hash)
+		}
+	}
+	doc, err := n.planner.inChild(ctx, reduceHandler, req)
 	if err != nil {
 		return "", err
 	}
-	if pl.ID != id {
-		return "", fmt.Errorf("bundle %s compiles to job %s, not %s", st.Bundle.Short(), pl.ID.Short(), id.Short())
+	return n.blobs.PutBytes(doc)
+}
+
+func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
+	var req reduceRequest
+	if err := content.Decode(raw, &req); err != nil {
+		return nil, err
+	}
+	pl, _, err := compileInChild(ctx, req.Plan.Bundle, req.Plan.BlobDir, req.Plan.CacheDir, req.Plan.Caps)
+	if err != nil {
+		return nil, err
+	}
+	if pl.ID != req.Job {
+		return nil, fmt.Errorf("bundle %s compiles to job %s, not %s", req.Plan.Bundle.Short(), pl.ID.Short(), req.Job.Short())
+	}
+	if len(req.Results) != len(pl.Shards) {
+		return nil, fmt.Errorf("job %s has %d shards, the request lists %d", req.Job.Short(), len(pl.Shards), len(req.Results))
+	}
+	store, err := blob.Open(req.Plan.BlobDir, 0)
+	if err != nil {
+		return nil, err
 	}
 	var results []*job.Result
 	var unverified []int
-	for _, s := range st.Shards {
-		if s.State != coordinator.StateVerified {
-			unverified = append(unverified, s.Index)
+	for i, ref := range req.Results {
+		if ref == "" {
+			unverified = append(unverified, i)
 			continue
 		}
-		b, err := n.fetchBlob(ctx, s.Result)
+		b, err := store.Get(ref)
 		if err != nil {
-			return "", fmt.Errorf("shard %d: result %s: %w", s.Index, s.Result.Short(), err)
+			return nil, fmt.Errorf("shard %d: result %s: %w", i, ref.Short(), err)
 		}
-		r, err := job.DecodeResult(pl.Shards[s.Index], b)
+		r, err := job.DecodeResult(pl.Shards[i], b)
 		if err != nil {
-			return "", err
+			return nil, err
 		}
 		results = append(results, r)
 	}
 	reduced, err := pl.Reduce(ctx, results)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	doc := job.NewDocument(pl, results, reduced, st.Method, unverified)
-	for _, r := range n.fsm.machine().Receipts(0) {
-		if r.Job == id {
-			if doc.Extra == nil {
-				doc.Extra = &job.DocExtension{}
-			}
-			doc.Extra.Receipts = append(doc.Extra.Receipts, r.Hash)
-		}
+	doc := job.NewDocument(pl, results, reduced, req.Method, unverified)
+	if len(req.Receipts) > 0 {
+		doc.Extra = &job.DocExtension{Receipts: req.Receipts}
 	}
-	b, err := doc.Marshal()
-	if err != nil {
-		return "", err
-	}
-	return n.blobs.PutBytes(b)
+	return doc.Marshal()
 }

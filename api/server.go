@@ -236,6 +236,10 @@ func statusFor(ds diag.List) int {
 		return http.StatusConflict
 	case diag.PoolForbidden:
 		return http.StatusForbidden
+	case diag.PoolPlanBusy:
+		return http.StatusTooManyRequests
+	case diag.ContentKilled, diag.PoolPriceCap:
+		return http.StatusUnprocessableEntity
 	}
 	return http.StatusBadRequest
 }
@@ -258,11 +262,14 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	cmd, err := s.Plan.Plan(r.Context(), req.Bundle, peerOf(r).Name)
 	if err != nil {
 		if ds, ok := diag.As(err); ok {
-			writeDiags(w, http.StatusBadRequest, ds)
+			writeDiags(w, statusFor(ds), ds)
 			return
 		}
-		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadJob, "submit", "cannot plan the job: %v", err).
-			WithHelp("upload the bundle and every blob it names before submitting"))
+		// Not a diagnostic: say so without quoting it, since it may come
+		// from the submitter's files.
+		s.logError("plan", err)
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadJob, "submit", "the job cannot be planned").
+			WithHelp("run it with scellis run to see why; upload the bundle and every blob it names before submitting"))
 		return
 	}
 	cmd.Now = s.now()

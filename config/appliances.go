@@ -42,6 +42,17 @@ type Aggregator struct {
 	// differ from the federation file's address and raft_address (NAT,
 	// containers, a proxy in front); empty: bind those.
 	Listen, RaftListen string
+	// Caps on the submitters' content this node runs (partition, cost,
+	// reduce) and on the prices it sets; a job's own limits may only lower
+	// them. Zero: the aggregator's defaults (aggregator.DefaultContentCaps).
+	ContentSteps    int           // Starlark steps per content call
+	ContentMemoryMB int           // memory per content call (the child process gets 256 MiB more)
+	ContentTimeout  time.Duration // wall clock of one planning or reducing child
+	PlanWorkers     int           // plans and reductions at once
+	PlansPerMember  int           // one member's submissions planned at once
+	PlanCache       int           // compiled plans kept
+	MaxShardUnits   int           // work units one shard may cost
+	MaxJobUnits     int           // work units one job may cost
 	// Raft timing: a profile (lan, the default, or wan for links of about
 	// 150 ms round trip) and optional overrides of its three timeouts.
 	// After loading, the three fields hold the values in force.
@@ -86,6 +97,14 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("segment_bytes", false, "", integer(&c.SegmentBytes, 1<<10, 1<<30)),
 		mk("listen", false, "", str(&c.Listen)),
 		mk("raft_listen", false, "", str(&c.RaftListen)),
+		mk("content_steps", false, "", integer(&c.ContentSteps, 1000, 1<<50)),
+		mk("content_memory_mb", false, "", integer(&c.ContentMemoryMB, 16, 1<<20)),
+		mk("content_timeout", false, "", duration(&c.ContentTimeout)),
+		mk("plan_workers", false, "", integer(&c.PlanWorkers, 1, 256)),
+		mk("plans_per_member", false, "", integer(&c.PlansPerMember, 1, 256)),
+		mk("plan_cache", false, "", integer(&c.PlanCache, 1, 1<<20)),
+		mk("max_shard_units", false, "", integer(&c.MaxShardUnits, 1, 1<<40)),
+		mk("max_job_units", false, "", integer(&c.MaxJobUnits, 1, 1<<40)),
 		mk("raft_timing", false, "", parsed(func(s string) error {
 			if _, ok := RaftTimings[s]; !ok {
 				return fmt.Errorf("%q is not a Raft timing profile: use lan (one site) or wan (links of about 150 ms round trip)", s)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -103,6 +104,7 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 		return bad("lease TTL %d ms outside 0 to %d", c.Policy.LeaseTTL, MaxLeaseTTL)
 	}
 	ids := make(map[content.Ref]int, len(c.Shards))
+	var total int64
 	for i, s := range c.Shards {
 		switch {
 		case s.Index != i:
@@ -114,6 +116,12 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 		case s.PriceBasis == "":
 			return bad("shard %d: no price basis", i)
 		}
+		sum, ok := receipt.AddUnits(total, s.Price)
+		if !ok || sum > receipt.MaxJobUnits {
+			return diag.New(diag.PoolPriceCap, subject, "the shards' prices add up to more than %d work units (at shard %d, priced %d)", int64(receipt.MaxJobUnits), i, s.Price).
+				WithHelp("lower the program's cost(), or split the job")
+		}
+		total = sum
 		if prev, dup := ids[s.ID]; dup {
 			return bad("shards %d and %d have the same ID %s", prev, i, s.ID.Short())
 		}

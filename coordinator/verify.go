@@ -97,7 +97,7 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	for _, p := range s.Agreeing {
 		rec := m.peer(p)
 		rec.Won++
-		rec.WorkUnits += s.Price
+		rec.WorkUnits = receipt.SatAddUnits(rec.WorkUnits, s.Price)
 	}
 	for _, p := range s.Losers {
 		m.peer(p).Lost++

@@ -21,4 +21,7 @@ var (
 	PoolNoCommitment      = define("SC7016", "result reported without a commitment")
 	PoolRevealMismatch    = define("SC7017", "revealed result does not open the commitment")
 	PoolRevealEarly       = define("SC7018", "reveal before the shard's reveal is open")
+	PoolPriceCap          = define("SC7019", "job priced over the operator's cap")
+	PoolPlanBusy          = define("SC7020", "too many plans in flight")
+	ContentKilled         = define("SC7021", "content on the aggregator killed at the operator's cap")
 )

@@ -15,6 +15,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
 )
@@ -416,13 +417,39 @@ func classStrings(cs map[string]trust.Class) map[string]string {
 	return out
 }
 
-// TotalCost is the sum of the shards' planner prices.
+// TotalCost is the sum of the shards' planner prices, saturating at
+// math.MaxInt64 (CheckPrices refuses such a plan before it runs anywhere).
 func (p *Plan) TotalCost() int64 {
 	var n int64
 	for _, s := range p.Shards {
-		n += s.Cost
+		n = receipt.SatAddUnits(n, s.Cost)
 	}
 	return n
+}
+
+// CheckPrices refuses a plan whose shard prices exceed maxShard or whose
+// total exceeds maxJob work units (0: no cap of that kind; the total is
+// always bounded by receipt.MaxJobUnits). Sums are checked, never wrapped.
+func (p *Plan) CheckPrices(maxShard, maxJob int64) error {
+	if maxJob <= 0 || maxJob > receipt.MaxJobUnits {
+		maxJob = receipt.MaxJobUnits
+	}
+	var total int64
+	for _, s := range p.Shards {
+		if maxShard > 0 && s.Cost > maxShard {
+			return p.Spec.at(diag.New(diag.PoolPriceCap, "program "+p.Program.Name,
+				"cost() prices shard %d at %d work units; this pool caps a shard at %d", s.Index, s.Cost, maxShard), "program").
+				WithHelp("lower the program's cost(), or ask the pool's operator about max_shard_units")
+		}
+		sum, ok := receipt.AddUnits(total, s.Cost)
+		if !ok || sum > maxJob {
+			return p.Spec.at(diag.New(diag.PoolPriceCap, "program "+p.Program.Name,
+				"the shards' prices add up to more than %d work units (at shard %d)", maxJob, s.Index), "program").
+				WithHelp("lower the program's cost(), split the job, or ask the pool's operator about max_job_units")
+		}
+		total = sum
+	}
+	return nil
 }
 
 // CapSteps lowers the plan's per-call step budget to at most steps (0:

@@ -8,12 +8,13 @@ package receipt
 // verified by r peers adds p·r to the sum of all contributions. Peers whose
 // result lost, and shards flagged unverified, earn nothing: they have no
 // receipt. Contributions counts what it is given; call Verify first on
-// receipts from an untrusted source.
+// receipts from an untrusted source. Sums saturate at math.MaxInt64
+// rather than wrap.
 func Contributions(rs []Receipt) map[string]int64 {
 	out := make(map[string]int64)
 	for i := range rs {
 		for _, p := range rs[i].Peers {
-			out[p] += rs[i].WorkUnits
+			out[p] = SatAddUnits(out[p], rs[i].WorkUnits)
 		}
 	}
 	return out

@@ -72,6 +72,11 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 				Listen: c.Listen, RaftListen: c.RaftListen,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
+				Content: aggregator.ContentCaps{
+					Steps: uint64(c.ContentSteps), MemoryBytes: uint64(c.ContentMemoryMB) << 20, WallClock: c.ContentTimeout,
+					MaxShardUnits: int64(c.MaxShardUnits), MaxJobUnits: int64(c.MaxJobUnits),
+					Workers: c.PlanWorkers, PerMember: c.PlansPerMember, CacheSize: c.PlanCache,
+				},
 			})
 			if err != nil {
 				return err

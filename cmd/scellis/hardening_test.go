@@ -7,12 +7,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/identity"
 )
@@ -177,5 +179,133 @@ func TestPoolRefusesPathTraversalBundle(t *testing.T) {
 	after := c.converged("alice", c.aggs...)
 	if after.StateHash != before.StateHash || after.Jobs != before.Jobs {
 		t.Fatalf("refused submissions changed the state: %s (%d jobs) → %s (%d jobs)", before.StateHash, before.Jobs, after.StateHash, after.Jobs)
+	}
+}
+
+// hostileBundle is the bundle of a submitted job with its partitioner
+// swapped for src: content the submitter's own machine never ran.
+func (m *apiMember) hostileBundle(good map[string]any, name, src string) []byte {
+	e, err := catalog.Parse(name+".star", []byte(src))
+	if err != nil {
+		m.c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := m.api.PutBlob(ctx, []byte(src)); err != nil {
+		m.c.t.Fatal(err)
+	}
+	b := map[string]any{}
+	for k, v := range good {
+		b[k] = v
+	}
+	cont := map[string]any{}
+	for k, v := range good["content"].(map[string]any) {
+		cont[k] = v
+	}
+	cont[name] = string(e.Ref)
+	b["content"] = cont
+	b["name"] = name
+	b["partitioner"] = map[string]any{"ref": string(e.Ref), "params": map[string]any{}}
+	// The job asks for every budget it may name, as high as it can: the
+	// operator's caps must hold all the same.
+	lim := map[string]any{}
+	for k := range good["limits"].(map[string]any) {
+		switch {
+		case strings.Contains(strings.ToLower(k), "step"):
+			lim[k] = int64(1) << 50
+		case strings.Contains(strings.ToLower(k), "mem"):
+			lim[k] = int64(1) << 20
+		}
+	}
+	if len(lim) != 2 {
+		m.c.t.Fatalf("bundle limits have unexpected keys: %v", good["limits"])
+	}
+	b["limits"] = lim
+	return mustEncode(m.c.t, b)
+}
+
+// A member's partitioner that loops for ever, or allocates without bound,
+// runs on the aggregator in a child process under the operator's caps: it
+// is killed at the wall-clock cap or by RLIMIT_AS, the submission gets a
+// 4xx with a diagnostic, the aggregator answers status calls while the
+// hostile plan runs, and the state hash does not move. A job priced at
+// 2^62 work units is refused the same way.
+func TestPoolKillsHostilePartitioner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 1, member{"alice", "researcher"})
+	b, _ := os.ReadFile(filepath.Join(c.dir, "agg-1.yaml"))
+	// Steps far beyond what the wall clock allows, so the kill, not the
+	// step budget, ends the loop.
+	c.write("agg-1.yaml", string(b)+"content_steps: 1000000000000\ncontent_memory_mb: 64\ncontent_timeout: 3s\nmax_job_units: 1000000\n")
+	c.startAggregators()
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-base", 2)))
+	m := c.apiAs("alice")
+	good := m.bundleOf(id)
+	before := c.converged("alice", c.aggs...)
+
+	// An endless loop: killed at content_timeout. While it runs, a status
+	// call answers and reports the plan running.
+	loop := "def partition(params):\n    n = 0\n    for a in range(1000000000):\n        for b in range(1000000000):\n            n += a ^ b\n    return [{}]\n"
+	type answer struct {
+		status int
+		body   string
+	}
+	done := make(chan answer, 1)
+	bundle := m.hostileBundle(good, "hostile_loop", loop)
+	go func() {
+		s, body := m.submitRaw(bundle)
+		done <- answer{s, body}
+	}()
+	sawRunning := false
+	waitFor(t, "a status answer while the hostile plan runs", time.Minute, func() bool {
+		select {
+		case a := <-done:
+			done <- a
+			return true // the plan ended first; checked below
+		default:
+		}
+		st := c.statuses("alice")["agg-1"]
+		if st.PlansRunning > 0 {
+			sawRunning = true
+			return true
+		}
+		return false
+	})
+	if !sawRunning {
+		t.Fatal("the hostile plan ended before any status call answered during it")
+	}
+	a := <-done
+	if a.status != http.StatusUnprocessableEntity || !strings.Contains(a.body, "SC7021") || !strings.Contains(a.body, "wall-clock") {
+		t.Fatalf("endless partitioner: %d %s", a.status, a.body)
+	}
+
+	// A 16 GiB allocation by a job that set its own memory limit to 1 TiB:
+	// stopped at the operator's 64 MiB, by the in-sandbox guard (SC2005)
+	// or, should the guard miss it, by RLIMIT_AS on the child (SC7021;
+	// internal/sandboxproc tests that kill with a real allocation).
+	alloc := "def partition(params):\n    x = [0] * ((1 << 30) - 1)\n    return [{\"n\": len(x)}]\n"
+	s, body := m.submitRaw(m.hostileBundle(good, "hostile_alloc", alloc))
+	guarded := strings.Contains(body, "SC2005") && strings.Contains(body, "budget of 64.0 MiB")
+	killed := strings.Contains(body, "SC7021") && strings.Contains(body, "memory cap")
+	if s < 400 || s >= 500 || !(guarded || killed) {
+		t.Fatalf("allocating partitioner: %d %s", s, body)
+	}
+
+	// A price of 2^62, through the CLI as a user would submit it.
+	c.write("price.star", "def run(params, inputs):\n    return {\"x\": 1.0}\n\ndef cost(params):\n    return 1 << 62\n")
+	c.write("price.yaml", "name: priced\nprogram: ./price.star\npartitioner: {use: items, params: {items: [1, 2]}}\nreducer: {use: mean}\n")
+	out, errOut, err := c.cli("alice", "job", "submit", "price.yaml")
+	if err == nil || !strings.Contains(out+errOut, "SC7019") {
+		t.Fatalf("a 2^62 price was not refused: %v\n%s%s", err, out, errOut)
+	}
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("price refusal exit: %v", err)
+	}
+
+	after := c.converged("alice", c.aggs...)
+	if after.StateHash != before.StateHash || after.Jobs != before.Jobs || after.PlansRunning != 0 {
+		t.Fatalf("hostile submissions changed the state: %+v → %+v", before, after)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/sandboxproc"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -117,5 +118,8 @@ func isUsageError(err error) bool {
 }
 
 func main() {
+	// A sandbox child (the aggregator's planner re-executes this binary to
+	// run submitted content under OS limits) runs its handler and exits.
+	sandboxproc.Main()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -28,6 +28,8 @@ type nodeStatus struct {
 	ChainHead string `json:"chain_head"`
 	StateHash string `json:"state_hash"`
 	Jobs      int    `json:"jobs"`
+	// PlansRunning: submitted content planning or reducing in a child.
+	PlansRunning int `json:"plans_running"`
 }
 
 // statuses asks every reachable aggregator for its status, as member `as`.

@@ -9,11 +9,14 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/scellis/scellis/internal/sandboxproc"
 )
 
 // TestMain lets testscript run this binary in-process as the `scellis`
 // command inside scripts, the way a user runs it.
 func TestMain(m *testing.M) {
+	sandboxproc.Main() // the aggregator's planner re-executes this binary
 	testscript.Main(m, map[string]func(){
 		"scellis": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 	})

@@ -1,0 +1,302 @@
+// Package sandboxproc runs untrusted work in a child process of the same
+// binary, under limits the operating system enforces: an address-space
+// limit (RLIMIT_AS, set by the child on itself before it reads its
+// request), a wall-clock limit (the parent kills the child's process
+// group), and bounded output. The in-sandbox guards of package script stay
+// in force inside the child; this package holds where they cannot, such as
+// one built-in operation that allocates before any check, or a native call
+// that never yields.
+//
+// A binary that uses it calls Main first thing in main (and in TestMain of
+// a test binary that runs handlers): when the process was started as a
+// child (argv[1] is the hidden subcommand), Main runs the named handler
+// and exits. Handlers register in init functions, so parent and child,
+// being the same binary, agree on them.
+//
+// The invariant: a handler's failure, however it happens (an error, a
+// panic, an exhausted limit, a killed process), reaches the parent as an
+// error, never as a crash of the parent.
+package sandboxproc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// Subcommand is the hidden argv[1] that makes a process a sandbox child.
+const Subcommand = "__sandbox"
+
+const envMemory = "SCELLIS_SANDBOX_MEMORY"
+
+// DefaultMaxOutput bounds a child's response.
+const DefaultMaxOutput = 64 << 20
+
+// Errors a Run returns when the OS or the parent stopped the child.
+var (
+	// ErrMemory: the child exceeded its address-space limit.
+	ErrMemory = errors.New("sandboxproc: the child exceeded its memory limit")
+	// ErrTimeout: the child ran past its wall-clock limit and was killed.
+	ErrTimeout = errors.New("sandboxproc: the child exceeded its wall-clock limit")
+	// ErrCrashed: the child died some other way, or answered garbage.
+	ErrCrashed = errors.New("sandboxproc: the child died")
+)
+
+// Handler is work run in the child: it gets the request bytes and returns
+// response bytes. An error that is a diag list reaches the parent as the
+// same diagnostics; any other error as its message.
+type Handler func(ctx context.Context, req []byte) ([]byte, error)
+
+var (
+	mu       sync.RWMutex
+	handlers = map[string]Handler{}
+)
+
+// Register makes h runnable under name. Call it from an init function.
+func Register(name string, h Handler) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := handlers[name]; dup {
+		panic("sandboxproc: handler registered twice: " + name)
+	}
+	handlers[name] = h
+}
+
+// Limits bound one child.
+type Limits struct {
+	// MemoryBytes is the address space the child may add to what the Go
+	// runtime had mapped when it started (the runtime reserves about a
+	// gigabyte of address space up front, so a plain RLIMIT_AS of a few
+	// hundred MiB would stop it before it runs). 0: no limit.
+	MemoryBytes uint64
+	// WallClock is the child's wall-clock budget; past it the child's
+	// process group is killed. 0: only ctx bounds it.
+	WallClock time.Duration
+	// MaxOutput bounds the response (0: DefaultMaxOutput).
+	MaxOutput int
+}
+
+// Executable returns the binary to re-execute (tests may replace it).
+var Executable = os.Executable
+
+// Run runs the handler name in a child process under lim, sends it req and
+// returns its response. A cancelled ctx kills the child.
+func Run(ctx context.Context, name string, lim Limits, req []byte) ([]byte, error) {
+	exe, err := Executable()
+	if err != nil {
+		return nil, fmt.Errorf("sandboxproc: finding this binary: %w", err)
+	}
+	if lim.WallClock > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, lim.WallClock)
+		defer cancel()
+	}
+	maxOut := lim.MaxOutput
+	if maxOut <= 0 {
+		maxOut = DefaultMaxOutput
+	}
+	cmd := exec.Command(exe, Subcommand, name)
+	cmd.Env = append(os.Environ(), envMemory+"="+strconv.FormatUint(lim.MemoryBytes, 10))
+	cmd.Stdin = bytes.NewReader(req)
+	stdout := &capped{max: maxOut + 1}
+	stderr := &capped{max: 64 << 10}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	// Its own process group, so a kill reaches anything it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("sandboxproc: starting the child: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var waitErr error
+	killed := false
+	select {
+	case waitErr = <-done:
+	case <-ctx.Done():
+		killed = true
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		waitErr = <-done
+	}
+	if killed {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ErrTimeout
+		}
+		return nil, ctx.Err()
+	}
+	if waitErr != nil {
+		if isOOM(stderr.String()) {
+			return nil, ErrMemory
+		}
+		return nil, fmt.Errorf("%w: %v%s", ErrCrashed, waitErr, tail(stderr.String()))
+	}
+	out := stdout.Bytes()
+	if len(out) > maxOut {
+		return nil, fmt.Errorf("%w: its response exceeds %d bytes", ErrCrashed, maxOut)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: empty response%s", ErrCrashed, tail(stderr.String()))
+	}
+	switch out[0] {
+	case statusOK:
+		return out[1:], nil
+	case statusErr:
+		var e wireError
+		if err := json.Unmarshal(out[1:], &e); err != nil {
+			return nil, fmt.Errorf("%w: malformed error response", ErrCrashed)
+		}
+		if len(e.Diagnostics) > 0 {
+			return nil, e.Diagnostics
+		}
+		return nil, errors.New(e.Message)
+	}
+	return nil, fmt.Errorf("%w: malformed response", ErrCrashed)
+}
+
+const (
+	statusOK  byte = 0
+	statusErr byte = 1
+)
+
+type wireError struct {
+	Message     string    `json:"message,omitempty"`
+	Diagnostics diag.List `json:"diagnostics,omitempty"`
+}
+
+// isOOM recognises the Go runtime's out-of-memory deaths, which is how an
+// exhausted RLIMIT_AS shows: mmap fails and the runtime throws (or, in a
+// binary built with -race, ThreadSanitizer fails to map its shadow).
+func isOOM(stderr string) bool {
+	return strings.Contains(stderr, "out of memory") ||
+		strings.Contains(stderr, "ThreadSanitizer failed to allocate") ||
+		strings.Contains(stderr, "address space collisions") ||
+		strings.Contains(stderr, "cannot allocate memory") ||
+		strings.Contains(stderr, "failed to create new OS thread")
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	if len(s) > 500 {
+		s = "…" + s[len(s)-500:]
+	}
+	return ": " + s
+}
+
+// capped keeps at most max bytes and discards the rest.
+type capped struct {
+	bytes.Buffer
+	max int
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := c.max - c.Len(); room > 0 {
+		if len(p) > room {
+			c.Buffer.Write(p[:room])
+		} else {
+			c.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}
+
+// IsChild reports whether this process was started by Run.
+func IsChild() bool { return len(os.Args) >= 3 && os.Args[1] == Subcommand }
+
+// Main runs the child side when IsChild, and then exits; otherwise it
+// returns at once. Call it before anything else in main and TestMain.
+func Main() {
+	if !IsChild() {
+		return
+	}
+	os.Exit(child(os.Args[2], os.Stdin, os.Stdout))
+}
+
+func child(name string, in io.Reader, out io.Writer) int {
+	mem, _ := strconv.ParseUint(os.Getenv(envMemory), 10, 64)
+	if mem > 0 {
+		if err := limitMemory(mem); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxproc: %v\n", err)
+			return 3
+		}
+	}
+	mu.RLock()
+	h := handlers[name]
+	mu.RUnlock()
+	if h == nil {
+		fmt.Fprintf(os.Stderr, "sandboxproc: no handler %q\n", name)
+		return 3
+	}
+	req, err := io.ReadAll(in)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sandboxproc: reading the request: %v\n", err)
+		return 3
+	}
+	resp, err := run(h, req)
+	if err != nil {
+		e := wireError{Message: err.Error()}
+		if ds, ok := diag.As(err); ok {
+			e.Diagnostics = ds
+		}
+		b, _ := json.Marshal(e)
+		_, werr := out.Write(append([]byte{statusErr}, b...))
+		if werr != nil {
+			return 3
+		}
+		return 0
+	}
+	if _, err := out.Write(append([]byte{statusOK}, resp...)); err != nil {
+		return 3
+	}
+	return 0
+}
+
+// run calls h, turning a panic into an error (the child exits cleanly and
+// the parent reports it).
+func run(h Handler, req []byte) (resp []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("sandboxproc: handler panicked: %v", r)
+		}
+	}()
+	return h(context.Background(), req)
+}
+
+// limitMemory caps the address space at what is mapped now plus mem, and
+// tells the garbage collector to work hard before that limit is reached.
+func limitMemory(mem uint64) error {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return fmt.Errorf("reading the address space size: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return errors.New("reading the address space size: empty /proc/self/statm")
+	}
+	pages, err := strconv.ParseUint(f[0], 10, 64)
+	if err != nil {
+		return fmt.Errorf("reading the address space size: %w", err)
+	}
+	lim := pages*uint64(os.Getpagesize()) + mem
+	if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: lim, Max: lim}); err != nil {
+		return fmt.Errorf("setting RLIMIT_AS: %w", err)
+	}
+	// The soft limit makes the GC collect before mmap fails, so a call that
+	// fits after collection is not killed for garbage it left behind.
+	debug.SetMemoryLimit(int64(mem - mem/4))
+	return nil
+}
