@@ -28,6 +28,9 @@ const ledgerMarker = "ledger.genesis"
 // refused (SC5041), and so is a ledger whose genesis is not the marker's.
 func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*dp.Ledger, error) {
 	opts := &dp.Options{Silo: c.Name, Now: now}
+	if err := checkLedgerKeyMode(c.Identity); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(filepath.Dir(c.Ledger), 0o700); err != nil {
 		return nil, diag.New(diag.LedgerUnreadable, c.Ledger, "cannot make the ledger's folder: %v", err)
 	}
@@ -66,6 +69,32 @@ func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*d
 			WithHelp("point ledger: at the silo's own ledger, or restore it; a silo never switches to another ledger with fresh budgets")
 	}
 	return l, nil
+}
+
+// checkLedgerKeyMode refuses a plaintext identity key that its group or
+// others may read: the silo signs its ledger with it, and whoever reads it
+// can forge ledger entries (the same rule as dp.ReadPrivateKeyFile for a
+// ledger key of its own). An age-encrypted key is left to identity.Load.
+func checkLedgerKeyMode(path string) error {
+	if path == "" {
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	head := make([]byte, 32)
+	n, _ := f.Read(head)
+	f.Close()
+	if !strings.HasPrefix(strings.TrimSpace(string(head[:n])), "-----BEGIN PRIVATE KEY") {
+		return nil
+	}
+	return diag.New(diag.LedgerInsecure, path, "the identity key signs the privacy ledger and is accessible to others (mode %04o); refusing to charge with it", fi.Mode().Perm()).
+		WithHelp("run: chmod 600 %s, and consider the key exposed if others may have read it", path)
 }
 
 func readMarker(path string) (string, error) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/silo"
 )
 
@@ -83,4 +84,29 @@ func TestSiloRefusesDamagedLedger(t *testing.T) {
 	if now, _ := os.ReadFile(c.Ledger); string(now) != string(bad) {
 		t.Fatal("the refused start changed the ledger")
 	}
+}
+
+// The identity key signs the ledger: a plaintext key its group can read is
+// refused before the ledger is touched (SC5040).
+func TestSiloRefusesLooseLedgerKey(t *testing.T) {
+	w := newRoundWorld(t)
+	c := w.siloConfig("hospital-a", nil)
+	c.Identity = filepath.Join(w.dir, "hospital-a", "identity.key")
+	if err := identity.Save(c.Identity, w.ids["hospital-a"], identity.SaveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(c.Identity, 0o640)
+	_, err := silo.Open(c, w.ids["hospital-a"], w.fed, silo.Options{})
+	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.LedgerInsecure {
+		t.Fatalf("got %v, want SC5040", err)
+	}
+	if _, err := os.Stat(c.Ledger); err == nil {
+		t.Fatal("a ledger was created with a loose key")
+	}
+	os.Chmod(c.Identity, 0o600)
+	a, err := silo.Open(c, w.ids["hospital-a"], w.fed, silo.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
 }
