@@ -60,8 +60,9 @@ func newPrivacyReportCmd() *cobra.Command {
 		Short: "What a training run cost each silo's dataset, with the receipts that prove each charge",
 		Long: `Report reads a run's round receipts from the replicated receipt chain and the
 signed contribution record each receipt cites, and prints per silo and
-dataset: the mechanism, σ and sampling rate q, the rounds contributed (and
-declined), ε of each round, this run's ε composed in RDP at the dataset's δ,
+dataset: the mechanism, σ and sampling rate q, the rounds contributed (every
+round charged, a failed secure aggregation included: the charge stands) and
+declined, ε of each round, this run's ε composed in RDP at the dataset's δ,
 the dataset's cumulative ε in the silo's ledger (every charge, all runs), its
 budget and what remains, and the receipts proving each charge (receipt
 number, and in JSON the receipt, contribution and ledger entry hashes).
