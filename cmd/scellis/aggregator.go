@@ -149,7 +149,7 @@ func newAggregatorStatusCmd() *cobra.Command {
 
 func newAggregatorMemberCmd(join bool) *cobra.Command {
 	var f memberFlags
-	use, short := "join MEMBER", "Add an aggregator to the Raft voters (run with an aggregator's identity)"
+	use, short := "join MEMBER", "Add an aggregator to the Raft voters (run with an aggregator's or an operator's identity)"
 	long := `Add a running aggregator to the cluster's voters. Before joining, list the
 member (with address and raft_address) in the federation file of every node
 and restart them one at a time, and start the new node with join: true in
