@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"os"
@@ -235,6 +236,14 @@ func (h *harness) result(r Result) []string {
 			s += " (late)"
 		}
 		out = append(out, s)
+	case *CommitResponse:
+		s := fmt.Sprintf("committed %s/%d: %d commitments, reveal ", h.name(resp.Job), resp.Shard, resp.Commits)
+		if resp.Reveal {
+			s += "open"
+		} else {
+			s += fmt.Sprintf("at %d", resp.RevealAt)
+		}
+		out = append(out, s)
 	case *ReducedResponse:
 		s := fmt.Sprintf("reduced %s = %s by %s", h.name(resp.Job), h.name(resp.Reduced), resp.Reducer)
 		if resp.Existing {
@@ -270,6 +279,8 @@ func (h *harness) event(e Event) string {
 			s += " late"
 		}
 		return s
+	case ResultCommitted:
+		return fmt.Sprintf("result-committed %s/%d %s", h.name(e.Job), e.Shard, e.Peer)
 	case ShardVerified:
 		s := fmt.Sprintf("shard-verified %s/%d result=%s agreeing=%s", h.name(e.Job), e.Shard, h.name(e.Result), strings.Join(e.Agreeing, ","))
 		if len(e.Losers) > 0 {
@@ -356,6 +367,17 @@ func (h *harness) command(line int, text string) Command {
 	case "report":
 		j, s := h.shardArg(a.pos(1))
 		return ReportResult{Peer: a.pos(0), Job: j, Shard: s, Result: h.ref("result", a.str("hash", "")), Now: a.int64("now", 0)}
+	case "commit":
+		// commit PEER JOB/I hash=H nonce=N: commits to result H with a
+		// nonce of 32 bytes N (copied=OTHER commits OTHER's commitment).
+		j, s := h.shardArg(a.pos(1))
+		who := a.str("copied", a.pos(0))
+		return CommitResult{Peer: a.pos(0), Job: j, Shard: s, Now: a.int64("now", 0),
+			Commitment: Commitment(h.ref("result", a.str("hash", "")), who, j, s, scriptNonce(a.str("nonce", "0")))}
+	case "reveal":
+		j, s := h.shardArg(a.pos(1))
+		return ReportResult{Peer: a.pos(0), Job: j, Shard: s, Result: h.ref("result", a.str("hash", "")),
+			Nonce: hex.EncodeToString(scriptNonce(a.str("nonce", "0"))), Now: a.int64("now", 0)}
 	case "reduced":
 		return ReportReduced{Job: h.ref("job", a.pos(0)), Peer: a.str("by", ""), Reduced: h.ref("result", a.str("hash", "")), Now: a.int64("now", 0)}
 	}
@@ -376,7 +398,7 @@ func (h *harness) query(line int, cmd string, a args) []string {
 	var out []string
 	switch cmd {
 	case "pool":
-		m, err := New(Config{Regime: trust.Regime(a.str("regime", "consortium")), DefaultLeaseTTL: a.int64("ttl", 0)})
+		m, err := New(Config{Regime: trust.Regime(a.str("regime", "consortium")), DefaultLeaseTTL: a.int64("ttl", 0), CommitReveal: a.flag("commit-reveal")})
 		if err != nil {
 			return []string{"error: " + err.Error()}
 		}
@@ -398,6 +420,9 @@ func (h *harness) query(line int, cmd string, a args) []string {
 			s := fmt.Sprintf("  %d %s", sh.Index, sh.State)
 			for _, l := range sh.Leases {
 				s += fmt.Sprintf(" lease:%s@%d", l.Peer, l.Expiry)
+			}
+			for _, c := range sh.Commits {
+				s += fmt.Sprintf(" committed:%s", c.Peer)
 			}
 			for _, r := range sh.Reports {
 				s += fmt.Sprintf(" %s=%s", r.Peer, h.name(r.Result))
@@ -441,8 +466,12 @@ func (h *harness) query(line int, cmd string, a args) []string {
 		}
 	case "peers":
 		for _, p := range h.m.Peers() {
-			out = append(out, fmt.Sprintf("%s leases=%d reports=%d late=%d won=%d lost=%d extra=%d inconclusive=%d units=%d",
-				p.Peer, p.Leases, p.Reports, p.Late, p.Won, p.Lost, p.Extra, p.Inconclusive, p.WorkUnits))
+			s := fmt.Sprintf("%s leases=%d reports=%d late=%d won=%d lost=%d extra=%d inconclusive=%d units=%d",
+				p.Peer, p.Leases, p.Reports, p.Late, p.Won, p.Lost, p.Extra, p.Inconclusive, p.WorkUnits)
+			if p.Expired > 0 {
+				s += fmt.Sprintf(" expired=%d", p.Expired)
+			}
+			out = append(out, s)
 		}
 		if len(out) == 0 {
 			out = append(out, "none")
@@ -554,4 +583,14 @@ func (a args) list(k string) []string {
 		return nil
 	}
 	return strings.Split(v, ",")
+}
+
+// scriptNonce is a nonce of 32 bytes, each the byte of n (a decimal).
+func scriptNonce(n string) []byte {
+	b, _ := strconv.Atoi(n)
+	out := make([]byte, NonceBytes)
+	for i := range out {
+		out[i] = byte(b)
+	}
+	return out
 }
