@@ -216,15 +216,7 @@ func (f *ModelFile) Prepare(d *model.Dataset, file string, labelled bool) (*mode
 				strings.Join(missing, ", "), strings.Join(f.Features, ", ")).At(file, 1, 1).
 				WithHelp("the columns are matched by name; add or rename the missing ones (the file has: %s)", strings.Join(d.Features, ", "))
 		}
-		sel := make([]float64, 0, d.Rows()*len(idx))
-		for i := range d.Rows() {
-			row := d.Row(i)
-			for _, j := range idx {
-				sel = append(sel, row[j])
-			}
-		}
-		out = &model.Dataset{Name: d.Name, Features: slices.Clone(f.Features), Label: d.Label, Y: d.Y}
-		out.X = matrixOf(d.Rows(), len(idx), sel)
+		out = pick(d, f.Features, idx)
 	} else if d.Dims() != f.Inputs {
 		return nil, diag.New(diag.ModelColumnsMissing, file, "the data has %d feature columns; the model (no feature names) takes %d", d.Dims(), f.Inputs).
 			At(file, 1, 1).WithHelp("give exactly the model's inputs, in its order, besides the label column")
@@ -252,4 +244,25 @@ func classList(c []float64) string {
 		s[i] = fmt.Sprint(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// NewRoundSummary summarises one step from its summed metrics: training
+// loss and accuracy per example of the training sums, held-out ones per
+// example of the eval_ sums. The watch table and the model file use it.
+func NewRoundSummary(round int, step string, participants, dropped []string, sums map[string]float64, model content.Ref) RoundSummary {
+	if step == "" {
+		step = StepTrain
+	}
+	row := RoundSummary{Round: round, Step: step, Participants: participants, Dropped: dropped, Sums: sums,
+		Epsilon: map[string]float64{}, Declined: map[string]string{}, Model: model}
+	if n := sums["examples"]; n > 0 {
+		row.TrainLoss = sums["loss"] / n
+		row.TrainAcc = sums["correct"] / n
+	}
+	if n := sums["eval_examples"]; n > 0 {
+		row.EvalLoss = sums["eval_loss"] / n
+		row.EvalAcc = sums["eval_correct"] / n
+		row.EvalRows = n
+	}
+	return row
 }

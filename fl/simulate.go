@@ -13,6 +13,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/script"
 )
@@ -48,6 +49,12 @@ type SimOptions struct {
 	Parallel int
 	// OnRound, when set, sees every round as it completes.
 	OnRound func(Round)
+	// ClientSeed, when set, gives the seed of site i's client step in
+	// synchronous round r (its script rng and, through ClientParamSeed,
+	// params.seed) in place of one derived from Seed: fl simulate passes
+	// the live path's derivation (ClientSeed of the run, the coordinator
+	// round and the site's name), so it trains exactly as the silos do.
+	ClientSeed func(r, i int) [32]byte
 }
 
 // Async configures asynchronous simulation: every site trains
@@ -71,6 +78,12 @@ type Round struct {
 	Metrics      map[string]float64 // summed client metrics: the incoming global on their rows
 	Hash         content.Ref        // model hash of the global state after the step
 	MaxStaleness int                // asynchronous mode: the stalest update in the buffer
+	// Charges holds, per site index, the mechanisms its client step would
+	// charge its ledger for this step (none without DP).
+	Charges map[int][]dp.Mechanism
+	// Start is the global state the step started from, Global the one it
+	// made (decoded from its canonical encoding, as a silo sees it).
+	Start, Global Global
 }
 
 // Mean returns Metrics[name] / Metrics["examples"], the mean of a summed
@@ -239,11 +252,16 @@ func (sim *simulation) step(g Global, r, i, run int, work float64, extra map[str
 	}
 	env := sim.opts.Env
 	env.Seed = sim.callSeed("client", r, i, run)
+	if sim.opts.ClientSeed != nil && sim.opts.Async == nil {
+		seed := sim.opts.ClientSeed(r, i)
+		env.Seed, params["seed"] = seed[:], ClientParamSeed(seed)
+	}
 	return ClientStep(sim.ctx, env, sim.s.With(params), g, sim.sites[i], state, sim.opts.Privacy)
 }
 
 // accumulator sums one server step's contributions in a fixed order.
 type accumulator struct {
+	charges map[int][]dp.Mechanism
 	sum     []float64
 	weight  float64
 	metrics map[string]float64
@@ -272,6 +290,12 @@ func (sim *simulation) add(acc *accumulator, site int, out ClientOutput) error {
 		acc.part++
 	}
 	acc.weight += out.Weight
+	if len(out.Mechanism.Mechanisms) > 0 {
+		if acc.charges == nil {
+			acc.charges = map[int][]dp.Mechanism{}
+		}
+		acc.charges[site] = append(acc.charges[site], out.Mechanism.Mechanisms...)
+	}
 	if acc.metrics == nil {
 		acc.metrics = map[string]float64{}
 	}
@@ -297,6 +321,7 @@ func (sim *simulation) add(acc *accumulator, site int, out ClientOutput) error {
 // serve runs the server step on an accumulated buffer and records it.
 func (sim *simulation) serve(acc *accumulator) error {
 	idx := len(sim.rounds)
+	start := sim.global
 	sum := acc.sum
 	if sum == nil && sim.dim > 0 {
 		sum = make([]float64, sim.dim)
@@ -313,7 +338,7 @@ func (sim *simulation) serve(acc *accumulator) error {
 		}
 	}
 	r := Round{Index: idx, Participants: acc.part, Declined: acc.decl, Weight: acc.weight,
-		Metrics: acc.metrics, Hash: sim.hash, MaxStaleness: acc.stale}
+		Metrics: acc.metrics, Hash: sim.hash, MaxStaleness: acc.stale, Start: start, Global: sim.global, Charges: acc.charges}
 	sim.rounds = append(sim.rounds, r)
 	if sim.opts.OnRound != nil {
 		sim.opts.OnRound(r)

@@ -2,9 +2,7 @@ package silo
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
@@ -249,9 +247,9 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			return decline(diag.New(diag.SiloStateUnavailable, subject, "the client state cannot be read: %v", err).
 				WithHelp("check %s; the silo does not train from a damaged state", statePath))
 		}
-		seed := a.seed(st.Run, st.Round, b.Seed)
+		seed := fl.ClientSeed(st.Run, st.Round, b.Seed, a.Name)
 		strategy = strategy.With(map[string]any{
-			"round": int64(b.TrainRound), "seed": int64(binary.BigEndian.Uint64(seed[:8]) >> 1),
+			"round": int64(b.TrainRound), "seed": fl.ClientParamSeed(seed),
 			"work": 1.0, "sites": int64(len(b.SecAgg.Members)),
 		})
 		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
@@ -537,11 +535,6 @@ func (a *Appliance) strategy(ctx context.Context, spec fl.Canonical) (*fl.Strate
 		return nil, err
 	}
 	return fl.NewStrategy(e, spec.Params())
-}
-
-// seed derives the client step's seed from the round's and the silo's name.
-func (a *Appliance) seed(run content.Ref, round int, roundSeed int64) [32]byte {
-	return sha256.Sum256(fmt.Appendf(nil, "scellis/silo/client-step\x00%s\x00%d\x00%d\x00%s", run, round, roundSeed, a.Name))
 }
 
 // secaggHost finds the aggregator hosting the round's secure aggregation:

@@ -37,7 +37,7 @@ cohort trains on its own data, clips and noises its update, charges its
 privacy ledger and takes part in secure aggregation; the aggregator learns
 only the sum and runs the strategy's server step on it.`,
 	}
-	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLListCmd(), newFLStatusCmd())
+	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLSimulateCmd(), newFLListCmd(), newFLStatusCmd())
 	return cmd
 }
 
@@ -161,21 +161,7 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (f
 	if err != nil {
 		return fl.RoundSummary{}, nil, nil, err
 	}
-	step := rr.Step
-	if step == "" {
-		step = fl.StepTrain
-	}
-	row := fl.RoundSummary{Round: rr.Round, Step: step, Participants: rr.Participants, Dropped: rr.Dropped, Sums: rr.Metrics,
-		Epsilon: map[string]float64{}, Declined: map[string]string{}, Model: rr.Model}
-	if n := rr.Metrics["examples"]; n > 0 {
-		row.TrainLoss = rr.Metrics["loss"] / n
-		row.TrainAcc = rr.Metrics["correct"] / n
-	}
-	if n := rr.Metrics["eval_examples"]; n > 0 {
-		row.EvalLoss = rr.Metrics["eval_loss"] / n
-		row.EvalAcc = rr.Metrics["eval_correct"] / n
-		row.EvalRows = n
-	}
+	row := fl.NewRoundSummary(rr.Round, rr.Step, rr.Participants, rr.Dropped, rr.Metrics, rr.Model)
 	st, err := c.Job(ctx, jobID)
 	if err != nil {
 		return row, rr, g, nil
@@ -204,6 +190,41 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (f
 		}
 	}
 	return row, rr, g, nil
+}
+
+// printRoundHeader and printRoundRow print the round table of fl watch
+// and fl simulate.
+func printRoundHeader(w io.Writer) {
+	fmt.Fprintln(w, "train: the incoming model on the silos' training rows; held-out: on rows no silo trains on (secure sums)")
+	fmt.Fprintf(w, "%5s  %-5s %-5s %8s %8s %8s %8s  %s\n", "round", "step", "sites", "train-ls", "train-ac", "held-ls", "held-ac", "ε charged this round per silo (each silo's ledger composes them) · dropouts · declines")
+}
+
+func printRoundRow(w io.Writer, row fl.RoundSummary) {
+	var eps []string
+	for _, s := range slices.Sorted(maps.Keys(row.Epsilon)) {
+		eps = append(eps, fmt.Sprintf("%s %.3g", s, row.Epsilon[s]))
+	}
+	if len(eps) > 8 { // a simulation's thousand sites: one figure per distinct ε
+		count := map[string]int{}
+		for _, e := range row.Epsilon {
+			count[fmt.Sprintf("%.3g", e)]++
+		}
+		eps = eps[:0]
+		for _, e := range slices.Sorted(maps.Keys(count)) {
+			eps = append(eps, fmt.Sprintf("%d silos %s", count[e], e))
+		}
+	}
+	extra := ""
+	if len(row.Dropped) > 0 {
+		extra = " · dropped: " + strings.Join(row.Dropped, ",")
+	}
+	for _, s := range sortedKeys(row.Declined) {
+		extra += fmt.Sprintf(" · %s declined: %s", s, row.Declined[s])
+	}
+	train, held := row.Sums["examples"] > 0, row.EvalRows > 0
+	fmt.Fprintf(w, "%5d  %-5s %-5d %s %s %s %s  %s%s\n", row.Round, row.Step, len(row.Participants),
+		metric(row.TrainLoss, train), metric(row.TrainAcc, train), metric(row.EvalLoss, held), metric(row.EvalAcc, held),
+		strings.Join(eps, ", "), extra)
 }
 
 // metric prints a mean, or "-" where the step has none.
@@ -238,8 +259,7 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 		}
 		if !header && !jsonOutput {
 			fmt.Fprintf(w, "run %s (%s): %d steps, cohort %s\n", st.Name, id.Short(), st.Rounds, strings.Join(st.Silos, ", "))
-			fmt.Fprintln(w, "train: the incoming model on the silos' training rows; held-out: on rows no silo trains on (secure sums)")
-			fmt.Fprintf(w, "%5s  %-5s %-5s %8s %8s %8s %8s  %s\n", "round", "step", "sites", "train-ls", "train-ac", "held-ls", "held-ac", "ε charged this round per silo (each silo's ledger composes them) · dropouts · declines")
+			printRoundHeader(w)
 			header = true
 		}
 		for ; shown < len(st.Models); shown++ {
@@ -252,26 +272,7 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 				fmt.Fprintln(w, string(b))
 				continue
 			}
-			var eps []string
-			silos := make([]string, 0, len(row.Epsilon))
-			for s := range row.Epsilon {
-				silos = append(silos, s)
-			}
-			sort.Strings(silos)
-			for _, s := range silos {
-				eps = append(eps, fmt.Sprintf("%s %.3g", s, row.Epsilon[s]))
-			}
-			extra := ""
-			if len(row.Dropped) > 0 {
-				extra = " · dropped: " + strings.Join(row.Dropped, ",")
-			}
-			for _, s := range sortedKeys(row.Declined) {
-				extra += fmt.Sprintf(" · %s declined: %s", s, row.Declined[s])
-			}
-			train, held := row.Sums["examples"] > 0, row.EvalRows > 0
-			fmt.Fprintf(w, "%5d  %-5s %-5d %s %s %s %s  %s%s\n", row.Round, row.Step, len(row.Participants),
-				metric(row.TrainLoss, train), metric(row.TrainAcc, train), metric(row.EvalLoss, held), metric(row.EvalAcc, held),
-				strings.Join(eps, ", "), extra)
+			printRoundRow(w, row)
 		}
 		if st.State != coordinator.RunRunning {
 			return endWatch(ctx, c, st, w)

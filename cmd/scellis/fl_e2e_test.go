@@ -264,7 +264,31 @@ seed: 1
 	if ev.Rows != 600 || math.Abs(ev.Accuracy-fed.EvalAcc) > 1e-9 {
 		t.Fatalf("model eval accuracy %.6f on %d rows; the federated evaluation of the final model said %.6f", ev.Accuracy, ev.Rows, fed.EvalAcc)
 	}
+	// fl simulate over the same four sites (named as the silos, so their
+	// seeds are the silos'), in one process, makes the same model.
+	for i, s := range silos {
+		writeCSV(t, filepath.Join(c.dir, "sim", "train", s+".csv"), trains[i])
+		writeCSV(t, filepath.Join(c.dir, "sim", "test", s+".csv"), tests[i])
+	}
+	simOut := mustRun(t, scellisCmd(t, c.dir, "fl", "simulate", "federated.yaml", "--data", filepath.Join("sim", "train"),
+		"--eval-data", filepath.Join("sim", "test"), "--out", "sim-model.json"))
+	sim, err := fl.ReadModelFile(filepath.Join(c.dir, "sim-model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	mf, err := fl.ReadModelFile(filepath.Join(c.dir, "model.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var worst float64
+	for j := range mf.Params {
+		worst = max(worst, math.Abs(sim.Params[j]-mf.Params[j]))
+	}
+	t.Logf("fl simulate vs the live run: largest parameter difference %.3g", worst)
+	if worst > 1e-6 || len(sim.Rounds) != len(mf.Rounds) {
+		t.Fatalf("fl simulate's model differs from the live run's by %.3g (%d vs %d steps):\n%s", worst, len(sim.Rounds), len(mf.Rounds), simOut)
+	}
+	mf, err = fl.ReadModelFile(filepath.Join(c.dir, "model.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,8 +304,11 @@ seed: 1
 	}
 }
 
-func writeCSV(t *testing.T, path string, d *model.Dataset) {
+func writeCSV(t testing.TB, path string, d *model.Dataset) {
 	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	var buf bytes.Buffer
 	if err := model.WriteCSV(&buf, d); err != nil {
 		t.Fatal(err)
