@@ -10,6 +10,7 @@ import (
 // Aggregator configures `scellis aggregator`.
 type Aggregator struct {
 	File           string
+	Pos            Positions `json:"-"`
 	Name           string        // this node's member name in the federation file
 	Identity       string        // private key file (scellis keygen)
 	PassphraseFile string        // for an encrypted key file
@@ -123,6 +124,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 	if err := c.raftTimeouts(l); err != nil {
 		return nil, err
 	}
+	c.Pos = l.positions()
 	c.Identity = resolve(file, c.Identity)
 	c.PassphraseFile = resolve(file, c.PassphraseFile)
 	c.Federation = resolve(file, c.Federation)
@@ -134,6 +136,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 // budget it gives the pool.
 type Worker struct {
 	File           string
+	Pos            Positions `json:"-"`
 	Name           string
 	Identity       string
 	PassphraseFile string
@@ -163,9 +166,11 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("poll", false, "", duration(&c.Poll)),
 		mk("corrupt_results", false, "", boolean(&c.CorruptResults)),
 	}
-	if _, err := load(file, "worker config", fields); err != nil {
+	l, err := load(file, "worker config", fields)
+	if err != nil {
 		return nil, err
 	}
+	c.Pos = l.positions()
 	c.Identity = resolve(file, c.Identity)
 	c.PassphraseFile = resolve(file, c.PassphraseFile)
 	c.Federation = resolve(file, c.Federation)

@@ -118,7 +118,7 @@ func number(p *float64, check func(float64) error) parser {
 	return parser{
 		set: func(d *yamlpos.Decoder, n *yaml.Node, subject string) {
 			bad := len(d.Diags)
-			v := d.Number(n, subject, math.Inf(-1), math.Inf(1))
+			v := d.Number(n, subject, -math.MaxFloat64, math.MaxFloat64) // finite: .inf is refused
 			if len(d.Diags) > bad {
 				return
 			}
@@ -312,6 +312,7 @@ func load(file, subject string, fields []field) (*loaded, error) {
 	v.SetEnvKeyReplacer(envReplacer)
 	l := &loaded{d: &yamlpos.Decoder{File: file}, v: v, nodes: map[string]*yaml.Node{}, env: map[string]string{}}
 	l.section(doc, "", subject, fields, true)
+	l.identityConflict(file, subject)
 	return l, l.d.Err()
 }
 
@@ -478,4 +479,47 @@ func resolve(file, p string) string {
 		return p
 	}
 	return filepath.Join(filepath.Dir(file), p)
+}
+
+// identityConflict refuses SCELLIS_IDENTITY naming another key than the
+// config's identity: the variable is also the CLI's identity, so one left
+// in an operator's shell would otherwise silently start an appliance as
+// someone else. The same key, or the variable with no identity in the
+// file, is fine.
+func (l *loaded) identityConflict(file, subject string) {
+	n, inFile := l.nodes["identity"]
+	name, fromEnv := l.env["identity"]
+	if !inFile || !fromEnv || n.Kind != yaml.ScalarNode {
+		return
+	}
+	env := os.Getenv(name)
+	abs, err := filepath.Abs(env)
+	if err == nil && abs == resolve(file, n.Value) {
+		return
+	}
+	l.d.Errorf(n, diag.InvalidValue, subject,
+		fmt.Sprintf("unset %s to start with the config's key (it is meant for CLI commands), or remove identity from the config to take the variable's", name),
+		"%s=%s conflicts with identity: %s in the config", name, env, n.Value)
+}
+
+// Positions maps a config's top-level keys to where its file gives them,
+// so checks made after loading (start-up and config check) can point there.
+type Positions map[string]diag.Position
+
+// At positions d at key of file, or at the file when the key is not in it.
+func (p Positions) At(d *diag.Diagnostic, file, key string) *diag.Diagnostic {
+	if pos, ok := p[key]; ok {
+		return d.At(pos.File, pos.Line, pos.Col)
+	}
+	return d.At(file, 1, 1)
+}
+
+func (l *loaded) positions() Positions {
+	p := Positions{}
+	for k, n := range l.nodes {
+		if !strings.Contains(k, ".") && !strings.Contains(k, "[") {
+			p[k] = diag.Position{File: l.d.File, Line: n.Line, Col: n.Column}
+		}
+	}
+	return p
 }

@@ -22,6 +22,7 @@ import (
 // round request before doing anything (package silo checks it).
 type Silo struct {
 	File           string
+	Pos            Positions `json:"-"`
 	Name           string // this silo's member name in the federation file
 	Identity       string // private key file (scellis keygen)
 	PassphraseFile string // for an encrypted key file
@@ -170,6 +171,7 @@ func LoadSilo(file string) (*Silo, error) {
 	if l == nil {
 		return nil, err
 	}
+	c.Pos = l.positions()
 	p.Strategies = strategies
 	if n := l.node("policy.strategies"); n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == 0 {
 		l.d.Errorf(n, diag.InvalidValue, "policy.strategies", "list the strategies the silo accepts, or remove the key to accept the built-in ones",

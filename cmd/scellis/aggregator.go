@@ -60,8 +60,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 			if err != nil {
 				return err
 			}
-			f := memberFlags{identity: c.Identity, passphraseFile: c.PassphraseFile, federation: c.Federation}
-			id, fed, err := f.loadMember(cmd.ErrOrStderr())
+			id, fed, err := checkAggregator(c, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

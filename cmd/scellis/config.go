@@ -42,9 +42,12 @@ func newConfigCmd() *cobra.Command {
 		Use:   "check FILE",
 		Short: "Validate a silo, aggregator or worker config and report every problem at once",
 		Long: `Check an appliance config without starting anything: unknown keys (with a
-did-you-mean hint), missing or mistyped values, values out of range, and for
-a silo its datasets (class, budget, unit, the CSV file and its label column)
-and its policy. Environment overrides (SCELLIS_...) apply as when the
+did-you-mean hint), missing or mistyped values, values out of range, and
+what start-up checks: the identity key (present, permissions, passphrase),
+the federation file, that the named member exists with the appliance's role
+and the key is its key, that data_dir (cache_dir) can be written; for a silo
+its datasets (class, finite budget, unit, every row of the CSV file parsed)
+and its policy's strategies. Environment overrides (SCELLIS_...) apply as when the
 appliance starts. Every problem is reported with its file:line:col; the exit
 code is 2 when there is one. Without --kind the kind is guessed from the
 file's keys.`,
@@ -52,7 +55,7 @@ file's keys.`,
   scellis config check --kind aggregator agg-1.yaml`,
 		Args: exactArgs(1, "FILE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runConfigCheck(args[0], kind, cmd.OutOrStdout())
+			return runConfigCheck(args[0], kind, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	check.Flags().StringVar(&kind, "kind", "", "the config's kind: silo, aggregator or worker (default: guessed from its keys)")
@@ -60,7 +63,7 @@ file's keys.`,
 	return cmd
 }
 
-func runConfigCheck(file, kind string, stdout io.Writer) error {
+func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 	if kind == "" {
 		k, err := guessConfigKind(file)
 		if err != nil {
@@ -78,10 +81,16 @@ func runConfigCheck(file, kind string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if _, _, err := checkSilo(s, stderr); err != nil {
+			return err
+		}
 		c, summary = s, siloSummary(s)
 	case "aggregator":
 		a, err := config.LoadAggregator(file)
 		if err != nil {
+			return err
+		}
+		if _, _, err := checkAggregator(a, stderr); err != nil {
 			return err
 		}
 		c, summary = a, fmt.Sprintf("aggregator %s is valid: data in %s, leases of %s", a.Name, a.DataDir, a.LeaseTTL)
@@ -91,6 +100,9 @@ func runConfigCheck(file, kind string, stdout io.Writer) error {
 	case "worker":
 		w, err := config.LoadWorker(file)
 		if err != nil {
+			return err
+		}
+		if _, _, err := checkWorker(w, stderr); err != nil {
 			return err
 		}
 		c, summary = w, fmt.Sprintf("worker %s is valid: cache in %s, %s at once, %d MiB and %s per shard",

@@ -68,8 +68,7 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 			if err != nil {
 				return err
 			}
-			f := memberFlags{identity: c.Identity, passphraseFile: c.PassphraseFile, federation: c.Federation}
-			id, fed, err := f.loadMember(cmd.ErrOrStderr())
+			id, fed, err := checkSilo(c, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -15,7 +15,6 @@ import (
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/config"
-	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/pool"
 )
 
@@ -49,14 +48,9 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			if err != nil {
 				return err
 			}
-			f := memberFlags{identity: c.Identity, passphraseFile: c.PassphraseFile, federation: c.Federation}
-			id, fed, err := f.loadMember(cmd.ErrOrStderr())
+			id, fed, err := checkWorker(c, cmd.ErrOrStderr())
 			if err != nil {
 				return err
-			}
-			if m, ok := fed.Lookup(id.Public()); !ok || m.Name != c.Name {
-				return diag.New(diag.WorkerConfig, c.Name, "the identity key does not belong to member %q", c.Name).
-					At(c.File, 1, 1).WithHelp("set name to the member whose public key matches the identity file")
 			}
 			client, err := api.NewClient(id, fed)
 			if err != nil {
