@@ -10,7 +10,7 @@ import (
 // Aggregator configures `scellis aggregator`.
 type Aggregator struct {
 	File           string
-	Pos            Positions `json:"-"`
+	Pos            Positions     `json:"-"`
 	Name           string        // this node's member name in the federation file
 	Identity       string        // private key file (scellis keygen)
 	PassphraseFile string        // for an encrypted key file

@@ -23,13 +23,13 @@ import (
 type Silo struct {
 	File           string
 	Pos            Positions `json:"-"`
-	Name           string // this silo's member name in the federation file
-	Identity       string // private key file (scellis keygen)
-	PassphraseFile string // for an encrypted key file
-	Federation     string // federation file
-	DataDir        string // model checkpoints, client state (e.g. SCAFFOLD's c_i)
-	Ledger         string // privacy ledger; default DataDir/privacy.ledger
-	LogLevel       string // off, error, warn, info, debug
+	Name           string    // this silo's member name in the federation file
+	Identity       string    // private key file (scellis keygen)
+	PassphraseFile string    // for an encrypted key file
+	Federation     string    // federation file
+	DataDir        string    // model checkpoints, client state (e.g. SCAFFOLD's c_i)
+	Ledger         string    // privacy ledger; default DataDir/privacy.ledger
+	LogLevel       string    // off, error, warn, info, debug
 	// Poll is how long the leader may hold the silo's lease request when
 	// there is nothing to lease (a long poll: a new round reaches the silo
 	// at once). The polls are the silo's heartbeat: keep it well below
