@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/receipt"
@@ -48,12 +53,7 @@ func (s *receiptSource) load(cmd *cobra.Command) ([]receipt.Receipt, error) {
 			return nil, diag.New(diag.FileUnreadable, s.file, "cannot read the receipt file: %v", configPathErr(err)).
 				WithHelp("give the file 'scellis receipts export --format json' wrote")
 		}
-		var rs []receipt.Receipt
-		if err := json.Unmarshal(b, &rs); err != nil {
-			return nil, diag.New(diag.ReceiptMalformed, s.file, "not a receipt export: %v", err).
-				WithHelp("export with scellis receipts export --format json")
-		}
-		return rs, nil
+		return decodeReceiptExport(s.file, b)
 	}
 	c, _, err := s.client(cmd.ErrOrStderr())
 	if err != nil {
@@ -103,34 +103,162 @@ func newReceiptsShowCmd() *cobra.Command {
 
 func newReceiptsVerifyCmd() *cobra.Command {
 	var s receiptSource
+	var wantHead string
 	cmd := &cobra.Command{
-		Use:   "verify",
+		Use:   "verify [--head HASH]",
 		Short: "Check the receipt chain: links, hashes, no gap, no duplicate",
-		Long:  "Exit 0 when the chain is intact; exit 1 naming the first bad receipt otherwise.",
-		Args:  cobra.NoArgs,
+		Long: `Verify checks every receipt: its hash, its link to the receipt before,
+its sequence number (no gap, duplicate or reordering) and its form. It exits
+0 when the chain is intact, and 2 with SC7013 naming the first bad receipt
+otherwise (with --json the verdict is printed either way). A file from
+'scellis receipts export --format json' is decoded strictly: unknown keys,
+keys in another case and repeated keys are SC7014.
+
+A chain whose last receipts were removed is still consistent: give a head
+hash recorded earlier (--head, e.g. from 'scellis aggregator status') to
+detect that; the chain must hold that receipt.`,
+		Example: `  scellis receipts verify
+  scellis receipts verify --file receipts.json --head sha256:4f1c…`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if wantHead != "" && !content.IsRef(wantHead) {
+				return diag.New(diag.InvalidValue, "head", "--head %q is not a hash (sha256:<64 hex digits>)", wantHead)
+			}
 			rs, err := s.load(cmd)
 			if err != nil {
 				return err
 			}
+			var bad *diag.Diagnostic
+			var brk *receipt.Break
 			if err := receipt.Verify(rs); err != nil {
-				return &exitError{code: 1, msg: fmt.Sprintf("receipt chain broken: %v", err)}
+				if !errors.As(err, &brk) {
+					return err
+				}
+				bad = brk.Diagnostic()
 			}
 			head := receipt.Genesis
 			if len(rs) > 0 {
 				head = rs[len(rs)-1].Hash
 			}
-			if jsonOutput {
-				b, _ := json.Marshal(map[string]any{"intact": true, "receipts": len(rs), "head": head})
-				printJSON(cmd.OutOrStdout(), b)
-				return nil
+			after := -1 // receipts after the given head
+			if bad == nil && wantHead != "" {
+				if content.Ref(wantHead) == receipt.Genesis {
+					after = len(rs)
+				}
+				for i, r := range rs {
+					if r.Hash == content.Ref(wantHead) {
+						after = len(rs) - 1 - i
+					}
+				}
+				if after < 0 {
+					bad = diag.New(diag.ReceiptChainBroken, "head", "the chain of %d receipts (head %s) does not hold the given head %s: receipts were removed from its end, or it is another chain",
+						len(rs), head.Short(), content.Ref(wantHead).Short()).
+						WithHelp("compare with another aggregator node's copy; the given head was recorded from a longer chain")
+				}
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "receipt chain intact: %d receipts, head %s\n", len(rs), head)
+			out := cmd.OutOrStdout()
+			if jsonOutput {
+				res := map[string]any{"intact": bad == nil, "receipts": len(rs), "head": head}
+				if wantHead != "" {
+					res["given_head"] = wantHead
+					res["holds_given_head"] = after >= 0
+				}
+				if bad != nil {
+					v := map[string]any{"code": bad.Code, "message": bad.Message}
+					if brk != nil {
+						v["index"], v["seq"], v["reason"] = brk.Index, brk.Seq, brk.Reason
+					}
+					res["bad_receipt"] = v
+				}
+				if err := writeJSON(out, res); err != nil {
+					return err
+				}
+			}
+			if bad != nil {
+				return bad
+			}
+			if !jsonOutput {
+				fmt.Fprintf(out, "receipt chain intact: %d receipts, head %s\n", len(rs), head)
+				if after > 0 {
+					fmt.Fprintf(out, "it holds the given head; %d receipts follow it\n", after)
+				}
+			}
 			return nil
 		},
 	}
 	s.register(cmd)
+	cmd.Flags().StringVar(&wantHead, "head", "", "a chain head recorded earlier: the chain must hold it (detects receipts removed from the end)")
 	return cmd
+}
+
+// receiptKeys are the JSON keys of an exported receipt, exactly.
+var receiptKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	t := reflect.TypeOf(receipt.Receipt{})
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+			keys[name] = true
+		}
+	}
+	return keys
+}()
+
+// decodeReceiptExport decodes a 'receipts export --format json' file
+// strictly. encoding/json would match keys in any case, keep the last of a
+// repeated key and ignore unknown ones — each a way to make a file say
+// something other than what its hashes cover — so the keys of every receipt
+// are checked token by token first.
+func decodeReceiptExport(file string, b []byte) ([]receipt.Receipt, error) {
+	bad := func(format string, args ...any) error {
+		return diag.New(diag.ReceiptMalformed, file, format, args...).
+			WithHelp("give the file 'scellis receipts export --format json' wrote, unedited")
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, bad("not a receipt export: want a JSON list of receipts")
+	}
+	var rs []receipt.Receipt
+	for i := 0; dec.More(); i++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, bad("receipt %d: %v", i, err)
+		}
+		keys := json.NewDecoder(bytes.NewReader(raw))
+		if tok, err := keys.Token(); err != nil || tok != json.Delim('{') {
+			return nil, bad("receipt %d is not a JSON object", i)
+		}
+		seen := map[string]bool{}
+		for keys.More() {
+			tok, err := keys.Token()
+			if err != nil {
+				return nil, bad("receipt %d: %v", i, err)
+			}
+			k, _ := tok.(string)
+			switch {
+			case !receiptKeys[k]:
+				return nil, bad("receipt %d: unknown key %q (keys are case-sensitive)", i, k)
+			case seen[k]:
+				return nil, bad("receipt %d: key %q given twice", i, k)
+			}
+			seen[k] = true
+			var skip json.RawMessage
+			if err := keys.Decode(&skip); err != nil {
+				return nil, bad("receipt %d: %v", i, err)
+			}
+		}
+		var r receipt.Receipt
+		if err := json.Unmarshal(raw, &r); err != nil {
+			return nil, bad("receipt %d: %v", i, err)
+		}
+		rs = append(rs, r)
+	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim(']') {
+		return nil, bad("not a receipt export: the list does not end")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, bad("not a receipt export: data after the list")
+	}
+	return rs, nil
 }
 
 func newReceiptsContribCmd() *cobra.Command {
