@@ -55,7 +55,7 @@ type TrainConfig struct {
 	Adam *AdamState
 	// Interrupt, when set, is called after every optimizer step with the
 	// work the step did (examples × parameters, about the multiply-adds of
-	// its gradients). A non-nil error stops training at once: Train returns
+	// its gradients, plus a fixed cost per step). A non-nil error stops training at once: Train returns
 	// it, and the parameters are left as the last step made them. The
 	// sandbox uses it to charge training to the step budget and to honour
 	// cancellation (a shard timeout, SIGINT) inside a long run.
@@ -296,8 +296,13 @@ func (t *trainer) interrupt(examples int) error {
 	if t.cfg.Interrupt == nil {
 		return nil
 	}
-	return t.cfg.Interrupt((examples + 1) * len(t.m.Params))
+	return t.cfg.Interrupt((examples+1)*len(t.m.Params) + stepOverhead)
 }
+
+// stepOverhead is the fixed cost of an optimizer step (gathering the batch,
+// the update's bookkeeping) in multiply-adds: a tiny model on a tiny batch
+// still costs about a microsecond a step.
+const stepOverhead = 512
 
 // minibatch gathers rows idx, computes their mean gradient and steps.
 func (t *trainer) minibatch(idx []int) {
