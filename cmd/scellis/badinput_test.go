@@ -240,7 +240,9 @@ func writeReceiptVariants(t *testing.T, dir string) {
 	for name, edit := range map[string]func(string) string{
 		"receipts-unknown-key.json": func(s string) string { return strings.Replace(s, `"seq": 2,`, `"seq": 2, "bonus": 1,`, 1) },
 		"receipts-case.json":        func(s string) string { return strings.Replace(s, `"work_units": 10`, `"Work_Units": 10`, 1) },
-		"receipts-dup.json":         func(s string) string { return strings.Replace(s, `"work_units": 10`, `"work_units": 10, "work_units": 1000`, 1) },
+		"receipts-dup.json": func(s string) string {
+			return strings.Replace(s, `"work_units": 10`, `"work_units": 10, "work_units": 1000`, 1)
+		},
 	} {
 		s := edit(string(good))
 		if s == string(good) {
