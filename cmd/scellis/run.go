@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/pool"
 	"github.com/scellis/scellis/trust"
@@ -46,6 +47,11 @@ small heatmap. --verify executes every shard twice and compares the bytes.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
 			_, err := runJob(ctx, args[0], o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			if _, isDiag := diag.As(err); err != nil && !isDiag && ctx.Err() != nil {
+				// Interrupted between shards rather than inside one: the
+				// same refusal as content stopped mid-step.
+				return diag.New(diag.ContentCancelled, "run", "interrupted: %v", err).WithHelp("the run was interrupted; run it again")
+			}
 			return err
 		},
 	}
