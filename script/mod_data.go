@@ -47,11 +47,11 @@ func (d *datasetValue) ownedBytes() uint64 {
 	if d.borrowed {
 		return 0
 	}
-	return 64 + bytesOf(d.d.Rows()*(d.d.Dims()+1))
+	return 64 + bytesOf2(d.d.Rows(), d.d.Dims()+1)
 }
 
 // datasetBytes is what a copy of d's rows takes.
-func datasetBytes(d *model.Dataset) uint64 { return bytesOf(d.Rows() * (d.Dims() + 1)) }
+func datasetBytes(d *model.Dataset) uint64 { return bytesOf2(d.Rows(), d.Dims()+1) }
 
 func (st *callState) toDataset(v starlark.Value, what string) (*model.Dataset, error) {
 	d, ok := v.(*datasetValue)

@@ -146,7 +146,7 @@ func trainModel(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starla
 	}
 	n := spec.NumParams()
 	// Parameters, gradient, optimizer state and the copies below.
-	if err := st.reserve(6*bytesOf(n), "model.train"); err != nil {
+	if err := st.reserve(bytesOf2(6, n), "model.train"); err != nil {
 		return nil, err
 	}
 	m, err := model.New(spec, a.seed)

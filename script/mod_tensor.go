@@ -201,7 +201,7 @@ var tensorModule = makeModule("tensor", map[string]nativeFunc{
 		if err != nil {
 			return nil, err
 		}
-		if r < 0 || c < 0 || r*c != len(v) {
+		if n, ok := mulSize(r, c); !ok || n != len(v) {
 			return nil, fmt.Errorf("cannot reshape %d elements into %d×%d", len(v), r, c)
 		}
 		// The matrix shares the (immutable) vector's storage.
@@ -235,7 +235,7 @@ var tensorModule = makeModule("tensor", map[string]nativeFunc{
 		if err != nil {
 			return nil, err
 		}
-		if err := st.reserve(bytesOf(am.Rows*bm.Cols), "tensor.matmul"); err != nil {
+		if err := st.reserve(bytesOf2(am.Rows, bm.Cols), "tensor.matmul"); err != nil {
 			return nil, err
 		}
 		c, err := tensor.MatMulChecked(am, bm, st.nativeWork)
@@ -316,7 +316,7 @@ var tensorModule = makeModule("tensor", map[string]nativeFunc{
 			return nil, err
 		}
 		if r1 > r0 && c1 > c0 {
-			if err := st.reserve(bytesOf((r1-r0)*(c1-c0)), "tensor.block"); err != nil {
+			if err := st.reserve(bytesOf2(r1-r0, c1-c0), "tensor.block"); err != nil {
 				return nil, err
 			}
 		}

@@ -216,7 +216,7 @@ func (st *callState) toMatrix(v starlark.Value, what string) (*tensor.Matrix, er
 		return nil, err
 	}
 	cols := len(first)
-	if err := st.reserve(bytesOf(rows.Len()*cols), "building "+what); err != nil {
+	if err := st.reserve(bytesOf2(rows.Len(), cols), "building "+what); err != nil {
 		return nil, err
 	}
 	m := &tensor.Matrix{Rows: rows.Len(), Cols: cols, Data: make([]float64, 0, rows.Len()*cols)}

@@ -278,6 +278,10 @@ func TestNativeArgument(t *testing.T) {
 		{"stats.quantile([1, 2], 2)", "q must be in"},
 		{"rng.int(0)", "positive"},
 		{"tensor.reshape([1, 2, 3], 2, 2)", "cannot reshape"},
+		// 2^32·2^32 wraps to 0 in int: an empty vector must not pass as a
+		// 2^32×2^32 matrix.
+		{"tensor.reshape([], 1 << 32, 1 << 32)", "cannot reshape"},
+		{"tensor.reshape([], -1, 0)", "cannot reshape"},
 	} {
 		_, err := run(t, "def run(p, i):\n    return "+tc.src+"\n", "run", nil, nil)
 		d := wantDiag(t, err, diag.NativeArgument)

@@ -226,12 +226,43 @@ func (m *matrixValue) CompareSameType(op syntax.Token, y starlark.Value, _ int) 
 	return false, fmt.Errorf("matrices support only == and !=")
 }
 
-// bytesOf is the memory a slice of n float64 takes.
+// bytesOf is the memory a slice of n float64 takes, saturating at
+// math.MaxUint64 (a reservation that large fails; it must never wrap to a
+// small one).
 func bytesOf(n int) uint64 {
 	if n <= 0 {
 		return 0
 	}
+	if uint64(n) > math.MaxUint64/8 {
+		return math.MaxUint64
+	}
 	return uint64(n) * 8
+}
+
+// bytesOf2 is the memory of rows×cols float64, with the product checked:
+// content chooses both sizes, so their product must not overflow into a
+// small reservation.
+func bytesOf2(rows, cols int) uint64 {
+	n, ok := mulSize(rows, cols)
+	if !ok {
+		return math.MaxUint64
+	}
+	return bytesOf(n)
+}
+
+// mulSize returns a·b for non-negative sizes, and false when it would
+// overflow int (or a size is negative).
+func mulSize(a, b int) (int, bool) {
+	if a < 0 || b < 0 {
+		return 0, false
+	}
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	if a > math.MaxInt/b {
+		return 0, false
+	}
+	return a * b, true
 }
 
 // finite reports whether f is neither NaN nor ±Inf.

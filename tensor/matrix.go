@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"math"
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
@@ -14,14 +15,29 @@ type Matrix struct {
 	Data       []float64
 }
 
+// Size returns rows·cols, the element count of a rows×cols matrix, or
+// ErrShape when a dimension is negative or the product overflows int:
+// dimensions come from content, and a wrapped product would let a huge
+// matrix pass as a small one.
+func Size(rows, cols int) (int, error) {
+	if rows < 0 || cols < 0 {
+		return 0, fmt.Errorf("%w: matrix of %d×%d", ErrShape, rows, cols)
+	}
+	if rows != 0 && cols > math.MaxInt/rows {
+		return 0, fmt.Errorf("%w: a %d×%d matrix has more elements than an int counts", ErrShape, rows, cols)
+	}
+	return rows * cols, nil
+}
+
 // NewMatrix returns a rows×cols matrix over data, or over fresh zeros when
 // data is nil. It does not copy data.
 func NewMatrix(rows, cols int, data []float64) (*Matrix, error) {
-	if rows < 0 || cols < 0 {
-		return nil, fmt.Errorf("%w: matrix of %d×%d", ErrShape, rows, cols)
+	n, err := Size(rows, cols)
+	if err != nil {
+		return nil, err
 	}
 	if data == nil {
-		data = make([]float64, rows*cols)
+		data = make([]float64, n)
 	}
 	m := &Matrix{Rows: rows, Cols: cols, Data: data}
 	return m, m.Validate()
@@ -48,7 +64,7 @@ func (m *Matrix) Validate() error {
 	if m == nil {
 		return fmt.Errorf("%w: nil matrix", ErrShape)
 	}
-	if m.Rows < 0 || m.Cols < 0 || len(m.Data) != m.Rows*m.Cols {
+	if n, err := Size(m.Rows, m.Cols); err != nil || len(m.Data) != n {
 		return fmt.Errorf("%w: matrix of %d×%d holds %d elements", ErrShape, m.Rows, m.Cols, len(m.Data))
 	}
 	return nil
@@ -146,7 +162,11 @@ func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 	if a.Cols != b.Rows {
 		return nil, fmt.Errorf("%w: product of %d×%d and %d×%d matrices", ErrShape, a.Rows, a.Cols, b.Rows, b.Cols)
 	}
-	c := &Matrix{Rows: a.Rows, Cols: b.Cols, Data: make([]float64, a.Rows*b.Cols)}
+	n, err := Size(a.Rows, b.Cols)
+	if err != nil {
+		return nil, err
+	}
+	c := &Matrix{Rows: a.Rows, Cols: b.Cols, Data: make([]float64, n)}
 	if a.Rows == 0 || b.Cols == 0 || a.Cols == 0 {
 		return c, nil
 	}

@@ -262,3 +262,27 @@ func BenchmarkFirstNonFinite(b *testing.B) {
 		}
 	}
 }
+
+// Sizes are checked products: a wrapped rows·cols must not validate a
+// huge matrix over a small slice.
+func TestSizeOverflow(t *testing.T) {
+	if _, err := Size(1<<32, 1<<32); err == nil {
+		t.Fatal("2^32×2^32 fits an int")
+	}
+	if _, err := Size(-1, 0); err == nil {
+		t.Fatal("negative rows accepted")
+	}
+	if n, err := Size(3, 4); err != nil || n != 12 {
+		t.Fatalf("3×4: %d %v", n, err)
+	}
+	m := &Matrix{Rows: 1 << 32, Cols: 1 << 32}
+	if m.Validate() == nil {
+		t.Fatal("an empty 2^32×2^32 matrix validated")
+	}
+	if _, err := NewMatrix(1<<40, 1<<40, []float64{}); err == nil {
+		t.Fatal("NewMatrix accepted a wrapped size")
+	}
+	if _, err := MatMul(&Matrix{Rows: 1 << 32, Cols: 0}, &Matrix{Rows: 0, Cols: 1 << 32}); err == nil {
+		t.Fatal("MatMul built a 2^32×2^32 product")
+	}
+}
