@@ -47,11 +47,17 @@ func TestRolesThroughTheBinary(t *testing.T) {
 	if st.Submitter != "alice" {
 		t.Fatalf("the job records submitter %q, want alice", st.Submitter)
 	}
-	// Another researcher may not cancel alice's job; a worker may not cancel at all.
+	// Another researcher may not cancel alice's job; a worker or a silo
+	// may not cancel at all; the state is as it was.
+	before := c.statuses("alice")["agg-1"].StateHash
 	c.refused("bob", "SC7108", []string{"alice", "operator"}, "job", "cancel", id)
 	c.refused("w1", "SC7108", []string{"researcher or operator"}, "job", "cancel", id)
+	c.refused("h1", "SC7108", []string{"researcher or operator"}, "job", "cancel", id)
 	if s := c.status("alice", id); s.State != "running" {
 		t.Fatalf("after refused cancels the job is %s, want running", s.State)
+	}
+	if after := c.statuses("alice")["agg-1"].StateHash; before == "" || after != before {
+		t.Fatalf("refused cancels changed the state hash: %s → %s", before, after)
 	}
 	if out := c.mustCLI("ops", "job", "cancel", id, "--reason", "maintenance"); !strings.Contains(out, "cancelled") {
 		t.Fatalf("operator cancel: %s", out)
