@@ -707,7 +707,11 @@ func (c *Client) Watch(ctx context.Context, id content.Ref, fn func(Event) error
 		if ds, ok := diag.As(err); ok && !retryableDiag(ds) {
 			return ds
 		}
-		c.shun(idx)
+		if errors.Is(err, errRedirected) {
+			// The node answered: the leader knows the job; go there.
+		} else {
+			c.shun(idx)
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -715,6 +719,9 @@ func (c *Client) Watch(ctx context.Context, id content.Ref, fn func(Event) error
 		}
 	}
 }
+
+// errRedirected: a follower sent the watcher to the leader.
+var errRedirected = errors.New("redirected to the leader")
 
 func (c *Client) watchOnce(ctx context.Context, base string, id content.Ref, fn func(Event) error) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
@@ -733,7 +740,7 @@ func (c *Client) watchOnce(ctx context.Context, base string, id content.Ref, fn 
 	if resp.StatusCode == http.StatusTemporaryRedirect {
 		// A follower that does not know the job yet: the leader does.
 		c.follow(resp.Header.Get("Location"), true)
-		return false, errors.New("redirected to the leader")
+		return false, errRedirected
 	}
 	if resp.StatusCode != http.StatusOK {
 		return true, readResponse(resp, nil)

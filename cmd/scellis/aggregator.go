@@ -118,7 +118,7 @@ func newAggregatorStatusCmd() *cobra.Command {
 			var all []json.RawMessage
 			w := cmd.OutOrStdout()
 			if !jsonOutput {
-				fmt.Fprintf(w, "%-12s %-10s %6s %8s %8s %6s  %-14s %s\n", "node", "state", "term", "commit", "applied", "chain", "head", "leader")
+				fmt.Fprintf(w, "%-12s %-10s %6s %8s %8s %6s  %-14s %-12s %s\n", "node", "state", "term", "commit", "applied", "chain", "head", "leader", "leader contact")
 			}
 			for _, m := range fed.ByRole(identity.Aggregator) {
 				raw, err := c.StatusOf(ctx, "https://"+m.Address)
@@ -131,8 +131,15 @@ func newAggregatorStatusCmd() *cobra.Command {
 				all = append(all, raw)
 				var st aggregator.NodeStatus
 				if json.Unmarshal(raw, &st) == nil && !jsonOutput {
-					fmt.Fprintf(w, "%-12s %-10s %6d %8d %8d %6d  %-14s %s\n", st.Node, st.Raft.State, st.Raft.Term,
-						st.Raft.CommitIndex, st.Raft.AppliedIndex, st.ChainSeq, st.ChainHead.Short(), st.Raft.Leader.ID)
+					contact := "none (stale: refuses reads)"
+					if st.Raft.LeaderContactMs >= 0 {
+						contact = fmt.Sprintf("%dms ago", st.Raft.LeaderContactMs)
+						if !st.Raft.Fresh {
+							contact += " (stale: refuses reads)"
+						}
+					}
+					fmt.Fprintf(w, "%-12s %-10s %6d %8d %8d %6d  %-14s %-12s %s\n", st.Node, st.Raft.State, st.Raft.Term,
+						st.Raft.CommitIndex, st.Raft.AppliedIndex, st.ChainSeq, st.ChainHead.Short(), st.Raft.Leader.ID, contact)
 				}
 			}
 			if jsonOutput {
