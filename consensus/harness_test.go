@@ -409,11 +409,20 @@ func (c *testCluster) apply(id string, cmd []byte) []byte {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	resp, err := c.nodes[id].Apply(ctx, cmd)
-	if err != nil {
-		c.t.Fatalf("apply on %s: %v", id, err)
+	for {
+		resp, err := c.nodes[id].Apply(ctx, cmd)
+		if errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
+			// Refused before it reached Raft, so not applied: on a loaded
+			// machine the leader may have stepped down (its lease ran
+			// out); send the command to the new leader, as a client would.
+			id = c.waitLeader()
+			continue
+		}
+		if err != nil {
+			c.t.Fatalf("apply on %s: %v", id, err)
+		}
+		return resp
 	}
-	return resp
 }
 
 // applyN applies n commands named prefix-i one by one on the leader and
