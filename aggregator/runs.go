@@ -410,8 +410,16 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: %d of the run's %d silos are alive, the round needs %d; absent: %s",
 			r, len(members), len(st.Silos), need, strings.Join(absent, ", ")))
 	}
+	// A training round may sample the alive cohort and give some of its
+	// silos only part of their local work (cohort.sample, .stragglers).
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.ID
+	}
+	sampled, work := spec.RoundCohort(st.ID, r, step, names)
+	members = slices.DeleteFunc(members, func(m secagg.Member) bool { return !slices.Contains(sampled, m.ID) })
 	bundle := fl.RoundBundle{
-		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref,
+		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref, Work: work,
 		UpdateDim: dims, Metrics: metricNames, Seed: spec.Seed, Reducer: n.Self.Name,
 		Step: step, TrainRound: trainRound, Std: std,
 		SecAgg: secagg.Params{

@@ -37,6 +37,9 @@ type RoundBundle struct {
 	// federated statistics, the global standardiser the statistics step
 	// produced. Nil before that step has run.
 	Std *Standardization `cbor:"std,omitempty" json:"std,omitempty"`
+	// Work is the fraction of its local work each straggler of the round
+	// may do (params work; absent silos do all of it).
+	Work map[string]float64 `cbor:"work,omitempty" json:"work,omitempty"`
 	// Reducer is the aggregator member whose secure-aggregation host
 	// (wire.Prefix on its API address) runs the round: the leader that
 	// planned it. Its state is in that process's memory only.

@@ -36,6 +36,14 @@ type RunSpec struct {
 	Rounds        int            `cbor:"rounds" json:"rounds"`
 	Silos         []string       `cbor:"silos" json:"silos"` // empty: every silo of the federation
 	MinCohort     int            `cbor:"min_cohort" json:"min_cohort"`
+	// Sample is the fraction of the alive cohort a training round samples
+	// (0: every silo); never fewer than max(3, MinCohort). Stragglers is
+	// the fraction of a training round's silos that may do only part of
+	// their local work (params work uniform in (0, 1)), the systems
+	// heterogeneity of Li et al. 2020. Sampling and straggling are public
+	// (the round's members are): no privacy amplification is claimed.
+	Sample     float64 `cbor:"sample,omitempty" json:"sample,omitempty"`
+	Stragglers float64 `cbor:"stragglers,omitempty" json:"stragglers,omitempty"`
 	// Privacy parameters; each silo applies them at its dataset's unit
 	// (record-level DP-SGD or update-level). DP false only in own pools.
 	DP    bool    `cbor:"dp" json:"dp"`
@@ -208,7 +216,13 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		s.Rounds = int(d.Integer(n, "rounds", 1, 100000))
 	}
 	if n := f["cohort"]; n != nil {
-		cf := d.Fields(n, "cohort", "silos", "min")
+		cf := d.Fields(n, "cohort", "silos", "min", "sample", "stragglers")
+		if v := cf["sample"]; v != nil {
+			s.Sample = d.Number(v, "cohort.sample", 1e-6, 1)
+		}
+		if v := cf["stragglers"]; v != nil {
+			s.Stragglers = d.Number(v, "cohort.stragglers", 0, 1)
+		}
 		if l := cf["silos"]; l != nil {
 			for i, item := range d.Seq(l, "cohort.silos") {
 				s.Silos = append(s.Silos, d.Str(item, fmt.Sprintf("cohort.silos[%d]", i)))

@@ -1,7 +1,9 @@
 package fl
 
 import (
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -102,5 +104,30 @@ func TestRunSpecClasses(t *testing.T) {
 	ds, ok := diag.As(err)
 	if !ok || ds[0].Code != diag.UnknownInputClass || ds[0].Pos == nil || ds[0].Pos.Line != 3 {
 		t.Fatalf("a bad model class: %v", err)
+	}
+}
+
+// A training round samples the cohort without going below the secure
+// aggregation minimum, picks the same silos when re-planned, and gives
+// the stragglers' share of them partial work; other steps take everyone.
+func TestRoundCohort(t *testing.T) {
+	members := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
+	s := &RunSpec{Sample: 0.1, Stragglers: 0.9, MinCohort: 3}
+	c1, w1 := s.RoundCohort("sha256:run", 4, StepTrain, members)
+	c2, w2 := s.RoundCohort("sha256:run", 4, StepTrain, members)
+	if len(c1) != 3 || !slices.Equal(c1, c2) || len(w1) != 3 || !maps.Equal(w1, w2) {
+		t.Fatalf("cohort %v work %v; again %v %v", c1, w1, c2, w2)
+	}
+	for name, w := range w1 {
+		if !slices.Contains(c1, name) || !(w > 0 && w < 1) {
+			t.Fatalf("straggler %s work %v outside the cohort %v or (0, 1)", name, w, c1)
+		}
+	}
+	s.Sample = 0.5
+	if c, w := s.RoundCohort("sha256:run", 5, StepTrain, members); len(c) != 5 || len(w) != 5 { // round(0.9·5)
+		t.Fatalf("half of ten: %v, %d stragglers", c, len(w))
+	}
+	if c, w := s.RoundCohort("sha256:run", 0, StepStats, members); len(c) != 10 || w != nil {
+		t.Fatalf("the statistics step sampled %v (work %v)", c, w)
 	}
 }

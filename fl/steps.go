@@ -2,9 +2,13 @@ package fl
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/script"
@@ -122,4 +126,41 @@ func (s *RunSpec) StepSums(ctx context.Context, env script.Env, strat *Strategy,
 		names = append(slices.Clone(names), EvalMetrics...)
 	}
 	return dims, names, gridBits, nil
+}
+
+// RoundCohort returns the silos of coordinator round r of the run, drawn
+// from the alive members (sorted), and the local work of its stragglers:
+// a training round samples round(Sample·n) of them (at least max(3,
+// MinCohort), at most n), and round(Stragglers·k) of those get params
+// work uniform in (0, 1). Statistics and evaluation steps take every
+// member, at full work. The draws are a pure function of the run and the
+// round, so a re-planned round picks the same silos.
+func (s *RunSpec) RoundCohort(run content.Ref, r int, step string, members []string) (cohort []string, work map[string]float64) {
+	if step != StepTrain || (s.Sample == 0 && s.Stragglers == 0) {
+		return members, nil
+	}
+	key := sha256.Sum256(fmt.Appendf(nil, "scellis/fl/round-cohort\x00%s\x00%d", run, r))
+	rng := rand.New(rand.NewChaCha8(key))
+	shuffled := func(in []string) []string {
+		out := slices.Clone(in)
+		for i := len(out) - 1; i > 0; i-- { // Fisher–Yates on Uint64N, stable across Go releases
+			j := int(rng.Uint64N(uint64(i + 1)))
+			out[i], out[j] = out[j], out[i]
+		}
+		return out
+	}
+	n := len(members)
+	k := n
+	if s.Sample > 0 {
+		k = min(n, max(int(math.Round(s.Sample*float64(n))), s.MinCohort, 3))
+	}
+	cohort = shuffled(members)[:k]
+	slices.Sort(cohort)
+	if m := int(math.Round(s.Stragglers * float64(k))); m > 0 {
+		work = map[string]float64{}
+		for _, name := range shuffled(cohort)[:m] {
+			work[name] = (float64(rng.Uint64()>>11) + 0.5) * 0x1p-53 // uniform in (0, 1)
+		}
+	}
+	return cohort, work
 }

@@ -250,7 +250,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		seed := fl.ClientSeed(st.Run, st.Round, b.Seed, a.Name)
 		strategy = strategy.With(map[string]any{
 			"round": int64(b.TrainRound), "seed": fl.ClientParamSeed(seed),
-			"work": 1.0, "sites": int64(len(b.SecAgg.Members)),
+			"work": workOf(b, a.Name), "sites": int64(len(b.SecAgg.Members)),
 		})
 		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
 		out, err = fl.ClientStep(ctx, env, strategy, global, train, state, req.Privacy)
@@ -535,6 +535,15 @@ func (a *Appliance) strategy(ctx context.Context, spec fl.Canonical) (*fl.Strate
 		return nil, err
 	}
 	return fl.NewStrategy(e, spec.Params())
+}
+
+// workOf is the fraction of its local work the round lets this silo do:
+// the bundle's figure for a straggler, else all of it.
+func workOf(b fl.RoundBundle, name string) float64 {
+	if w, ok := b.Work[name]; ok && w > 0 && w <= 1 {
+		return w
+	}
+	return 1.0
 }
 
 // secaggHost finds the aggregator hosting the round's secure aggregation:

@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -263,7 +264,7 @@ func (s *flSim) run(ctx context.Context) error {
 	dpOn := s.privacy().Unit != fl.UnitNone
 	var roundErr error
 	hist, err := fl.Simulate(ctx, s.strat, trains, s.spec.Rounds, fl.SimOptions{
-		Env: s.env, Seed: uint64(s.spec.Seed), Privacy: s.privacy(),
+		Env: s.env, Seed: uint64(s.spec.Seed), Privacy: s.privacy(), Cohort: s.cohortSize(), Stragglers: s.spec.Stragglers,
 		ClientSeed: func(r, i int) [32]byte { return fl.ClientSeed(s.id, r+offset, s.spec.Seed, s.names[i]) },
 		OnRound: func(r fl.Round) {
 			sums := map[string]float64{}
@@ -298,6 +299,17 @@ func (s *flSim) run(ctx context.Context) error {
 		return s.evalStep(ctx, helds, offset+s.spec.Rounds, emit)
 	}
 	return nil
+}
+
+// cohortSize is the number of sites a training round samples, as
+// RunSpec.RoundCohort counts it (0: all). Simulate draws which ones (and
+// the stragglers) from its own seed, not the live path's.
+func (s *flSim) cohortSize() int {
+	n := len(s.names)
+	if s.spec.Sample == 0 {
+		return 0
+	}
+	return min(n, max(int(math.Round(s.spec.Sample*float64(n))), s.spec.MinCohort, 3))
 }
 
 func (s *flSim) statsStep(ctx context.Context, emit func(fl.RoundSummary)) error {
