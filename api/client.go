@@ -52,6 +52,8 @@ type Client struct {
 	mu      sync.Mutex
 	current int
 	avoid   map[int]time.Time // endpoint index → avoided until
+
+	discovered sync.Once
 }
 
 // avoidFor is how long a node that timed out or refused a connection is
@@ -211,6 +213,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any, ou
 			return err
 		}
 	}
+	c.discover(ctx)
 	at := c.newAttempts()
 	if hold, ok := ctx.Value(holdKey{}).(time.Duration); ok {
 		at.timeout += hold // the server may hold the request this long on purpose
@@ -258,6 +261,68 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any, ou
 			return ferr
 		}
 	}
+}
+
+// discover, before a client's first control-plane call, asks every node
+// for its status at once and starts with the one that answers as leader,
+// or else the first that answers at all, so neither a silent node listed
+// first nor a follower's redirect costs the first call anything.
+func (c *Client) discover(ctx context.Context) {
+	c.discovered.Do(func() {
+		if len(c.endpoints) < 2 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(ctx, c.attemptTimeout())
+		defer cancel()
+		type answer struct {
+			i      int
+			leader bool
+		}
+		answers := make(chan answer, len(c.endpoints))
+		for i, e := range c.endpoints {
+			go func() {
+				raw, err := c.StatusOf(ctx, e)
+				var st struct {
+					Raft struct{ State string } `json:"raft"`
+				}
+				if err != nil || json.Unmarshal(raw, &st) != nil {
+					answers <- answer{i: -1}
+					return
+				}
+				answers <- answer{i, st.Raft.State == "leader"}
+			}()
+		}
+		first := -1
+		var grace <-chan time.Time
+	wait:
+		for pending := len(c.endpoints); pending > 0; {
+			select {
+			case a := <-answers:
+				pending--
+				if a.i < 0 {
+					continue
+				}
+				if a.leader {
+					first = a.i
+					break wait
+				}
+				if first < 0 {
+					first = a.i
+					// A follower answered: give the leader a moment to.
+					grace = time.After(c.attemptTimeout() / 20)
+				}
+			case <-grace:
+				break wait
+			case <-ctx.Done():
+				break wait
+			}
+		}
+		if first >= 0 {
+			c.mu.Lock()
+			c.current = first
+			c.mu.Unlock()
+		}
+	})
 }
 
 // attempts is the retry state of one operation.

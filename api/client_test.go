@@ -80,7 +80,9 @@ func TestClientRotatesPastStaleNode(t *testing.T) {
 	var stale atomic.Int32
 	c := NewClientTLS(http.DefaultTransport, []string{
 		answering(t, func(w http.ResponseWriter, r *http.Request) {
-			stale.Add(1)
+			if r.URL.Path == "/v1/jobs" {
+				stale.Add(1)
+			}
 			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolStaleRead, "agg-1", "cut off"))
 		}),
 		answering(t, jobsOK),
@@ -139,5 +141,38 @@ func TestClientGivesUpWhenNoNodeAnswers(t *testing.T) {
 	ds, ok := diag.As(err)
 	if !ok || ds[0].Code != diag.PoolNoLeader {
 		t.Fatalf("want SC7103, got %v", err)
+	}
+}
+
+// statusAs answers /v1/status as a node in the given Raft state, and
+// counts the job reads it serves.
+func statusAs(t *testing.T, state string, reads *atomic.Int32) string {
+	return answering(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/status" {
+			writeJSON(w, http.StatusOK, map[string]any{"raft": map[string]string{"State": state}})
+			return
+		}
+		reads.Add(1)
+		jobsOK(w, r)
+	})
+}
+
+// Before its first call a client asks every node at once and starts with
+// the leader that answers: a silent node listed first costs nothing.
+func TestClientDiscoversTheLeaderThatAnswers(t *testing.T) {
+	silent, dialled := countedSilentNode(t)
+	var followerReads, leaderReads atomic.Int32
+	c := NewClientTLS(http.DefaultTransport, []string{silent, statusAs(t, "follower", &followerReads), statusAs(t, "leader", &leaderReads)})
+	c.AttemptTimeout = time.Minute // a call that went to the silent node would hang the test
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Jobs(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if leaderReads.Load() != 1 || followerReads.Load() != 0 {
+		t.Fatalf("reads: leader %d, follower %d; want the leader's only", leaderReads.Load(), followerReads.Load())
+	}
+	if dialled.Load() > 1 {
+		t.Fatalf("the silent node was dialled %d times; only the status probe should reach it", dialled.Load())
 	}
 }
