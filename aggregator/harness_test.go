@@ -37,6 +37,10 @@ type testPool struct {
 	// noCommit: the node runs without commit–reveal, and so do the
 	// workers (benchmarks measuring its cost).
 	noCommit bool
+	// shardTimeout and workerLog, when set, are the workers' ShardTimeout
+	// and Logf.
+	shardTimeout time.Duration
+	workerLog    func(format string, args ...any)
 }
 
 // syncBuffer is a log sink safe for the node's goroutines.
@@ -189,6 +193,9 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 			CacheDir: filepath.Join(p.dir, name),
 			Parallel: 1,
 			Poll:     poll,
+
+			ShardTimeout: p.shardTimeout,
+			Logf:         p.workerLog,
 		}
 		wg.Add(1)
 		go func() {
