@@ -146,6 +146,9 @@ type Worker struct {
 	MemoryMB       int           // per-shard memory budget for content
 	ShardTimeout   time.Duration // CPU/wall budget per shard
 	Poll           time.Duration // wait between lease requests when idle
+	// Isolate runs each shard in a child process under RLIMIT_AS
+	// (memory_mb + 256 MiB) and kills it at shard_timeout. Default true.
+	Isolate bool
 	// CorruptResults makes the worker return wrong results: a test switch
 	// to show that such a worker is out-voted. Never set it in production.
 	CorruptResults bool
@@ -153,7 +156,7 @@ type Worker struct {
 
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond}
+	c := &Worker{File: file, Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -165,6 +168,7 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("shard_timeout", false, "", duration(&c.ShardTimeout)),
 		mk("poll", false, "", duration(&c.Poll)),
 		mk("corrupt_results", false, "", boolean(&c.CorruptResults)),
+		mk("isolate", false, "", boolean(&c.Isolate)),
 	}
 	l, err := load(file, "worker config", fields)
 	if err != nil {

@@ -27,13 +27,19 @@ type Worker struct {
 	Client *api.Client
 	// Name is the worker's member name in the federation: commitments
 	// bind a result to it (Deliver).
-	Name         string
-	Catalog      *catalog.Catalog // the worker's built-ins; other content is fetched by ref
-	CacheDir     string
-	Parallel     int
-	MemoryBytes  uint64 // per-shard memory budget for content; 0: the job's
-	ShardTimeout time.Duration
-	Poll         time.Duration
+	Name        string
+	Catalog     *catalog.Catalog // the worker's built-ins; other content is fetched by ref
+	CacheDir    string
+	Parallel    int
+	MemoryBytes uint64 // per-shard memory budget for content; 0: the job's
+	// ProcessMemoryBytes, when set, runs each shard in a child process
+	// (internal/sandboxproc) whose address space may grow by at most this
+	// much (RLIMIT_AS) and which is killed at ShardTimeout: the OS then
+	// bounds the submitter's program, not only the in-sandbox guard. The
+	// plan itself (partition, cost) still runs in this process.
+	ProcessMemoryBytes uint64
+	ShardTimeout       time.Duration
+	Poll               time.Duration
 	// LongPoll, when set, makes every lease request a long poll: the
 	// leader holds an empty request up to LongPoll and answers as soon as
 	// a shard is leasable, so new work (the next training round) starts
@@ -57,8 +63,15 @@ type Worker struct {
 	// grant before it returns; ctx ends when the worker stops.
 	Dispatch func(ctx context.Context, g coordinator.LeaseGrant)
 
-	mu    sync.Mutex
-	plans map[content.Ref]*job.Plan
+	mu       sync.Mutex
+	plans    map[content.Ref]*job.Plan
+	isolated map[content.Ref]*isolatedJob // bundles kept for child processes
+}
+
+// isolatedJob is what a shard's child process needs of its job.
+type isolatedJob struct {
+	bundle []byte // the bundle's canonical bytes
+	dir    string // its cache folder (inputs)
 }
 
 func (w *Worker) logf(format string, args ...any) {
@@ -184,8 +197,10 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	w.mu.Lock()
 	if w.plans == nil {
 		w.plans = map[content.Ref]*job.Plan{}
+		w.isolated = map[content.Ref]*isolatedJob{}
 	}
 	w.plans[id] = p
+	w.isolated[id] = &isolatedJob{bundle: raw, dir: dir}
 	w.mu.Unlock()
 	return p, nil
 }
@@ -235,7 +250,12 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 	sh := p.Shards[g.Shard]
 
 	runCtx, stop := w.Renewing(ctx, g, w.ShardTimeout)
-	res, err := p.Execute(runCtx, sh)
+	var res *job.Result
+	if w.ProcessMemoryBytes > 0 {
+		res, err = w.executeIsolated(runCtx, p, sh)
+	} else {
+		res, err = p.Execute(runCtx, sh)
+	}
 	stop()
 	if err != nil {
 		// Timed out, failed, or the worker is stopping (SIGINT): either

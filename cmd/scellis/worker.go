@@ -71,7 +71,7 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			out := cmd.ErrOrStderr()
 			w := &pool.Worker{
 				Client: client, Name: c.Name, Catalog: builtin, CacheDir: c.CacheDir, Parallel: c.Parallel,
-				MemoryBytes: uint64(c.MemoryMB) << 20, ShardTimeout: c.ShardTimeout, Poll: c.Poll, Corrupt: c.CorruptResults,
+				MemoryBytes: uint64(c.MemoryMB) << 20, ShardTimeout: c.ShardTimeout, ProcessMemoryBytes: processMemory(c), Poll: c.Poll, Corrupt: c.CorruptResults,
 				Logf: func(format string, args ...any) {
 					fmt.Fprintf(out, "%s %s: %s\n", time.Now().Format("15:04:05.000"), c.Name, fmt.Sprintf(format, args...))
 				},
@@ -118,4 +118,14 @@ func newWorkerStopCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "the worker's config file")
 	return cmd
+}
+
+// processMemory is the address space a shard's child process may add:
+// the content's budget plus room for the engine and the job's inputs; 0
+// (isolate: false) runs shards in the worker's own process.
+func processMemory(c *config.Worker) uint64 {
+	if !c.Isolate {
+		return 0
+	}
+	return uint64(c.MemoryMB)<<20 + 256<<20
 }
