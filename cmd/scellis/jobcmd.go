@@ -204,6 +204,9 @@ func newJobStatusCmd() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "job %s  %s\n  state %s; regime %s; verification %s\n", st.Name, st.ID, st.State, st.Regime, st.Method)
+			if st.Submitter != "" {
+				fmt.Fprintf(out, "  submitted by %s\n", st.Submitter)
+			}
 			fmt.Fprintf(out, "  shards: %d total, %d verified, %d unverified, %d leased, %d pending\n",
 				st.Counts.Total, st.Counts.Verified, st.Counts.Unverified, st.Counts.Leased, st.Counts.Pending)
 			if st.Reduced != "" {

@@ -47,6 +47,9 @@ func TestRolesThroughTheBinary(t *testing.T) {
 	if st.Submitter != "alice" {
 		t.Fatalf("the job records submitter %q, want alice", st.Submitter)
 	}
+	if out := c.mustCLI("bob", "job", "status", id); !strings.Contains(out, "submitted by alice") {
+		t.Fatalf("job status does not say who submitted the job:\n%s", out)
+	}
 	// Another researcher may not cancel alice's job; a worker or a silo
 	// may not cancel at all; the state is as it was.
 	before := c.statuses("alice")["agg-1"].StateHash
