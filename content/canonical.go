@@ -151,17 +151,7 @@ func checkItem(b []byte, off, depth int) (int, error) {
 		case ai >= 20 && ai <= 22: // false, true, null
 			return off, nil
 		case ai >= 25 && ai <= 27:
-			var f float64
-			switch ai {
-			case 25:
-				f = float16ToFloat64(uint16(arg))
-			case 26:
-				f = float64(math.Float32frombits(uint32(arg)))
-			default:
-				f = math.Float64frombits(arg)
-			}
-			want, err := Encode(f)
-			if err != nil || !bytes.Equal(want, b[start:off]) {
+			if !shortestFloat(ai, arg) {
 				return 0, fmt.Errorf("%w: float at byte %d not in its shortest form", ErrNotCanonical, start)
 			}
 			return off, nil
@@ -171,23 +161,39 @@ func checkItem(b []byte, off, depth int) (int, error) {
 	}
 }
 
-// float16ToFloat64 widens an IEEE 754 half-precision value exactly.
-func float16ToFloat64(h uint16) float64 {
-	sign := 1.0
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp := int(h>>10) & 0x1f
-	frac := float64(h & 0x3ff)
-	switch exp {
-	case 0:
-		return sign * math.Ldexp(frac, -24)
-	case 0x1f:
-		if frac == 0 {
-			return math.Inf(int(sign))
-		}
-		return math.NaN()
+// shortestFloat reports whether a float head of width ai (25: half, 26:
+// single, 27: double) holding bits arg is what the encoder writes for its
+// value: the shortest width that keeps the value exactly, NaN as the half
+// 0x7e00 (infinities fit a half).
+func shortestFloat(ai byte, arg uint64) bool {
+	switch ai {
+	case 25:
+		h := uint16(arg)
+		return h&0x7c00 != 0x7c00 || h&0x03ff == 0 || h == 0x7e00
+	case 26:
+		f := float64(math.Float32frombits(uint32(arg)))
+		return !math.IsNaN(f) && !fitsHalf(f)
 	default:
-		return sign * math.Ldexp(1024+frac, exp-25)
+		f := math.Float64frombits(arg)
+		return !math.IsNaN(f) && float64(float32(f)) != f
 	}
+}
+
+// fitsHalf reports whether the finite or infinite f is exactly an IEEE 754
+// half: zero or infinity, a subnormal m·2⁻²⁴ (m < 1024), or a normal with an
+// 11-bit significand and magnitude at most 65504.
+func fitsHalf(f float64) bool {
+	a := math.Abs(f)
+	switch {
+	case a == 0 || math.IsInf(a, 0):
+		return true
+	case a > 65504:
+		return false
+	case a < 1.0/(1<<14):
+		m := a * (1 << 24)
+		return m == math.Floor(m)
+	}
+	frac, _ := math.Frexp(a)
+	m := frac * (1 << 11)
+	return m == math.Floor(m)
 }
