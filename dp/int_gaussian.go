@@ -25,6 +25,53 @@ type intGaussian struct {
 	t   uint64
 	rng *rand.Rand
 	big *DiscreteGaussian // for the rare |Y| ≥ 2^31 acceptance test
+	// A reservoir of random bits: most Bernoulli trials need two bits on
+	// average (bernoulliRat), not a 64-bit word.
+	bits  uint64
+	nbits uint
+}
+
+// bit returns one uniform random bit.
+func (g *intGaussian) bit() uint64 {
+	if g.nbits == 0 {
+		g.bits, g.nbits = g.rng.Uint64(), 64
+	}
+	b := g.bits & 1
+	g.bits >>= 1
+	g.nbits--
+	return b
+}
+
+// bernoulliRat returns true with probability n/d exactly, 0 ≤ n ≤ d,
+// d > 0: it compares a uniform real in [0, 1), drawn bit by bit, with the
+// binary expansion of n/d computed bit by bit, and stops at the first bit
+// where they differ (two bits expected). For d ≥ 2^62, where doubling the
+// remainder could overflow, it draws a uniform integer below d instead.
+func (g *intGaussian) bernoulliRat(n, d uint64) bool {
+	if n == 0 {
+		return false
+	}
+	if n >= d {
+		return true
+	}
+	if d >= 1<<62 {
+		return g.rng.Uint64N(d) < n
+	}
+	r := n
+	for {
+		r <<= 1
+		var pb uint64
+		if r >= d {
+			pb, r = 1, r-d
+		}
+		ub := g.bit()
+		if ub != pb {
+			return ub < pb // u's bit 0 where p's is 1: u < p
+		}
+		if r == 0 {
+			return false // p's expansion ended: u ≥ p
+		}
+	}
 }
 
 // newIntGaussian returns a sampler of N_Z(0, t²), 1 ≤ t ≤ maxGridT,
@@ -91,7 +138,7 @@ func (g *intGaussian) laplace() int64 {
 			v++
 		}
 		x := u + t*v
-		neg := g.rng.Uint64()&1 == 1
+		neg := g.bit() == 1
 		if neg && x == 0 {
 			continue
 		}
@@ -128,7 +175,7 @@ func (g *intGaussian) bernoulliExp01(n, d uint64) bool {
 			if !g.bernoulli128(n, hi, kd) {
 				break
 			}
-		} else if g.rng.Uint64N(kd) >= n {
+		} else if !g.bernoulliRat(n, kd) {
 			break
 		}
 		k++

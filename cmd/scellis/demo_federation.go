@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -16,8 +17,10 @@ import (
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/datagen"
+	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/model"
 )
 
 // federationDemo is `scellis demo`: a whole federation on this machine —
@@ -34,6 +37,12 @@ type federationDemo struct {
 }
 
 const demoSilos = 4
+
+// The demo's hospitals hold demoRows records each; the run has demoRounds.
+const (
+	demoRows   = 800
+	demoRounds = 6
+)
 
 func (d *federationDemo) path(p ...string) string {
 	return filepath.Join(append([]string{d.dir}, p...)...)
@@ -93,7 +102,7 @@ func (d *federationDemo) setup() error {
 			return err
 		}
 	}
-	sites, err := datagen.Hospitals(demoSilos, 800, 7)
+	sites, err := datagen.Hospitals(demoSilos, demoRows, 7)
 	if err != nil {
 		return err
 	}
@@ -114,8 +123,8 @@ datasets:
     path: data/hospital-%d.csv
     label: outcome
     class: confidential
-    budget: {epsilon: 40, delta: 1.0e-5}
-    unit: silo
+    budget: {epsilon: 8, delta: 1.0e-5}
+    unit: record
 policy:
   strategies: [fedavg, fedprox]
   min_cohort: 3
@@ -130,6 +139,50 @@ policy:
 	}
 	d.fed = d.path("federation.yaml")
 	return os.WriteFile(d.fed, []byte(fed.String()), 0o600)
+}
+
+// evaluate scores the run's model file (the model with the standardisation
+// the run agreed on, as `scellis model eval` reads it) on held-out data the
+// scientist holds — four more generated hospitals — against the
+// majority-class baseline.
+func (d *federationDemo) evaluate(id content.Ref) error {
+	path := d.path("model.json")
+	if err := d.cli("fl", "model", string(id), "--out", path); err != nil {
+		return err
+	}
+	f, err := fl.ReadModelFile(path)
+	if err != nil {
+		return err
+	}
+	held, err := datagen.Hospitals(demoSilos, demoRows, 99)
+	if err != nil {
+		return err
+	}
+	files, err := datagen.WriteHospitals(d.path("heldout"), held)
+	if err != nil {
+		return err
+	}
+	var auc, acc, base float64
+	for _, file := range files {
+		raw, err := model.LoadCSV(file, datagen.HospitalLabel)
+		if err != nil {
+			return err
+		}
+		data, err := f.Prepare(raw, file, true)
+		if err != nil {
+			return err
+		}
+		e := model.Evaluate(f.Model(), data)
+		auc += e.AUC / float64(len(files))
+		acc += e.Accuracy / float64(len(files))
+		var pos float64
+		for _, y := range data.Y {
+			pos += y
+		}
+		base += math.Max(pos, float64(len(data.Y))-pos) / float64(len(data.Y)) / float64(len(files))
+	}
+	fmt.Fprintf(d.out, "held-out (4 new hospitals × %d rows): AUC %.3f (majority-class baseline 0.500), accuracy %.3f (majority-class baseline %.3f)\n", demoRows, auc, acc, base)
+	return nil
 }
 
 func (d *federationDemo) start(name string, args ...string) error {
@@ -216,12 +269,20 @@ func (d *federationDemo) run(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.out, "cluster up; logs in %s\n", d.path("logs"))
 
-	d.step("FedProx, 6 rounds after a federated feature-statistics step, update-level DP (clip 5, σ 0.5), secure aggregation; hospital-4 is killed after two steps")
+	// Record-level DP-SGD from the planner: ε ≤ 1 per round, ≤ 6 for the
+	// run, for 800 records per hospital (scellis privacy plan).
+	plan, err := dp.PlanDPSGD(6, 1, 1e-5, demoRows, demoRounds, nil, dp.Improved)
+	if err != nil {
+		return err
+	}
+	sigma := math.Ceil(plan.Sigma*1000) / 1000
+	d.step(fmt.Sprintf("FedProx, %d rounds after a federated feature-statistics step, record-level DP-SGD (clip 1, σ %g, q %g, %d steps per round: ε %.2g per round, %.2g for the training; from scellis privacy plan), secure aggregation; hospital-4 is killed after two steps",
+		demoRounds, sigma, plan.Q, plan.StepsPerRound, plan.RoundEpsilon, plan.Epsilon))
 	features, _ := datagen.HospitalModel()
-	spec := &fl.RunSpec{Name: "fedprox-hospitals", Strategy: "fedprox", Params: map[string]any{"mu": 0.1, "lr": 0.5, "epochs": 2},
+	spec := &fl.RunSpec{Name: "fedprox-hospitals", Strategy: "fedprox", Params: map[string]any{"mu": 0.1, "lr": 0.5, "steps": int64(plan.StepsPerRound)},
 		Model:   fl.ModelSpec{Kind: "logistic", Inputs: 9, Features: features, Label: datagen.HospitalLabel},
-		Dataset: "patients", Rounds: 6, MinCohort: 3,
-		DP: true, Clip: 5, Sigma: 0.5, SecureAgg: true, Seed: 7,
+		Dataset: "patients", Rounds: demoRounds, MinCohort: 3,
+		DP: true, Clip: 1, Sigma: sigma, Q: plan.Q, Steps: plan.StepsPerRound, SecureAgg: true, Seed: 7,
 		// Public bounds on each feature (a data dictionary's ranges), in
 		// the order above: they fix the statistics step's sensitivity.
 		FeatureBounds: []float64{120, 1, 80, 300, 600, 500, 1, 40, 20}}
@@ -257,6 +318,9 @@ func (d *federationDemo) run(ctx context.Context) error {
 	rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer rcancel()
 	if err := watchRun(rctx, c, id, d.out); err != nil {
+		return err
+	}
+	if err := d.evaluate(id); err != nil {
 		return err
 	}
 

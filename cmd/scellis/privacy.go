@@ -27,7 +27,7 @@ Gaussian mechanism (Mironov, Talwar, Zhang 2019) without touching a ledger:
 estimate ε for a training plan, calibrate the noise for a target ε, or find
 how many steps a budget allows. See docs/dp.md.`,
 	}
-	c.AddCommand(newPrivacyEstimateCmd(), newPrivacyCalibrateCmd(), newPrivacyMaxStepsCmd(), newPrivacyReportCmd())
+	c.AddCommand(newPrivacyEstimateCmd(), newPrivacyCalibrateCmd(), newPrivacyMaxStepsCmd(), newPrivacyReportCmd(), newPrivacyPlanCmd())
 	return c
 }
 
@@ -172,7 +172,8 @@ func writeJSON(w io.Writer, v any) error {
 
 func newPrivacyEstimateCmd() *cobra.Command {
 	var mf mechanismFlags
-	var delta, orders, conv string
+	var delta string
+	var af accountingFlags
 	c := &cobra.Command{
 		Use:   "estimate --sigma S --q Q --steps T --delta D",
 		Short: "Print the (ε, δ) of a training plan",
@@ -192,11 +193,7 @@ to compose several mechanisms (their RDP curves add).`,
 			if err != nil {
 				return err
 			}
-			o, err := parseOrders(orders)
-			if err != nil {
-				return err
-			}
-			cv, err := dp.ParseConversion(conv)
+			o, cv, err := af.parse()
 			if err != nil {
 				return err
 			}
@@ -225,13 +222,13 @@ to compose several mechanisms (their RDP curves add).`,
 	}
 	mf.register(c)
 	c.Flags().StringVar(&delta, "delta", "", "δ of the (ε, δ) guarantee, in (0, 1) (required)")
-	c.Flags().StringVar(&orders, "orders", "default", "Rényi orders: numbers, A:B or A:B:STEP ranges, comma-separated")
-	c.Flags().StringVar(&conv, "conversion", "improved", "RDP to (ε, δ) conversion: improved (Balle et al. 2020) or classic (Mironov 2017)")
+	af.register(c)
 	return c
 }
 
 func newPrivacyCalibrateCmd() *cobra.Command {
-	var eps, delta, q, steps, orders, conv string
+	var eps, delta, q, steps string
+	var af accountingFlags
 	c := &cobra.Command{
 		Use:     "calibrate --epsilon E --delta D --q Q --steps T",
 		Short:   "Print the smallest noise multiplier σ that meets a target ε",
@@ -257,11 +254,7 @@ func newPrivacyCalibrateCmd() *cobra.Command {
 			if derr != nil {
 				return derr
 			}
-			o, err := parseOrders(orders)
-			if err != nil {
-				return err
-			}
-			cv, err := dp.ParseConversion(conv)
+			o, cv, err := af.parse()
 			if err != nil {
 				return err
 			}
@@ -289,13 +282,13 @@ func newPrivacyCalibrateCmd() *cobra.Command {
 	c.Flags().StringVar(&delta, "delta", "", "δ, in (0, 1) (required)")
 	c.Flags().StringVar(&q, "q", "", "Poisson sampling rate q in (0, 1] (required)")
 	c.Flags().StringVar(&steps, "steps", "", "number of steps T (required)")
-	c.Flags().StringVar(&orders, "orders", "default", "Rényi orders: numbers, A:B or A:B:STEP ranges, comma-separated")
-	c.Flags().StringVar(&conv, "conversion", "improved", "RDP to (ε, δ) conversion: improved or classic")
+	af.register(c)
 	return c
 }
 
 func newPrivacyMaxStepsCmd() *cobra.Command {
-	var eps, delta, q, sigma, orders, conv string
+	var eps, delta, q, sigma string
+	var af accountingFlags
 	c := &cobra.Command{
 		Use:   "max-steps --epsilon E --delta D --q Q --sigma S",
 		Short: "Print how many steps a budget allows",
@@ -317,11 +310,7 @@ func newPrivacyMaxStepsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o, err := parseOrders(orders)
-			if err != nil {
-				return err
-			}
-			cv, err := dp.ParseConversion(conv)
+			o, cv, err := af.parse()
 			if err != nil {
 				return err
 			}
@@ -343,8 +332,7 @@ func newPrivacyMaxStepsCmd() *cobra.Command {
 	c.Flags().StringVar(&delta, "delta", "", "δ, in (0, 1) (required)")
 	c.Flags().StringVar(&q, "q", "", "Poisson sampling rate q in (0, 1] (required)")
 	c.Flags().StringVar(&sigma, "sigma", "", "noise multiplier σ (required)")
-	c.Flags().StringVar(&orders, "orders", "default", "Rényi orders: numbers, A:B or A:B:STEP ranges, comma-separated")
-	c.Flags().StringVar(&conv, "conversion", "improved", "RDP to (ε, δ) conversion: improved or classic")
+	af.register(c)
 	return c
 }
 
