@@ -151,5 +151,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo output lacks the held-out evaluation:\n%s", out)
 	} else if _, err := fmt.Sscanf(string(out[i:])[strings.Index(string(out[i:]), "AUC ")+4:], "%g", &auc); err != nil || auc < 0.7 {
 		t.Fatalf("held-out AUC %v (%v), want at least 0.7:\n%s", auc, err, out[i:])
+	} else {
+		t.Logf("%s", strings.SplitN(string(out[i:]), "\n", 2)[0])
 	}
 }

@@ -49,7 +49,7 @@ func newFLLaunchCmd() *cobra.Command {
 		Short: "Launch a training run; prints its ID",
 		Example: `  scellis fl launch run.yaml
 
-  # run.yaml (privacy from: scellis privacy plan --epsilon 8 --delta 1e-5 --rows 800 --rounds 10)
+  # run.yaml
   name: fedprox-hospitals
   strategy: {use: fedprox, params: {mu: 0.1, lr: 0.5, steps: 25, model: logistic}}
   model: {kind: logistic, inputs: 9, label: outcome,
@@ -57,16 +57,17 @@ func newFLLaunchCmd() *cobra.Command {
   dataset: patients              # the dataset name every silo declares
   rounds: 10
   cohort: {min: 3}               # silos: [...] to name them; default every silo
-  privacy: {clip: 1.0, sigma: 1.425, q: 0.04, steps: 25,   # record-level DP-SGD (scellis privacy plan)
-            feature_bounds: [120, 1, 80, 300, 600, 500, 1, 40, 20]}  # public bounds, for the statistics step
-  standardize: federated         # default; or local, none
-  evaluation: {holdout: 0.2}     # held-out metrics every round and for the final model
+  privacy: {clip: 1.0, sigma: 1.425, q: 0.04, steps: 25}   # record-level DP-SGD
+  standardize: local             # each silo its own statistics
   secure_aggregation: true
 
   # privacy from: scellis privacy plan --epsilon 8 --delta 1e-5 --rows 800 --rounds 10
   # (ε 1 per round, 2.47 for the run). privacy.q is DP-SGD's per-record
   # sampling rate; silos whose dataset is protected at the silo level
-  # (unit: silo) are charged q = 1 per round and refuse a q below 1.`,
+  # (unit: silo) are charged q = 1 per round and refuse a q below 1.
+  # standardize: federated (the default; needs privacy.feature_bounds) and
+  # evaluation: {holdout: 0.2} add one Gaussian release each at q = 1 with
+  # the run's σ (ε ≈ 3.2 each at σ 1.425; docs/models.md).`,
 		Args: exactArgs(1, "RUN.yaml"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
