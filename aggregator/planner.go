@@ -336,9 +336,7 @@ func (p *planner) plan(ctx context.Context, bundleRef content.Ref, submitter str
 		return planReply{}, diag.New(diag.PoolBadRequest, "bundle", "the bundle ref is not sha256:<64 lowercase hex digits>")
 	}
 	p.mu.Lock()
-	if el, ok := p.cache[bundleRef]; ok {
-		p.lru.MoveToFront(el)
-		r := el.Value.(*cachedPlan).reply
+	if r, ok := p.cachedLocked(bundleRef); ok {
 		p.mu.Unlock()
 		return r, nil
 	}
@@ -373,15 +371,35 @@ func (p *planner) plan(ctx context.Context, bundleRef content.Ref, submitter str
 		}
 	}
 	if c.err == nil {
-		p.cache[bundleRef] = p.lru.PushFront(&cachedPlan{bundleRef, c.reply})
-		for p.lru.Len() > p.caps.CacheSize {
-			old := p.lru.Remove(p.lru.Back()).(*cachedPlan)
-			delete(p.cache, old.bundle)
-		}
+		p.rememberLocked(bundleRef, c.reply)
 	}
 	p.mu.Unlock()
 	close(c.done)
 	return c.reply, c.err
+}
+
+// cachedLocked returns a cached plan, marking it recently used.
+func (p *planner) cachedLocked(bundleRef content.Ref) (planReply, bool) {
+	el, ok := p.cache[bundleRef]
+	if !ok {
+		return planReply{}, false
+	}
+	p.lru.MoveToFront(el)
+	return el.Value.(*cachedPlan).reply, true
+}
+
+// rememberLocked caches a plan, dropping the least recently used beyond
+// caps.CacheSize.
+func (p *planner) rememberLocked(bundleRef content.Ref, r planReply) {
+	if el, ok := p.cache[bundleRef]; ok {
+		p.lru.MoveToFront(el)
+		return
+	}
+	p.cache[bundleRef] = p.lru.PushFront(&cachedPlan{bundleRef, r})
+	for p.lru.Len() > p.caps.CacheSize {
+		old := p.lru.Remove(p.lru.Back()).(*cachedPlan)
+		delete(p.cache, old.bundle)
+	}
 }
 
 func (p *planner) planInChild(ctx context.Context, bundleRef content.Ref) (planReply, error) {

@@ -254,6 +254,14 @@ func TestPoolKillsHostilePartitioner(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	bundle := m.hostileBundle(good, "hostile_loop", loop)
+	// A second submission, uploaded now so that it is posted at once.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	secondRef, err := m.api.PutBlob(ctx, m.hostileBundle(good, "hostile_loop_2", loop))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _ := json.Marshal(api.SubmitRequest{Bundle: secondRef})
 	go func() {
 		s, body := m.submitRaw(bundle)
 		done <- answer{s, body}
@@ -275,6 +283,18 @@ func TestPoolKillsHostilePartitioner(t *testing.T) {
 	})
 	if !sawRunning {
 		t.Fatal("the hostile plan ended before any status call answered during it")
+	}
+	// While alice's plan runs, her next submission is refused (one plan
+	// per member at a time), not queued behind it.
+	s2, body2 := m.post("/v1/jobs", second)
+	select {
+	case a := <-done:
+		done <- a
+		t.Logf("the first plan ended before the second submission; per-member limit not observed (status %d)", s2)
+	default:
+		if s2 != http.StatusTooManyRequests || !strings.Contains(body2, "SC7020") {
+			t.Fatalf("a second plan of the same member while one runs: %d %s", s2, body2)
+		}
 	}
 	a := <-done
 	if a.status != http.StatusUnprocessableEntity || !strings.Contains(a.body, "SC7021") || !strings.Contains(a.body, "wall-clock") {
