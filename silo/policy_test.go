@@ -154,6 +154,11 @@ func TestCheckRound(t *testing.T) {
 			policy: func(p *Policy) { p.MaxEpsilonPerRound = 0.5 },
 			want:   []diag.Code{diag.SiloEpsilonPerRound},
 			msg:    []string{"up to ε = 0.956", "cap of ε = 0.5 per round"}},
+		{name: "a statistics step is priced as its own Gaussian release, not as the training",
+			policy: func(p *Policy) { p.MaxEpsilonPerRound = 1 },
+			req:    func(r *RoundRequest) { r.Step = fl.StepStats },
+			want:   []diag.Code{diag.SiloEpsilonPerRound, diag.SiloBudgetOverdraft},
+			msg:    []string{"up to ε = 4.2396"}},
 		{name: "noise multiplier below min_noise_multiplier",
 			policy: func(p *Policy) { p.MinNoiseMultiplier = 1.5 },
 			want:   []diag.Code{diag.SiloNoiseTooLow},
@@ -394,6 +399,14 @@ func TestMechanisms(t *testing.T) {
 	r.Privacy = fl.Privacy{Unit: fl.UnitRecord, SampleRate: 0.1, Clip: 1, Sigma: 1}
 	if _, err = r.Mechanisms(); !isCode(err, diag.SiloUnpriced) {
 		t.Fatalf("no step allowance: %v", err)
+	}
+	// Statistics and evaluation steps release one Gaussian sum (q = 1),
+	// whatever the training's sampling and steps.
+	for _, step := range []string{fl.StepStats, fl.StepEval} {
+		r.Step, r.Privacy = step, fl.Privacy{Unit: fl.UnitRecord, SampleRate: 0.01, Clip: 1, Sigma: 5, Steps: 100}
+		if ms, err = r.Mechanisms(); err != nil || len(ms) != 1 || ms[0] != dp.SubsampledGaussian(5, 1, 1) {
+			t.Fatalf("%s step: %v %v", step, ms, err)
+		}
 	}
 }
 

@@ -152,8 +152,8 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	req := RoundRequest{
 		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
-		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.Privacy(unit), Cohort: len(b.SecAgg.Members),
-		Threshold: threshold, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg,
+		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.StepPrivacy(unit, b.Step), Cohort: len(b.SecAgg.Members),
+		Threshold: threshold, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg, Step: b.Step,
 	}
 	if f, err := b.SecAgg.FracBits(); err != nil {
 		return decline(err)

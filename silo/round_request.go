@@ -30,6 +30,10 @@ type RoundRequest struct {
 	Threshold int
 	Regime    trust.Regime
 	SecureAgg bool
+	// Step is the kind of step (fl.StepStats, fl.StepTrain, fl.StepEval;
+	// empty: training): a statistics or evaluation step releases one
+	// Gaussian sum of its rows, priced as such.
+	Step string
 }
 
 // Subject names the round in diagnostics: "run RUN round N".
@@ -53,6 +57,15 @@ func (r RoundRequest) Mechanisms() ([]dp.Mechanism, error) {
 	p := r.Privacy
 	if p.Unit == fl.UnitNone {
 		return nil, nil
+	}
+	if r.Step == fl.StepStats || r.Step == fl.StepEval {
+		// One release of per-row sums on the grid: the Gaussian mechanism
+		// at the run's σ, q = 1 (fl.Privacy.ReleaseRecordSums).
+		if !(p.Sigma > 0) {
+			return nil, diag.New(diag.FLBadPrivacy, r.Subject(), "the %s step's noise multiplier σ = %v must be positive", r.Step, p.Sigma).
+				WithHelp("give privacy.sigma")
+		}
+		return []dp.Mechanism{dp.SubsampledGaussian(p.Sigma, 1, 1)}, nil
 	}
 	if err := p.Validate(); err != nil {
 		return nil, err

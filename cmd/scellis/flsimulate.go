@@ -160,8 +160,11 @@ func asDiagList(err error) diag.List {
 	return diag.List{diag.New(diag.CSVUnreadable, "fl simulate", "%v", err)}
 }
 
-// privacy is the sites' DP: the run's, at the --unit given.
+// privacy is the sites' DP in training rounds: the run's, at the --unit
+// given; stepPrivacy that of a statistics or evaluation step.
 func (s *flSim) privacy() fl.Privacy { return s.spec.Privacy(s.unit) }
+
+func (s *flSim) stepPrivacy(step string) fl.Privacy { return s.spec.StepPrivacy(s.unit, step) }
 
 // siteData prepares every site for a step, as fl.SiteData does at a silo.
 func (s *flSim) siteData(step string) (trains, helds []*model.Dataset, err error) {
@@ -179,9 +182,8 @@ func (s *flSim) siteData(step string) (trains, helds []*model.Dataset, err error
 // step in site order, as secure aggregation would: floats without DP,
 // grid integers (decoded after the sum) under DP. It returns the sum and
 // the ε each site was charged.
-func (s *flSim) sumReleases(dim int, sens float64, grid int, plain func(i int) ([]float64, error), records func(i int) (iter.Seq[[]float64], error)) ([]float64, map[string]float64, error) {
+func (s *flSim) sumReleases(p fl.Privacy, dim int, sens float64, grid int, plain func(i int) ([]float64, error), records func(i int) (iter.Seq[[]float64], error)) ([]float64, map[string]float64, error) {
 	eps := map[string]float64{}
-	p := s.privacy()
 	if p.Unit == fl.UnitNone {
 		sum := make([]float64, dim)
 		for i := range s.names {
@@ -329,7 +331,7 @@ func (s *flSim) statsStep(ctx context.Context, emit func(fl.RoundSummary)) error
 				WithHelp("add privacy.feature_bounds, one public bound per model input")
 		}
 	}
-	sum, eps, err := s.sumReleases(dims+1, fl.StatsSensitivity(d), grid,
+	sum, eps, err := s.sumReleases(s.stepPrivacy(fl.StepStats), dims+1, fl.StatsSensitivity(d), grid,
 		func(i int) ([]float64, error) {
 			v, rows := fl.StatsVector(trains[i], nil)
 			return append(v, rows), nil
@@ -372,7 +374,7 @@ func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int,
 	if !ok {
 		return diag.New(diag.FLContract, "evaluation", "the global state has no parameter vector w to evaluate")
 	}
-	sum, eps, err := s.sumReleases(len(names), fl.EvalSensitivity(), grid,
+	sum, eps, err := s.sumReleases(s.stepPrivacy(fl.StepEval), len(names), fl.EvalSensitivity(), grid,
 		func(i int) ([]float64, error) {
 			m, err := fl.EvalSums(s.canon.ModelSpec(), w, helds[i])
 			if err != nil {
