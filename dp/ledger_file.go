@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/internal/safefile"
 	"io"
 	"io/fs"
 	"os"
@@ -192,7 +193,7 @@ type RepairResult struct {
 // path.damaged-UNIXNANO; the repaired one replaces it atomically. Repair
 // needs no key: framing is not signed.
 func Repair(path string, now time.Time) (*RepairResult, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, _, err := safefile.Open(path, os.O_RDWR, safefile.MaxLedger)
 	if err != nil {
 		return nil, openDiag(path, err)
 	}

@@ -4,12 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/model"
 )
 
@@ -147,7 +147,7 @@ func (f *ModelFile) Model() *model.Model {
 // diagnostic: unreadable or not a model file (SC9401), a format version
 // this build does not know (SC9402).
 func ReadModelFile(path string) (*ModelFile, error) {
-	b, err := os.ReadFile(path)
+	b, err := safefile.ReadFile(path, safefile.MaxDataset)
 	if err != nil {
 		return nil, diag.New(diag.ModelFileBad, path, "cannot read the model file: %v", err).WithHelp("export one with scellis fl model RUN_ID --out FILE")
 	}

@@ -83,6 +83,8 @@ func TestBadInputCorpus(t *testing.T) {
 		{"dataset is /dev/zero", []string{"run", "job-devzero-input.yaml"}, 2, "SC1006"},
 		{"ledger is a fifo", []string{"ledger", "verify", "--ledger", "fifo"}, 2, "SC5018"},
 		{"ledger is /dev/zero", []string{"ledger", "verify", "--ledger", "/dev/zero"}, 2, "SC5018"},
+		{"ledger to repair is a fifo", []string{"ledger", "repair", "--ledger", "fifo"}, 2, "SC5018"},
+		{"model file is a fifo", []string{"model", "eval", "fifo", "--data", "ok.csv"}, 2, "SC9401"},
 		{"receipts are a fifo", []string{"receipts", "verify", "--file", "fifo"}, 2, "SC1006"},
 		{"receipts are /dev/zero", []string{"receipts", "verify", "--file", "/dev/zero"}, 2, "SC1006"},
 		{"NaN in a dataset", []string{"run", "job-nan.yaml"}, 2, "SC3004"},
