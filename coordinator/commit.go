@@ -25,7 +25,9 @@ import (
 // recorded as timed out when its lease expires.
 //
 // In a machine configured with CommitReveal, a report without an earlier
-// commitment is refused (SC7016). Without it (benchmarks measuring the
+// commitment is refused (SC7016) on a job of two or more replicas; a
+// one-replica shard is decided by its first report, with no second result
+// to copy, so its report may come outright. Without it (benchmarks measuring the
 // cost), commitments are still accepted and checked when given.
 
 // NonceBytes is the length of a commitment nonce.
@@ -174,7 +176,9 @@ func (m *Machine) checkReveal(c ReportResult, j *jobState, s *shardState, now in
 	subject := shardSubject(j, s.Index)
 	com := s.commitOf(c.Peer)
 	if com == nil {
-		if m.st.CommitReveal {
+		// One replica: the first report decides the shard, so there is no
+		// other result to copy and nothing to commit to.
+		if m.st.CommitReveal && j.Policy.Replicas > 1 {
 			return diag.New(diag.PoolNoCommitment, subject, "%s reports a result for shard %d without having committed to it", c.Peer, s.Index).
 				WithHelp("commit to the result first (POST /v1/commits), and reveal it once the shard's reveal is open; workers do this by themselves")
 		}

@@ -106,3 +106,18 @@ func TestCommitOptional(t *testing.T) {
 	applyEncoded(t, m, CommitResult{Peer: "w1", Job: job, Shard: 1, Commitment: Commitment(content.Hash([]byte("y")), "w1", job, 1, b), Now: 4})
 	wantCode(t, applyEncoded(t, m, ReportResult{Peer: "w1", Job: job, Shard: 1, Result: content.Hash([]byte("z")), Nonce: n, Now: 5}), diag.PoolRevealMismatch)
 }
+
+// A one-replica shard is decided by its first report: in a commit–reveal
+// pool that report may come outright, and nothing a second peer reports
+// afterwards earns anything.
+func TestOneReplicaNeedsNoCommitment(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Own, CommitReveal: true})
+	job := content.Hash([]byte("j"))
+	applyEncoded(t, m, SubmitJob{Job: job, Name: "j", Bundle: content.Hash([]byte("b")), Now: 1,
+		Shards: []ShardPlan{{Index: 0, ID: content.Hash([]byte{0}), Price: 1, PriceBasis: "flat"}}})
+	applyEncoded(t, m, Lease{Peer: "w1", Now: 2})
+	r := applyEncoded(t, m, ReportResult{Peer: "w1", Job: job, Shard: 0, Result: content.Hash([]byte("x")), Now: 3})
+	if r.Refused() || r.Response.(*ReportResponse).Outcome != OutcomeVerified {
+		t.Fatalf("a one-replica report: %+v", r)
+	}
+}

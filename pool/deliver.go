@@ -18,13 +18,15 @@ import (
 // replicas have committed, or the window of one lease TTL has passed),
 // keeping the lease alive meanwhile. Early reveals are answered by the
 // aggregator without a log entry; Deliver retries them every Poll. With
-// NoCommit it reports the hash outright (only a pool configured without
-// commit–reveal accepts that; benchmarks measure the difference).
+// NoCommit, or for a job of one replica, it reports the hash outright.
 func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []byte, hash content.Ref) (coordinator.ReportResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := api.ResultReport{Job: g.Job, Shard: g.Shard, Result: hash}
-	if !w.NoCommit {
+	// A shard of a one-replica job is decided by its first report: there
+	// is no second result to copy, and the pool takes the report outright.
+	direct := w.NoCommit || w.replicasOf(rctx, g.Job) == 1
+	if !direct {
 		var nonce [coordinator.NonceBytes]byte
 		if _, err := rand.Read(nonce[:]); err != nil {
 			return coordinator.ReportResponse{}, err
@@ -41,7 +43,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 	if _, err := w.Client.PutBlob(rctx, data); err != nil {
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
 	}
-	if w.NoCommit {
+	if direct {
 		return w.Client.Report(rctx, req)
 	}
 	// Wait for the reveal with the lease renewed, so the shard is not
@@ -66,4 +68,31 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		case <-time.After(poll):
 		}
 	}
+}
+
+// setReplicas remembers a job's replicas (0 is unknown).
+func (w *Worker) setReplicas(job content.Ref, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.replicas == nil {
+		w.replicas = map[content.Ref]int{}
+	}
+	w.replicas[job] = n
+}
+
+// replicasOf returns how many agreeing peers job's shards need, asking the
+// pool once per job; 0 when it cannot tell (then Deliver commits).
+func (w *Worker) replicasOf(ctx context.Context, job content.Ref) int {
+	w.mu.Lock()
+	n, ok := w.replicas[job]
+	w.mu.Unlock()
+	if ok {
+		return n
+	}
+	st, err := w.Client.Job(ctx, job)
+	if err != nil {
+		return 0
+	}
+	w.setReplicas(job, st.Policy.Replicas)
+	return st.Policy.Replicas
 }

@@ -66,6 +66,7 @@ type Worker struct {
 	mu       sync.Mutex
 	plans    map[content.Ref]*job.Plan
 	isolated map[content.Ref]*isolatedJob // bundles kept for child processes
+	replicas map[content.Ref]int          // each job's policy replicas (Deliver)
 }
 
 // isolatedJob is what a shard's child process needs of its job.
@@ -202,6 +203,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	w.plans[id] = p
 	w.isolated[id] = &isolatedJob{bundle: raw, dir: dir}
 	w.mu.Unlock()
+	w.setReplicas(id, st.Policy.Replicas)
 	return p, nil
 }
 
