@@ -93,6 +93,28 @@ seed: 3
 	if !strings.Contains(table, "h4 declined: SC9201") || !strings.Contains(table, "h3 declined: SC9207") {
 		t.Fatalf("h4's policy refusal or h3's spent budget is not shown:\n%s", table)
 	}
+	// Differencing: round 1 sums h3, round 2 does not (its budget ran
+	// out). Under DP nothing but the noised update is summed — no example
+	// count, loss or correct count whose difference would be h3's — and
+	// every weight is 1.
+	jsonOut, _, _ := c.cli("alice", "--json", "fl", "watch", id)
+	trainRows := 0
+	for _, line := range strings.Split(strings.TrimSpace(jsonOut), "\n") {
+		var row struct {
+			Step string             `json:"step"`
+			Sums map[string]float64 `json:"sums"`
+		}
+		if json.Unmarshal([]byte(line), &row) != nil || row.Step != "train" {
+			continue
+		}
+		trainRows++
+		if len(row.Sums) != 0 {
+			t.Fatalf("a DP training round released sums %v beside the update:\n%s", row.Sums, line)
+		}
+	}
+	if trainRows != 3 {
+		t.Fatalf("fl watch --json showed %d training rounds, want 3:\n%s", trainRows, jsonOut)
+	}
 	checkFLManagement(t, c, id)
 	// Each participating silo's ledger holds one charge per round and verifies.
 	out := mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))
