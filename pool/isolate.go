@@ -18,10 +18,10 @@ import (
 // (RLIMIT_AS) and its wall clock.
 const shardHandler = "pool.shard"
 
-// childOverhead is the address space a shard's child may use beyond the
-// content's memory budget: the engine, the job's input tables (loaded
-// outside the content budget) and the Go heap's slack.
-const childOverhead = 256 << 20
+// ChildOverhead is the address space a shard's child should be allowed
+// beyond the content's memory budget: the engine, the job's input tables
+// (loaded outside the content budget) and the Go heap's slack.
+const ChildOverhead = 256 << 20
 
 func init() { sandboxproc.Register(shardHandler, childShard) }
 

@@ -127,5 +127,5 @@ func processMemory(c *config.Worker) uint64 {
 	if !c.Isolate {
 		return 0
 	}
-	return uint64(c.MemoryMB)<<20 + 256<<20
+	return uint64(c.MemoryMB)<<20 + pool.ChildOverhead
 }
