@@ -68,9 +68,11 @@ func BenchmarkPoolShards(b *testing.B) {
 // The cost of commit–reveal (law 13): the same pools with it (as
 // aggregators always run) and without it (results reported outright, which
 // lets a member copy another's hash), in one run; "vs-no-commit" is the
-// ratio of the two rates. With it a result takes two writes (commit, then
-// reveal) instead of one, and a peer may wait up to one lease TTL for the
-// shard's other replica to commit.
+// ratio of the two rates. With it a result of a job of two or more
+// replicas takes two writes (commit, then reveal) instead of one, and a
+// peer may wait up to one lease TTL for the shard's other replica to
+// commit; a one-replica job skips the commitment (its first report
+// decides), so its ratio measures only noise and the per-job policy read.
 //
 //	go test -run x -bench PoolCommitReveal -benchtime 3x ./aggregator/
 func BenchmarkPoolCommitReveal(b *testing.B) {
