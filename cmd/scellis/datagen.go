@@ -26,15 +26,7 @@ known model, for demos, tests and benchmarks:
   synthetic  FedProx's Synthetic(alpha, beta): 60 features, 10 classes
 
 The same flags and seed always give byte-identical files.`,
-		Args: cobra.ArbitraryArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageError{fmt.Errorf("unknown dataset %q for %s: use hospitals or synthetic", args[0], cmd.CommandPath())}
-			}
-			return cmd.Help()
-		},
 	}
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	cmd.AddCommand(newDatagenHospitalsCmd(), newDatagenSyntheticCmd())
 	return cmd
 }

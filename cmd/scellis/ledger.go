@@ -312,6 +312,7 @@ each charge once it is durable (for drills).`,
 	c.Flags().StringVar(&dataset, "dataset", "", "dataset to charge (required)")
 	c.Flags().StringVar(&consumer, "consumer", "", "job or round ID the privacy is spent on (required)")
 	c.Flags().IntVar(&repeat, "repeat", 1, "charge this many times, one entry each")
+	flagRange(c, "repeat", "1", "1000000")
 	mf.register(c)
 	return c
 }

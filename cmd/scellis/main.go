@@ -40,6 +40,9 @@ Start with 'scellis demo', or run a job alone with 'scellis run JOB.yaml'.`,
 	for _, c := range commands {
 		root.AddCommand(c())
 	}
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	hardenCLI(root)
 	return root
 }
 
@@ -74,6 +77,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	err := root.Execute()
+	if jsonRequested(args) {
+		jsonOutput = true // a flag error can stop parsing before --json
+	}
 	return report(err, stderr)
 }
 
@@ -99,11 +105,12 @@ func report(err error, stderr io.Writer) int {
 		}
 		return ee.code
 	}
-	fmt.Fprintf(stderr, "scellis: error: %v\n", err)
 	if isUsageError(err) {
-		fmt.Fprintln(stderr, "scellis: hint: run with --help to see the usage")
-		return 2
+		// Wrong arguments are refused input: a diagnostic like any other.
+		return report(diag.New(diag.BadArguments, "scellis", "%v", err).
+			WithHelp("run the command with --help to see its usage"), stderr)
 	}
+	fmt.Fprintf(stderr, "scellis: error: %v\n", err)
 	return 1
 }
 

@@ -58,6 +58,7 @@ small heatmap. --verify executes every shard twice and compares the bytes.`,
 	cmd.Flags().StringVar(&o.out, "out", "", "folder for result.json and other outputs (default out/<job name>)")
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "execute every shard twice and require byte-identical results")
 	cmd.Flags().IntVar(&o.workers, "workers", 0, "shards to run at once (default: one per CPU)")
+	flagRange(cmd, "workers", "0", "4096")
 	return cmd
 }
 

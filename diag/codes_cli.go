@@ -1,0 +1,10 @@
+package diag
+
+// The command line (SC12xx, part of the config range SC1xxx): a mistyped
+// command or flag is refused input like a mistyped config key.
+var (
+	UnknownCommand = define("SC1201", "unknown command")
+	UnknownFlag    = define("SC1202", "unknown flag")
+	FlagValue      = define("SC1203", "flag value missing, malformed or out of range")
+	BadArguments   = define("SC1204", "wrong command-line arguments")
+)
