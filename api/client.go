@@ -149,19 +149,19 @@ func (c *Client) answered(i int) {
 // follow makes the node a redirect names the current one and reports
 // whether it did. A node being avoided is followed only when force is set
 // (every other node pointed at it too).
-func (c *Client) follow(location string, force bool) bool {
+func (c *Client) follow(location string, force bool) (int, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, e := range c.endpoints {
 		if location == e || strings.HasPrefix(location, e+"/") {
 			if until, ok := c.avoid[i]; ok && time.Now().Before(until) && !force {
-				return false
+				return i, false
 			}
 			c.current = i
-			return true
+			return i, true
 		}
 	}
-	return false
+	return -1, false
 }
 
 // retryable reports whether err is worth another try at another node.
@@ -218,8 +218,12 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any, ou
 	if hold, ok := ctx.Value(holdKey{}).(time.Duration); ok {
 		at.timeout += hold // the server may hold the request this long on purpose
 	}
+	next := -1 // the node a redirect named, tried next even if avoided
 	for {
 		base, idx := c.endpoint()
+		if next >= 0 {
+			base, idx, next = c.endpoints[next], next, -1
+		}
 		var resp *http.Response
 		err := at.try(ctx, func(actx context.Context, _ func()) error {
 			req, err := http.NewRequestWithContext(actx, method, base+path, bytes.NewReader(payload))
@@ -246,9 +250,12 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any, ou
 			// The node knows the leader: go there at once. A leader that
 			// did not answer lately is followed only once every node
 			// points at it; until then ask the others who leads.
-			if at.hops < maxHops && c.follow(resp.Header.Get("Location"), at.pointedAtAvoided >= len(c.endpoints)) {
-				at.hops++
-				continue
+			if at.hops < maxHops {
+				if i, ok := c.follow(resp.Header.Get("Location"), at.pointedAtAvoided >= len(c.endpoints)); ok {
+					at.hops++
+					next = i
+					continue
+				}
 			}
 			at.pointedAtAvoided++
 			err = diag.New(diag.PoolNoLeader, "cluster", "%s redirects to the leader %s, which does not answer",
@@ -405,12 +412,15 @@ func (at *attempts) failed(ctx context.Context, i int, answered bool, err error)
 		c.rotate(i)
 	case at.timedOutNow:
 		// Silent: no answer within the attempt's deadline. Pass the node
-		// over at once; lengthen the deadline only once every node has
-		// been silent at it, in case all are merely slow.
+		// over at once; lengthen the deadline once every node has been
+		// silent at it, or when the operation comes back to a node that
+		// already was (the leader, whom every follower names): it may be
+		// merely slow — planning a large job, say — and must get the time.
 		at.errs[i] = fmt.Errorf("no answer within %v", at.timeout)
 		c.shun(i)
+		again := at.timedOut[i]
 		at.timedOut[i] = true
-		if len(at.timedOut) >= len(c.endpoints) {
+		if again || len(at.timedOut) >= len(c.endpoints) {
 			at.timeout = min(2*at.timeout, time.Minute)
 			clear(at.timedOut)
 		}
@@ -804,7 +814,11 @@ func (c *Client) watchOnce(ctx context.Context, base string, id content.Ref, fn 
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusTemporaryRedirect {
 		// A follower that does not know the job yet: the leader does.
-		c.follow(resp.Header.Get("Location"), true)
+		// Un-avoid the leader so the next connection goes there; a silent
+		// one is shunned again after watchIdle.
+		if i, _ := c.follow(resp.Header.Get("Location"), true); i >= 0 {
+			c.answered(i)
+		}
 		return false, errRedirected
 	}
 	if resp.StatusCode != http.StatusOK {

@@ -176,3 +176,28 @@ func TestClientDiscoversTheLeaderThatAnswers(t *testing.T) {
 		t.Fatalf("the silent node was dialled %d times; only the status probe should reach it", dialled.Load())
 	}
 }
+
+// A leader slower than one attempt's deadline (planning a large job, on a
+// loaded machine) is still served: coming back to it after the followers
+// named it, the client gives it a longer deadline.
+func TestClientWaitsLongerForASlowLeader(t *testing.T) {
+	var leader string
+	slow := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(300 * time.Millisecond):
+			jobsOK(w, r)
+		case <-r.Context().Done():
+		}
+	})
+	leader = slow
+	follower := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, leader+r.URL.RequestURI(), http.StatusTemporaryRedirect)
+	})
+	c := NewClientTLS(http.DefaultTransport, []string{follower, slow})
+	c.AttemptTimeout = 100 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Jobs(ctx); err != nil {
+		t.Fatalf("a slow leader was never given the time: %v", err)
+	}
+}
