@@ -180,3 +180,30 @@ func BenchmarkGridRelease(b *testing.B) {
 }
 
 func nowNanos() int64 { return time.Now().UnixNano() }
+
+// A zero vector rounds to zeros exactly, so what Release returns is the
+// noise alone: on a vector long enough to be noised on several goroutines
+// (each on its own stream), it is N_Z(0, T²) by χ², and not a 5% wider
+// or narrower scale.
+func TestGridGaussianReleaseNoiseIsExact(t *testing.T) {
+	d := 2 * parallelFrom
+	g := GridGaussian{Clip: 1, Sigma: 0.8, FracBits: GridFracBits(1, d), Dim: d}
+	y, err := g.Release(make([]float64, d), newNoiseFromSeed([32]byte{60}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	T := float64(g.NoiseScale())
+	counts := map[int64]int{}
+	for _, v := range y {
+		counts[v]++
+	}
+	w := int64(T / 8)
+	if z := chi2Z(counts, d, T*T, w); z > 5 {
+		t.Fatalf("Release noise is not N_Z(0, T²), T = %v: χ² z %.1f", T, z)
+	}
+	for _, f := range []float64{0.95, 1.05} {
+		if z := chi2Z(counts, d, f*f*T*T, w); z < 5 {
+			t.Fatalf("the test cannot tell a scale of %.2f·T apart (z %.1f)", f, z)
+		}
+	}
+}
