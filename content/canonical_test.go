@@ -90,7 +90,7 @@ func BenchmarkCanonicalCheck(b *testing.B) {
 			b.Fatal(err)
 		}
 		check += t1.Sub(t0).Seconds()
-		decode += time.Now().Sub(t1).Seconds()
+		decode += time.Since(t1).Seconds()
 	}
 	b.ReportMetric(check/decode, "check/decode")
 }
