@@ -30,6 +30,17 @@ func (n *Node) sawPeer(peer string) { n.seen.Store(peer, time.Now()) }
 // (api.Server.Gone).
 func (n *Node) lostPeer(peer string) { n.seen.Store(peer, time.Time{}) }
 
+// tenureGrace is how long a new leader waits for silos it has not heard
+// from before it counts them out: two leases, since a silo's client may
+// first spend an attempt on the old leader (stopped, or cut off) before it
+// finds this one.
+func (n *Node) tenureGrace() time.Duration { return 2 * n.siloLease() }
+
+// newTenure reports whether this node has led for less than tenureGrace.
+func (n *Node) newTenure() bool {
+	return time.Since(time.Unix(0, n.leaderSince.Load())) < n.tenureGrace()
+}
+
 // alive reports whether silo polled within the lease.
 func (n *Node) alive(silo string) bool {
 	if v, ok := n.seen.Load(silo); ok {

@@ -379,6 +379,10 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			continue
 		}
 		if tenure.ctx == nil {
+			// A new tenure knows nobody's liveness: what this node heard
+			// as a follower, or in an earlier tenure, is stale (every
+			// silo gets one lease from now to poll, liveness.go).
+			n.seen.Clear()
 			n.leaderSince.Store(time.Now().UnixNano())
 			tenure.ctx, tenure.cancel = context.WithCancel(ctx)
 		}

@@ -407,6 +407,9 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
 	}
 	if need := max(coordinator.MinSites, spec.MinCohort); len(members) < need {
+		if n.newTenure() {
+			return nil // the silos may not have found this leader yet: the next pass looks again
+		}
 		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: %d of the run's %d silos are alive, the round needs %d; absent: %s",
 			r, len(members), len(st.Silos), need, strings.Join(absent, ", ")))
 	}

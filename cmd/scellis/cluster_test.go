@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +34,18 @@ type ports struct {
 }
 
 func (p *ports) next() string {
+	// Below the kernel's ephemeral range (32768 and up on Linux): a port
+	// handed out there can be taken, while its process is down, as the
+	// source port of some outgoing connection, and a restarted node then
+	// cannot listen on it.
+	for range 2000 {
+		port := lowPortBase + int(lowPort.Add(1))%lowPortSpan
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			p.ls = append(p.ls, l)
+			return l.Addr().String()
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		p.t.Fatal(err)
@@ -40,6 +53,19 @@ func (p *ports) next() string {
 	p.ls = append(p.ls, l)
 	return l.Addr().String()
 }
+
+// Low ports are handed out in sequence from a point that differs between
+// test processes, so that packages tested at once rarely try the same.
+const (
+	lowPortBase = 12000
+	lowPortSpan = 20000
+)
+
+var lowPort = func() *atomic.Int64 {
+	var n atomic.Int64
+	n.Store(int64(os.Getpid()*997) % lowPortSpan)
+	return &n
+}()
 
 func (p *ports) release() {
 	for _, l := range p.ls {

@@ -37,13 +37,14 @@ cohort trains on its own data, clips and noises its update, charges its
 privacy ledger and takes part in secure aggregation; the aggregator learns
 only the sum and runs the strategy's server step on it.`,
 	}
-	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLSimulateCmd(), newFLListCmd(), newFLStatusCmd())
+	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLSimulateCmd(), newFLListCmd(), newFLStatusCmd(), newFLCancelCmd(), newFLResumeCmd())
 	return cmd
 }
 
 func newFLLaunchCmd() *cobra.Command {
 	var f memberFlags
 	var watch bool
+	var warm string
 	cmd := &cobra.Command{
 		Use:   "launch RUN.yaml",
 		Short: "Launch a training run; prints its ID",
@@ -83,6 +84,14 @@ func newFLLaunchCmd() *cobra.Command {
 			cat, err := openCatalog()
 			if err != nil {
 				return err
+			}
+			if warm != "" {
+				wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+				spec.WarmStart, err = warmStartModel(wctx, c, warm)
+				wcancel()
+				if err != nil {
+					return err
+				}
 			}
 			canon, id, strat, err := spec.Resolve(cat, filepath.Dir(args[0]))
 			if err != nil {
@@ -144,6 +153,7 @@ func newFLLaunchCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&watch, "watch", false, "follow the run after launching it")
+	cmd.Flags().StringVar(&warm, "warm-start", "", "start from the model of this run's last completed round (same model shape)")
 	return cmd
 }
 
