@@ -60,9 +60,9 @@ func chi2Z(counts map[int64]int, n int, s2 float64, w int64) float64 {
 // small and large T, with fixed seeds (deterministic), and the same test
 // rejects a scale 5% off, so it cannot pass by accident.
 func TestIntGaussianIsDiscreteGaussian(t *testing.T) {
-	for i, T := range []uint64{1, 3, 25, 1000, 70000} {
+	for i, T := range []uint64{1, 25, 1000, 70000} {
 		g := newIntGaussian(T, newNoiseFromSeed([32]byte{byte(40 + i)}).fork())
-		const n = 60000
+		const n = 40000
 		counts := map[int64]int{}
 		for range n {
 			counts[g.sample()]++

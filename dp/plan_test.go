@@ -11,7 +11,7 @@ func TestPlanDPSGD(t *testing.T) {
 	for _, c := range []struct {
 		eps, roundEps, delta float64
 		rows, rounds         int
-	}{{6, 1, 1e-5, 800, 6}, {8, 8, 1e-5, 50, 100}} {
+	}{{6, 1, 1e-5, 800, 6}, {0.5, 0.5, 1e-5, 800, 6}} {
 		p, err := PlanDPSGD(c.eps, c.roundEps, c.delta, c.rows, c.rounds, nil, Improved)
 		if err != nil {
 			t.Fatal(err)
