@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 )
@@ -30,6 +33,10 @@ var configKinds = []struct {
 	{"silo", []string{"datasets", "policy", "ledger"}},
 	{"aggregator", []string{"lease_ttl", "join", "snapshot_threshold", "snapshot_interval", "trailing_logs", "segment_bytes"}},
 	{"worker", []string{"cache_dir", "parallel", "memory_mb", "shard_timeout", "poll", "corrupt_results"}},
+	// Not appliance configs, but files a user hands config check too: they
+	// are checked as what they are, not as a silo config with ten errors.
+	{"run", []string{"strategy", "model", "dataset", "rounds", "cohort", "secure_aggregation", "standardize", "evaluation"}},
+	{"job", []string{"program", "partitioner", "reducer", "verification", "limits", "security_critical"}},
 }
 
 func newConfigCmd() *cobra.Command {
@@ -40,7 +47,7 @@ func newConfigCmd() *cobra.Command {
 	var kind string
 	check := &cobra.Command{
 		Use:   "check FILE",
-		Short: "Validate a silo, aggregator or worker config and report every problem at once",
+		Short: "Validate a silo, aggregator or worker config (or a run spec, job spec or federation file) and report every problem at once",
 		Long: `Check an appliance config without starting anything: unknown keys (with a
 did-you-mean hint), missing or mistyped values, values out of range, and
 what start-up checks: the identity key (present, permissions, passphrase),
@@ -50,7 +57,9 @@ its datasets (class, finite budget, unit, every row of the CSV file parsed)
 and its policy's strategies. Environment overrides (SCELLIS_...) apply as when the
 appliance starts. Every problem is reported with its file:line:col; the exit
 code is 2 when there is one. Without --kind the kind is guessed from the
-file's keys.`,
+file's keys. A run spec (RUN.yaml) is checked as 'scellis fl launch' checks it
+(its strategy resolved in the catalog), a job spec as a job file, and a
+federation file as 'scellis federation check' does.`,
 		Example: `  scellis config check hospital-a.yaml
   scellis config check --kind aggregator agg-1.yaml`,
 		Args: exactArgs(1, "FILE"),
@@ -58,7 +67,7 @@ file's keys.`,
 			return runConfigCheck(args[0], kind, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	check.Flags().StringVar(&kind, "kind", "", "the config's kind: silo, aggregator or worker (default: guessed from its keys)")
+	check.Flags().StringVar(&kind, "kind", "", "the file's kind: silo, aggregator, worker, run, job or federation (default: guessed from its keys)")
 	cmd.AddCommand(check)
 	return cmd
 }
@@ -107,8 +116,34 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 		}
 		c, summary = w, fmt.Sprintf("worker %s is valid: cache in %s, %s at once, %d MiB and %s per shard",
 			w.Name, w.CacheDir, plural(w.Parallel, "shard"), w.MemoryMB, w.ShardTimeout)
+	case "federation":
+		return runFederationCheck(file, stdout)
+	case "run":
+		spec, err := fl.LoadRunSpec(file)
+		if err != nil {
+			return err
+		}
+		cat, err := openCatalog()
+		if err != nil {
+			return err
+		}
+		if _, _, _, err := spec.Resolve(cat, filepath.Dir(file)); err != nil {
+			return err
+		}
+		c, summary = spec, runSummary(spec)
+	case "job":
+		spec, err := job.LoadSpec(file)
+		if err != nil {
+			return err
+		}
+		c, summary = spec, fmt.Sprintf("job %s is well-formed; 'scellis run %s' runs it here, 'scellis job submit %s' on the pool", spec.Name, file, file)
 	default:
-		return usageError{fmt.Errorf("unknown config kind %q: use silo, aggregator or worker", kind)}
+		d := diag.New(diag.FlagValue, "--kind", "unknown kind %q", kind)
+		kinds := []string{"silo", "aggregator", "worker", "run", "job", "federation"}
+		if s := diag.Suggest(kind, kinds); s != "" {
+			return d.WithHelp("did you mean %q? the kinds are %s", s, strings.Join(kinds, ", "))
+		}
+		return d.WithHelp("the kinds are %s", strings.Join(kinds, ", "))
 	}
 	if jsonOutput {
 		enc := json.NewEncoder(stdout)
@@ -120,6 +155,21 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: %s\n", file, summary)
 	return nil
+}
+
+// runSummary describes a valid run spec on one line.
+func runSummary(s *fl.RunSpec) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %s is valid: strategy %s, %s on dataset %s, cohorts of %d or more", s.Name, s.Strategy, plural(s.Rounds, "round"), s.Dataset, s.MinCohort)
+	if s.DP {
+		fmt.Fprintf(&b, ", DP (clip %g, σ %g)", s.Clip, s.Sigma)
+	} else {
+		b.WriteString(", no DP")
+	}
+	if s.SecureAgg {
+		b.WriteString(", secure aggregation")
+	}
+	return b.String()
 }
 
 // siloSummary describes a valid silo config on one line.
@@ -174,7 +224,7 @@ func guessConfigKind(file string) (string, error) {
 	}
 	for _, k := range keys {
 		if k == "members" {
-			return "", usageError{fmt.Errorf("%s looks like a federation file: check it with 'scellis federation check %s'", file, file)}
+			return "federation", nil
 		}
 	}
 	scores := map[string]int{}
@@ -191,7 +241,8 @@ func guessConfigKind(file string) (string, error) {
 	}
 	sort.Slice(kinds, func(i, j int) bool { return scores[kinds[i]] > scores[kinds[j]] })
 	if len(kinds) == 0 || (len(kinds) > 1 && scores[kinds[0]] == scores[kinds[1]]) {
-		return "", usageError{fmt.Errorf("cannot tell from its keys whether %s is a silo, aggregator or worker config: give --kind", file)}
+		return "", diag.New(diag.BadArguments, file, "cannot tell from its keys whether this is a silo, aggregator or worker config, a run or job spec or a federation file").
+			WithHelp("give --kind silo|aggregator|worker|run|job|federation")
 	}
 	return kinds[0], nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 )
 
@@ -22,7 +23,8 @@ func newFederationCmd() *cobra.Command {
 		Short: "Validate a federation file and report every problem at once",
 		Long: `Check a federation file without starting anything: unknown keys, bad roles,
 malformed or duplicate public keys, duplicate names or addresses, aggregators
-without an address. Every problem is reported with its file:line:col; the
+without an address or a raft_address (an aggregator refuses to start without
+one). Every problem is reported with its file:line:col; the
 exit code is 2 when there is one.`,
 		Example: "  scellis federation check federation.yaml",
 		Args:    exactArgs(1, "FILE"),
@@ -31,6 +33,22 @@ exit code is 2 when there is one.`,
 		},
 	})
 	return cmd
+}
+
+// daemonRefusals reports what a valid federation file still lacks for
+// the daemons to start: every aggregator replicates through Raft, so an
+// aggregator entry without raft_address is refused when that aggregator
+// starts — federation check says so first.
+func daemonRefusals(fed *identity.Federation) error {
+	var ds diag.List
+	for _, m := range fed.ByRole(identity.Aggregator) {
+		if m.RaftAddress == "" {
+			ds = append(ds, diag.New(diag.MemberAddress, "member "+m.Name, "aggregator %s has no raft_address; it would refuse to start", m.Name).
+				At(m.Pos.File, m.Pos.Line, m.Pos.Col).
+				WithHelp("add raft_address: host:port where %s replicates with the other aggregators (its own port, such as the API port + 1); 'scellis keygen --role aggregator --raft-address …' prints it", m.Name))
+		}
+	}
+	return ds.Err()
 }
 
 func plural(n int, noun string) string {
@@ -52,6 +70,9 @@ type federationMember struct {
 func runFederationCheck(path string, stdout io.Writer) error {
 	fed, err := identity.LoadFederation(path)
 	if err != nil {
+		return err
+	}
+	if err := daemonRefusals(fed); err != nil {
 		return err
 	}
 	if jsonOutput {

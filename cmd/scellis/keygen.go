@@ -29,6 +29,7 @@ type keygenOptions struct {
 	name           string
 	role           string
 	address        string
+	raftAddress    string
 	passphraseFile string
 	recipient      string
 	publicOf       string
@@ -66,6 +67,7 @@ public key, which also checks the passphrase and the file's permissions.`,
 	f.StringVar(&o.name, "name", "", "member name for the printed entry (default: this host's name)")
 	f.StringVar(&o.role, "role", string(identity.Silo), "member role for the printed entry: aggregator, silo, worker (machines), researcher or operator (people)")
 	f.StringVar(&o.address, "address", "", "host:port this member serves on, for the printed entry (required for an aggregator)")
+	f.StringVar(&o.raftAddress, "raft-address", "", "host:port of an aggregator's Raft replication, for the printed entry (required for an aggregator)")
 	f.StringVar(&o.passphraseFile, "passphrase-file", "", "encrypt the key with age under the passphrase on this file's first line")
 	f.StringVar(&o.recipient, "recipient", "", "encrypt the key with age to this recipient (age1…)")
 	f.StringVar(&o.publicOf, "public-of", "", "print the public key of this existing key file instead of making one")
@@ -79,6 +81,7 @@ type keygenResult struct {
 	Role          string `json:"role"`
 	PublicKey     string `json:"public_key"`
 	Address       string `json:"address,omitempty"`
+	RaftAddress   string `json:"raft_address,omitempty"`
 	KeyFile       string `json:"key_file"`
 	PublicKeyFile string `json:"public_key_file"`
 	Encryption    string `json:"encryption"`
@@ -117,6 +120,21 @@ func runKeygen(o keygenOptions, stdout, stderr io.Writer) error {
 	} else if role == identity.Aggregator {
 		refused = append(refused, diag.New(diag.MemberAddress, "--address", "an aggregator needs an address").
 			WithHelp("give --address host:port, where this aggregator will serve"))
+	}
+	switch {
+	case o.raftAddress != "" && role != identity.Aggregator:
+		refused = append(refused, diag.New(diag.MemberAddress, "--raft-address", "a %s has no Raft address", role).
+			WithHelp("drop --raft-address: only aggregators take part in Raft"))
+	case o.raftAddress != "":
+		if err := identity.CheckAddress(o.raftAddress); err != nil {
+			refused = append(refused, subjectOf(err, "--raft-address"))
+		} else if o.raftAddress == o.address {
+			refused = append(refused, diag.New(diag.MemberAddress, "--raft-address", "the Raft address %s is the API address too", o.raftAddress).
+				WithHelp("give Raft its own port, such as the API port + 1"))
+		}
+	case role == identity.Aggregator:
+		refused = append(refused, diag.New(diag.MemberAddress, "--raft-address", "an aggregator needs a Raft address").
+			WithHelp("give --raft-address host:port, where this aggregator replicates with the others (its own port, such as the API port + 1); an aggregator started without one is refused"))
 	}
 	opts := identity.SaveOptions{Recipient: o.recipient}
 	encryption := "none"
@@ -158,7 +176,7 @@ func runKeygen(o keygenOptions, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	res := keygenResult{Name: name, Role: string(role), PublicKey: pub, Address: o.address,
+	res := keygenResult{Name: name, Role: string(role), PublicKey: pub, Address: o.address, RaftAddress: o.raftAddress,
 		KeyFile: keyPath, PublicKeyFile: pubPath, Encryption: encryption}
 	if jsonOutput {
 		enc := json.NewEncoder(stdout)
@@ -174,9 +192,13 @@ func runKeygen(o keygenOptions, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "scellis: wrote %s (private, mode 0600%s) and %s\n", keyPath, how, pubPath)
 	fmt.Fprintf(stdout, "# add this entry under \"members:\" in the federation file\n")
-	fmt.Fprintf(stdout, "- name: %s\n  role: %s\n  public_key: %s\n", name, role, pub)
+	// Indented as the federation file's members are, so it pastes as is.
+	fmt.Fprintf(stdout, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, pub)
 	if o.address != "" {
-		fmt.Fprintf(stdout, "  address: %s\n", yamlString(o.address))
+		fmt.Fprintf(stdout, "    address: %s\n", yamlString(o.address))
+	}
+	if o.raftAddress != "" {
+		fmt.Fprintf(stdout, "    raft_address: %s\n", yamlString(o.raftAddress))
 	}
 	return nil
 }
