@@ -17,9 +17,9 @@ import (
 	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
-	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
+	"github.com/scellis/scellis/job"
 )
 
 func init() { commands = append(commands, newConfigCmd) }
