@@ -87,8 +87,10 @@ func (c *Canonical) ModelSpec() model.Spec {
 // EvalLossCap caps one held-out row's loss (nats, or ½(ŷ−y)² for
 // regression) under DP, so one row moves the released metric sums
 // (correct, examples, loss) by at most (1, 1, EvalLossCap): log-loss is
-// otherwise unbounded.
-const EvalLossCap = 10
+// otherwise unbounded. 3 nats is a true-class probability of 5%: the cap
+// bites only on rows the model gets badly wrong, and keeps the noise on
+// the counts, which share the sensitivity √(2+cap²), small.
+const EvalLossCap = 3
 
 // EvalSensitivity is the L2 sensitivity of one held-out row's metric
 // vector under DP: √(1 + 1 + EvalLossCap²).
