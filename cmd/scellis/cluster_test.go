@@ -19,7 +19,7 @@ import (
 // cluster is a federation of real scellis processes on 127.0.0.1, made
 // and driven through the CLI the way an operator would.
 type cluster struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	aggs  []string
 	procs map[string]*exec.Cmd
@@ -29,7 +29,7 @@ type cluster struct {
 // ports hands out distinct free loopback ports: each listener stays open
 // until release, so the kernel cannot give the same port twice.
 type ports struct {
-	t  *testing.T
+	t  testing.TB
 	ls []net.Listener
 }
 
@@ -79,7 +79,7 @@ type member struct {
 }
 
 // newCluster makes keys with `scellis keygen` and a federation file.
-func newCluster(t *testing.T, regime string, aggs int, others ...member) *cluster {
+func newCluster(t testing.TB, regime string, aggs int, others ...member) *cluster {
 	c := &cluster{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
 	var fed strings.Builder
 	fmt.Fprintf(&fed, "federation: test\nregime: %s\nmembers:\n", regime)
@@ -250,7 +250,7 @@ func (c *cluster) status(as, id string) jobStatus {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {

@@ -22,7 +22,7 @@ var (
 )
 
 // scellisBinary builds cmd/scellis once per test process.
-func scellisBinary(t *testing.T) string {
+func scellisBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "scellis-bin-")
@@ -44,14 +44,14 @@ func scellisBinary(t *testing.T) string {
 }
 
 // scellisCmd runs the binary in dir with an isolated SCELLIS_HOME.
-func scellisCmd(t *testing.T, dir string, args ...string) *exec.Cmd {
+func scellisCmd(t testing.TB, dir string, args ...string) *exec.Cmd {
 	cmd := exec.Command(scellisBinary(t), args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(dir, ".scellis"))
 	return cmd
 }
 
-func mustRun(t *testing.T, cmd *exec.Cmd) string {
+func mustRun(t testing.TB, cmd *exec.Cmd) string {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

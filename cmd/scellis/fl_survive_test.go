@@ -21,7 +21,7 @@ import (
 // survivalCluster is a consortium of aggs aggregators and silos h1…hN with
 // tiny hospital data (update-level DP, secure aggregation), and alice, a
 // researcher. aggExtra is appended to every aggregator config.
-func survivalCluster(t *testing.T, aggs, silos int, aggExtra string) (*cluster, []string) {
+func survivalCluster(t testing.TB, aggs, silos int, aggExtra string) (*cluster, []string) {
 	t.Helper()
 	var names []string
 	var ms []member
@@ -142,7 +142,7 @@ func (c *cluster) anySiloReached(silos []string, stage string, r int) bool {
 
 // checkLedger checks that a silo's ledger verifies and holds at most one
 // charge per round, and returns the rounds it charged.
-func checkLedger(t *testing.T, c *cluster, silo string) map[string]int {
+func checkLedger(t testing.TB, c *cluster, silo string) map[string]int {
 	t.Helper()
 	path := filepath.Join(silo, "data", "privacy.ledger")
 	mustRun(t, scellisCmd(t, c.dir, "ledger", "verify", "--ledger", path))
@@ -402,4 +402,43 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	if st := c.run(long); st.State != "stopped" || !strings.Contains(st.Reason, "cancelled by alice: enough") {
 		t.Fatalf("cancelled run: %+v", st)
 	}
+}
+
+// BenchmarkFLRoundLeaderChange measures the round wall time of an 8-round
+// run over 4 silos on a 3-node cluster, without and with the leader
+// SIGKILLed after half the rounds, in the same run, and reports the ratio.
+// Time runs from the launch to the run's end, as seen by the CLI.
+//
+//	go test ./cmd/scellis/ -run '^$' -bench FLRoundLeaderChange -benchtime 1x
+func BenchmarkFLRoundLeaderChange(b *testing.B) {
+	const rounds = 8
+	measure := func(change bool) float64 {
+		c, silos := survivalCluster(b, 3, 4, "silo_lease: 3s\nround_retry_backoff: 200ms\n")
+		defer c.stopAll()
+		c.runSpec("bench.yaml", rounds)
+		c.startAggregators()
+		for _, s := range silos {
+			c.start(s, "silo", "--config", s+".yaml")
+		}
+		t0 := time.Now()
+		id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "bench.yaml"))
+		if change {
+			waitFor(b, "half the rounds", 3*time.Minute, func() bool { return len(c.run(id).Models) >= rounds/2 })
+			old := c.leader("alice")
+			c.kill(old, syscall.SIGKILL)
+			c.waitExit(old)
+		}
+		waitFor(b, "the run", 5*time.Minute, func() bool { return c.run(id).State == "done" })
+		return float64(time.Since(t0).Milliseconds()) / rounds
+	}
+	var base, changed float64
+	for range b.N {
+		base += measure(false)
+		changed += measure(true)
+	}
+	base /= float64(b.N)
+	changed /= float64(b.N)
+	b.ReportMetric(base, "ms/round")
+	b.ReportMetric(changed, "ms/round-with-leader-change")
+	b.ReportMetric(changed/base, "ratio")
 }

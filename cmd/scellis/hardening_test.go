@@ -95,7 +95,7 @@ func (m *apiMember) bundleOf(id string) map[string]any {
 	return b
 }
 
-func mustEncode(t *testing.T, v any) []byte {
+func mustEncode(t testing.TB, v any) []byte {
 	b, err := content.Encode(v)
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // Raft traffic also leaves, so the proxies can hold a silent node's
 // outbound traffic too.
 type blackhole struct {
-	t      *testing.T
+	t      testing.TB
 	mu     sync.Mutex
 	silent string            // the silent node, "" when none
 	healed chan struct{}     // closed when no node is silent
@@ -33,7 +33,7 @@ type blackhole struct {
 	conns  []net.Conn
 }
 
-func newBlackhole(t *testing.T) *blackhole {
+func newBlackhole(t testing.TB) *blackhole {
 	b := &blackhole{t: t, healed: make(chan struct{}), byIP: map[string]string{}, closed: make(chan struct{})}
 	close(b.healed)
 	t.Cleanup(b.close)
@@ -169,7 +169,7 @@ func behindBlackhole(c *cluster) *blackhole {
 	return b
 }
 
-func freePort(t *testing.T, ip string) string {
+func freePort(t testing.TB, ip string) string {
 	l, err := net.Listen("tcp", ip+":0")
 	if err != nil {
 		t.Skipf("cannot bind %s (loopback aliases unavailable): %v", ip, err)
