@@ -147,7 +147,7 @@ func TestDemo(t *testing.T) {
 	// The DP-SGD model beats the majority-class baseline clearly on
 	// held-out hospitals (AUC 0.5 for any constant prediction).
 	var auc float64
-	if i := strings.Index(string(out), "held-out"); i < 0 {
+	if i := strings.Index(string(out), "held-out (4 new hospitals"); i < 0 {
 		t.Fatalf("demo output lacks the held-out evaluation:\n%s", out)
 	} else if _, err := fmt.Sscanf(string(out[i:])[strings.Index(string(out[i:]), "AUC ")+4:], "%g", &auc); err != nil || auc < 0.7 {
 		t.Fatalf("held-out AUC %v (%v), want at least 0.7:\n%s", auc, err, out[i:])
