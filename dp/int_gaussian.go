@@ -25,8 +25,7 @@ type intGaussian struct {
 	t   uint64
 	rng *rand.Rand
 	big *DiscreteGaussian // for the rare |Y| ≥ 2^31 acceptance test
-	// A reservoir of random bits: most Bernoulli trials need two bits on
-	// average (bernoulliRat), not a 64-bit word.
+	// A reservoir of random bits, for the Laplace's sign.
 	bits  uint64
 	nbits uint
 }
@@ -43,10 +42,8 @@ func (g *intGaussian) bit() uint64 {
 }
 
 // bernoulliRat returns true with probability n/d exactly, 0 ≤ n ≤ d,
-// d > 0: it compares a uniform real in [0, 1), drawn bit by bit, with the
-// binary expansion of n/d computed bit by bit, and stops at the first bit
-// where they differ (two bits expected). For d ≥ 2^62, where doubling the
-// remainder could overflow, it draws a uniform integer below d instead.
+// d > 0, by comparing a uniform integer below d (Lemire's unbiased
+// method) with n.
 func (g *intGaussian) bernoulliRat(n, d uint64) bool {
 	if n == 0 {
 		return false
@@ -54,24 +51,7 @@ func (g *intGaussian) bernoulliRat(n, d uint64) bool {
 	if n >= d {
 		return true
 	}
-	if d >= 1<<62 {
-		return g.rng.Uint64N(d) < n
-	}
-	r := n
-	for {
-		r <<= 1
-		var pb uint64
-		if r >= d {
-			pb, r = 1, r-d
-		}
-		ub := g.bit()
-		if ub != pb {
-			return ub < pb // u's bit 0 where p's is 1: u < p
-		}
-		if r == 0 {
-			return false // p's expansion ended: u ≥ p
-		}
-	}
+	return g.rng.Uint64N(d) < n
 }
 
 // newIntGaussian returns a sampler of N_Z(0, t²), 1 ≤ t ≤ maxGridT,
