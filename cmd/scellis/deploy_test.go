@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The systemd units in deploy/ pass systemd-analyze verify: no unknown or
+// misspelt directive (which systemd only warns about), and ExecStart runs
+// the scellis binary.
+func TestSystemdUnitsVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed: the deploy/systemd units are not verified here")
+	}
+	units, _ := filepath.Glob("../../deploy/systemd/*.service")
+	if len(units) != 3 {
+		t.Fatalf("want the aggregator, silo and worker units in deploy/systemd, found %v", units)
+	}
+	bin := scellisBinary(t)
+	dir := t.TempDir()
+	var paths []string
+	for _, u := range units {
+		b, err := os.ReadFile(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := string(b)
+		for _, want := range []string{"User=scellis", "ProtectSystem=strict", "NoNewPrivileges=yes", "PrivateTmp=yes", "StateDirectory=scellis", "ExecStart=/usr/local/bin/scellis "} {
+			if !strings.Contains(s, want) {
+				t.Errorf("%s lacks %s", u, want)
+			}
+		}
+		// verify checks that ExecStart's binary exists: point it at the one under test.
+		p := filepath.Join(dir, filepath.Base(u))
+		if err := os.WriteFile(p, []byte(strings.ReplaceAll(s, "/usr/local/bin/scellis", bin)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	cmd := exec.Command(analyze, append([]string{"verify", "--man=no"}, paths...)...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil || out.Len() > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out.String())
+	}
+}
+
+// consecutivePorts finds n consecutive free loopback ports and returns the
+// first (federation init numbers the aggregators' ports from one base).
+func consecutivePorts(t *testing.T, n int) int {
+	for range 500 {
+		base := lowPortBase + int(lowPort.Add(int64(n)))%(lowPortSpan-n)
+		var ls []net.Listener
+		for i := range n {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
+			if err != nil {
+				break
+			}
+			ls = append(ls, l)
+		}
+		for _, l := range ls {
+			l.Close()
+		}
+		if len(ls) == n {
+			return base
+		}
+	}
+	t.Fatal("no run of free ports")
+	return 0
+}
+
+// federation init writes everything a federation needs; started from
+// nothing but those files (each process from its own folder, as on its
+// own machine), three aggregators elect a leader, two workers lease, and
+// the researcher's pool job completes with an intact receipt chain.
+func TestFederationInitStartsEverything(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process federation test")
+	}
+	root := t.TempDir()
+	base := consecutivePorts(t, 6)
+	mustRun(t, scellisCmd(t, root, "federation", "init", "--dir", "fed", "--aggregators", "3", "--workers", "2",
+		"--researcher", "alice", "--port", fmt.Sprint(base)))
+	dir := filepath.Join(root, "fed")
+	for _, m := range []string{"agg-1", "agg-2", "agg-3", "worker-1", "worker-2", "alice"} {
+		fi, err := os.Stat(filepath.Join(dir, m, "identity.key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 {
+			t.Fatalf("%s/identity.key has mode %v, want 0600", m, fi.Mode().Perm())
+		}
+	}
+	c := &cluster{t: t, dir: dir, aggs: []string{"agg-1", "agg-2", "agg-3"}, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
+	t.Cleanup(c.stopAll)
+	// Each process runs in its own folder with its own copy of the
+	// federation file, as it would on its machine.
+	startIn := func(name string, args ...string) {
+		log, err := os.Create(filepath.Join(dir, name+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := scellisCmd(t, filepath.Join(dir, name), args...)
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c.procs[name] = cmd
+		exited := make(chan struct{})
+		c.exits[name] = exited
+		go func() { cmd.Wait(); log.Close(); close(exited) }()
+	}
+	for _, a := range c.aggs {
+		startIn(a, "aggregator", "--config", "aggregator.yaml")
+	}
+	c.waitLeader()
+	startIn("worker-1", "worker", "--config", "worker.yaml")
+	startIn("worker-2", "worker", "--config", "worker.yaml")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc", 4)))
+	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact: 4 receipts") {
+		t.Fatalf("receipts verify: %s", out)
+	}
+	c.mustCLI("alice", "job", "result", id, "--out", "result")
+	if _, err := os.Stat(filepath.Join(dir, "result", "result.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A release build stamps its version with -ldflags, as the README says.
+func TestVersionStampedByLdflags(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "scellis")
+	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || string(out) != "scellis v9.8.7-test\n" {
+		t.Fatalf("scellis version: %q %v", out, err)
+	}
+}
