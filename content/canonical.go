@@ -20,8 +20,8 @@ const maxCanonicalDepth = 64
 // restricted to the types content uses):
 //
 //   - integers and lengths in their shortest form, definite lengths only;
-//   - map keys in strictly increasing bytewise order of their encodings
-//     (which also rules out duplicates);
+//   - map keys that are integers or text, in strictly increasing bytewise
+//     order of their encodings (which also rules out duplicates);
 //   - floats in the shortest width that keeps their value, NaN as f9 7e00;
 //   - simple values false, true and null only;
 //   - no tags at all: bignums (tags 2 and 3), times, and every other tag
@@ -130,6 +130,14 @@ func checkItem(b []byte, off, depth int) (int, error) {
 		var prev []byte
 		for i := uint64(0); i < arg; i++ {
 			keyStart := off
+			// Keys are integers or text: a decoder reads a null, bool,
+			// float, byte-string or composite key into a string-keyed map
+			// as some other key, which re-encodes differently.
+			if keyStart < len(b) {
+				if mt := b[keyStart] >> 5; mt != 0 && mt != 1 && mt != 3 {
+					return 0, fmt.Errorf("%w: map key at byte %d is not an integer or text", ErrNotCanonical, keyStart)
+				}
+			}
 			if off, err = checkItem(b, off, depth+1); err != nil {
 				return 0, err
 			}

@@ -64,6 +64,8 @@ func TestDecodeRefusesNonCanonical(t *testing.T) {
 		"trailing bytes":       "\x01\x02",
 		"array past the end":   "\x9a\xff\xff\xff\xff",
 		"reserved information": "\x1c",
+		"null map key":         "\xa1\xf6\x01",
+		"byte-string map key":  "\xa1\x41a\x01",
 	} {
 		var v any
 		if err := Decode([]byte(in), &v); err == nil {
