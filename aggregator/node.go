@@ -145,7 +145,14 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		logOut = os.Stderr
 	}
 	level := slog.LevelWarn
-	_ = level.UnmarshalText([]byte(opt.LogLevel))
+	switch opt.LogLevel {
+	case "off":
+		level = slog.LevelError + 4 // above every record
+	case "trace":
+		level = slog.LevelDebug
+	default:
+		_ = level.UnmarshalText([]byte(opt.LogLevel))
+	}
 	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})).With("node", name)
 
 	ttl := opt.LeaseTTL
@@ -200,8 +207,8 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 			return c
 		},
 		Bootstrap:          boot,
-		Logger:             logOut,
-		LogLevel:           opt.LogLevel,
+		Slog:               log,
+		LogLevel:           opt.LogLevel, // validated there (SC8001)
 		SnapshotThreshold:  uint64(opt.SnapshotThreshold),
 		TrailingLogs:       uint64(opt.TrailingLogs),
 		SnapshotInterval:   opt.SnapshotInterval,

@@ -3,6 +3,7 @@ package consensus
 import (
 	"crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"time"
 
@@ -108,6 +109,10 @@ type Config struct {
 	// LogLevel is trace, debug, info, warn, error or off. Default info when
 	// Logger is set.
 	LogLevel string
+	// Slog, when set, receives those messages instead of Logger, at the
+	// levels its handler enables (LogLevel is then unused); a start-up
+	// election is logged at info, not warn.
+	Slog *slog.Logger
 }
 
 // withDefaults returns a copy of c with zero fields set to their defaults.
@@ -228,6 +233,9 @@ func (c Config) checkAdvertised(advertise string) error {
 
 // hclogger returns the logger shared by Raft, its transport and stores.
 func (c Config) hclogger() hclog.Logger {
+	if c.Slog != nil {
+		return slogHclog(c.Slog)
+	}
 	out := c.Logger
 	if out == nil {
 		out = io.Discard

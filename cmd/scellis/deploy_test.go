@@ -133,6 +133,16 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "result", "result.json")); err != nil {
 		t.Fatal(err)
 	}
+	// At the default log level a normal start's election is not a warning
+	// (Raft's logs go through slog; the first election is info).
+	for _, a := range c.aggs {
+		b, _ := os.ReadFile(filepath.Join(dir, a+".log"))
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, "level=WARN") && strings.Contains(line, "starting election") && strings.Contains(line, `last-leader-id=""`) {
+				t.Errorf("%s logged its start-up election as a warning: %s", a, line)
+			}
+		}
+	}
 }
 
 // A release build stamps its version with -ldflags, as the README says.
