@@ -73,7 +73,7 @@ func TestBadInputCorpus(t *testing.T) {
 		code string
 	}{
 		{"yaml bomb in a job", []string{"run", "bomb-job.yaml"}, 2, "SC1008"},
-		{"yaml bomb in a config", []string{"config", "check", "bomb-config.yaml"}, 2, "SC1008"},
+		{"yaml bomb in a config", []string{"config", "check", "--kind", "worker", "bomb-config.yaml"}, 2, "SC1008"},
 		{"huge config", []string{"config", "check", "--kind", "worker", "huge.yaml"}, 2, "SC1005"},
 		{"config is a fifo", []string{"config", "check", "--kind", "worker", "fifo"}, 2, "SC1006"},
 		{"config is /dev/zero", []string{"config", "check", "--kind", "silo", "/dev/zero"}, 2, "SC1006"},
@@ -90,8 +90,8 @@ func TestBadInputCorpus(t *testing.T) {
 		{"NaN in a dataset", []string{"run", "job-nan.yaml"}, 2, "SC3004"},
 		{"Inf in a dataset", []string{"run", "job-inf.yaml"}, 2, "SC3004"},
 		{"ragged dataset", []string{"run", "job-ragged.yaml"}, 2, "SC3002"},
-		{"NaN in a silo's dataset", []string{"config", "check", "silo-nan.yaml"}, 2, "SC3004"},
-		{"infinite budget", []string{"config", "check", "silo-inf-budget.yaml"}, 2, "SC1005"},
+		{"NaN in a silo's dataset", []string{"config", "check", "--kind", "silo", "silo-nan.yaml"}, 2, "SC3004"},
+		{"infinite budget", []string{"config", "check", "--kind", "silo", "silo-inf-budget.yaml"}, 2, "SC1005"},
 		{"huge allocation in one step", []string{"run", "job-alloc.yaml"}, 2, "SC2005"},
 		{"endless native", []string{"run", "job-endless.yaml"}, 2, "SC2004"},
 		{"receipt edited", []string{"receipts", "verify", "--file", "receipts-edited.json"}, 2, "SC7013"},
