@@ -42,6 +42,7 @@ type Node struct {
 	planner *planner
 	log     *slog.Logger
 	http    *http.Server
+	health  *http.Server // /healthz and /readyz, when health_listen is set
 	ln      net.Listener
 
 	cancel context.CancelFunc
@@ -75,6 +76,9 @@ type Options struct {
 	// raft_address, which stay what the others dial (NAT, containers, a
 	// proxy in front). Empty: bind the federation's addresses.
 	Listen, RaftListen string
+	// HealthListen, if set, serves /healthz and /readyz in plain HTTP on
+	// this address (health.go).
+	HealthListen string
 	// Raft timeouts (0: the consensus defaults, the LAN profile).
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
@@ -290,6 +294,12 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		defer n.done.Done()
 		n.leaderDuties(ctx)
 	}()
+	if opt.HealthListen != "" {
+		if err := n.startHealth(opt.HealthListen); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -306,6 +316,9 @@ func (n *Node) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	n.http.Shutdown(ctx)
+	if n.health != nil {
+		n.health.Shutdown(ctx)
+	}
 	n.sagg.Close()
 	err := n.raft.Close()
 	n.done.Wait()

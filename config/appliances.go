@@ -43,6 +43,8 @@ type Aggregator struct {
 	// differ from the federation file's address and raft_address (NAT,
 	// containers, a proxy in front); empty: bind those.
 	Listen, RaftListen string
+	// HealthListen serves /healthz and /readyz in plain HTTP (empty: off).
+	HealthListen string
 	// Caps on the submitters' content this node runs (partition, cost,
 	// reduce) and on the prices it sets; a job's own limits may only lower
 	// them. Zero: the aggregator's defaults (aggregator.DefaultContentCaps).
@@ -98,6 +100,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("segment_bytes", false, "", integer(&c.SegmentBytes, 1<<10, 1<<30)),
 		mk("listen", false, "", str(&c.Listen)),
 		mk("raft_listen", false, "", str(&c.RaftListen)),
+		mk("health_listen", false, "", str(&c.HealthListen)),
 		mk("content_steps", false, "", integer(&c.ContentSteps, 1000, 1<<50)),
 		mk("content_memory_mb", false, "", integer(&c.ContentMemoryMB, 16, 1<<20)),
 		mk("content_timeout", false, "", duration(&c.ContentTimeout)),

@@ -69,7 +69,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				SecAgg:    wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
-				Listen: c.Listen, RaftListen: c.RaftListen,
+				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
 				Content: aggregator.ContentCaps{
 					Steps: uint64(c.ContentSteps), MemoryBytes: uint64(c.ContentMemoryMB) << 20, WallClock: c.ContentTimeout,

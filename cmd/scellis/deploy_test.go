@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -86,7 +89,7 @@ func TestFederationInitStartsEverything(t *testing.T) {
 		t.Skip("multi-process federation test")
 	}
 	root := t.TempDir()
-	base := consecutivePorts(t, 6)
+	base := consecutivePorts(t, 7) // 3 × (API, Raft), and agg-1's health endpoints
 	mustRun(t, scellisCmd(t, root, "federation", "init", "--dir", "fed", "--aggregators", "3", "--workers", "2",
 		"--researcher", "alice", "--port", fmt.Sprint(base)))
 	dir := filepath.Join(root, "fed")
@@ -118,10 +121,36 @@ func TestFederationInitStartsEverything(t *testing.T) {
 		c.exits[name] = exited
 		go func() { cmd.Wait(); log.Close(); close(exited) }()
 	}
+	// agg-1 also serves the health endpoints.
+	health := fmt.Sprintf("127.0.0.1:%d", base+6)
+	cfg := filepath.Join(dir, "agg-1", "aggregator.yaml")
+	b, err := os.ReadFile(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, append(b, "health_listen: "+health+"\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, a := range c.aggs {
 		startIn(a, "aggregator", "--config", "aggregator.yaml")
 	}
 	c.waitLeader()
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + health + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	waitFor(t, "agg-1 ready", time.Minute, func() bool { code, _ := get("/readyz"); return code == 200 })
+	if _, body := get("/readyz"); !strings.Contains(body, `"ready":true`) || !strings.Contains(body, `"node":"agg-1"`) {
+		t.Fatalf("/readyz: %s", body)
+	}
 	startIn("worker-1", "worker", "--config", "worker.yaml")
 	startIn("worker-2", "worker", "--config", "worker.yaml")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc", 4)))
@@ -132,6 +161,16 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	c.mustCLI("alice", "job", "result", id, "--out", "result")
 	if _, err := os.Stat(filepath.Join(dir, "result", "result.json")); err != nil {
 		t.Fatal(err)
+	}
+	// Without a majority agg-1 is alive but not ready.
+	c.kill("agg-2", syscall.SIGKILL)
+	c.kill("agg-3", syscall.SIGKILL)
+	waitFor(t, "agg-1 to say it is not ready", time.Minute, func() bool { code, _ := get("/readyz"); return code == http.StatusServiceUnavailable })
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("/healthz without a majority: %d", code)
+	}
+	if _, body := get("/readyz"); !strings.Contains(body, `"ready":false`) || !strings.Contains(body, "no leader") {
+		t.Fatalf("/readyz without a majority: %s", body)
 	}
 	// At the default log level a normal start's election is not a warning
 	// (Raft's logs go through slog; the first election is info).

@@ -1,0 +1,70 @@
+package aggregator
+
+import (
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/scellis/scellis/diag"
+)
+
+// The health endpoints serve plain HTTP on their own address (health_listen)
+// so a load balancer, systemd or a monitoring probe can ask without a
+// federation key: they say only whether the process serves and whether its
+// replica is current, nothing about jobs or members.
+//
+//	GET /healthz  200 while the process serves
+//	GET /readyz   200 when this node is the leader or has heard from one
+//	              within the stale bound; 503 with the reason otherwise
+
+// healthState is the body of /readyz.
+type healthState struct {
+	Node            string `json:"node"`
+	Ready           bool   `json:"ready"`
+	Leader          string `json:"leader,omitempty"`
+	AppliedIndex    uint64 `json:"applied_index"`
+	LeaderContactMs int64  `json:"leader_contact_ms"`
+	Reason          string `json:"reason,omitempty"`
+}
+
+func (n *Node) healthHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		info := n.readInfo()
+		leader, _, _ := n.leader()
+		st := healthState{Node: n.Self.Name, Ready: !info.Stale, Leader: leader, AppliedIndex: info.AppliedIndex, LeaderContactMs: info.LeaderContactMs}
+		code := http.StatusOK
+		if info.Stale {
+			code = http.StatusServiceUnavailable
+			st.Reason = "no leader heard from recently: an election is running, or this node is cut off from a majority"
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		json.NewEncoder(w).Encode(st)
+	})
+	return mux
+}
+
+// startHealth listens on addr and serves the health endpoints until Close.
+func (n *Node) startHealth(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return diag.New(diag.WorkerConfig, "health_listen", "cannot listen on %s: %v", addr, err).
+			WithHelp("another process holds the port, or the address is not this machine's")
+	}
+	n.health = &http.Server{Handler: n.healthHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	n.done.Add(1)
+	go func() {
+		defer n.done.Done()
+		if err := n.health.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("health server", "err", err)
+		}
+	}()
+	return nil
+}
