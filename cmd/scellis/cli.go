@@ -58,6 +58,26 @@ func hardenCLI(root *cobra.Command) {
 	}
 	walk(root)
 	root.PersistentPreRunE = checkFlagRanges
+	// `scellis help lauch` is an unknown command too, not the root's help.
+	for _, c := range root.Commands() {
+		if c.Name() == "help" {
+			c.Run = nil
+			c.RunE = func(_ *cobra.Command, args []string) error {
+				cmd, rest, err := root.Find(args)
+				if err != nil || cmd == nil {
+					return groupRun(root, args)
+				}
+				if len(rest) > 0 {
+					if !cmd.HasSubCommands() {
+						return diag.New(diag.UnknownCommand, cmd.CommandPath(), "%s has no subcommand %q", cmd.CommandPath(), rest[0]).
+							WithHelp("'scellis help %s' describes it", strings.Join(strings.Fields(cmd.CommandPath())[1:], " "))
+					}
+					return groupRun(cmd, rest)
+				}
+				return cmd.Help()
+			}
+		}
+	}
 }
 
 // groupRun runs a command that only groups subcommands: with no arguments
