@@ -519,10 +519,12 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	switch step {
 	case fl.StepStats:
 		var bounds []float64
+		var noise float64
 		if spec.DP {
 			bounds = spec.FeatureBounds
+			noise = fl.StatsNoise(spec.StepPrivacy(fl.UnitRecord, fl.StepStats).Sigma, len(bounds), len(sum.Contributors))
 		}
-		if std, err = fl.StatsFromSums(update, metrics["rows"], bounds); err != nil {
+		if std, err = fl.StatsFromSums(update, metrics["rows"], bounds, noise); err != nil {
 			return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
 		}
 	case fl.StepTrain:

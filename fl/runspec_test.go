@@ -3,6 +3,7 @@ package fl
 import (
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -65,7 +66,7 @@ func TestStatsRoundTripWithBounds(t *testing.T) {
 			sums[i] += v
 		}
 	}
-	std, err := StatsFromSums(sums[:4], sums[4], bounds)
+	std, err := StatsFromSums(sums[:4], sums[4], bounds, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,5 +130,44 @@ func TestRoundCohort(t *testing.T) {
 	}
 	if c, w := s.RoundCohort("sha256:run", 0, StepStats, members); len(c) != 10 || w != nil {
 		t.Fatalf("the statistics step sampled %v (work %v)", c, w)
+	}
+}
+
+// Under DP the released second moment of a feature whose spread is small
+// against its public bound is mostly noise; StatsFromSums must never turn
+// that noise into a deviation far below the truth (which would blow the
+// feature up by a random factor each run). Without the noise-aware floor
+// the same draws do (the test's power check).
+func TestStatsFromNoisySumsNeverUnderestimateSpread(t *testing.T) {
+	const (
+		rows   = 3200.0
+		bound  = 600.0
+		mean   = 100.0
+		sd     = 25.0
+		sigma  = 6.0
+		sites  = 4
+		trials = 300
+	)
+	noise := StatsNoise(sigma, 1, sites)
+	rng := rand.New(rand.NewPCG(1, 2)) // test draws of the noise, not DP noise
+	exact := []float64{rows * mean / bound, rows * (sd*sd + mean*mean) / (bound * bound)}
+	var below int
+	for range trials {
+		sums := []float64{exact[0] + noise*rng.NormFloat64(), exact[1] + noise*rng.NormFloat64()}
+		n := rows + noise*rng.NormFloat64()
+		got, err := StatsFromSums(sums, n, []float64{bound}, noise)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Std[0] < sd/2 || got.Std[0] > bound {
+			t.Fatalf("std %.3g from noisy sums; the feature's is %.3g and its bound %.3g", got.Std[0], sd, bound)
+		}
+		naive, _ := StatsFromSums(sums, n, []float64{bound}, 0)
+		if naive.Std[0] < sd/2 {
+			below++
+		}
+	}
+	if below == 0 {
+		t.Fatalf("without the floor no draw underestimated the spread: the test has no power")
 	}
 }

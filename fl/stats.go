@@ -80,8 +80,17 @@ func StatsSensitivity(c int) float64 { return math.Sqrt(float64(2*c + 1)) }
 // whose variance is not positive (constant, or driven below zero by DP
 // noise) gets standard deviation 1, as model.FitStandardizer does.
 //
-// bounds, when set, are the DP bounds StatsVector scaled by.
-func StatsFromSums(sums []float64, rows float64, bounds []float64) (*Standardization, error) {
+// bounds, when set, are the DP bounds StatsVector scaled by, and noise is
+// the standard deviation of the DP noise on each summed coordinate in
+// those scaled units (√sites · σ · StatsSensitivity; 0 without DP). Under
+// DP the scaled mean is kept in [−1, 1] and the scaled variance in
+// [floor, 1], where floor is two standard errors of the variance
+// estimate: a variance that close to zero cannot be told from the noise,
+// and dividing a feature by a noise-sized deviation would blow it up by an
+// arbitrary factor from one run to the next. Over-estimating the spread
+// only shrinks the feature, which training absorbs. This is
+// post-processing of the released sums and costs no privacy.
+func StatsFromSums(sums []float64, rows float64, bounds []float64, noise float64) (*Standardization, error) {
 	if len(sums)%2 != 0 || len(sums) == 0 {
 		return nil, fmt.Errorf("fl: feature statistics of odd length %d", len(sums))
 	}
@@ -100,6 +109,14 @@ func StatsFromSums(sums []float64, rows float64, bounds []float64) (*Standardiza
 		}
 		m := b * sums[j] / rows
 		v := b*b*sums[c+j]/rows - m*m
+		if bounds != nil && noise > 0 {
+			ms := max(-1, min(1, sums[j]/rows))
+			// The second moment's error is noise/n; the mean's enters
+			// the variance through m², scaled by 2|m|.
+			floor := 2 * (1 + 2*math.Abs(ms)) * noise / rows
+			vs := max(floor, min(1, sums[c+j]/rows-ms*ms))
+			m, v = b*ms, b*b*vs
+		}
 		sd := math.Sqrt(max(v, 0))
 		if !(sd > 1e-12*math.Max(1, math.Abs(m))) || math.IsInf(sd, 0) {
 			sd = 1
@@ -107,4 +124,11 @@ func StatsFromSums(sums []float64, rows float64, bounds []float64) (*Standardiza
 		s.Mean[j], s.Std[j] = m, sd
 	}
 	return s, nil
+}
+
+// StatsNoise is the standard deviation of the DP noise on each coordinate
+// of the summed statistics of c features from sites sites, each releasing
+// at noise multiplier sigma: √sites · σ · StatsSensitivity(c).
+func StatsNoise(sigma float64, c, sites int) float64 {
+	return math.Sqrt(float64(sites)) * sigma * StatsSensitivity(c)
 }

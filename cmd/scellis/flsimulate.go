@@ -340,7 +340,11 @@ func (s *flSim) statsStep(ctx context.Context, emit func(fl.RoundSummary)) error
 	if err != nil {
 		return err
 	}
-	if s.std, err = fl.StatsFromSums(sum[:dims], sum[dims], bounds); err != nil {
+	var noise float64
+	if bounds != nil {
+		noise = fl.StatsNoise(s.stepPrivacy(fl.StepStats).Sigma, d, len(trains))
+	}
+	if s.std, err = fl.StatsFromSums(sum[:dims], sum[dims], bounds, noise); err != nil {
 		return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the feature statistics are unusable: %v", err)
 	}
 	row := fl.NewRoundSummary(0, fl.StepStats, s.names, []string{}, map[string]float64{"rows": sum[dims]}, "")
