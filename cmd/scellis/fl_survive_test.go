@@ -301,7 +301,10 @@ func TestFLKilledSiloCostsSeconds(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	c, silos := survivalCluster(t, 1, 4, "round_join_timeout: 10m\nsilo_lease: 3s\n")
-	c.runSpec("dead.yaml", 8)
+	// Far more rounds than the test needs: rounds take tens of
+	// milliseconds, so a short run could end before the restarted h4 has
+	// even started. The test cancels the run once h4 has contributed.
+	c.runSpec("dead.yaml", 500)
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
@@ -316,7 +319,18 @@ func TestFLKilledSiloCostsSeconds(t *testing.T) {
 	waitFor(t, "three rounds without h4", 3*time.Minute, func() bool { return len(c.run(id).Models) >= killedAt+3 })
 	restartedAt := len(c.run(id).Models)
 	c.start("h4", "silo", "--config", "h4.yaml")
-	waitFor(t, "the run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })
+	contributed := regexp.MustCompile(`round (\d+): contributed`)
+	waitFor(t, "the restarted h4 to contribute", 3*time.Minute, func() bool {
+		b, _ := os.ReadFile(filepath.Join(c.dir, "h4.log")) // written anew by the restart
+		for _, m := range contributed.FindAllStringSubmatch(string(b), -1) {
+			if r, _ := strconv.Atoi(m[1]); r > restartedAt {
+				return true
+			}
+		}
+		return false
+	})
+	c.mustCLI("alice", "fl", "cancel", id, "--reason", "h4 is back")
+	waitFor(t, "the run to stop", time.Minute, func() bool { return c.run(id).State == "stopped" })
 	rows := c.rounds(id)
 	var rejoined bool
 	for _, row := range rows {
