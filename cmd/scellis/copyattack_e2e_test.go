@@ -17,9 +17,9 @@ import (
 	"github.com/scellis/scellis/identity"
 )
 
-// apiClient is a control-plane client authenticating as member name of
-// the cluster, for a test that plays a member by hand.
-func (c *cluster) apiClient(name string) *api.Client {
+// memberKeys loads member name's identity and the cluster's federation
+// file, for a test that plays a member by hand.
+func (c *cluster) memberKeys(name string) (*identity.Identity, *identity.Federation) {
 	c.t.Helper()
 	id, _, err := identity.Load(filepath.Join(c.dir, name, "identity.key"), identity.LoadOptions{})
 	if err != nil {
@@ -29,7 +29,14 @@ func (c *cluster) apiClient(name string) *api.Client {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cl, err := api.NewClient(id, fed)
+	return id, fed
+}
+
+// apiClient is a control-plane client authenticating as member name of
+// the cluster, for a test that plays a member by hand.
+func (c *cluster) apiClient(name string) *api.Client {
+	c.t.Helper()
+	cl, err := api.NewClient(c.memberKeys(name))
 	if err != nil {
 		c.t.Fatal(err)
 	}

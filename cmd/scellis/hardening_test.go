@@ -29,18 +29,8 @@ type apiMember struct {
 }
 
 func (c *cluster) apiAs(name string) *apiMember {
-	id, _, err := identity.Load(filepath.Join(c.dir, name, "identity.key"), identity.LoadOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	fed, err := identity.LoadFederation(filepath.Join(c.dir, "federation.yaml"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	cl, err := api.NewClient(id, fed)
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	id, fed := c.memberKeys(name)
+	cl := c.apiClient(name)
 	tlsCfg, err := identity.ClientTLSConfig(id, fed, "", identity.Aggregator)
 	if err != nil {
 		c.t.Fatal(err)
