@@ -249,14 +249,14 @@ const parallelFrom = 1 << 15
 func addIntGaussian(y []int64, t uint64, noise *Noise) {
 	workers := min(runtime.GOMAXPROCS(0), len(y)/parallelFrom+1)
 	if workers <= 1 {
-		newIntGaussian(t, noise.fork()).addTo(y)
+		newIntGaussian(t, noise.forkChaCha8()).addTo(y)
 		return
 	}
 	var wg sync.WaitGroup
 	chunk := (len(y) + workers - 1) / workers
 	for lo := 0; lo < len(y); lo += chunk {
 		part := y[lo:min(lo+chunk, len(y))]
-		g := newIntGaussian(t, noise.fork())
+		g := newIntGaussian(t, noise.forkChaCha8())
 		wg.Go(func() { g.addTo(part) })
 	}
 	wg.Wait()

@@ -61,7 +61,7 @@ func chi2Z(counts map[int64]int, n int, s2 float64, w int64) float64 {
 // rejects a scale 5% off, so it cannot pass by accident.
 func TestIntGaussianIsDiscreteGaussian(t *testing.T) {
 	for i, T := range []uint64{1, 25, 1000, 70000} {
-		g := newIntGaussian(T, newNoiseFromSeed([32]byte{byte(40 + i)}).fork())
+		g := newIntGaussian(T, newNoiseFromSeed([32]byte{byte(40 + i)}).forkChaCha8())
 		const n = 40000
 		counts := map[int64]int{}
 		for range n {
@@ -204,6 +204,59 @@ func TestGridGaussianReleaseNoiseIsExact(t *testing.T) {
 	for _, f := range []float64{0.95, 1.05} {
 		if z := chi2Z(counts, d, f*f*T*T, w); z < 5 {
 			t.Fatalf("the test cannot tell a scale of %.2f·T apart (z %.1f)", f, z)
+		}
+	}
+}
+
+// The sampler's building blocks against their exact probabilities: the
+// lazy Bernoulli(n/d) on each chunk size (16, 32 and 64 bits) and
+// Bernoulli(exp(−1)) by inversion, by z-scores on fixed seeds, and the
+// inversion's fast path agrees with its exact big-integer continuation on
+// every prefix it decides.
+func TestIntGaussianBernoullis(t *testing.T) {
+	g := newIntGaussian(1, newNoiseFromSeed([32]byte{70}).forkChaCha8())
+	const n = 200000
+	z := func(hits int, p float64) float64 {
+		return (float64(hits) - n*p) / math.Sqrt(n*p*(1-p))
+	}
+	for _, c := range [][2]uint64{{1, 3}, {2, 7}, {100, 255}, {12345, 1 << 20}, {3, 1<<24 - 1}, {1 << 32, 3 << 32}, {5 << 40, 1<<63 - 25}} {
+		hits := 0
+		for range n {
+			if g.bernoulliRat(c[0], c[1]) {
+				hits++
+			}
+		}
+		p := float64(c[0]) / float64(c[1])
+		if zz := z(hits, p); math.Abs(zz) > 5 {
+			t.Errorf("Bernoulli(%d/%d): %d of %d, z %.1f", c[0], c[1], hits, n, zz)
+		}
+	}
+	hits := 0
+	for range n {
+		if g.bernoulliExpOne() {
+			hits++
+		}
+	}
+	if zz := z(hits, math.Exp(-1)); math.Abs(zz) > 5 {
+		t.Errorf("Bernoulli(exp(−1)): %d of %d, z %.1f", hits, n, zz)
+	}
+	src := newNoiseFromSeed([32]byte{71})
+	for range 10000 {
+		x := src.Uint64()
+		if g.expOneFrom(x) != g.expOneSlow(x, 1) {
+			t.Fatalf("prefix %#x: the fast inversion and the exact continuation disagree", x)
+		}
+	}
+	// Prefixes on the thresholds themselves go on to more bits: given the
+	// same further bits, the two paths decide alike.
+	for k := 1; k <= 20; k++ {
+		x := uint64(math.MaxUint64) / factorials[k]
+		for s := range byte(8) {
+			g1 := newIntGaussian(1, newNoiseFromSeed([32]byte{72, s}).forkChaCha8())
+			g2 := newIntGaussian(1, newNoiseFromSeed([32]byte{72, s}).forkChaCha8())
+			if g1.expOneFrom(x) != g2.expOneSlow(x, 1) {
+				t.Fatalf("threshold prefix for %d!: fast and exact paths disagree", k)
+			}
 		}
 	}
 }
