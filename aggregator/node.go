@@ -23,6 +23,7 @@ import (
 	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/receipt"
@@ -62,6 +63,12 @@ type Node struct {
 	// peerClient talks to the other aggregators as this node (blob
 	// replication and fetches).
 	peerClient *api.Client
+
+	// The data plane (dataplane.go): signalling mailbox, data-channel
+	// peer, optional STUN/TURN server.
+	p2pBox *dataplane.Mailbox
+	p2p    *dataplane.Peer
+	turn   *dataplane.TURN
 }
 
 // Options tune a node; the zero value is production.
@@ -120,6 +127,18 @@ type Options struct {
 	// BodyTimeout bounds reading a request body (see deadlines.go); zero
 	// means DefaultBodyTimeout. Tests shorten it.
 	BodyTimeout time.Duration
+
+	// The data plane (dataplane.go, docs/dataplane.md). TURNListen, if
+	// set, runs a STUN/TURN server on that UDP address; peers reach its
+	// relays at TURNRelayIP (default: the host of the node's federation
+	// address). TURNMaxAllocations bounds the relays open at once
+	// (default 64), TURNBandwidth each relay's bytes per second and
+	// direction (0: unlimited). P2PLoopback makes ICE use loopback
+	// addresses only: every peer on one machine (tests, benchmarks).
+	TURNListen, TURNRelayIP string
+	TURNMaxAllocations      int
+	TURNBandwidth           int64
+	P2PLoopback             bool
 
 	// NoCommitReveal runs the coordinator without commit–reveal: results
 	// are reported outright, which lets a member copy another's hash.
@@ -252,6 +271,15 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	// The data plane of training rounds: silos' masked inputs go to the
 	// reducer peer here, never through the control-plane API (law 3).
 	mux.Handle(wire.Prefix, n.sagg)
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	if err := n.startDataPlane(ctx, mux); err != nil {
+		cancel()
+		n.closeDataPlane()
+		n.raft.Close()
+		ln.Close()
+		return nil, err
+	}
 	mux.Handle("/blobs/", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
 		m, ok := fed.PeerFromRequest(r)
 		if !ok {
@@ -281,8 +309,6 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
 	n.done.Add(2)
 	go func() {
 		defer n.done.Done()
@@ -320,6 +346,7 @@ func (n *Node) Close() error {
 		n.health.Shutdown(ctx)
 	}
 	n.sagg.Close()
+	n.closeDataPlane()
 	err := n.raft.Close()
 	n.done.Wait()
 	return err
@@ -353,13 +380,15 @@ type NodeStatus struct {
 	// PlansRunning counts the plans and reductions of submitted content
 	// running in child processes on this node now.
 	PlansRunning int `json:"plans_running"`
+	// DataPlane: the peer-to-peer paths this node used, per peer pair.
+	DataPlane *DataPlaneStatus `json:"data_plane,omitempty"`
 }
 
 // Status reports this node's Raft and state view.
 func (n *Node) Status() NodeStatus {
 	m := n.fsm.machine()
 	seq, head := m.Head()
-	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running()}
+	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running(), DataPlane: n.dataPlaneStatus()}
 }
 
 // leaderDuties runs on every node but acts only on the leader: it proposes

@@ -29,6 +29,10 @@ const (
 	// PurposeContribution signs a silo's contribution record for one round
 	// of a training run (what it charged, and whether it took part).
 	PurposeContribution Purpose = "scellis/contribution/v1"
+	// PurposeP2PFingerprint signs the DTLS certificate fingerprint a peer
+	// offers in a data-plane connection's signalling (dataplane/), so the
+	// aggregator relaying the signalling cannot substitute its own.
+	PurposeP2PFingerprint Purpose = "scellis/p2p-fingerprint/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

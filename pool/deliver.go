@@ -40,7 +40,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		}
 		req.Nonce = fmt.Sprintf("%x", nonce)
 	}
-	if _, err := w.Client.PutBlob(rctx, data); err != nil {
+	if _, err := w.blobs().PutBlob(rctx, data); err != nil {
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
 	}
 	if direct {

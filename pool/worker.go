@@ -25,6 +25,11 @@ import (
 // at once, and hands its leases back when it stops.
 type Worker struct {
 	Client *api.Client
+	// Blobs, when set, moves the worker's blobs (bundles, inputs,
+	// results) in place of Client's HTTPS blob calls: the data plane
+	// (dataplane.Blobs) uses a data channel to an aggregator and falls
+	// back to HTTPS by itself. Either way every blob is hash-checked.
+	Blobs BlobMover
 	// Name is the worker's member name in the federation: commitments
 	// bind a result to it (Deliver).
 	Name        string
@@ -73,6 +78,21 @@ type Worker struct {
 type isolatedJob struct {
 	bundle []byte // the bundle's canonical bytes
 	dir    string // its cache folder (inputs)
+}
+
+// BlobMover moves content-addressed blobs between a member and the pool.
+// GetBlob returns bytes that hash to ref, or an error.
+type BlobMover interface {
+	GetBlob(ctx context.Context, ref content.Ref) ([]byte, error)
+	PutBlob(ctx context.Context, b []byte) (content.Ref, error)
+}
+
+// blobs returns the worker's blob path: Blobs, or HTTPS through Client.
+func (w *Worker) blobs() BlobMover {
+	if w.Blobs != nil {
+		return w.Blobs
+	}
+	return w.Client
 }
 
 func (w *Worker) logf(format string, args ...any) {
@@ -174,7 +194,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	raw, err := w.Client.GetBlob(ctx, st.Bundle)
+	raw, err := w.blobs().GetBlob(ctx, st.Bundle)
 	if err != nil {
 		return nil, fmt.Errorf("fetching bundle: %w", err)
 	}
@@ -186,7 +206,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 		return nil, fmt.Errorf("job ID %.80q is not a ref", id)
 	}
 	dir := filepath.Join(w.CacheDir, id.Hex()[:16])
-	fetch := func(ctx context.Context, ref content.Ref) ([]byte, error) { return w.Client.GetBlob(ctx, ref) }
+	fetch := func(ctx context.Context, ref content.Ref) ([]byte, error) { return w.blobs().GetBlob(ctx, ref) }
 	p, err := job.CompileBundle(ctx, &b, w.Catalog, fetch, dir)
 	if err != nil {
 		return nil, err

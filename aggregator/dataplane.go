@@ -1,0 +1,124 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/dataplane"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+)
+
+// The node's end of the peer-to-peer data plane (docs/dataplane.md): a
+// signalling mailbox on the mutual-TLS listener (node-local memory, never
+// the Raft log: law 3), a data-plane peer that serves and receives the
+// node's blobs over WebRTC data channels under the same rules as the
+// HTTPS blob endpoint, and optionally a STUN/TURN server.
+
+// DataPlaneStatus is the data-plane part of a node's status: which path
+// each peer pair used, with bytes.
+type DataPlaneStatus struct {
+	Pairs   []dataplane.PairStats `json:"pairs"`
+	Mailbox int                   `json:"mailbox_pending"`
+	TURN    *dataplane.TURNStats  `json:"turn,omitempty"`
+}
+
+// startDataPlane mounts the mailbox on mux and starts the peer (and the
+// TURN server, when configured); the peer runs until ctx ends.
+func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
+	n.p2pBox = &dataplane.Mailbox{}
+	if n.opt.TURNListen != "" {
+		relayIP := net.ParseIP(n.opt.TURNRelayIP)
+		if relayIP == nil {
+			host, _, _ := net.SplitHostPort(n.Self.Address)
+			relayIP = net.ParseIP(host)
+		}
+		if relayIP == nil {
+			return diag.New(diag.P2PConfig, n.Self.Name, "the TURN relay needs an IP address peers reach it at; %s's address %q has none", n.Self.Name, n.Self.Address).
+				WithHelp("set turn_relay_ip in the aggregator config")
+		}
+		t, err := dataplane.StartTURN(dataplane.TURNConfig{Listen: n.opt.TURNListen, RelayIP: relayIP, MaxAllocations: n.opt.TURNMaxAllocations, BandwidthBytes: n.opt.TURNBandwidth})
+		if err != nil {
+			return err
+		}
+		n.turn = t
+	}
+	var ice func(member string) []dataplane.ICEServer
+	if n.turn != nil {
+		ice = n.turn.Credentials
+	}
+	mux.Handle(dataplane.Prefix, dataplane.Handler(n.fed, n.p2pBox, ice))
+	sig, err := dataplane.NewSignalling(n.id, n.fed, n.Self.Name, n.p2pBox)
+	if err != nil {
+		return err
+	}
+	peer, err := dataplane.New(dataplane.Config{
+		Identity: n.id, Name: n.Self.Name, Fed: n.fed, Signal: sig, Store: nodeStore{n}, Loopback: n.opt.P2PLoopback,
+		ICE: func(context.Context) ([]dataplane.ICEServer, error) {
+			if ice == nil {
+				return nil, nil
+			}
+			return ice(n.Self.Name), nil
+		},
+		Authorize: func(m identity.Member, op string, ref content.Ref) error {
+			// The same rule as the HTTPS blob endpoint (node.go): any
+			// member may upload; reads of undecided results are for
+			// the aggregators alone (law 13).
+			if op == "get" && !api.BlobReadable(n.fsm.machine().ResultUse(ref), m) {
+				return fmt.Errorf("%s may not read this blob: a shard result not yet decided, or of an open-pool job %s did not submit", m.Name, m.Name)
+			}
+			return nil
+		},
+		Logf: func(format string, args ...any) { n.log.Info(fmt.Sprintf(format, args...)) },
+	})
+	if err != nil {
+		return err
+	}
+	n.p2p = peer
+	n.done.Add(1)
+	go func() {
+		defer n.done.Done()
+		peer.Run(ctx)
+	}()
+	return nil
+}
+
+func (n *Node) closeDataPlane() {
+	if n.p2p != nil {
+		n.p2p.Close()
+	}
+	if n.turn != nil {
+		n.turn.Close()
+	}
+}
+
+func (n *Node) dataPlaneStatus() *DataPlaneStatus {
+	if n.p2p == nil {
+		return nil
+	}
+	st := &DataPlaneStatus{Pairs: n.p2p.Stats(), Mailbox: n.p2pBox.Pending()}
+	if n.turn != nil {
+		ts := n.turn.Stats()
+		st.TURN = &ts
+	}
+	return st
+}
+
+// nodeStore is the node's blob store as the data plane serves it: a blob
+// uploaded to another aggregator is fetched from there, as for the
+// node's own planning (replicate.go).
+type nodeStore struct{ n *Node }
+
+func (s nodeStore) Get(ref content.Ref) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return s.n.fetchBlob(ctx, ref)
+}
+
+func (s nodeStore) Put(ref content.Ref, r io.Reader) error { return s.n.blobs.Put(ref, r) }

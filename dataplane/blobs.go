@@ -1,0 +1,90 @@
+package dataplane
+
+import (
+	"context"
+	"sync"
+
+	"github.com/scellis/scellis/content"
+)
+
+// HTTPSBlobs is the last fallback: the aggregators' HTTPS blob endpoint
+// (*api.Client).
+type HTTPSBlobs interface {
+	GetBlob(ctx context.Context, ref content.Ref) ([]byte, error)
+	PutBlob(ctx context.Context, b []byte) (content.Ref, error)
+}
+
+// Blobs moves a member's blobs to and from the pool: over a data channel
+// to the aggregator Via when one can be set up, else over HTTPS. It is
+// what a worker or silo uses in place of the API client's blob calls;
+// each change of path is logged once, so the log says which path the
+// member's blobs take.
+type Blobs struct {
+	Peer  *Peer
+	Via   string // the aggregator member to move blobs with
+	HTTPS HTTPSBlobs
+	Logf  func(format string, args ...any)
+
+	mu   sync.Mutex
+	last string // the path of the last transfer, for logging changes
+}
+
+func (b *Blobs) used(path string, err error) {
+	b.mu.Lock()
+	changed := b.last != path
+	b.last = path
+	b.mu.Unlock()
+	if !changed || b.Logf == nil {
+		return
+	}
+	if path == PathHTTPS {
+		b.Logf("p2p: blobs with %s go over the https fallback (data channel: %v)", b.Via, err)
+	} else {
+		b.Logf("p2p: blobs with %s go over a %s data channel", b.Via, path)
+	}
+}
+
+func (b *Blobs) pathOf() string {
+	for _, s := range b.Peer.Stats() {
+		if s.Peer == b.Via {
+			return s.Path
+		}
+	}
+	return PathDirect
+}
+
+// GetBlob fetches ref (hash-checked on either path).
+func (b *Blobs) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
+	data, err := b.Peer.Get(ctx, b.Via, ref)
+	if err == nil {
+		b.used(b.pathOf(), nil)
+		return data, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	b.used(PathHTTPS, err)
+	data, herr := b.HTTPS.GetBlob(ctx, ref)
+	if herr == nil {
+		b.Peer.RecordHTTPS(b.Via, int64(len(data)))
+	}
+	return data, herr
+}
+
+// PutBlob stores data in the pool and returns its ref.
+func (b *Blobs) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
+	ref, err := b.Peer.Put(ctx, b.Via, data)
+	if err == nil {
+		b.used(b.pathOf(), nil)
+		return ref, nil
+	}
+	if ctx.Err() != nil {
+		return ref, ctx.Err()
+	}
+	b.used(PathHTTPS, err)
+	ref, herr := b.HTTPS.PutBlob(ctx, data)
+	if herr == nil {
+		b.Peer.RecordHTTPS(b.Via, int64(len(data)))
+	}
+	return ref, herr
+}

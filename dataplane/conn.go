@@ -1,0 +1,154 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+)
+
+// Paths a blob can take between two members.
+const (
+	PathDirect  = "direct"  // host, STUN-reflexive or peer-reflexive candidates on both ends
+	PathRelayed = "relayed" // through a TURN relay
+	PathHTTPS   = "https"   // the aggregator's blob endpoint (the caller's fallback)
+)
+
+// conn is one PeerConnection with a member.
+type conn struct {
+	remote string
+	ready  chan struct{} // closed once connected or failed
+	gone   chan struct{} // closed when the connection fails or closes
+	err    error
+
+	mu   sync.Mutex
+	pc   *webrtc.PeerConnection
+	dead bool
+
+	path string // PathDirect or PathRelayed, once connected
+	pair string // "host→srflx" and the like, for logs
+}
+
+func newConn(remote string) *conn {
+	return &conn{remote: remote, ready: make(chan struct{}), gone: make(chan struct{})}
+}
+
+func (c *conn) setPC(pc *webrtc.PeerConnection) {
+	c.mu.Lock()
+	c.pc = pc
+	c.mu.Unlock()
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		switch s {
+		case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed, webrtc.PeerConnectionStateDisconnected:
+			c.markDead()
+		}
+	})
+}
+
+func (c *conn) markDead() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.dead {
+		c.dead = true
+		close(c.gone)
+	}
+}
+
+// failed reports a connection that is no use any more.
+func (c *conn) failed() bool {
+	select {
+	case <-c.ready:
+	default:
+		return false // still connecting: share the attempt
+	}
+	if c.err != nil {
+		return true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
+}
+
+func (c *conn) close() {
+	c.mu.Lock()
+	pc := c.pc
+	c.mu.Unlock()
+	if pc != nil {
+		pc.Close()
+	}
+	c.markDead()
+}
+
+// waitConnected waits for ICE and DTLS to complete (the SCTP association
+// follows, and data channels wait for it by themselves).
+func (c *conn) waitConnected(ctx context.Context) error {
+	c.mu.Lock()
+	pc := c.pc
+	c.mu.Unlock()
+	connected := make(chan struct{})
+	var once sync.Once
+	check := func() {
+		if pc.ConnectionState() == webrtc.PeerConnectionStateConnected {
+			once.Do(func() { close(connected) })
+		}
+	}
+	pc.OnConnectionStateChange(func(s webrtc.PeerConnectionState) {
+		switch s {
+		case webrtc.PeerConnectionStateFailed, webrtc.PeerConnectionStateClosed, webrtc.PeerConnectionStateDisconnected:
+			c.markDead()
+		case webrtc.PeerConnectionStateConnected:
+			once.Do(func() { close(connected) })
+		}
+	})
+	check()
+	select {
+	case <-connected:
+		return nil
+	case <-c.gone:
+		return fmt.Errorf("%w: ICE found no working candidate pair with %s", ErrNoPath, c.remote)
+	case <-ctx.Done():
+		return fmt.Errorf("%w: connecting to %s: %v", ErrNoPath, c.remote, ctx.Err())
+	}
+}
+
+// describe records which path ICE chose.
+func (c *conn) describe() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.path = PathDirect
+	sctp := c.pc.SCTP()
+	if sctp == nil {
+		return
+	}
+	pair, err := sctp.Transport().ICETransport().GetSelectedCandidatePair()
+	if err != nil || pair == nil {
+		return
+	}
+	if pair.Local.Typ == webrtc.ICECandidateTypeRelay || pair.Remote.Typ == webrtc.ICECandidateTypeRelay {
+		c.path = PathRelayed
+	}
+	c.pair = fmt.Sprintf("%s %s:%d ↔ %s %s:%d", pair.Local.Typ, pair.Local.Address, pair.Local.Port, pair.Remote.Typ, pair.Remote.Address, pair.Remote.Port)
+}
+
+// finish ends a dial.
+func (c *conn) finish(p *Peer, err error) {
+	if err != nil {
+		c.err = err
+		c.close()
+		p.mu.Lock()
+		p.down[c.remote] = time.Now().Add(p.cfg.RetryAfter)
+		p.mu.Unlock()
+		p.counter(c.remote).failedDial()
+		p.logf("p2p: no data channel to %s: %v", c.remote, err)
+	} else {
+		c.describe()
+		p.mu.Lock()
+		delete(p.down, c.remote)
+		p.mu.Unlock()
+		p.counter(c.remote).connected(c.path)
+		p.logf("p2p: connected to %s, path %s (%s)", c.remote, c.path, c.pair)
+	}
+	close(c.ready)
+}

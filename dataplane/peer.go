@@ -1,0 +1,441 @@
+package dataplane
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/pion/webrtc/v4"
+
+	"github.com/scellis/scellis/blob"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+)
+
+// ICEServer is a STUN or TURN server as handed to a peer (the WebRTC
+// RTCIceServer shape).
+type ICEServer struct {
+	URLs       []string `json:"urls"`
+	Username   string   `json:"username,omitempty"`
+	Credential string   `json:"credential,omitempty"`
+}
+
+// ICE policies: all tries direct paths first and the relay after them;
+// relay uses TURN only (a site that must not reveal its addresses to
+// peers, or a network that lets nothing else through).
+const (
+	PolicyAll   = "all"
+	PolicyRelay = "relay"
+)
+
+// Signaller carries signalling messages between this peer and the
+// others, through an aggregator's mailbox.
+type Signaller interface {
+	// Send leaves s in its recipient's mailbox.
+	Send(ctx context.Context, s Signal) error
+	// Receive returns this member's mail, waiting a while (a long poll)
+	// when there is none; it may return none.
+	Receive(ctx context.Context) ([]Signal, error)
+}
+
+// Config sets up a Peer.
+type Config struct {
+	Identity *identity.Identity
+	Name     string // this member's name in Fed
+	Fed      *identity.Federation
+	Signal   Signaller
+	// ICE returns the STUN/TURN servers to use for one connection
+	// (TURN credentials are short-lived, so it is asked each time). Nil:
+	// host candidates only.
+	ICE func(ctx context.Context) ([]ICEServer, error)
+	// Policy is PolicyAll (default) or PolicyRelay.
+	Policy string
+	// Store serves other members' Gets and receives their Puts; nil
+	// serves nothing (a worker only fetches and sends).
+	Store Store
+	// Authorize decides whether peer may get ("get") or put ("put") ref
+	// here; nil allows every federation member.
+	Authorize func(peer identity.Member, op string, ref content.Ref) error
+	// ConnectTimeout bounds one connection attempt, signalling and ICE
+	// (default 20 s).
+	ConnectTimeout time.Duration
+	// RetryAfter: after a failed connection attempt to a member, no new
+	// one for this long (default 1 min): callers fall back at once
+	// instead of waiting ConnectTimeout for every blob.
+	RetryAfter time.Duration
+	// Chunk is the data-channel message size (default DefaultChunk).
+	Chunk int
+	// Loopback lets ICE use 127.0.0.1 (tests and benchmarks on one
+	// machine).
+	Loopback bool
+	// Logf reports connections and their paths for people; nil is silent.
+	Logf func(format string, args ...any)
+}
+
+// Store is where a peer's served blobs live (a *blob.Store, or an
+// aggregator's view that also fetches from the other nodes). Put must
+// refuse bytes that do not hash to ref.
+type Store interface {
+	Get(ref content.Ref) ([]byte, error)
+	Put(ref content.Ref, r io.Reader) error
+}
+
+var _ Store = (*blob.Store)(nil)
+
+// DefaultChunk is the message size of a transfer. SCTP fragments each
+// message into ~1.2 kB packets anyway; larger messages mean fewer reads
+// and writes through pion's stream layer (see bench_test.go).
+const DefaultChunk = 64 << 10
+
+// Peer is one member's end of the data plane: it dials other members,
+// answers their offers, and moves blobs over data channels.
+type Peer struct {
+	cfg  Config
+	api  *webrtc.API
+	cert webrtc.Certificate
+	fp   string
+
+	mu      sync.Mutex
+	conns   map[string]*conn        // remote member → live (or connecting) connection
+	waiting map[string]chan Signal  // session → the dialer waiting for its answer
+	stats   map[string]*pairCounter // remote member → counters
+	down    map[string]time.Time    // remote member → no new dial before
+	closed  bool
+}
+
+// ErrNoPath is returned when no data-channel connection could be set up
+// with a peer (signalling failed, ICE found no path, or the peer did not
+// answer): callers fall back to HTTPS.
+var ErrNoPath = errors.New("dataplane: no data-channel path to the peer")
+
+// New returns a peer; Run must be running for it to answer offers and
+// receive answers.
+func New(cfg Config) (*Peer, error) {
+	if cfg.Identity == nil || cfg.Fed == nil || cfg.Signal == nil {
+		return nil, errors.New("dataplane: a peer needs an identity, a federation and a signaller")
+	}
+	if _, ok := cfg.Fed.Member(cfg.Name); !ok {
+		return nil, diag.New(diag.P2PConfig, cfg.Name, "%q is not a member of the federation", cfg.Name)
+	}
+	switch cfg.Policy {
+	case "":
+		cfg.Policy = PolicyAll
+	case PolicyAll, PolicyRelay:
+	default:
+		return nil, diag.New(diag.P2PConfig, cfg.Name, "ice_policy %q is neither all nor relay", cfg.Policy).
+			WithHelp("use all (direct first, relay after) or relay (TURN only)")
+	}
+	if cfg.Chunk <= 0 {
+		cfg.Chunk = DefaultChunk
+	}
+	if cfg.Chunk > 64<<10 {
+		cfg.Chunk = 64 << 10 // SCTP's default maximum message size
+	}
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = 20 * time.Second
+	}
+	if cfg.RetryAfter <= 0 {
+		cfg.RetryAfter = time.Minute
+	}
+	// A fresh DTLS key per process: it is bound to the member by the
+	// signed fingerprint, never by a CA.
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := webrtc.GenerateCertificate(key)
+	if err != nil {
+		return nil, err
+	}
+	fps, err := cert.GetFingerprints()
+	if err != nil || len(fps) == 0 {
+		return nil, fmt.Errorf("dataplane: certificate fingerprint: %v", err)
+	}
+	var se webrtc.SettingEngine
+	se.DetachDataChannels()
+	se.EnableDataChannelBlockWrite(true)
+	se.SetIncludeLoopbackCandidate(cfg.Loopback)
+	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
+	// mDNS candidates hide host addresses from browsers' pages; here they
+	// only slow gathering down.
+	se.SetICEMulticastDNSMode(0)
+	se.SetSCTPMaxReceiveBufferSize(8 << 20)
+	se.SetICETimeouts(5*time.Second, 10*time.Second, time.Second)
+	if cfg.Loopback {
+		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
+	} else {
+		se.SetIPFilter(func(ip net.IP) bool { return !ip.IsLoopback() })
+	}
+	return &Peer{
+		cfg: cfg, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)), cert: *cert,
+		fp:    fingerprintString(fps[0].Algorithm, fps[0].Value),
+		conns: map[string]*conn{}, down: map[string]time.Time{}, waiting: map[string]chan Signal{}, stats: map[string]*pairCounter{},
+	}, nil
+}
+
+func (p *Peer) logf(format string, args ...any) {
+	if p.cfg.Logf != nil {
+		p.cfg.Logf(format, args...)
+	}
+}
+
+// Run receives signalling until ctx ends: answers to this peer's offers
+// go to the dialer waiting for them, offers from others are answered.
+func (p *Peer) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		mail, err := p.cfg.Signal.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for _, s := range mail {
+			switch s.Kind {
+			case KindAnswer:
+				p.mu.Lock()
+				ch, ok := p.waiting[s.Session]
+				p.mu.Unlock()
+				if ok {
+					select {
+					case ch <- s:
+					default:
+					}
+				}
+			case KindOffer:
+				go p.answer(ctx, s)
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// Close ends every connection.
+func (p *Peer) Close() {
+	p.mu.Lock()
+	p.closed = true
+	conns := p.conns
+	p.conns = map[string]*conn{}
+	p.mu.Unlock()
+	for _, c := range conns {
+		c.close()
+	}
+}
+
+func (p *Peer) configuration(ctx context.Context) (webrtc.Configuration, error) {
+	cfg := webrtc.Configuration{Certificates: []webrtc.Certificate{p.cert}}
+	if p.cfg.Policy == PolicyRelay {
+		cfg.ICETransportPolicy = webrtc.ICETransportPolicyRelay
+	}
+	if p.cfg.ICE != nil {
+		servers, err := p.cfg.ICE(ctx)
+		if err != nil {
+			return cfg, fmt.Errorf("ICE servers: %w", err)
+		}
+		for _, s := range servers {
+			cfg.ICEServers = append(cfg.ICEServers, webrtc.ICEServer{URLs: s.URLs, Username: s.Username, Credential: s.Credential})
+		}
+	}
+	return cfg, nil
+}
+
+func newSession() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// connTo returns a live connection to member, dialing one if needed.
+// Concurrent callers share one attempt.
+func (p *Peer) connTo(ctx context.Context, member string) (*conn, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrNoPath
+	}
+	c, ok := p.conns[member]
+	if ok && c.failed() {
+		delete(p.conns, member)
+		ok = false
+	}
+	if !ok {
+		if until, ok := p.down[member]; ok && time.Now().Before(until) {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s (the last attempt failed; next try after %s)", ErrNoPath, member, until.Format(time.TimeOnly))
+		}
+		c = newConn(member)
+		p.conns[member] = c
+		p.mu.Unlock()
+		go p.dial(ctx, c)
+	} else {
+		p.mu.Unlock()
+	}
+	select {
+	case <-c.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
+// dial makes c: offer, signed; answer, checked; ICE and DTLS.
+func (p *Peer) dial(parent context.Context, c *conn) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), p.cfg.ConnectTimeout)
+	defer cancel()
+	err := func() error {
+		cfg, err := p.configuration(ctx)
+		if err != nil {
+			return err
+		}
+		pc, err := p.api.NewPeerConnection(cfg)
+		if err != nil {
+			return err
+		}
+		c.setPC(pc)
+		// An offer needs an m=application section: open the control
+		// channel now (it stays open, unused, for the connection's life).
+		if _, err := pc.CreateDataChannel("ctl", nil); err != nil {
+			return err
+		}
+		offer, err := pc.CreateOffer(nil)
+		if err != nil {
+			return err
+		}
+		gathered := webrtc.GatheringCompletePromise(pc)
+		if err := pc.SetLocalDescription(offer); err != nil {
+			return err
+		}
+		select {
+		case <-gathered:
+		case <-ctx.Done():
+			return fmt.Errorf("gathering ICE candidates: %w", ctx.Err())
+		}
+		s := Signal{Session: newSession(), From: p.cfg.Name, To: c.remote, Kind: KindOffer, SDP: pc.LocalDescription().SDP, Fingerprint: p.fp}
+		if err := s.sign(p.cfg.Identity); err != nil {
+			return err
+		}
+		answers := make(chan Signal, 1)
+		p.mu.Lock()
+		p.waiting[s.Session] = answers
+		p.mu.Unlock()
+		defer func() {
+			p.mu.Lock()
+			delete(p.waiting, s.Session)
+			p.mu.Unlock()
+		}()
+		if err := p.cfg.Signal.Send(ctx, s); err != nil {
+			return fmt.Errorf("sending the offer: %w", err)
+		}
+		var ans Signal
+		select {
+		case ans = <-answers:
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer: %w", c.remote, ctx.Err())
+		}
+		if ans.From != c.remote || ans.To != p.cfg.Name {
+			return diag.New(diag.P2PSignalRefused, ans.From, "an answer for %s came from %s", c.remote, ans.From)
+		}
+		if err := ans.Verify(p.cfg.Fed); err != nil {
+			return err
+		}
+		if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: ans.SDP}); err != nil {
+			return err
+		}
+		return c.waitConnected(ctx)
+	}()
+	c.finish(p, err)
+}
+
+// answer handles one offer: checks it, answers it signed, and serves the
+// data channels the dialer opens.
+func (p *Peer) answer(parent context.Context, s Signal) {
+	if s.To != p.cfg.Name {
+		return
+	}
+	if err := s.Verify(p.cfg.Fed); err != nil {
+		p.logf("p2p: refused an offer from %s: %v", s.From, err)
+		return
+	}
+	remote, _ := p.cfg.Fed.Member(s.From)
+	ctx, cancel := context.WithTimeout(parent, p.cfg.ConnectTimeout)
+	defer cancel()
+	c := newConn(s.From)
+	err := func() error {
+		cfg, err := p.configuration(ctx)
+		if err != nil {
+			return err
+		}
+		pc, err := p.api.NewPeerConnection(cfg)
+		if err != nil {
+			return err
+		}
+		c.setPC(pc)
+		pc.OnDataChannel(func(dc *webrtc.DataChannel) {
+			dc.OnOpen(func() {
+				if dc.Label() == "ctl" {
+					return
+				}
+				rw, err := dc.DetachWithDeadline()
+				if err != nil {
+					return
+				}
+				go p.serve(parent, remote, c, rw)
+			})
+		})
+		if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: s.SDP}); err != nil {
+			return err
+		}
+		ans, err := pc.CreateAnswer(nil)
+		if err != nil {
+			return err
+		}
+		gathered := webrtc.GatheringCompletePromise(pc)
+		if err := pc.SetLocalDescription(ans); err != nil {
+			return err
+		}
+		select {
+		case <-gathered:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: pc.LocalDescription().SDP, Fingerprint: p.fp}
+		if err := out.sign(p.cfg.Identity); err != nil {
+			return err
+		}
+		if err := p.cfg.Signal.Send(ctx, out); err != nil {
+			return err
+		}
+		return c.waitConnected(ctx)
+	}()
+	if err != nil {
+		c.close()
+		p.logf("p2p: answering %s: %v", s.From, err)
+		return
+	}
+	c.describe()
+	p.counter(s.From).connected(c.path)
+	p.logf("p2p: %s connected to us, path %s (%s)", s.From, c.path, c.pair)
+	// The answering side keeps the connection until the dialer closes it
+	// or it fails; it is not reused for this side's own dials (the dialer
+	// owns it), which keeps the two sides from racing two connections.
+	go func() {
+		<-c.gone
+		c.close()
+	}()
+}

@@ -1,0 +1,261 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/pion/datachannel"
+
+	"github.com/scellis/scellis/blob"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+)
+
+// A transfer is one data channel: the requester sends a request message,
+// the server a reply; a get's reply is followed by the blob's bytes, a
+// put's request by them. Messages are at most Chunk bytes; the channel is
+// reliable and ordered, so the bytes arrive whole or the channel fails.
+type request struct {
+	Op   string      `json:"op"` // "get" or "put"
+	Ref  content.Ref `json:"ref"`
+	Size int64       `json:"size,omitempty"` // put: the blob's size
+}
+
+type reply struct {
+	Size  int64  `json:"size,omitempty"` // get: the blob's size
+	OK    bool   `json:"ok"`
+	Error string `json:"error,omitempty"` // why the server refused
+}
+
+// stall bounds how long a transfer may make no progress.
+const stall = 30 * time.Second
+
+type channel = datachannel.ReadWriteCloserDeadliner
+
+// open opens a data channel on c and waits for it.
+func (c *conn) open(ctx context.Context, label string) (channel, error) {
+	c.mu.Lock()
+	pc := c.pc
+	c.mu.Unlock()
+	dc, err := pc.CreateDataChannel(label, nil)
+	if err != nil {
+		return nil, err
+	}
+	type opened struct {
+		rw  channel
+		err error
+	}
+	ch := make(chan opened, 1)
+	dc.OnOpen(func() {
+		rw, err := dc.DetachWithDeadline()
+		ch <- opened{rw, err}
+	})
+	select {
+	case o := <-ch:
+		return o.rw, o.err
+	case <-c.gone:
+		return nil, fmt.Errorf("%w: the connection to %s closed", ErrNoPath, c.remote)
+	case <-ctx.Done():
+		dc.Close()
+		return nil, ctx.Err()
+	}
+}
+
+// watch closes rw when ctx ends, so blocked reads and writes return.
+func watch(ctx context.Context, rw io.Closer) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { rw.Close() })
+}
+
+func writeJSON(rw channel, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	rw.SetWriteDeadline(time.Now().Add(stall))
+	_, err = rw.Write(b)
+	return err
+}
+
+func readJSON(rw channel, buf []byte, v any) error {
+	rw.SetReadDeadline(time.Now().Add(stall))
+	n, err := rw.Read(buf)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(buf[:n], v)
+}
+
+// sendBytes writes b in chunks.
+func sendBytes(rw channel, b []byte, chunk int) error {
+	for len(b) > 0 {
+		n := min(chunk, len(b))
+		rw.SetWriteDeadline(time.Now().Add(stall))
+		if _, err := rw.Write(b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// recvBytes reads exactly size bytes.
+func recvBytes(rw channel, size int64) ([]byte, error) {
+	out := make([]byte, size)
+	got := 0
+	for int64(got) < size {
+		rw.SetReadDeadline(time.Now().Add(stall))
+		n, err := rw.Read(out[got:])
+		if errors.Is(err, io.ErrShortBuffer) {
+			return nil, fmt.Errorf("peer sent more than the %d bytes announced", size)
+		}
+		if err != nil {
+			return nil, err
+		}
+		got += n
+	}
+	return out, nil
+}
+
+// Get fetches ref from member over a data channel and checks that the
+// bytes hash to it. An error means the caller should fall back to HTTPS.
+func (p *Peer) Get(ctx context.Context, member string, ref content.Ref) ([]byte, error) {
+	c, err := p.connTo(ctx, member)
+	if err != nil {
+		return nil, err
+	}
+	rw, err := c.open(ctx, "get")
+	if err != nil {
+		return nil, err
+	}
+	defer rw.Close()
+	defer watch(ctx, rw)()
+	buf := make([]byte, 64<<10)
+	if err := writeJSON(rw, request{Op: "get", Ref: ref}); err != nil {
+		return nil, err
+	}
+	var rep reply
+	if err := readJSON(rw, buf, &rep); err != nil {
+		return nil, err
+	}
+	if !rep.OK {
+		return nil, diag.New(diag.P2PTransfer, ref.Short(), "%s refused: %s", member, rep.Error)
+	}
+	if rep.Size < 0 || rep.Size > blob.DefaultMaxSize {
+		return nil, diag.New(diag.P2PTransfer, ref.Short(), "%s announced %d bytes, over the %d-byte blob limit", member, rep.Size, blob.DefaultMaxSize)
+	}
+	b, err := recvBytes(rw, rep.Size)
+	if err != nil {
+		return nil, err
+	}
+	if content.Hash(b) != ref {
+		return nil, diag.New(diag.P2PTransfer, ref.Short(), "%s sent bytes that hash to %s", member, content.Hash(b).Short())
+	}
+	p.counter(member).moved(c.path, int64(len(b)))
+	return b, nil
+}
+
+// Put sends b to member, which stores it under its hash; it returns once
+// the member has checked and stored the bytes.
+func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, error) {
+	ref := content.Hash(b)
+	c, err := p.connTo(ctx, member)
+	if err != nil {
+		return ref, err
+	}
+	rw, err := c.open(ctx, "put")
+	if err != nil {
+		return ref, err
+	}
+	defer rw.Close()
+	defer watch(ctx, rw)()
+	if err := writeJSON(rw, request{Op: "put", Ref: ref, Size: int64(len(b))}); err != nil {
+		return ref, err
+	}
+	if err := sendBytes(rw, b, p.cfg.Chunk); err != nil {
+		return ref, err
+	}
+	var rep reply
+	if err := readJSON(rw, make([]byte, 64<<10), &rep); err != nil {
+		return ref, err
+	}
+	if !rep.OK {
+		return ref, diag.New(diag.P2PTransfer, ref.Short(), "%s refused: %s", member, rep.Error)
+	}
+	p.counter(member).moved(c.path, int64(len(b)))
+	return ref, nil
+}
+
+// serve answers one data channel a connected member opened.
+func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw channel) {
+	defer rw.Close()
+	defer watch(ctx, rw)()
+	buf := make([]byte, 64<<10)
+	var req request
+	if err := readJSON(rw, buf, &req); err != nil {
+		return
+	}
+	refuse := func(format string, args ...any) {
+		writeJSON(rw, reply{Error: fmt.Sprintf(format, args...)})
+		p.logf("p2p: refused %s's %s of %s: %s", m.Name, req.Op, req.Ref.Short(), fmt.Sprintf(format, args...))
+	}
+	if _, err := content.ParseRef(string(req.Ref)); err != nil {
+		refuse("%v", err)
+		return
+	}
+	if p.cfg.Store == nil {
+		refuse("this peer serves no blobs")
+		return
+	}
+	if p.cfg.Authorize != nil {
+		if err := p.cfg.Authorize(m, req.Op, req.Ref); err != nil {
+			refuse("%v", err)
+			return
+		}
+	}
+	switch req.Op {
+	case "get":
+		b, err := p.cfg.Store.Get(req.Ref)
+		if err != nil {
+			refuse("%v", err)
+			return
+		}
+		if err := writeJSON(rw, reply{OK: true, Size: int64(len(b))}); err != nil {
+			return
+		}
+		if err := sendBytes(rw, b, p.cfg.Chunk); err != nil {
+			return
+		}
+		p.counter(m.Name).moved(c.path, int64(len(b)))
+	case "put":
+		if req.Size < 0 || req.Size > blob.DefaultMaxSize {
+			refuse("blob of %d bytes exceeds %d", req.Size, blob.DefaultMaxSize)
+			return
+		}
+		b, err := recvBytes(rw, req.Size)
+		if err != nil {
+			return
+		}
+		// Put re-hashes the bytes: a blob is stored only under its own ref.
+		if err := p.cfg.Store.Put(req.Ref, bytes.NewReader(b)); err != nil {
+			refuse("%v", err)
+			return
+		}
+		if err := writeJSON(rw, reply{OK: true}); err != nil {
+			return
+		}
+		p.counter(m.Name).moved(c.path, int64(len(b)))
+	default:
+		refuse("unknown operation %q", req.Op)
+		return
+	}
+	// Wait for the requester to close: closing first could reset the
+	// stream before the last messages are delivered.
+	rw.SetReadDeadline(time.Now().Add(stall))
+	rw.Read(buf)
+}
