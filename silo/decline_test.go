@@ -25,7 +25,10 @@ import (
 // contribution every member reads holds only the code and that code's
 // fixed title — no value, no row number — while the silo's own log keeps
 // the full diagnostic. The declined round counts against the silo's daily
-// round limit, also after a restart.
+// round limit, also after a restart; rounds its policy refused before
+// accepting them (here, noise below its minimum) do not: they are decided
+// on public inputs alone, and counting them would let any member use up a
+// site's rounds for the day with runs it refuses.
 func TestModelErrorDeclinesWithCodeOnly(t *testing.T) {
 	w := newRoundWorld(t)
 	for _, n := range siloNames[:3] {
@@ -48,6 +51,7 @@ func TestModelErrorDeclinesWithCodeOnly(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "patients.csv"), []byte(csv.String()), 0o600)
 	cfg := w.siloConfig(bad, nil)
 	cfg.Policy.MaxRoundsPerDay = 1
+	cfg.Policy.MinNoiseMultiplier = 1
 	var mu sync.Mutex
 	var logged []string
 	a, err := silo.Open(cfg, w.ids[bad], w.fed, silo.Options{Logf: func(f string, args ...any) {
@@ -65,16 +69,30 @@ func TestModelErrorDeclinesWithCodeOnly(t *testing.T) {
 	spec := &fl.RunSpec{Name: "decline-test", Strategy: "fedavg", Params: map[string]any{"lr": 0.1, "epochs": int64(1)},
 		Model: fl.ModelSpec{Kind: "logistic", Inputs: 3}, Dataset: "patients", Rounds: 2, MinCohort: 3,
 		DP: true, Clip: 1, Sigma: 1.5, SecureAgg: true, Seed: 7, Standardize: fl.StandardizeLocal}
-	canon, runRef, st, err := spec.Resolve(cat, "")
+	global, err := fl.Init(context.Background(), script.Env{Catalog: cat}, mustResolve(t, w, cat, spec).st, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cb, _ := content.Encode(canon)
-	w.put(cb)
-	global, err := fl.Init(context.Background(), script.Env{Catalog: cat}, st, 3)
-	if err != nil {
-		t.Fatal(err)
+
+	// Three rounds of a run whose noise is below the silo's minimum: each
+	// refused by policy (SC9203), none counted against the daily limit.
+	probe := *spec
+	probe.Name, probe.Sigma = "probe", 0.5
+	pr := mustResolve(t, w, cat, &probe)
+	for r := range 3 {
+		pjs, _ := w.startRound(pr.run, pr.canon, pr.st, global, r, siloNames)
+		a.HandleRound(context.Background(), coordinator.LeaseGrant{Job: pjs.ID, Shard: 3, Expiry: time.Now().Add(time.Hour).UnixMilli()}, pjs)
+		c := w.contribution(bad)
+		if c.Record.Status != silo.Declined || len(c.Record.Refusals) == 0 || c.Record.Refusals[0].Code != diag.SiloNoiseTooLow {
+			t.Fatalf("probe round %d: %+v, want a decline for noise below the minimum", r, c.Record)
+		}
 	}
+	if recs, err := a.Rounds.AcceptedSince(time.Now().Add(-time.Hour)); err != nil || len(recs) != 0 {
+		t.Fatalf("rounds refused by policy were counted against the daily limit: %+v (%v)", recs, err)
+	}
+
+	m := mustResolve(t, w, cat, spec)
+	canon, runRef, st := m.canon, m.run, m.st
 	js, b := w.startRound(runRef, canon, st, global, 0, siloNames)
 	var wg sync.WaitGroup
 	for i, n := range siloNames {
@@ -122,4 +140,23 @@ func TestModelErrorDeclinesWithCodeOnly(t *testing.T) {
 	if err != nil || len(recs) != 1 || recs[0].Run != string(runRef) || recs[0].Round != 0 {
 		t.Fatalf("after a restart the round log holds %+v (%v), want the declined round", recs, err)
 	}
+}
+
+type resolvedRun struct {
+	canon *fl.Canonical
+	run   content.Ref
+	st    *fl.Strategy
+}
+
+// mustResolve resolves spec and stores its canonical form where silos
+// fetch it.
+func mustResolve(t *testing.T, w *roundWorld, cat *catalog.Catalog, spec *fl.RunSpec) resolvedRun {
+	t.Helper()
+	canon, ref, st, err := spec.Resolve(cat, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, _ := content.Encode(canon)
+	w.put(cb)
+	return resolvedRun{canon, ref, st}
 }

@@ -71,10 +71,14 @@ func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*d
 	return l, nil
 }
 
-// checkLedgerKeyMode refuses a plaintext identity key that its group or
-// others may read: the silo signs its ledger with it, and whoever reads it
-// can forge ledger entries (the same rule as dp.ReadPrivateKeyFile for a
-// ledger key of its own). An age-encrypted key is left to identity.Load.
+// checkLedgerKeyMode refuses an identity key file that its group or others
+// may access: the silo signs its ledger with it, and whoever reads it can
+// forge ledger entries (the same rule as dp.ReadPrivateKeyFile for a
+// ledger key of its own). That holds for an age-encrypted key too:
+// identity.Load only warns about one (a node's TLS key behind a strong
+// passphrase may be shared read-only with a group), but a readable
+// encrypted ledger key is open to an offline guess of its passphrase, and
+// a ledger key is refused on every path that reads one.
 func checkLedgerKeyMode(path string) error {
 	if path == "" {
 		return nil
@@ -87,13 +91,19 @@ func checkLedgerKeyMode(path string) error {
 	if err != nil {
 		return nil
 	}
-	head := make([]byte, 32)
+	head := make([]byte, 40)
 	n, _ := f.Read(head)
 	f.Close()
-	if !strings.HasPrefix(strings.TrimSpace(string(head[:n])), "-----BEGIN PRIVATE KEY") {
-		return nil
+	h := strings.TrimSpace(string(head[:n]))
+	kind := "the identity key"
+	switch {
+	case strings.HasPrefix(h, "-----BEGIN PRIVATE KEY"):
+	case strings.HasPrefix(h, "-----BEGIN AGE ENCRYPTED FILE"), strings.HasPrefix(string(head[:n]), "age-encryption.org/"):
+		kind = "the identity key (age-encrypted)"
+	default:
+		return nil // not a key file: identity.Load says what is wrong with it
 	}
-	return diag.New(diag.LedgerInsecure, path, "the identity key signs the privacy ledger and is accessible to others (mode %04o); refusing to charge with it", fi.Mode().Perm()).
+	return diag.New(diag.LedgerInsecure, path, "%s signs the privacy ledger and is accessible to others (mode %04o); refusing to charge with it", kind, fi.Mode().Perm()).
 		WithHelp("run: chmod 600 %s, and consider the key exposed if others may have read it", path)
 }
 

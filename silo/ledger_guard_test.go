@@ -3,7 +3,10 @@ package silo_test
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"filippo.io/age"
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
@@ -86,8 +89,9 @@ func TestSiloRefusesDamagedLedger(t *testing.T) {
 	}
 }
 
-// The identity key signs the ledger: a plaintext key its group can read is
-// refused before the ledger is touched (SC5040).
+// The identity key signs the ledger: a key its group can read is refused
+// before the ledger is touched (SC5040), plaintext or age-encrypted
+// (identity.Load alone only warns about an encrypted one).
 func TestSiloRefusesLooseLedgerKey(t *testing.T) {
 	w := newRoundWorld(t)
 	c := w.siloConfig("hospital-a", nil)
@@ -106,6 +110,25 @@ func TestSiloRefusesLooseLedgerKey(t *testing.T) {
 	os.Chmod(c.Identity, 0o600)
 	a, err := silo.Open(c, w.ids["hospital-a"], w.fed, silo.Options{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+
+	ageID, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Identity = filepath.Join(w.dir, "hospital-a", "identity-age.key")
+	if err := identity.Save(c.Identity, w.ids["hospital-a"], identity.SaveOptions{Recipient: ageID.Recipient().String()}); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(c.Identity, 0o640)
+	_, err = silo.Open(c, w.ids["hospital-a"], w.fed, silo.Options{})
+	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.LedgerInsecure || !strings.Contains(ds[0].Message, "age-encrypted") {
+		t.Fatalf("age-encrypted key with mode 0640: got %v, want SC5040", err)
+	}
+	os.Chmod(c.Identity, 0o600)
+	if a, err = silo.Open(c, w.ids["hospital-a"], w.fed, silo.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
