@@ -6,6 +6,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/verify"
 )
 
 // The verification rule (first regime: redundant exact match), applied
@@ -26,34 +27,18 @@ import (
 // time. On either decision the shard's remaining leases are revoked.
 
 // leadCount is the largest number of reports sharing one hash.
-func leadCount(rs []report) int {
-	lead := 0
-	for i := range rs {
-		c := 0
-		for k := range rs {
-			if rs[k].Result == rs[i].Result {
-				c++
-			}
-		}
-		lead = max(lead, c)
-	}
-	return lead
-}
+func leadCount(rs []report) int { return verify.Lead(resultsOf(rs)) }
 
-// majority returns the hash held by ≥ r reports and a strict majority.
-func majority(rs []report, r int) (content.Ref, bool) {
+// majority returns the hash held by ≥ r reports and a strict majority
+// (verify.Majority: the rule the cheater simulation exercises).
+func majority(rs []report, r int) (content.Ref, bool) { return verify.Majority(resultsOf(rs), r) }
+
+func resultsOf(rs []report) []content.Ref {
+	out := make([]content.Ref, len(rs))
 	for i := range rs {
-		c := 0
-		for k := range rs {
-			if rs[k].Result == rs[i].Result {
-				c++
-			}
-		}
-		if c >= r && 2*c > len(rs) {
-			return rs[i].Result, true
-		}
+		out[i] = rs[i].Result
 	}
-	return "", false
+	return out
 }
 
 // decide applies the verification rule to s after a counted report and

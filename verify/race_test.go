@@ -1,0 +1,7 @@
+//go:build race
+
+package verify
+
+// raceEnabled shrinks the simulations under the race detector, which
+// slows them tenfold without checking anything more (they are sequential).
+const raceEnabled = true
