@@ -23,6 +23,9 @@ type fsm struct {
 	mu  sync.Mutex // guards m across Restore
 	m   *coordinator.Machine
 	hub *api.Hub
+	// members, if set, hears of every applied membership change and
+	// restore, after the machine changed (membership.go).
+	members func(*coordinator.Machine)
 }
 
 func (f *fsm) machine() *coordinator.Machine {
@@ -36,7 +39,11 @@ func (f *fsm) Apply(cmd []byte) []byte {
 	if err != nil {
 		return encodeApplied(api.Applied{Refusal: diag.List{diag.New(diag.PoolBadCommand, "command", "%v", err)}})
 	}
-	res := f.machine().Apply(c)
+	m := f.machine()
+	res := m.Apply(c)
+	if f.members != nil && !res.Refused() && changesMembers(c) {
+		f.members(m)
+	}
 	f.hub.Publish(res.Events)
 	if res.Refused() {
 		return encodeApplied(api.Applied{Refusal: res.Refusal})
@@ -59,5 +66,28 @@ func encodeApplied(a api.Applied) []byte {
 func (f *fsm) Snapshot() ([]byte, error) { return f.machine().Snapshot(), nil }
 
 func (f *fsm) Restore(state []byte) error {
-	return f.machine().Restore(state)
+	m := f.machine()
+	if err := m.Restore(state); err != nil {
+		return err
+	}
+	if f.members != nil {
+		f.members(m)
+	}
+	return nil
+}
+
+// changesMembers reports whether c is (or a batch holds) a membership
+// change.
+func changesMembers(c coordinator.Command) bool {
+	switch c := c.(type) {
+	case coordinator.ChangeMembership:
+		return true
+	case coordinator.Batch:
+		for _, b := range c.Commands {
+			if changesMembers(b) {
+				return true
+			}
+		}
+	}
+	return false
 }

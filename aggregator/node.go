@@ -69,6 +69,8 @@ type Node struct {
 	p2pBox *dataplane.Mailbox
 	p2p    *dataplane.Peer
 	turn   *dataplane.TURN
+	// conns are the API server's connections (membership.go).
+	conns conns
 }
 
 // Options tune a node; the zero value is production.
@@ -144,6 +146,11 @@ type Options struct {
 	// are reported outright, which lets a member copy another's hash.
 	// Only benchmarks set it, to measure what commit–reveal costs.
 	NoCommitReveal bool
+
+	// ReloadIdentity loads the node's identity file again; a node whose
+	// key an operator rotated calls it to pick up the new key without a
+	// restart (membership.go). Nil: a rotated node must be restarted.
+	ReloadIdentity func() (*identity.Identity, error)
 }
 
 // Start opens the node's stores, joins (or bootstraps) the Raft cluster
@@ -199,7 +206,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		sagg:    wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll}),
 		planner: newPlanner(blobs, filepath.Join(dataDir, "blobs"), builtin, filepath.Join(dataDir, "plans"), opt.Content),
 	}
-	n.fsm = &fsm{m: machine, hub: n.hub}
+	n.fsm = &fsm{m: machine, hub: n.hub, members: n.membershipApplied}
 	n.planner.fetchBlob = n.fetchBlob
 	n.planner.durable = n.durable
 	if n.peerClient, err = api.NewClient(id, fed); err != nil {
@@ -261,6 +268,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, Membership: n, Leader: n.leader,
 		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer,
+		Changes: n.changes, Voters: n.voters,
 	}
 	var control http.Handler = srv.Handler()
 	if opt.WrapAPI != nil {
@@ -307,6 +315,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Handler:           withDeadlines(mux, bodyTimeout, opt.SecAggLongPoll),
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       IdleTimeout,
+		ConnState:         n.conns.track,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	n.done.Add(2)
@@ -496,8 +505,8 @@ func (r readerOf) Run(id content.Ref) (coordinator.RunStatus, error) {
 func (n *Node) Join(ctx context.Context, member string) error {
 	m, ok := n.fed.Member(member)
 	if !ok || m.Role != identity.Aggregator || m.RaftAddress == "" {
-		return diag.New(diag.WorkerConfig, member, "%q is not an aggregator with a raft_address in this node's federation file", member).
-			WithHelp("add the member to the federation file of every node (and restart them) before joining it")
+		return diag.New(diag.WorkerConfig, member, "%q is not an aggregator with a raft_address in this node's federation", member).
+			WithHelp("add it first (scellis federation add %s --role aggregator --public-key KEY --address HOST:PORT --raft-address HOST:PORT), or list it in every node's federation file", member)
 	}
 	return n.leaderErr(n.raft.AddVoter(ctx, m.Name, m.RaftAddress))
 }

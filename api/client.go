@@ -166,7 +166,7 @@ func (c *Client) follow(location string, force bool) (int, bool) {
 
 // retryable reports whether err is worth another try at another node.
 func retryable(err error) bool {
-	if strings.Contains(err.Error(), "tls: ") || strings.Contains(err.Error(), "certificate") {
+	if handshakeErr(err) {
 		// A refused handshake will be refused again: the key is not a member.
 		return false
 	}
@@ -194,8 +194,38 @@ func (c *Client) unreachable(errs map[int]error) error {
 			parts = append(parts, strings.TrimPrefix(e, "https://")+": not tried")
 		}
 	}
+	if refused(errs) {
+		return diag.New(diag.MemberRefused, "cluster", "the aggregators refused this member's key at the TLS handshake (%s)", strings.Join(parts, "; ")).
+			WithHelp("this key is not (or no longer) a member: it was revoked, rotated to a new key, or never added; an operator can add it (scellis federation add)")
+	}
 	return diag.New(diag.PoolNoLeader, "cluster", "no aggregator answered (%s)", strings.Join(parts, "; ")).
 		WithHelp("check that the aggregators are running and reachable from here (scellis aggregator status), and that the federation file lists their current addresses")
+}
+
+// handshakeErr reports a TLS handshake that failed: a key refused by the
+// node (bad_certificate) or the node's key not pinned here.
+func handshakeErr(err error) bool {
+	return strings.Contains(err.Error(), "tls: ") || strings.Contains(err.Error(), "certificate") || errors.Is(err, identity.ErrUnknownPeer)
+}
+
+func all(errs map[int]error, f func(error) bool) bool {
+	for _, err := range errs {
+		if !f(err) {
+			return false
+		}
+	}
+	return true
+}
+
+// refused reports whether every node that was tried refused this client's
+// certificate (a bad_certificate alert): the key is not a member.
+func refused(errs map[int]error) bool {
+	for _, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "tls: bad certificate") {
+			return false
+		}
+	}
+	return len(errs) > 0
 }
 
 // do sends one request, retrying across nodes and elections.
@@ -429,6 +459,18 @@ func (at *attempts) failed(ctx context.Context, i int, answered bool, err error)
 		}
 		at.hops = 0
 		return false, nil
+	case handshakeErr(err):
+		// One node's handshake failing may be a membership change not
+		// yet applied everywhere (an aggregator's rotated key): ask the
+		// others. Once every node refused, retrying cannot help.
+		at.errs[i] = err
+		c.shun(i)
+		if len(at.errs) == len(c.endpoints) && all(at.errs, handshakeErr) {
+			if refused(at.errs) {
+				return true, c.unreachable(at.errs)
+			}
+			return true, err
+		}
 	case retryable(err):
 		at.errs[i] = err
 		c.shun(i)
@@ -944,6 +986,19 @@ func (c *Client) Join(ctx context.Context, member string) error {
 // Leave removes an aggregator member from the Raft voters.
 func (c *Client) Leave(ctx context.Context, member string) error {
 	return c.do(ctx, "POST", "/v1/cluster/leave", MemberRequest{Member: member}, nil)
+}
+
+// ChangeMembership submits an operator's signed membership change.
+func (c *Client) ChangeMembership(ctx context.Context, sc identity.SignedChange) (coordinator.MembershipResponse, error) {
+	var r coordinator.MembershipResponse
+	return r, c.do(ctx, "POST", "/v1/federation/changes", sc, &r)
+}
+
+// MembershipChanges returns the signed membership changes after the first
+// after ones.
+func (c *Client) MembershipChanges(ctx context.Context, after int) (ChangesResponse, error) {
+	var r ChangesResponse
+	return r, c.do(ctx, "GET", "/v1/federation/changes?after="+strconv.Itoa(after), nil, &r)
 }
 
 // Cancel cancels a job that has not been reduced.

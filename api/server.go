@@ -55,6 +55,11 @@ type Server struct {
 	// LeaseRequest.WaitMS); Gone hears of a peer whose held lease request
 	// ended because the peer went away (its connection closed).
 	Seen, Gone func(peer string)
+	// Changes returns the signed membership changes applied so far, in
+	// order (canonical encodings of identity.SignedChange); nil: none.
+	Changes func() [][]byte
+	// Voters names the Raft voters; a voter cannot be revoked (SC1117).
+	Voters func() []string
 }
 
 // ReadInfo says where a read was answered and how fresh it is; the

@@ -12,21 +12,22 @@ import (
 // envelope is the wire form of a command: a CBOR map with exactly one key
 // naming the command ("submit", "lease", …) and the command as its value.
 type envelope struct {
-	Submit  *SubmitJob     `cbor:"submit,omitempty"`
-	Lease   *Lease         `cbor:"lease,omitempty"`
-	Renew   *RenewLease    `cbor:"renew,omitempty"`
-	Release *ReleaseLeases `cbor:"release,omitempty"`
-	Tick    *Tick          `cbor:"tick,omitempty"`
-	Report  *ReportResult  `cbor:"report,omitempty"`
-	Commit  *CommitResult  `cbor:"commit,omitempty"`
-	Reduced *ReportReduced `cbor:"reduced,omitempty"`
-	Cancel  *CancelJob     `cbor:"cancel,omitempty"`
-	Start   *StartRun      `cbor:"start_run,omitempty"`
-	Stop    *StopRun       `cbor:"stop_run,omitempty"`
-	Flag    *FlagDropped   `cbor:"flag_dropped,omitempty"`
-	Retry   *RetryRound    `cbor:"retry_round,omitempty"`
-	Resume  *ResumeRun     `cbor:"resume_run,omitempty"`
-	Batch   *Batch         `cbor:"batch,omitempty"`
+	Submit  *SubmitJob        `cbor:"submit,omitempty"`
+	Lease   *Lease            `cbor:"lease,omitempty"`
+	Renew   *RenewLease       `cbor:"renew,omitempty"`
+	Release *ReleaseLeases    `cbor:"release,omitempty"`
+	Tick    *Tick             `cbor:"tick,omitempty"`
+	Report  *ReportResult     `cbor:"report,omitempty"`
+	Commit  *CommitResult     `cbor:"commit,omitempty"`
+	Reduced *ReportReduced    `cbor:"reduced,omitempty"`
+	Cancel  *CancelJob        `cbor:"cancel,omitempty"`
+	Start   *StartRun         `cbor:"start_run,omitempty"`
+	Stop    *StopRun          `cbor:"stop_run,omitempty"`
+	Flag    *FlagDropped      `cbor:"flag_dropped,omitempty"`
+	Retry   *RetryRound       `cbor:"retry_round,omitempty"`
+	Resume  *ResumeRun        `cbor:"resume_run,omitempty"`
+	Members *ChangeMembership `cbor:"membership,omitempty"`
+	Batch   *Batch            `cbor:"batch,omitempty"`
 }
 
 // EncodeCommand returns the canonical bytes of c (deterministic CBOR): the
@@ -137,6 +138,8 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Retry = &c
 	case ResumeRun:
 		e.Resume = &c
+	case ChangeMembership:
+		e.Members = &c
 	case Batch:
 		if !batchOK {
 			return e, badCommand("batches do not nest")
@@ -191,6 +194,9 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Resume != nil {
 		out = append(out, *e.Resume)
+	}
+	if e.Members != nil {
+		out = append(out, *e.Members)
 	}
 	if e.Batch != nil {
 		if !batchOK {

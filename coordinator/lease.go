@@ -29,7 +29,7 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //   - when a shard is decided its remaining leases are revoked.
 
 func (m *Machine) lease(c Lease) Result {
-	if d := firstOf(checkPeer(c.Peer), checkTime(c.Now), checkTTL(c.TTL)); d != nil {
+	if d := firstOf(checkPeer(c.Peer), checkTime(c.Now), checkTTL(c.TTL), m.revokedPeer(c.Peer)); d != nil {
 		return refuse(d)
 	}
 	if c.Max < 0 || len(c.RequestID) > maxName {

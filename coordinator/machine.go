@@ -74,7 +74,7 @@ func New(cfg Config) (*Machine, error) {
 // *ReleaseResponse, Tick → *TickResponse, ReportResult → *ReportResponse,
 // ReportReduced → *ReducedResponse, StartRun → *StartRunResponse, StopRun
 // → *StopRunResponse, FlagDropped → *FlagDroppedResponse, RetryRound → *RetryRoundResponse,
-// ResumeRun → *StopRunResponse, Batch → *BatchResponse (whose Events
+// ResumeRun → *StopRunResponse, ChangeMembership → *MembershipResponse, Batch → *BatchResponse (whose Events
 // are also concatenated in the Batch's Result).
 func (m *Machine) Apply(c Command) Result {
 	m.mu.Lock()
@@ -112,6 +112,8 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.retryRound(c)
 	case ResumeRun:
 		return m.resumeRun(c)
+	case ChangeMembership:
+		return m.changeMembership(c)
 	case Batch:
 		if !batchOK {
 			return refuse(badCommand("batches do not nest"))

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bytes"
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -98,6 +100,11 @@ func (m *Machine) Restore(b []byte) error {
 	for name, memo := range st.LeaseMemo {
 		if memo == nil {
 			return bad("lease memo of %q is empty", name)
+		}
+	}
+	if ms := st.Membership; ms != nil {
+		if d := checkMembers(ms.Members); d != nil || !slices.IsSortedFunc(ms.Members, func(a, b MemberEntry) int { return strings.Compare(a.Name, b.Name) }) || !slices.IsSorted(ms.Retired) {
+			return bad("membership is not a sorted list of distinct members")
 		}
 	}
 	restored := &Machine{st: st, chain: *chain, jobs: jobs, nextExpiry: math.MinInt64}

@@ -32,6 +32,9 @@ type state struct {
 	// CommitReveal requires every report to open an earlier commitment
 	// (commit.go).
 	CommitReveal bool `cbor:"commit_reveal,omitempty"`
+	// Membership is the federation's membership once a change went
+	// through the log (membership.go); nil: the federation file's.
+	Membership *membershipState `cbor:"membership,omitempty"`
 }
 
 type leaseMemo struct {

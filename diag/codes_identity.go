@@ -16,3 +16,15 @@ var (
 	KeyFileExists      = define("SC1111", "key file already exists")
 	KeyEncryption      = define("SC1112", "invalid key encryption settings")
 )
+
+// Membership changes through the Raft log (scellis federation
+// add|revoke|rotate), SC1113 to SC1119.
+var (
+	MembershipSignature    = define("SC1113", "membership change not signed by an operator")
+	MembershipUnknown      = define("SC1114", "membership change names no member")
+	MembershipDuplicate    = define("SC1115", "member name, key or address already in the federation")
+	MembershipLastOperator = define("SC1116", "revoking the last operator")
+	MembershipQuorum       = define("SC1117", "revoking an aggregator the Raft cluster still counts on")
+	MembershipStale        = define("SC1118", "membership changed meanwhile")
+	MemberRefused          = define("SC1119", "the aggregators refused this member's key")
+)

@@ -71,13 +71,18 @@ type Member struct {
 }
 
 // Federation is a parsed federation file: its name, its pool regime and its
-// members in file order. A Federation is never modified after parsing; it is
-// safe for concurrent use. To change membership, parse the edited file again.
+// members in file order. The file is the bootstrap: a running node replaces
+// the effective member list (SetMembers, ApplyChanges) as operator-signed
+// membership changes arrive through the Raft log (membership.go), and
+// Lookup, Member, ByRole and every TLS config built from the Federation
+// follow it at once. Members keeps the file's list. A Federation is safe
+// for concurrent use.
 type Federation struct {
 	File    string
 	Name    string
 	Regime  trust.Regime
 	Members []Member
+	live    *liveMembers // nil: the file's members, never changed
 }
 
 // maxFederationFile bounds the federation file (about 5,000 members).
@@ -166,6 +171,7 @@ func ParseFederation(file string, data []byte) (*Federation, error) {
 	if err := d.Err(); err != nil {
 		return nil, err
 	}
+	fed.live = newLive(fed.Members)
 	return fed, nil
 }
 
@@ -340,7 +346,7 @@ func (v *validator) address(n *yaml.Node, subject, key string) string {
 func (f *Federation) Lookup(k PublicKey) (Member, bool) {
 	var found Member
 	ok := false
-	for _, m := range f.Members {
+	for _, m := range f.current() {
 		if m.PublicKey.Equal(k) && !ok {
 			found, ok = m, true
 		}
@@ -350,7 +356,7 @@ func (f *Federation) Lookup(k PublicKey) (Member, bool) {
 
 // Member finds a member by name.
 func (f *Federation) Member(name string) (Member, bool) {
-	for _, m := range f.Members {
+	for _, m := range f.current() {
 		if m.Name == name {
 			return m, true
 		}
@@ -361,7 +367,7 @@ func (f *Federation) Member(name string) (Member, bool) {
 // ByRole returns the members with role r, in file order.
 func (f *Federation) ByRole(r Role) []Member {
 	var out []Member
-	for _, m := range f.Members {
+	for _, m := range f.current() {
 		if m.Role == r {
 			out = append(out, m)
 		}

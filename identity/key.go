@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"github.com/scellis/scellis/diag"
 )
@@ -87,7 +88,17 @@ func publicKeyOf(pub ed25519.PublicKey) (PublicKey, bool) {
 // Identity is a node's Ed25519 key pair. The private half never leaves the
 // value: fmt and slog show only its public key (String, GoString), and
 // encoders see no exported field.
+//
+// A running node may rotate its key in place (Replace): every holder of the
+// *Identity — TLS configs, signers — then uses the new key. The key pair
+// sits behind a shared atomic pointer so that this is safe while
+// handshakes and signatures are under way.
 type Identity struct {
+	kp *atomic.Pointer[keyPair]
+}
+
+// keyPair is one immutable Ed25519 key pair.
+type keyPair struct {
 	priv ed25519.PrivateKey
 	pub  PublicKey
 }
@@ -109,22 +120,31 @@ func NewFromSeed(seed [ed25519.SeedSize]byte) *Identity {
 
 func fromPrivate(priv ed25519.PrivateKey) *Identity {
 	pub, _ := publicKeyOf(priv.Public().(ed25519.PublicKey))
-	return &Identity{priv: priv, pub: pub}
+	kp := &atomic.Pointer[keyPair]{}
+	kp.Store(&keyPair{priv: priv, pub: pub})
+	return &Identity{kp: kp}
 }
 
+func (id *Identity) keys() *keyPair { return id.kp.Load() }
+
+// Replace makes id use next's key from now on (a key rotation): new TLS
+// handshakes present a certificate for the new key and new signatures are
+// made with it. Connections already established keep their session.
+func (id *Identity) Replace(next *Identity) { id.kp.Store(next.keys()) }
+
 // Public returns the identity's public key.
-func (id *Identity) Public() PublicKey { return id.pub }
+func (id *Identity) Public() PublicKey { return id.keys().pub }
 
 // PrivateKey returns the Ed25519 private key, for the in-process signers
 // that take one (the privacy ledger, secure-aggregation adverts). Never log
 // or send it.
-func (id *Identity) PrivateKey() ed25519.PrivateKey { return id.priv }
+func (id *Identity) PrivateKey() ed25519.PrivateKey { return id.keys().priv }
 
 // String shows the public key only.
-func (id Identity) String() string { return "identity " + id.pub.String() }
+func (id Identity) String() string { return "identity " + id.Public().String() }
 
 // GoString shows the public key only, so %#v leaks nothing either.
-func (id Identity) GoString() string { return "identity.Identity{" + id.pub.String() + "}" }
+func (id Identity) GoString() string { return "identity.Identity{" + id.Public().String() + "}" }
 
 // FromPrivateKey wraps an Ed25519 private key held elsewhere (a privacy
 // ledger's key file) as an Identity, so that it signs through Sign with a

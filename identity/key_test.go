@@ -69,7 +69,7 @@ func TestIdentityPrintsNoPrivateKey(t *testing.T) {
 	var seed [32]byte
 	rand.Read(seed[:])
 	id := NewFromSeed(seed)
-	priv := fmt.Sprintf("%x", []byte(id.priv))
+	priv := fmt.Sprintf("%x", []byte(id.PrivateKey()))
 	seedHex := priv[:64]
 	//lint:ignore SA9005 the point is that marshalling an Identity leaks nothing
 	b, _ := json.Marshal(id)
@@ -77,7 +77,7 @@ func TestIdentityPrintsNoPrivateKey(t *testing.T) {
 		fmt.Sprint(id), fmt.Sprintf("%v", id), fmt.Sprintf("%+v", id), fmt.Sprintf("%#v", id),
 		fmt.Sprintf("%v", *id), fmt.Sprintf("%+v", *id), string(b),
 	} {
-		if strings.Contains(out, seedHex) || strings.Contains(out, strings.Trim(fmt.Sprint([]byte(id.priv)[:8]), "[]")) {
+		if strings.Contains(out, seedHex) || strings.Contains(out, strings.Trim(fmt.Sprint([]byte(id.PrivateKey())[:8]), "[]")) {
 			t.Fatalf("printing an identity leaked its private key: %s", out)
 		}
 	}

@@ -84,7 +84,7 @@ func Save(path string, id *Identity, opts SaveOptions) error {
 		rcpt = rs[0]
 	}
 
-	der, err := x509.MarshalPKCS8PrivateKey(id.priv)
+	der, err := x509.MarshalPKCS8PrivateKey(id.PrivateKey())
 	if err != nil {
 		return fmt.Errorf("identity: encoding the key: %w", err)
 	}

@@ -33,6 +33,9 @@ const (
 	// offers in a data-plane connection's signalling (dataplane/), so the
 	// aggregator relaying the signalling cannot substitute its own.
 	PurposeP2PFingerprint Purpose = "scellis/p2p-fingerprint/v1"
+	// PurposeMembership signs a membership change (add, revoke, rotate)
+	// by an operator.
+	PurposeMembership Purpose = "scellis/membership-change/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }
@@ -43,7 +46,7 @@ func Sign(id *Identity, p Purpose, msg []byte) []byte {
 	if !p.valid() {
 		panic("identity: invalid signing purpose: must be 1 to 255 bytes")
 	}
-	sig, err := id.priv.Sign(nil, msg, &ed25519.Options{Context: string(p)})
+	sig, err := id.PrivateKey().Sign(nil, msg, &ed25519.Options{Context: string(p)})
 	if err != nil {
 		panic("identity: Ed25519ctx signing failed: " + err.Error())
 	}

@@ -50,7 +50,7 @@ func TestSignaturesAreBoundToPurpose(t *testing.T) {
 	}
 	// And a pure Ed25519 signature (as made in a TLS handshake) is no
 	// signature for any purpose.
-	pure := ed25519.Sign(id.priv, msg)
+	pure := ed25519.Sign(id.PrivateKey(), msg)
 	if Verify(id.Public(), PurposeReceipt, msg, pure) {
 		t.Fatal("pure Ed25519 signature verified as a receipt signature")
 	}

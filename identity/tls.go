@@ -147,6 +147,7 @@ type certSource struct {
 	org      string
 	mu       sync.Mutex
 	cert     *tls.Certificate
+	certKey  PublicKey // the key cert was made for: a rotated identity gets a new one
 	renewAt  time.Time
 	validity time.Duration
 }
@@ -167,19 +168,22 @@ func (s *certSource) get() (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	if s.cert != nil && now.Before(s.renewAt) {
+	kp := s.id.keys() // one pair: a concurrent rotation must not mix keys
+	key := kp.pub
+	if s.cert != nil && now.Before(s.renewAt) && s.certKey.Equal(key) {
 		return s.cert, nil
 	}
-	c, err := selfSigned(s.id, s.name, s.org, now, s.validity)
+	c, err := selfSigned(kp, s.name, s.org, now, s.validity)
 	if err != nil {
 		return nil, err
 	}
-	s.cert, s.renewAt = c, now.Add(s.validity/2)
+	s.cert, s.certKey, s.renewAt = c, key, now.Add(s.validity/2)
 	return c, nil
 }
 
-// selfSigned makes a certificate for id's key, subject CN=name, O=org.
-func selfSigned(id *Identity, name, org string, now time.Time, validity time.Duration) (*tls.Certificate, error) {
+// selfSigned makes a certificate for the key pair kp, subject CN=name, O=org.
+func selfSigned(kp *keyPair, name, org string, now time.Time, validity time.Duration) (*tls.Certificate, error) {
+	priv := kp.priv
 	tmpl := &x509.Certificate{
 		// SerialNumber nil: CreateCertificate draws a random one.
 		Subject:               pkix.Name{CommonName: name, Organization: []string{org}},
@@ -189,7 +193,7 @@ func selfSigned(id *Identity, name, org string, now time.Time, validity time.Dur
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, id.priv.Public(), id.priv)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, priv.Public(), priv)
 	if err != nil {
 		return nil, fmt.Errorf("identity: making the certificate: %w", err)
 	}
@@ -197,5 +201,5 @@ func selfSigned(id *Identity, name, org string, now time.Time, validity time.Dur
 	if err != nil {
 		return nil, fmt.Errorf("identity: parsing the certificate: %w", err)
 	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: id.priv, Leaf: leaf}, nil
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: priv, Leaf: leaf}, nil
 }

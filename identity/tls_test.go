@@ -166,11 +166,11 @@ func TestTLSUnknownKeyRefused(t *testing.T) {
 func TestTLSStolenCertificateRefused(t *testing.T) {
 	w := newWorld(t)
 	addr, res := serve(t, w.fed, w.must(ServerTLSConfig(w.agg1, w.fed)))
-	siloCert, err := selfSigned(w.silo, "silo-a", "test", time.Now(), time.Hour)
+	siloCert, err := selfSigned(w.silo.keys(), "silo-a", "test", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := &tls.Certificate{Certificate: siloCert.Certificate, PrivateKey: w.outsider.priv}
+	forged := &tls.Certificate{Certificate: siloCert.Certificate, PrivateKey: w.outsider.PrivateKey()}
 	cfg := w.must(ClientTLSConfig(w.outsider, w.outsiderFed, "agg-1"))
 	cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return forged, nil }
 	client, server := dial(t, addr, cfg, res)

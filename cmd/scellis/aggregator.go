@@ -60,7 +60,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 			if err != nil {
 				return err
 			}
-			id, fed, err := checkAggregator(c, cmd.ErrOrStderr())
+			id, fed, err := checkAggregator(c, cmd.ErrOrStderr(), true)
 			if err != nil {
 				return err
 			}
@@ -76,10 +76,23 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 					MaxShardUnits: int64(c.MaxShardUnits), MaxJobUnits: int64(c.MaxJobUnits),
 					Workers: c.PlanWorkers, PerMember: c.PlansPerMember, CacheSize: c.PlanCache,
 				},
+				ReloadIdentity: func() (*identity.Identity, error) {
+					return loadIdentity(c.Identity, c.PassphraseFile)
+				},
 			})
 			if err != nil {
 				return err
 			}
+			// SIGHUP: load the identity file again, to pick up a rotated
+			// key put in place after the rotation applied.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			go func() {
+				for range hup {
+					n.ReloadIdentity()
+				}
+			}()
 			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s serving https://%s (raft %s), data in %s\n", c.Name, n.Self.Address, n.Self.RaftAddress, c.DataDir)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -66,17 +66,19 @@ func (f *memberFlags) loadMember(stderr io.Writer) (*identity.Identity, *identit
 	if err != nil {
 		return nil, nil, err
 	}
-	if _, ok := fed.Lookup(id.Public()); !ok {
-		return nil, nil, diag.New(diag.PoolUnknownPeer, keyPath, "this identity (%s) is not a member of %s", id.Public(), fedPath).
-			WithHelp("add it to the federation file (scellis keygen prints the entry), or use a member's key with --identity")
-	}
 	return id, fed, nil
 }
 
-// client returns an API client for the pool.
+// client returns an API client for the pool, after following the
+// membership changes made since the federation file (membership.go): a
+// member added through the log, or an aggregator's rotated key, works
+// without a new file.
 func (f *memberFlags) client(stderr io.Writer) (*api.Client, *identity.Federation, error) {
 	id, fed, err := f.loadMember(stderr)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := followLog(id, fed, "", ""); err != nil {
 		return nil, nil, err
 	}
 	c, err := api.NewClient(id, fed)

@@ -90,7 +90,7 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := checkSilo(s, stderr); err != nil {
+		if _, _, err := checkSilo(s, stderr, false); err != nil {
 			return err
 		}
 		c, summary = s, siloSummary(s)
@@ -99,7 +99,7 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := checkAggregator(a, stderr); err != nil {
+		if _, _, err := checkAggregator(a, stderr, false); err != nil {
 			return err
 		}
 		c, summary = a, fmt.Sprintf("aggregator %s is valid: data in %s, leases of %s", a.Name, a.DataDir, a.LeaseTTL)
@@ -111,7 +111,7 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if _, _, err := checkWorker(w, stderr); err != nil {
+		if _, _, err := checkWorker(w, stderr, false); err != nil {
 			return err
 		}
 		c, summary = w, fmt.Sprintf("worker %s is valid: cache in %s, %s at once, %d MiB and %s per shard",

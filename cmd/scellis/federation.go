@@ -19,6 +19,7 @@ func newFederationCmd() *cobra.Command {
 		Short: "Work with federation files (the members, their roles, keys and addresses)",
 	}
 	cmd.AddCommand(newFederationInitCmd())
+	cmd.AddCommand(newFederationChangeCmds()...)
 	cmd.AddCommand(&cobra.Command{
 		Use:   "check FILE",
 		Short: "Validate a federation file and report every problem at once",

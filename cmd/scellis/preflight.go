@@ -29,6 +29,25 @@ type applianceMember struct {
 	file, name, key, passphrase, federation string
 	pos                                     config.Positions
 	roles                                   []identity.Role // the first is the appliance's own
+	// online: the appliance is starting, so it first follows the
+	// membership changes made since the file (a member added through the
+	// log is in them); a config check stays offline.
+	online bool
+}
+
+// loadIdentity loads a key file, with the passphrase on the first line of
+// passphraseFile if it is set.
+func loadIdentity(path, passphraseFile string) (*identity.Identity, error) {
+	opts := identity.LoadOptions{}
+	if passphraseFile != "" {
+		p, err := identity.ReadPassphraseFile(passphraseFile)
+		if err != nil {
+			return nil, err
+		}
+		opts.Passphrase = p
+	}
+	id, _, err := identity.Load(path, opts)
+	return id, err
 }
 
 // checkMember loads and checks the appliance's identity and federation. It
@@ -71,12 +90,17 @@ func checkMember(m applianceMember, stderr io.Writer) (*identity.Identity, *iden
 	if id == nil || fed == nil {
 		return nil, nil, ds
 	}
+	if m.online && len(ds) == 0 {
+		if err := followLog(id, fed, m.name, m.roles[0]); err != nil {
+			return nil, nil, asList(err)
+		}
+	}
 	entry, named := fed.Member(m.name)
 	owner, known := fed.Lookup(id.Public())
 	switch {
 	case !named:
 		ds = append(ds, m.pos.At(diag.New(diag.NotAMember, "name", "%q is not a member of %s", m.name, fed.File), m.file, "name").
-			WithHelp("name this node as the federation file does, or add its entry (scellis keygen prints it)"))
+			WithHelp("name this node as the federation file does, or add it (scellis federation add, or its entry in the file; scellis keygen prints it)"))
 	case !slices.Contains(m.roles, entry.Role):
 		ds = append(ds, m.pos.At(diag.New(diag.WorkerConfig, "name", "member %q is a%s %s in %s, not a%s %s", m.name, article(string(entry.Role)), entry.Role, fed.File, article(string(m.roles[0])), m.roles[0]), m.file, "name").
 			WithHelp("start a %s with the name and key of a member listed with role: %s", m.roles[0], m.roles[0]))
@@ -147,9 +171,9 @@ func checkWritableDir(file string, pos config.Positions, key, dir string) *diag.
 }
 
 // checkAggregator is the aggregator's start-up check.
-func checkAggregator(c *config.Aggregator, stderr io.Writer) (*identity.Identity, *identity.Federation, error) {
+func checkAggregator(c *config.Aggregator, stderr io.Writer, online bool) (*identity.Identity, *identity.Federation, error) {
 	id, fed, ds := checkMember(applianceMember{file: c.File, name: c.Name, key: c.Identity, passphrase: c.PassphraseFile,
-		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Aggregator}}, stderr)
+		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Aggregator}, online: online}, stderr)
 	if fed != nil {
 		if m, _ := fed.Member(c.Name); m.RaftAddress == "" {
 			ds = append(ds, c.Pos.At(diag.New(diag.WorkerConfig, "name", "aggregator %s has no raft_address in %s", c.Name, fed.File), c.File, "name").
@@ -163,9 +187,9 @@ func checkAggregator(c *config.Aggregator, stderr io.Writer) (*identity.Identity
 }
 
 // checkWorker is the worker's start-up check.
-func checkWorker(c *config.Worker, stderr io.Writer) (*identity.Identity, *identity.Federation, error) {
+func checkWorker(c *config.Worker, stderr io.Writer, online bool) (*identity.Identity, *identity.Federation, error) {
 	id, fed, ds := checkMember(applianceMember{file: c.File, name: c.Name, key: c.Identity, passphrase: c.PassphraseFile,
-		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Worker, identity.Silo}}, stderr)
+		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Worker, identity.Silo}, online: online}, stderr)
 	if d := checkWritableDir(c.File, c.Pos, "cache_dir", c.CacheDir); d != nil {
 		ds = append(ds, d)
 	}
@@ -175,9 +199,9 @@ func checkWorker(c *config.Worker, stderr io.Writer) (*identity.Identity, *ident
 // checkSilo is the silo's start-up check of what silo.Open does not check
 // itself before it touches anything: identity, membership, data_dir and its
 // policy's strategies (datasets are parsed in full by config.LoadSilo).
-func checkSilo(c *config.Silo, stderr io.Writer) (*identity.Identity, *identity.Federation, error) {
+func checkSilo(c *config.Silo, stderr io.Writer, online bool) (*identity.Identity, *identity.Federation, error) {
 	id, fed, ds := checkMember(applianceMember{file: c.File, name: c.Name, key: c.Identity, passphrase: c.PassphraseFile,
-		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Silo}}, stderr)
+		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Silo}, online: online}, stderr)
 	if d := checkWritableDir(c.File, c.Pos, "data_dir", c.DataDir); d != nil {
 		ds = append(ds, d)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/silo"
 )
@@ -68,7 +69,7 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 			if err != nil {
 				return err
 			}
-			id, fed, err := checkSilo(c, cmd.ErrOrStderr())
+			id, fed, err := checkSilo(c, cmd.ErrOrStderr(), true)
 			if err != nil {
 				return err
 			}
@@ -91,6 +92,7 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			go api.FollowMembership(ctx, a.Client, fed, membershipPoll, logf)
 			fmt.Fprintf(cmd.OutOrStdout(), "silo %s: datasets %s; ledger %s; accepts %s; pool %s\n", c.Name,
 				strings.Join(names, ", "), c.Ledger, strings.Join(c.Policy.Strategies, ", "), strings.Join(a.Client.Endpoints(), ", "))
 			return a.Run(ctx)

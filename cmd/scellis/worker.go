@@ -48,7 +48,7 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			if err != nil {
 				return err
 			}
-			id, fed, err := checkWorker(c, cmd.ErrOrStderr())
+			id, fed, err := checkWorker(c, cmd.ErrOrStderr(), true)
 			if err != nil {
 				return err
 			}
@@ -78,6 +78,9 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
+			// Follow membership changes (a rotated aggregator key, new
+			// members) while the worker runs.
+			go api.FollowMembership(ctx, client, fed, membershipPoll, w.Logf)
 			fmt.Fprintf(cmd.OutOrStdout(), "worker %s: %d shard(s) at once, pool %s\n", c.Name, c.Parallel, strings.Join(client.Endpoints(), ", "))
 			return w.Run(ctx)
 		},
