@@ -40,7 +40,7 @@ func TestMembershipChanges(t *testing.T) {
 		{change(1, "revoke", MemberEntry{Name: "w3"}), ""},
 		{change(2, "rotate", MemberEntry{Name: "w4", PublicKey: "k-w4b"}), ""},
 		{change(3, "add", MemberEntry{Name: "w5", Role: "worker", PublicKey: "k-w3"}), diag.MembershipDuplicate}, // revoked key
-		{change(3, "rotate", MemberEntry{Name: "w9", PublicKey: "k-w4"}), diag.MembershipDuplicate},             // rotated-away key
+		{change(3, "rotate", MemberEntry{Name: "w9", PublicKey: "k-w4"}), diag.MembershipDuplicate},              // rotated-away key
 	}
 	for i, s := range steps {
 		before := m.StateHash()

@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/base64"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"net"
 	"os"
