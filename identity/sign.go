@@ -26,6 +26,9 @@ const (
 	PurposeLedgerEntry Purpose = "scellis/ledger-entry/v1"
 	// PurposeSecaggAdvert signs a secure-aggregation key advertisement.
 	PurposeSecaggAdvert Purpose = "scellis/secagg-advert/v1"
+	// PurposeHEAdvert signs a threshold-he round's key advert and
+	// public-key share (package secagg/he).
+	PurposeHEAdvert Purpose = "scellis/he-advert/v1"
 	// PurposeContribution signs a silo's contribution record for one round
 	// of a training run (what it charged, and whether it took part).
 	PurposeContribution Purpose = "scellis/contribution/v1"

@@ -1,0 +1,200 @@
+package he
+
+import (
+	"crypto/ed25519"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/secagg"
+)
+
+// Benchmarks of a whole round in threshold-he mode against pairwise
+// masking (package secagg) on the same encoded vectors, in the same run,
+// with ratios (x-masking: threshold-he ÷ masking):
+//
+//	encrypt  one site's encryption (forming the collective key and its
+//	         threshold share, encoding, encrypting) ÷ one site's masking
+//	         (expanding n−1 pairwise masks and its self mask)
+//	add      the aggregator taking in the n inputs (parse and add)
+//	decrypt  the phase that opens the sum: t partial decryptions plus the
+//	         aggregator's combination ÷ n unmaskings plus the server's
+//	         reconstruction and mask removal
+//	bytes    what one site sends and receives over the whole round
+//
+// Each phase is timed serially on one core (sites one after another), the
+// fastest of the iterations. Run:
+//
+//	go test ./secagg/he -run XXX -bench . -benchtime 2x
+
+type costs struct {
+	encrypt, add, decrypt time.Duration // fastest seen
+	siteBytes             int
+}
+
+func (c *costs) keep(o costs) {
+	if c.encrypt == 0 || o.encrypt < c.encrypt {
+		c.encrypt = o.encrypt
+	}
+	if c.add == 0 || o.add < c.add {
+		c.add = o.add
+	}
+	if c.decrypt == 0 || o.decrypt < c.decrypt {
+		c.decrypt = o.decrypt
+	}
+	c.siteBytes = o.siteBytes
+}
+
+func BenchmarkRound(b *testing.B) {
+	for _, dim := range []int{10_000, 100_000, 1_000_000} {
+		for _, n := range []int{3, 10} {
+			b.Run(fmt.Sprintf("d=%d/n=%d", dim, n), func(b *testing.B) {
+				p, keys := testRound(b, n, dim, 1<<20)
+				inputs := randInputs(b, n, dim, p.Bound)
+				var he, mask costs
+				for b.Loop() {
+					mask.keep(maskRound(b, p, keys, inputs))
+					he.keep(heRound(b, p, keys, inputs))
+				}
+				ratio := func(x, y time.Duration) float64 { return float64(x) / float64(y) }
+				b.ReportMetric(float64(he.encrypt.Microseconds())/1000/float64(n), "he-encrypt-ms/site")
+				b.ReportMetric(float64(mask.encrypt.Microseconds())/1000/float64(n), "mask-ms/site")
+				b.ReportMetric(ratio(he.encrypt, mask.encrypt), "encrypt-x-masking")
+				b.ReportMetric(float64(he.add.Microseconds())/1000, "he-add-ms")
+				b.ReportMetric(ratio(he.add, mask.add), "add-x-masking")
+				b.ReportMetric(float64(he.decrypt.Microseconds())/1000, "he-decrypt-ms")
+				b.ReportMetric(ratio(he.decrypt, mask.decrypt), "decrypt-x-masking")
+				b.ReportMetric(float64(he.siteBytes)/1e6, "he-MB/site")
+				b.ReportMetric(float64(he.siteBytes)/float64(mask.siteBytes), "bytes-x-masking")
+			})
+		}
+	}
+}
+
+func timed(d *time.Duration, f func()) {
+	t0 := time.Now()
+	f()
+	*d += time.Since(t0)
+}
+
+func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64) (c costs) {
+	agg := must(NewAggregator(p))
+	parties := make([]*Party, len(keys))
+	count := func(i int, bs []byte) []byte {
+		if i == 0 {
+			c.siteBytes += len(bs)
+		}
+		return bs
+	}
+	for i, m := range p.Members {
+		parties[i] = must(NewParty(p, m.ID, keys[i]))
+		if err := agg.AddAdvert(must(ParseAdvert(count(i, must(must(parties[i].Advertise()).Marshal()))))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ksb := must(must(agg.EndAdvertise()).Marshal())
+	count(0, ksb)
+	for i := range parties {
+		if err := agg.AddShares(must(ParseShares(count(i, must(must(parties[i].Share(must(ParseKeySet(ksb)))).Marshal()))))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dels := must(agg.EndShare())
+	for i := range parties {
+		db := count(i, must(dels[i].Marshal()))
+		var ct *Ciphertext
+		timed(&c.encrypt, func() { ct = must(parties[i].Encrypt(must(ParseDelivery(db)), inputs[i])) })
+		cb := count(i, must(ct.Marshal()))
+		timed(&c.add, func() {
+			if err := agg.AddCiphertext(must(ParseCiphertext(cb))); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	req := must(agg.EndEncrypt())
+	rb := must(req.Marshal())
+	count(0, rb)
+	for _, s := range req.Decryptors {
+		i := index(p, s)
+		var sb []byte
+		timed(&c.decrypt, func() { sb = must(must(parties[i].Decrypt(must(ParseDecryptRequest(rb)))).Marshal()) })
+		count(i, sb)
+		timed(&c.decrypt, func() {
+			if err := agg.AddDecryptShare(must(ParseDecryptShare(sb))); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	timed(&c.decrypt, func() {
+		if res, _, err := agg.EndDecrypt(); err != nil || res == nil {
+			b.Fatal(err)
+		}
+	})
+	return c
+}
+
+func index(p Params, site string) int {
+	for i, m := range p.Members {
+		if m.ID == site {
+			return i
+		}
+	}
+	panic(site)
+}
+
+// maskRound runs the same vectors through pairwise masking: a grid of 20
+// fraction bits with clip 1 holds the same ±2^20 integers.
+func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64) (c costs) {
+	p := secagg.Params{Round: hp.Round, Members: hp.Members, Dim: hp.Dim, Clip: 1, GridBits: 20}
+	srv := must(secagg.NewServer(p))
+	cl := make([]*secagg.Client, len(keys))
+	count := func(i int, bs []byte) []byte {
+		if i == 0 {
+			c.siteBytes += len(bs)
+		}
+		return bs
+	}
+	for i, m := range p.Members {
+		cl[i] = must(secagg.NewClient(p, m.ID, keys[i]))
+		if err := srv.AddAdvert(must(secagg.ParseAdvert(count(i, must(must(cl[i].Advertise()).Marshal()))))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ksb := must(must(srv.EndAdvertise()).Marshal())
+	count(0, ksb)
+	for i := range cl {
+		if err := srv.AddShares(must(secagg.ParseShares(count(i, must(must(cl[i].ShareKeys(must(secagg.ParseKeySet(ksb)))).Marshal()))))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dels := must(srv.EndShare())
+	for i := range cl {
+		db := count(i, must(dels[i].Marshal()))
+		var m *secagg.MaskedInput
+		timed(&c.encrypt, func() { m = must(cl[i].MaskEncoded(must(secagg.ParseShareDelivery(db)), inputs[i], 0)) })
+		mb := count(i, must(m.Marshal()))
+		timed(&c.add, func() {
+			if err := srv.AddMaskedInput(must(secagg.ParseMaskedInput(mb))); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	rb := must(must(srv.EndMask()).Marshal())
+	count(0, rb)
+	for i := range cl {
+		var ub []byte
+		timed(&c.decrypt, func() { ub = must(must(cl[i].Unmask(must(secagg.ParseUnmaskRequest(rb)))).Marshal()) })
+		count(i, ub)
+		timed(&c.decrypt, func() {
+			if err := srv.AddUnmasking(must(secagg.ParseUnmasking(ub))); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	timed(&c.decrypt, func() {
+		if _, err := srv.Finish(); err != nil {
+			b.Fatal(err)
+		}
+	})
+	return c
+}

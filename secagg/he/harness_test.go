@@ -1,0 +1,136 @@
+package he
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"testing"
+
+	"github.com/scellis/scellis/secagg"
+)
+
+// testRound builds params for n generated sites.
+func testRound(t testing.TB, n, dim int, bound int64) (Params, []ed25519.PrivateKey) {
+	t.Helper()
+	p := Params{Round: fmt.Sprintf("he-test-%d-%d", n, dim), Dim: dim, Bound: bound, Seed: make([]byte, 32)}
+	rand.Read(p.Seed)
+	keys := make([]ed25519.PrivateKey, n)
+	for i := range n {
+		pub, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = priv
+		p.Members = append(p.Members, secagg.Member{ID: fmt.Sprintf("site-%02d", i), Key: pub})
+	}
+	return p, keys
+}
+
+// drive runs a round in memory through marshal and parse, as the network
+// would: sites in dropAfterShare send no ciphertext; sites in
+// dropAfterEncrypt never answer a decrypt request. view, when not nil,
+// receives every byte string the aggregator is sent.
+type drive struct {
+	dropAfterShare, dropAfterEncrypt map[string]bool
+	view                             func(kind, from string, b []byte)
+}
+
+func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][]int64) (*Result, error) {
+	t.Helper()
+	agg, err := NewAggregator(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	see := func(kind, from string, b []byte) {
+		if d.view != nil {
+			d.view(kind, from, b)
+		}
+	}
+	parties := map[string]*Party{}
+	for i, m := range p.Members {
+		c, err := NewParty(p, m.ID, keys[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		parties[m.ID] = c
+		a, err := c.Advertise()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := must(a.Marshal())
+		see("advert", m.ID, b)
+		if err := agg.AddAdvert(must(ParseAdvert(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ks, err := agg.EndAdvertise()
+	if err != nil {
+		return nil, err
+	}
+	ksb := must(ks.Marshal())
+	for _, m := range p.Members {
+		sh, err := parties[m.ID].Share(must(ParseKeySet(ksb)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := must(sh.Marshal())
+		see("shares", m.ID, b)
+		if err := agg.AddShares(must(ParseShares(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dels, err := agg.EndShare()
+	if err != nil {
+		return nil, err
+	}
+	for i, m := range p.Members {
+		if d.dropAfterShare[m.ID] {
+			continue
+		}
+		var del *Delivery
+		for _, x := range dels {
+			if x.To == m.ID {
+				del = must(ParseDelivery(must(x.Marshal())))
+			}
+		}
+		ct, err := parties[m.ID].Encrypt(del, inputs[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := must(ct.Marshal())
+		see("ciphertext", m.ID, b)
+		if err := agg.AddCiphertext(must(ParseCiphertext(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req, err := agg.EndEncrypt()
+	for err == nil {
+		rb := must(req.Marshal())
+		for _, s := range req.Decryptors {
+			if d.dropAfterEncrypt[s] {
+				continue
+			}
+			ds, err := parties[s].Decrypt(must(ParseDecryptRequest(rb)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := must(ds.Marshal())
+			see("decrypt share", s, b)
+			if err := agg.AddDecryptShare(must(ParseDecryptShare(b))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var res *Result
+		if res, req, err = agg.EndDecrypt(); res != nil {
+			return res, nil
+		}
+	}
+	return nil, err
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,0 +1,114 @@
+package he
+
+import (
+	"crypto/ecdh"
+	"crypto/hkdf"
+	"crypto/rand"
+	"crypto/sha256"
+	"fmt"
+	"io"
+
+	"github.com/tuneinsight/lattigo/v5/core/rlwe"
+	"github.com/tuneinsight/lattigo/v5/he/heint"
+	"github.com/tuneinsight/lattigo/v5/ring"
+	"golang.org/x/crypto/chacha20poly1305"
+)
+
+// unmarshalPoly decodes an untrusted ring polynomial of the round's top
+// level. The length is checked first; lattigo's decoder trusts the header
+// it reads, so a crafted header that still has the right length is caught
+// by recover and by the shape check after it (a decoder panic on bytes
+// from the network must refuse the message, not kill the aggregator).
+func (r *round) unmarshalPoly(kind string, b []byte) (p ring.Poly, err error) {
+	if len(b) != r.s.c1Size {
+		return p, malformed(kind, "%d bytes, want %d", len(b), r.s.c1Size)
+	}
+	defer func() {
+		if e := recover(); e != nil {
+			err = malformed(kind, "cannot decode: %v", e)
+		}
+	}()
+	if err := p.UnmarshalBinary(b); err != nil {
+		return p, malformed(kind, "cannot decode: %v", err)
+	}
+	rq := r.s.params.RingQ()
+	if p.N() != rq.N() || p.Level() != rq.Level() {
+		return p, malformed(kind, "a polynomial of degree %d and level %d, want %d and %d", p.N(), p.Level(), rq.N(), rq.Level())
+	}
+	for i, c := range p.Coeffs {
+		q := rq.SubRings[i].Modulus
+		for _, v := range c {
+			if v >= q {
+				return p, malformed(kind, "a coefficient outside [0, q)")
+			}
+		}
+	}
+	return p, nil
+}
+
+// ciphertext rebuilds a ciphertext from its two polynomials with the
+// round's own metadata.
+func (r *round) ciphertext(c0, c1 ring.Poly) *rlwe.Ciphertext {
+	ct := r.newCiphertext()
+	ct.Value[0], ct.Value[1] = c0, c1
+	return ct
+}
+
+func (r *round) newCiphertext() *rlwe.Ciphertext {
+	ct := heint.NewCiphertext(r.s.params, 1, r.s.params.MaxLevel())
+	ct.IsBatched = false
+	return ct
+}
+
+func (r *round) newPlaintext() *rlwe.Plaintext {
+	pt := heint.NewPlaintext(r.s.params, r.s.params.MaxLevel())
+	pt.IsBatched = false // coefficient encoding: only additions are evaluated
+	return pt
+}
+
+// Boxes: X25519 between the sites' advertised keys, HKDF-SHA-256 bound to
+// the session and both parties, XChaCha20-Poly1305 with a random nonce.
+
+func boxKey(priv *ecdh.PrivateKey, peer []byte, session []byte, from, to string) ([]byte, error) {
+	pub, err := ecdh.X25519().NewPublicKey(peer)
+	if err != nil {
+		return nil, err
+	}
+	shared, err := priv.ECDH(pub)
+	if err != nil {
+		return nil, err
+	}
+	return hkdf.Key(sha256.New, shared, session, "scellis/he/v1/share-box\x00"+from+"\x00"+to, chacha20poly1305.KeySize)
+}
+
+func boxAD(session []byte, round, from, to string) []byte {
+	return mustEncode([]any{"scellis/he/v1/share-ad", session, round, from, to})
+}
+
+func seal(key, ad, pt []byte) ([]byte, error) {
+	aead, err := chacha20poly1305.NewX(key)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(pt)+chacha20poly1305.Overhead)
+	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
+		return nil, err
+	}
+	return aead.Seal(nonce, nonce, pt, ad), nil
+}
+
+func unseal(key, ad, sealed []byte) ([]byte, error) {
+	aead, err := chacha20poly1305.NewX(key)
+	if err != nil {
+		return nil, err
+	}
+	if len(sealed) < chacha20poly1305.NonceSizeX {
+		return nil, fmt.Errorf("sealed box too short")
+	}
+	return aead.Open(nil, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], ad)
+}
+
+// sealedSize is the size of a box holding one Shamir share.
+func (r *round) sealedSize() int {
+	return chacha20poly1305.NonceSizeX + r.s.skSize + chacha20poly1305.Overhead
+}

@@ -1,0 +1,101 @@
+package he
+
+import (
+	"crypto/rand"
+	"math/big"
+	"slices"
+	"testing"
+
+	"github.com/scellis/scellis/diag"
+)
+
+func randInputs(t testing.TB, n, dim int, bound int64) [][]int64 {
+	out := make([][]int64, n)
+	span := big.NewInt(2*bound + 1)
+	for i := range out {
+		out[i] = make([]int64, dim)
+		for j := range out[i] {
+			v, err := rand.Int(rand.Reader, span)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[i][j] = v.Int64() - bound
+		}
+		// The extremes, so the test covers the edge of the ring.
+		out[i][0], out[i][dim-1] = bound, -bound
+	}
+	return out
+}
+
+func plainSum(inputs [][]int64, skip map[string]bool, ids func(int) string) []int64 {
+	sum := make([]int64, len(inputs[0]))
+	for i, in := range inputs {
+		if skip[ids(i)] {
+			continue
+		}
+		for j, v := range in {
+			sum[j] += v
+		}
+	}
+	return sum
+}
+
+// TestDecryptedSumIsExact checks the decrypted sum against the plaintext
+// sum of the encoded inputs, exactly, for random inputs up to the bound
+// with n from 3 to 10, a vector spanning two ciphertexts, and dropouts
+// after key sharing and after encryption.
+func TestDecryptedSumIsExact(t *testing.T) {
+	for n := 3; n <= 10; n++ {
+		dim := 300
+		if n == 10 {
+			dim = Slots() + 17 // two ciphertexts, the second mostly padding
+		}
+		p, keys := testRound(t, n, dim, BoundFor(n))
+		inputs := randInputs(t, n, dim, p.Bound)
+		id := func(i int) string { return p.Members[i].ID }
+		var d drive
+		if n >= 5 {
+			// One site drops after sharing keys, and the first decryptor
+			// dies after encrypting: the sum holds n−1 sites and a second
+			// attempt decrypts it.
+			d.dropAfterShare = map[string]bool{id(n - 1): true}
+			d.dropAfterEncrypt = map[string]bool{id(0): true}
+		}
+		res, err := d.run(t, p, keys, inputs)
+		if err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		want := plainSum(inputs, d.dropAfterShare, id)
+		if !slices.Equal(res.Sum, want) {
+			t.Fatalf("n=%d: decrypted sum differs from the plaintext sum: %v vs %v", n, res.Sum[:4], want[:4])
+		}
+		if n >= 5 && (len(res.Contributors) != n-1 || !slices.Equal(res.Dropped, []string{id(n - 1)}) || slices.Contains(res.Decryptors, id(0))) {
+			t.Fatalf("n=%d: contributors %v dropped %v decryptors %v", n, res.Contributors, res.Dropped, res.Decryptors)
+		}
+	}
+}
+
+// TestBelowThresholdRefused: too many sites die after encrypting — the
+// round ends with SC6004 and no sum.
+func TestBelowThresholdRefused(t *testing.T) {
+	p, keys := testRound(t, 5, 10, 1000) // t = 3
+	inputs := randInputs(t, 5, 10, 1000)
+	d := drive{dropAfterEncrypt: map[string]bool{"site-00": true, "site-01": true, "site-02": true}}
+	res, err := d.run(t, p, keys, inputs)
+	if res != nil || !hasCode(err, diag.SecAggBelowThreshold) {
+		t.Fatalf("want SC6004 and no sum, got %v, %v", res, err)
+	}
+}
+
+func hasCode(err error, c diag.Code) bool {
+	ds, ok := diag.As(err)
+	if !ok {
+		return false
+	}
+	for _, d := range ds {
+		if d.Code == c {
+			return true
+		}
+	}
+	return false
+}
