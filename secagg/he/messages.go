@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"fmt"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -245,5 +244,3 @@ func (r *round) checkPKShare(from string, share, sig []byte) error {
 	}
 	return nil
 }
-
-func fmtSites(s []string) string { return fmt.Sprintf("%q", s) }

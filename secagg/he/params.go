@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/tuneinsight/lattigo/v5/core/rlwe"
 	"github.com/tuneinsight/lattigo/v5/he/heint"
 	"github.com/tuneinsight/lattigo/v5/ring"
 	"github.com/tuneinsight/lattigo/v5/utils/sampling"
@@ -274,8 +273,6 @@ func (r *round) crs() sampling.PRNG {
 	}
 	return prng
 }
-
-func (r *round) rlwe() rlwe.Parameters { return *r.s.params.GetRLWEParameters() }
 
 func (r *round) checkRound(got string) error {
 	if got != r.p.Round {

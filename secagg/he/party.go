@@ -70,6 +70,9 @@ func (c *Party) abort(err error) error {
 }
 
 func (c *Party) wipe() {
+	if c.sk != nil {
+		zero(c.sk.Value.Q.Coeffs)
+	}
 	c.sk, c.box = nil, nil
 	c.tsk, c.own = mhe.ShamirSecretShare{}, mhe.ShamirSecretShare{}
 }
@@ -283,7 +286,8 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 		c.u2 = append(c.u2, s)
 	}
 	slices.Sort(c.u2)
-	c.sk, c.own = nil, mhe.ShamirSecretShare{} // the threshold share replaces them
+	zero(c.sk.Value.Q.Coeffs) // the threshold share replaces the key and its own share
+	c.sk, c.own = nil, mhe.ShamirSecretShare{}
 
 	pk := rlwe.NewPublicKey(params)
 	ckg.GenPublicKey(agg, ckg.SampleCRP(r.crs()), pk)
