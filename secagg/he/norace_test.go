@@ -1,0 +1,5 @@
+//go:build !race
+
+package he
+
+const raceEnabled = false
