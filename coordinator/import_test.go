@@ -21,12 +21,12 @@ func TestImportRule(t *testing.T) {
 	}
 	// internal/safefile is a standard-library-only leaf that diag uses to
 	// quote a config line without hanging on a FIFO; it touches no tensor.
-	// verify holds the verification regime's pure decisions (quorum, spot
-	// checks, reputation, canaries) that the machine applies; it must stay
+	// verify/spot holds the verification regime's pure decisions (quorum, spot
+	// checks, reputation, canaries) that the machine applies; it stays
 	// free of tensor, so work on tensors (Freivalds' products, tolerance
 	// comparisons of decoded results) lives where peers run it, in a
 	// package the coordinator does not import.
-	allowed := map[string]bool{"content": true, "diag": true, "trust": true, "receipt": true, "coordinator": true, "internal/safefile": true, "verify": true}
+	allowed := map[string]bool{"content": true, "diag": true, "trust": true, "receipt": true, "coordinator": true, "internal/safefile": true, "verify/spot": true}
 	var deps int
 	for _, p := range strings.Fields(string(out)) {
 		deps++
@@ -36,7 +36,7 @@ func TestImportRule(t *testing.T) {
 			}
 		}
 		if rest, ok := strings.CutPrefix(p, module); ok && !allowed[rest] {
-			t.Errorf("coordinator depends on %s; it may use only content, diag, trust, receipt, verify and internal/safefile", p)
+			t.Errorf("coordinator depends on %s; it may use only content, diag, trust, receipt, verify/spot and internal/safefile", p)
 		}
 	}
 	if deps == 0 {

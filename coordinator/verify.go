@@ -6,7 +6,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/receipt"
-	"github.com/scellis/scellis/verify"
+	"github.com/scellis/scellis/verify/spot"
 )
 
 // The verification rule (first regime: redundant exact match), applied
@@ -27,11 +27,11 @@ import (
 // time. On either decision the shard's remaining leases are revoked.
 
 // leadCount is the largest number of reports sharing one hash.
-func leadCount(rs []report) int { return verify.Lead(resultsOf(rs)) }
+func leadCount(rs []report) int { return spot.Lead(resultsOf(rs)) }
 
 // majority returns the hash held by ≥ r reports and a strict majority
-// (verify.Majority: the rule the cheater simulation exercises).
-func majority(rs []report, r int) (content.Ref, bool) { return verify.Majority(resultsOf(rs), r) }
+// (spot.Majority: the rule the cheater simulation exercises).
+func majority(rs []report, r int) (content.Ref, bool) { return spot.Majority(resultsOf(rs), r) }
 
 func resultsOf(rs []report) []content.Ref {
 	out := make([]content.Ref, len(rs))

@@ -1,5 +1,5 @@
 //go:build !race
 
-package verify
+package spot
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package verify
+package spot
 
 // The exact-quorum rule (BOINC's validator), applied to a shard's reports
 // after each one: with n reports, r replicas and a attempts,

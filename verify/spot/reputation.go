@@ -1,4 +1,4 @@
-package verify
+package spot
 
 // Adaptive replication (BOINC's, adapted). A peer earns trust by results
 // that were checked and found valid; a peer is trusted once its streak of

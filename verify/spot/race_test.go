@@ -1,6 +1,6 @@
 //go:build race
 
-package verify
+package spot
 
 // raceEnabled shrinks the simulations under the race detector, which
 // slows them tenfold without checking anything more (they are sequential).
