@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/obs"
 )
 
 // The health endpoints serve plain HTTP on their own address (health_listen)
@@ -29,7 +30,7 @@ type healthState struct {
 	Reason          string `json:"reason,omitempty"`
 }
 
-func (n *Node) healthHandler() http.Handler {
+func (n *Node) healthHandler() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -51,14 +52,34 @@ func (n *Node) healthHandler() http.Handler {
 	return mux
 }
 
-// startHealth listens on addr and serves the health endpoints until Close.
-func (n *Node) startHealth(addr string) error {
-	ln, err := net.Listen("tcp", addr)
+// startObservers serves the health endpoints on healthAddr and /metrics on
+// metricsAddr until Close; either may be empty (off). The same address for
+// both is one listener serving the three paths: one port to open to the
+// monitoring host. Different ones let an operator give /readyz to a load
+// balancer while /metrics — job, run and ledger counts — stays on
+// loopback or the monitoring network.
+func (n *Node) startObservers(healthAddr, metricsAddr string) error {
+	if metricsAddr != "" && metricsAddr != healthAddr {
+		srv, err := obs.Listen(metricsAddr, obs.Handler(n.metrics.reg), n.log)
+		if err != nil {
+			return diag.New(diag.WorkerConfig, "metrics_listen", "cannot listen on %s: %v", metricsAddr, err).
+				WithHelp("another process holds the port, or the address is not this machine's")
+		}
+		n.metricsSrv = srv
+	}
+	if healthAddr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", healthAddr)
 	if err != nil {
-		return diag.New(diag.WorkerConfig, "health_listen", "cannot listen on %s: %v", addr, err).
+		return diag.New(diag.WorkerConfig, "health_listen", "cannot listen on %s: %v", healthAddr, err).
 			WithHelp("another process holds the port, or the address is not this machine's")
 	}
-	n.health = &http.Server{Handler: n.healthHandler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute}
+	h := n.healthHandler()
+	if metricsAddr == healthAddr {
+		h.Handle("GET /metrics", obs.Handler(n.metrics.reg))
+	}
+	n.health = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: time.Minute, ErrorLog: obs.HTTPErrorLog(n.log)}
 	n.done.Add(1)
 	go func() {
 		defer n.done.Done()

@@ -26,6 +26,7 @@ import (
 	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/obs"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/secagg/wire"
 )
@@ -44,7 +45,12 @@ type Node struct {
 	log     *slog.Logger
 	http    *http.Server
 	health  *http.Server // /healthz and /readyz, when health_listen is set
-	ln      net.Listener
+	// metricsSrv serves /metrics when metrics_listen is set and differs
+	// from health_listen (else the health server serves it too).
+	metricsSrv *obs.Server
+	metrics    *nodeMetrics
+	logSum     *obs.Summariser
+	ln         net.Listener
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -88,6 +94,10 @@ type Options struct {
 	// HealthListen, if set, serves /healthz and /readyz in plain HTTP on
 	// this address (health.go).
 	HealthListen string
+	// MetricsListen, if set, serves the node's Prometheus series at
+	// /metrics in plain HTTP on this address; when it equals HealthListen
+	// one listener serves all three paths (metrics.go).
+	MetricsListen string
 	// Raft timeouts (0: the consensus defaults, the LAN profile).
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
@@ -98,6 +108,8 @@ type Options struct {
 	Content  ContentCaps
 	Log      io.Writer // operational log; nil: stderr
 	LogLevel string
+	// LogFormat is text (default) or json.
+	LogFormat string
 	// WrapAPI, if set, wraps the control-plane handler (the /v1/ routes
 	// only, not the blob endpoint). It is a test and observability hook:
 	// tests use it to record every control-plane request and response and
@@ -174,16 +186,15 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	if logOut == nil {
 		logOut = os.Stderr
 	}
-	level := slog.LevelWarn
-	switch opt.LogLevel {
-	case "off":
-		level = slog.LevelError + 4 // above every record
-	case "trace":
-		level = slog.LevelDebug
-	default:
-		_ = level.UnmarshalText([]byte(opt.LogLevel))
+	level := opt.LogLevel
+	if _, err := obs.ParseLevel(level); err != nil {
+		level = "warn" // the consensus config refuses it below (SC8001)
 	}
-	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: level})).With("node", name)
+	baseLog, logSum, err := obs.NewLogger(logOut, obs.LogConfig{Format: opt.LogFormat, Level: level})
+	if err != nil {
+		return nil, diag.New(diag.WorkerConfig, "log_format", "%v", err).WithHelp("use log_format: text or log_format: json")
+	}
+	log := baseLog.With("node", name)
 
 	ttl := opt.LeaseTTL
 	if ttl <= 0 {
@@ -202,11 +213,12 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		return nil, err
 	}
 	n := &Node{
-		Self: self, id: id, fed: fed, log: log, blobs: blobs, hub: api.NewHub(), opt: opt,
-		sagg:    wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll}),
+		Self: self, id: id, fed: fed, log: log, logSum: logSum, blobs: blobs, hub: api.NewHub(), opt: opt,
 		planner: newPlanner(blobs, filepath.Join(dataDir, "blobs"), builtin, filepath.Join(dataDir, "plans"), opt.Content),
 	}
 	n.fsm = &fsm{m: machine, hub: n.hub, members: n.membershipApplied}
+	n.metrics = newNodeMetrics(n)
+	n.sagg = wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll, OnPhase: n.metrics.phase})
 	n.planner.fetchBlob = n.fetchBlob
 	n.planner.durable = n.durable
 	if n.peerClient, err = api.NewClient(id, fed); err != nil {
@@ -278,7 +290,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	mux.Handle("/v1/", control)
 	// The data plane of training rounds: silos' masked inputs go to the
 	// reducer peer here, never through the control-plane API (law 3).
-	mux.Handle(wire.Prefix, n.sagg)
+	mux.Handle(wire.Prefix, n.metrics.countPlane("secagg", n.sagg))
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	if err := n.startDataPlane(ctx, mux); err != nil {
@@ -288,7 +300,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		ln.Close()
 		return nil, err
 	}
-	mux.Handle("/blobs/", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
+	mux.Handle("/blobs/", n.metrics.countPlane("blobs", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
 		m, ok := fed.PeerFromRequest(r)
 		if !ok {
 			http.Error(w, "not a federation member", http.StatusUnauthorized)
@@ -306,7 +318,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 			}
 		}
 		return true
-	}))
+	})))
 	bodyTimeout := opt.BodyTimeout
 	if bodyTimeout <= 0 {
 		bodyTimeout = DefaultBodyTimeout
@@ -316,7 +328,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       IdleTimeout,
 		ConnState:         n.conns.track,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		ErrorLog:          obs.HTTPErrorLog(log),
 	}
 	n.done.Add(2)
 	go func() {
@@ -329,11 +341,9 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		defer n.done.Done()
 		n.leaderDuties(ctx)
 	}()
-	if opt.HealthListen != "" {
-		if err := n.startHealth(opt.HealthListen); err != nil {
-			n.Close()
-			return nil, err
-		}
+	if err := n.startObservers(opt.HealthListen, opt.MetricsListen); err != nil {
+		n.Close()
+		return nil, err
 	}
 	return n, nil
 }
@@ -354,10 +364,14 @@ func (n *Node) Close() error {
 	if n.health != nil {
 		n.health.Shutdown(ctx)
 	}
+	if n.metricsSrv != nil {
+		n.metricsSrv.Close()
+	}
 	n.sagg.Close()
 	n.closeDataPlane()
 	err := n.raft.Close()
 	n.done.Wait()
+	n.logSum.Close()
 	return err
 }
 
@@ -367,7 +381,11 @@ func (n *Node) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied,
 	if err != nil {
 		return api.Applied{}, diag.New(diag.PoolBadCommand, "command", "%v", err)
 	}
+	began := time.Now()
 	out, err := n.raft.Apply(ctx, b)
+	if err == nil {
+		n.metrics.apply.Observe(time.Since(began).Seconds())
+	}
 	if err != nil {
 		return api.Applied{}, n.leaderErr(err)
 	}

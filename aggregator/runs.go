@@ -446,6 +446,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err := n.sagg.Open(bundle.SecAgg, n.opt.SecAgg); err != nil {
 		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: secure aggregation cannot open: %v", r, err))
 	}
+	opened := time.Now()
 	// Leadership lost (ctx ends): the round is restarted by the next
 	// leader; its sites learn at once that this one is lost.
 	defer func() {
@@ -498,6 +499,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		if ctx.Err() != nil {
 			return err
 		}
+		n.metrics.rounds.WithLabelValues(step, "failed").Inc()
 		// Too many silos declined by their policy or budget: retrying
 		// cannot help, progress is impossible — the run stops.
 		var declined []string
@@ -514,6 +516,8 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		// again (the silos that paid for it re-send the same update).
 		return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: secure aggregation failed: %v", r, err))
 	}
+	n.metrics.survivors.Observe(float64(len(sum.Contributors)))
+	n.metrics.dropped.Add(float64(len(sum.Dropped)))
 	update, metrics := bundle.Unpack(sum.Sum)
 	next := global // statistics and evaluation steps leave the model as it is
 	switch step {
@@ -575,6 +579,10 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 	if len(out.Refusal) > 0 && !stale(out.Refusal) {
 		return fmt.Errorf("report reduced refused: %v", out.Refusal)
+	}
+	if len(out.Refusal) == 0 {
+		n.metrics.rounds.WithLabelValues(step, "reduced").Inc()
+		n.metrics.roundTime.WithLabelValues(step).Observe(time.Since(opened).Seconds())
 	}
 	return nil
 }

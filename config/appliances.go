@@ -45,6 +45,10 @@ type Aggregator struct {
 	Listen, RaftListen string
 	// HealthListen serves /healthz and /readyz in plain HTTP (empty: off).
 	HealthListen string
+	// MetricsListen serves /metrics in plain HTTP (empty: off); the same
+	// address as health_listen shares its listener.
+	MetricsListen string
+	LogFormat     string // text (default) or json
 	// Caps on the submitters' content this node runs (partition, cost,
 	// reduce) and on the prices it sets; a job's own limits may only lower
 	// them. Zero: the aggregator's defaults (aggregator.DefaultContentCaps).
@@ -89,6 +93,8 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("data_dir", true, "a folder for the Raft log, snapshots and blobs", str(&c.DataDir)),
 		mk("lease_ttl", false, "", duration(&c.LeaseTTL)),
 		mk("log_level", false, "", str(&c.LogLevel)),
+		mk("log_format", false, "", logFormat(&c.LogFormat)),
+		mk("metrics_listen", false, "", str(&c.MetricsListen)),
 		mk("join", false, "", boolean(&c.Join)),
 		mk("round_join_timeout", false, "", duration(&c.RoundJoinTimeout)),
 		mk("silo_lease", false, "", duration(&c.SiloLease)),
@@ -149,6 +155,9 @@ type Worker struct {
 	MemoryMB       int           // per-shard memory budget for content
 	ShardTimeout   time.Duration // CPU/wall budget per shard
 	Poll           time.Duration // wait between lease requests when idle
+	LogLevel       string        // off, error, warn (default: progress lines too), info, debug
+	LogFormat      string        // text (default) or json
+	MetricsListen  string        // /metrics in plain HTTP (empty: off)
 	// Isolate runs each shard in a child process under RLIMIT_AS
 	// (memory_mb + 256 MiB) and kills it at shard_timeout. Default true.
 	Isolate bool
@@ -159,7 +168,7 @@ type Worker struct {
 
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true}
+	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -172,6 +181,15 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("poll", false, "", duration(&c.Poll)),
 		mk("corrupt_results", false, "", boolean(&c.CorruptResults)),
 		mk("isolate", false, "", boolean(&c.Isolate)),
+		mk("log_level", false, "", parsed(func(s string) error {
+			if !contains(logLevels, s) {
+				return fmt.Errorf("unknown log level %q", s)
+			}
+			c.LogLevel = s
+			return nil
+		}, logLevels...)),
+		mk("log_format", false, "", logFormat(&c.LogFormat)),
+		mk("metrics_listen", false, "", str(&c.MetricsListen)),
 	}
 	l, err := load(file, "worker config", fields)
 	if err != nil {
@@ -204,4 +222,16 @@ func (c *Aggregator) raftTimeouts(l *loaded) error {
 			"the heartbeat timeout (%v) is longer than the election timeout (%v)", c.RaftHeartbeatTimeout, c.RaftElectionTimeout)
 	}
 	return l.d.Err()
+}
+
+// logFormat parses log_format: text (one key=value line per record) or
+// json (one object per line, for a log shipper).
+func logFormat(p *string) parser {
+	return parsed(func(s string) error {
+		if s != "text" && s != "json" {
+			return fmt.Errorf("unknown log format %q", s)
+		}
+		*p = s
+		return nil
+	}, "text", "json")
 }

@@ -30,6 +30,8 @@ type Silo struct {
 	DataDir        string    // model checkpoints, client state (e.g. SCAFFOLD's c_i)
 	Ledger         string    // privacy ledger; default DataDir/privacy.ledger
 	LogLevel       string    // off, error, warn, info, debug
+	LogFormat      string    // text (default) or json
+	MetricsListen  string    // /metrics in plain HTTP (empty: off)
 	// Poll is how long the leader may hold the silo's lease request when
 	// there is nothing to lease (a long poll: a new round reaches the silo
 	// at once). The polls are the silo's heartbeat: keep it well below
@@ -135,6 +137,8 @@ func LoadSilo(file string) (*Silo, error) {
 			c.LogLevel = s
 			return nil
 		}, logLevels...)),
+		mk("log_format", false, "", logFormat(&c.LogFormat)),
+		mk("metrics_listen", false, "", str(&c.MetricsListen)),
 		mk("datasets", true, "list the datasets the silo holds (name, path, label, class, budget)",
 			sections("dataset", func(name string) []field {
 				ds := &Dataset{Name: name, Unit: fl.UnitRecord}

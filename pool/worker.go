@@ -61,6 +61,10 @@ type Worker struct {
 	NoCommit bool
 	// Logf reports progress for people; nil is silent.
 	Logf func(format string, args ...any)
+	// Observe, when set, is told of each lease granted ("leased") and how
+	// each shard run here ended ("reported", "refused", "released"): the
+	// worker's metrics. It must not block.
+	Observe func(event string)
 	// Dispatch, when set, handles every leased grant in place of RunGrant:
 	// a silo routes its training rounds to its round handler and generic
 	// shards to RunGrant (or hands them back). It runs in its own
@@ -93,6 +97,12 @@ func (w *Worker) blobs() BlobMover {
 		return w.Blobs
 	}
 	return w.Client
+}
+
+func (w *Worker) observe(event string) {
+	if w.Observe != nil {
+		w.Observe(event)
+	}
 }
 
 func (w *Worker) logf(format string, args ...any) {
@@ -160,6 +170,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		for _, g := range resp.Grants {
+			w.observe("leased")
 			slots <- struct{}{}
 			running.Add(1)
 			go func(g coordinator.LeaseGrant) {
@@ -238,6 +249,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 // ReleaseGrant hands one lease back so another peer (or this one, later)
 // can take the shard, logging why.
 func (w *Worker) ReleaseGrant(g coordinator.LeaseGrant, why error) {
+	w.observe("released")
 	w.logf("shard %d of %s: %v; handing the lease back", g.Shard, g.Job.Short(), why)
 	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -303,6 +315,7 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 	out, err := w.Deliver(ctx, g, res.Bytes, res.Hash)
 	if err != nil {
 		if ds, ok := diag.As(err); ok {
+			w.observe("refused")
 			w.logf("shard %d of %s: report refused: %s", g.Shard, g.Job.Short(), ds[0].Message)
 			return
 		}
@@ -311,6 +324,7 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 		}
 		return
 	}
+	w.observe("reported")
 	w.logf("shard %d of %s: reported %s (%s)", g.Shard, g.Job.Short(), res.Hash.Short(), out.Outcome)
 }
 

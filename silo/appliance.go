@@ -72,8 +72,9 @@ type Appliance struct {
 	// hold an update, metrics or data.
 	Logf func(format string, args ...any)
 
-	once   sync.Once
-	worker *pool.Worker
+	once    sync.Once
+	worker  *pool.Worker
+	metrics *siloMetrics
 	// declinedJobs are generic jobs already handed back (generic shards off).
 	declinedJobs sync.Map
 }
@@ -154,7 +155,8 @@ func Open(c *config.Silo, id *identity.Identity, fed *identity.Federation, opt O
 		a.Ledger.Close()
 		return nil, err
 	}
-	a.HTTP = &http.Client{Transport: api.Transport(cfg)}
+	a.metrics = newSiloMetrics(a)
+	a.HTTP = &http.Client{Transport: a.metrics.countTransport(api.Transport(cfg))}
 	return a, nil
 }
 

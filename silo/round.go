@@ -362,6 +362,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		}
 	}
 	rec.Status = Contributed
+	a.countRound("contributed")
 	a.logf("%s: contributed (secure aggregation round %s on %s)", subject, b.SecAgg.Round, base)
 	return rec, nil
 }
@@ -412,6 +413,7 @@ func checkRelease(subject string, p fl.Privacy, b fl.RoundBundle) error {
 // the silo's own log: they may quote the silo's records, so they never
 // leave the site (the contribution record carries codes only).
 func (a *Appliance) logRefusal(subject string, err error) {
+	a.countRound("declined")
 	if ds, ok := diag.As(err); ok {
 		for _, d := range ds {
 			if d.Help != "" {
@@ -510,6 +512,7 @@ func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBund
 		}
 	}
 	rec.Status = Contributed
+	a.countRound("resent")
 	a.logf("%s: re-sent the update already paid for (ledger entry %s; nothing charged) to secure aggregation round %s on %s",
 		subject, paid.Hash.Short(), b.SecAgg.Round, base)
 	return rec, nil

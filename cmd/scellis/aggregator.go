@@ -65,11 +65,11 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				return err
 			}
 			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{
-				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, Join: c.Join,
+				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, LogFormat: c.LogFormat, Join: c.Join,
 				SecAgg:    wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
-				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen,
+				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen, MetricsListen: c.MetricsListen,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
 				Content: aggregator.ContentCaps{
 					Steps: uint64(c.ContentSteps), MemoryBytes: uint64(c.ContentMemoryMB) << 20, WallClock: c.ContentTimeout,

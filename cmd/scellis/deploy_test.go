@@ -89,7 +89,7 @@ func TestFederationInitStartsEverything(t *testing.T) {
 		t.Skip("multi-process federation test")
 	}
 	root := t.TempDir()
-	base := consecutivePorts(t, 7) // 3 × (API, Raft), and agg-1's health endpoints
+	base := consecutivePorts(t, 8) // 3 × (API, Raft), agg-1's health and metrics endpoints, worker-1's metrics
 	mustRun(t, scellisCmd(t, root, "federation", "init", "--dir", "fed", "--aggregators", "3", "--workers", "2",
 		"--researcher", "alice", "--port", fmt.Sprint(base)))
 	dir := filepath.Join(root, "fed")
@@ -121,15 +121,22 @@ func TestFederationInitStartsEverything(t *testing.T) {
 		c.exits[name] = exited
 		go func() { cmd.Wait(); log.Close(); close(exited) }()
 	}
-	// agg-1 also serves the health endpoints.
+	// agg-1 also serves the health endpoints and /metrics on one address;
+	// worker-1 serves /metrics, worker-2 logs JSON.
 	health := fmt.Sprintf("127.0.0.1:%d", base+6)
-	cfg := filepath.Join(dir, "agg-1", "aggregator.yaml")
-	b, err := os.ReadFile(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(cfg, append(b, "health_listen: "+health+"\n"...), 0o644); err != nil {
-		t.Fatal(err)
+	workerMetrics := fmt.Sprintf("127.0.0.1:%d", base+7)
+	for cfg, extra := range map[string]string{
+		"agg-1/aggregator.yaml": "health_listen: " + health + "\nmetrics_listen: " + health + "\n",
+		"worker-1/worker.yaml":  "metrics_listen: " + workerMetrics + "\n",
+		"worker-2/worker.yaml":  "log_format: json\n",
+	} {
+		b, err := os.ReadFile(filepath.Join(dir, cfg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, cfg), append(b, extra...), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, a := range c.aggs {
 		startIn(a, "aggregator", "--config", "aggregator.yaml")
@@ -155,6 +162,18 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	startIn("worker-2", "worker", "--config", "worker.yaml")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc", 4)))
 	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	// The pool's series: agg-1's on its health address, the workers' own.
+	m := scrape(t, health)
+	if m[`scellis_jobs{state="done"}`] != 1 || m["scellis_leases"] != 0 || m[`scellis_raft_state{state="shutdown"}`] != 0 ||
+		m[`scellis_data_plane_bytes_total{direction="in",plane="blobs"}`] <= 0 {
+		t.Fatalf("agg-1's /metrics after the job: jobs done %v, leases %v, blob bytes in %v", m[`scellis_jobs{state="done"}`], m["scellis_leases"], m[`scellis_data_plane_bytes_total{direction="in",plane="blobs"}`])
+	}
+	if w := scrape(t, workerMetrics); w[`scellis_worker_shards_total{event="leased"}`] < 1 || w[`scellis_worker_shards_total{event="reported"}`] < 1 {
+		t.Fatalf("worker-1's /metrics after the job: %v", w)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "worker-2.log")); !strings.Contains(string(b), `"member":"worker-2"`) {
+		t.Fatalf("worker-2 (log_format: json) did not log JSON lines:\n%s", b)
+	}
 	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact: 4 receipts") {
 		t.Fatalf("receipts verify: %s", out)
 	}

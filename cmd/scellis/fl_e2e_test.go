@@ -32,6 +32,15 @@ func TestFLRunWithSilos(t *testing.T) {
 	}
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "5", "--rows", "300", "--out", "data"))
+	// agg-1 and h1 serve /metrics; h3 logs JSON.
+	pp := &ports{t: t}
+	aggMetrics, h1Metrics := pp.next(), pp.next()
+	pp.release()
+	agg1, err := os.ReadFile(filepath.Join(c.dir, "agg-1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.write("agg-1.yaml", string(agg1)+"metrics_listen: "+aggMetrics+"\n")
 	for i, s := range silos {
 		strategies := ""
 		if s == "h4" {
@@ -56,6 +65,10 @@ policy:
 %s  min_cohort: 3
 `, s, s, s, i+1, budget, strategies))
 	}
+	for s, extra := range map[string]string{"h1": "metrics_listen: " + h1Metrics + "\n", "h3": "log_format: json\n"} {
+		b, _ := os.ReadFile(filepath.Join(c.dir, s+".yaml"))
+		c.write(s+".yaml", string(b)+extra)
+	}
 	c.write("run.yaml", `name: fedavg-hospitals
 strategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}
 model: {kind: logistic, inputs: 9}
@@ -70,17 +83,55 @@ seed: 3
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
 	}
+	const (
+		trainRounds = `scellis_fl_rounds_total{outcome="reduced",step="train"}`
+		spent       = `scellis_ledger_spent_epsilon{dataset="patients"}`
+	)
+	var before map[string]float64
+	waitFor(t, "h1's /metrics", time.Minute, func() bool { before = scrape(t, h1Metrics); return before != nil })
+	if before[spent] != 0 || before[`scellis_ledger_budget_epsilon{dataset="patients"}`] != 50 {
+		t.Fatalf("h1's ledger series before the run: spent %v, budget %v", before[spent], before[`scellis_ledger_budget_epsilon{dataset="patients"}`])
+	}
+	if m := scrape(t, aggMetrics); m == nil || m[trainRounds] != 0 || m[`scellis_raft_state{state="leader"}`] != 1 {
+		t.Fatalf("agg-1's /metrics before the run: %v", m)
+	}
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
 	done := make(chan string, 1)
 	go func() {
 		out, _, _ := c.cli("alice", "fl", "watch", id)
 		done <- out
 	}()
+	// During the run the round and ledger series move.
+	var mid, midSilo map[string]float64
+	waitFor(t, "a reduced round in agg-1's /metrics", 3*time.Minute, func() bool {
+		mid = scrape(t, aggMetrics)
+		return mid[trainRounds] >= 1
+	})
+	midSilo = scrape(t, h1Metrics)
+	if midSilo[spent] <= 0 || midSilo[`scellis_silo_rounds_total{outcome="contributed"}`] < 1 {
+		t.Fatalf("h1's ledger series did not move after a round: spent %v, contributed %v", midSilo[spent], midSilo[`scellis_silo_rounds_total{outcome="contributed"}`])
+	}
 	var table string
 	select {
 	case table = <-done:
 	case <-time.After(3 * time.Minute):
 		t.Fatal("the run did not finish in 3 minutes")
+	}
+	aggEnd, endSilo := scrape(t, aggMetrics), scrape(t, h1Metrics)
+	if aggEnd[trainRounds] != 3 || aggEnd[`scellis_runs{state="done"}`] != 1 || aggEnd["scellis_secagg_survivors_count"] != 3 ||
+		aggEnd[`scellis_secagg_phase_seconds_count{phase="unmask"}`] != 3 || aggEnd[`scellis_data_plane_bytes_total{direction="in",plane="secagg"}`] <= 0 ||
+		aggEnd["scellis_raft_apply_seconds_count"] <= mid["scellis_raft_apply_seconds_count"] {
+		t.Fatalf("agg-1's /metrics after 3 rounds: rounds %v, runs done %v, survivors count %v, unmask phases %v, secagg bytes in %v, applies %v → %v",
+			aggEnd[trainRounds], aggEnd[`scellis_runs{state="done"}`], aggEnd["scellis_secagg_survivors_count"], aggEnd[`scellis_secagg_phase_seconds_count{phase="unmask"}`],
+			aggEnd[`scellis_data_plane_bytes_total{direction="in",plane="secagg"}`], mid["scellis_raft_apply_seconds_count"], aggEnd["scellis_raft_apply_seconds_count"])
+	}
+	if endSilo[spent] <= midSilo[spent] || math.Abs(endSilo[`scellis_ledger_remaining_epsilon{dataset="patients"}`]-(50-endSilo[spent])) > 1e-9 ||
+		endSilo[`scellis_ledger_charges{dataset="patients"}`] != 3 || endSilo[`scellis_data_plane_bytes_total{direction="out",plane="secagg"}`] <= 0 {
+		t.Fatalf("h1's ledger series after 3 rounds: spent %v → %v, remaining %v, charges %v, secagg bytes out %v", midSilo[spent], endSilo[spent],
+			endSilo[`scellis_ledger_remaining_epsilon{dataset="patients"}`], endSilo[`scellis_ledger_charges{dataset="patients"}`], endSilo[`scellis_data_plane_bytes_total{direction="out",plane="secagg"}`])
+	}
+	if b, _ := os.ReadFile(filepath.Join(c.dir, "h3.log")); !strings.Contains(string(b), `{"time":`) || !strings.Contains(string(b), `"member":"h3"`) {
+		t.Fatalf("h3 (log_format: json) did not log JSON lines:\n%s", b)
 	}
 	t.Logf("fl watch:\n%s", table)
 	if !strings.Contains(table, "run done") {

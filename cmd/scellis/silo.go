@@ -6,7 +6,6 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -73,18 +72,18 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 			if err != nil {
 				return err
 			}
-			out := cmd.ErrOrStderr()
-			logf := func(format string, args ...any) {
-				fmt.Fprintf(out, "%s %s: %s\n", time.Now().Format("15:04:05.000"), c.Name, fmt.Sprintf(format, args...))
-			}
-			if c.LogLevel == "off" || c.LogLevel == "error" {
-				logf = nil
-			}
+			logf, closeLog := progressLog(cmd.ErrOrStderr(), c.Name, c.LogFormat, c.LogLevel)
+			defer closeLog()
 			a, err := silo.Open(c, id, fed, silo.Options{Logf: logf})
 			if err != nil {
 				return err
 			}
 			defer a.Close()
+			stopMetrics, err := serveMetrics(c.MetricsListen, a.Metrics())
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			a.LongPoll = c.Poll
 			names := make([]string, 0, len(c.Datasets))
 			for _, d := range c.Datasets {

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -68,13 +67,18 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 				return err
 			}
 			defer os.Remove(pidFile)
-			out := cmd.ErrOrStderr()
+			logf, closeLog := progressLog(cmd.ErrOrStderr(), c.Name, c.LogFormat, c.LogLevel)
+			defer closeLog()
+			reg, observe := workerMetrics()
+			stopMetrics, err := serveMetrics(c.MetricsListen, reg)
+			if err != nil {
+				return err
+			}
+			defer stopMetrics()
 			w := &pool.Worker{
 				Client: client, Name: c.Name, Catalog: builtin, CacheDir: c.CacheDir, Parallel: c.Parallel,
 				MemoryBytes: uint64(c.MemoryMB) << 20, ShardTimeout: c.ShardTimeout, ProcessMemoryBytes: processMemory(c), Poll: c.Poll, Corrupt: c.CorruptResults,
-				Logf: func(format string, args ...any) {
-					fmt.Fprintf(out, "%s %s: %s\n", time.Now().Format("15:04:05.000"), c.Name, fmt.Sprintf(format, args...))
-				},
+				Logf: logf, Observe: observe,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -90,6 +90,10 @@ type HostOptions struct {
 	// diagnostic). It is called from the round's goroutine, after the
 	// outcome is published, and must not block for long.
 	OnFinish func(round string, err error)
+	// OnPhase, when set, is called as each phase of a round ends (advertise,
+	// share, mask, unmask) with how long it took: the aggregator's metrics.
+	// It must not block.
+	OnPhase func(round, phase string, d time.Duration)
 }
 
 func (o HostOptions) withDefaults() HostOptions {
@@ -296,16 +300,18 @@ func (h *Host) Close() error {
 func (h *Host) drive(rd *hostRound) {
 	defer h.wg.Done()
 	steps := []struct {
-		d   time.Duration
-		end func() error
+		name string
+		d    time.Duration
+		end  func() error
 	}{
-		{rd.dl.Advertise, rd.endAdvertise},
-		{rd.dl.Share, rd.endShare},
-		{rd.dl.Mask, rd.endMask},
-		{rd.dl.Unmask, rd.finish},
+		{"advertise", rd.dl.Advertise, rd.endAdvertise},
+		{"share", rd.dl.Share, rd.endShare},
+		{"mask", rd.dl.Mask, rd.endMask},
+		{"unmask", rd.dl.Unmask, rd.finish},
 	}
 	var err error
 	for _, st := range steps {
+		began := time.Now()
 		if !h.await(rd, st.d) {
 			err = diag.New(diag.SecAggWireUnavailable, rd.subject(), "the aggregator's secure aggregation host closed during the round").
 				WithHelp("the round ends without a result; run it again under a new round ID")
@@ -319,6 +325,9 @@ func (h *Host) drive(rd *hostRound) {
 		}
 		if err = st.end(); err != nil {
 			break
+		}
+		if h.opt.OnPhase != nil {
+			h.opt.OnPhase(rd.id, st.name, time.Since(began))
 		}
 	}
 	if h.opt.OnFinish != nil {
