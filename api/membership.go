@@ -45,7 +45,7 @@ func (s *Server) changeMembership(w http.ResponseWriter, r *http.Request) {
 	if c.Op == identity.OpRevoke && s.Voters != nil {
 		if m, ok := s.Fed.Member(c.Name); ok && m.Role == identity.Aggregator && slices.Contains(s.Voters(), c.Name) {
 			writeDiag(w, http.StatusConflict, diag.New(diag.MembershipQuorum, fmt.Sprintf("member %q", c.Name), "%s is still a Raft voter: the cluster counts it in its quorum", c.Name).
-				WithHelp("remove it from the cluster first (scellis cluster leave %s), then revoke it", c.Name))
+				WithHelp("remove it from the cluster first (scellis aggregator leave %s), then revoke it", c.Name))
 			return
 		}
 	}

@@ -86,7 +86,7 @@ and every aggregator, silo and worker accepts the new member's key at once,
 without a restart. The new member starts with the same federation file as
 everyone else; it fetches the changes that list it from the aggregators.
 An aggregator added this way then joins the Raft cluster with
-'scellis cluster join NAME'.`,
+'scellis aggregator join NAME'.`,
 		Example: `  scellis federation add hospital-e --role silo --public-key "$(cat hospital-e/identity.pub)"
   scellis federation add dr-bob --role researcher --public-key ed25519:…`,
 		Args: exactArgs(1, "NAME"),
@@ -112,7 +112,7 @@ An aggregator added this way then joins the Raft cluster with
 shards go to other peers), the aggregators close its connections, and its key
 is refused from then on — also if it is later offered for another member.
 The last operator cannot be revoked, nor an aggregator that is still a Raft
-voter (run 'scellis cluster leave NAME' first).`,
+voter (run 'scellis aggregator leave NAME' first).`,
 		Example: "  scellis federation revoke lab-worker",
 		Args:    exactArgs(1, "NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -53,7 +53,7 @@ func TestMembershipThroughTheLog(t *testing.T) {
 	c.refused("ops", "SC1115", []string{"already"}, "federation", "add", "alice", "--role", "worker", "--public-key", wKey)
 	c.refused("ops", "SC1114", []string{"no member is named", "alicee", `"alice"`}, "federation", "revoke", "alicee")
 	c.refused("ops", "SC1116", []string{"last operator"}, "federation", "revoke", "ops")
-	c.refused("ops", "SC1117", []string{"Raft voter", "cluster leave"}, "federation", "revoke", "agg-3")
+	c.refused("ops", "SC1117", []string{"Raft voter", "aggregator leave"}, "federation", "revoke", "agg-3")
 	c.refused("ops", "SC1101", []string{"did you mean"}, "federation", "add", "x", "--role", "wroker", "--public-key", wKey)
 	c.refused("ops", "SC1107", []string{"raft_address"}, "federation", "add", "agg-9", "--role", "aggregator", "--public-key", wKey, "--address", "127.0.0.1:1")
 
