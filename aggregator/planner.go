@@ -19,6 +19,7 @@ import (
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
+	"github.com/scellis/scellis/verify"
 )
 
 // ContentCaps are the operator's bounds on the submitters' content the
@@ -287,6 +288,12 @@ func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
 	}
 	if err := pl.CheckPrices(req.Caps.MaxShardUnits, req.Caps.MaxJobUnits); err != nil {
 		return nil, err
+	}
+	if pl.Tier() != verify.Replayable || pl.FreivaldsRounds() > 0 {
+		// Until a verifier peer judges these shards, a pool would compare
+		// their hashes only: refuse rather than apply another method.
+		return nil, diag.New(diag.VerifyTierUnsupported, "job "+pl.Spec.Name, "this pool verifies the replayable tier by exact match only").
+			WithHelp("run the job with scellis run (a pool of one checks the convergent tier and Freivalds)")
 	}
 	cmd, durable := submitCommand(pl, req.Bundle, builtin)
 	return content.Encode(planReply{Cmd: cmd, Durable: durable})

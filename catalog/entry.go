@@ -19,7 +19,7 @@ import (
 type Kind string
 
 const (
-	Program     Kind = "program"     // defines run(params, inputs), optionally cost(params)
+	Program     Kind = "program"     // defines run(params, inputs), optionally cost(params), compare(a, b, tolerance), verify(params, inputs, result, k)
 	Partitioner Kind = "partitioner" // defines partition(params)
 	Reducer     Kind = "reducer"     // defines reduce(results, params)
 	Strategy    Kind = "strategy"    // defines client_step and server_step, optionally init and evaluate
@@ -90,6 +90,11 @@ type role struct {
 var roles = []role{
 	{"run", Program, 2, "run(params, inputs)"},
 	{"cost", Program, 1, "cost(params)"},
+	// A program that can be verified other than by byte equality says so:
+	// compare judges two results within a tolerance (the convergent
+	// tier), verify checks one result cheaply (Freivalds for products).
+	{"compare", Program, 3, "compare(a, b, tolerance)"},
+	{"verify", Program, 4, "verify(params, inputs, result, k)"},
 	{"partition", Partitioner, 1, "partition(params)"},
 	{"reduce", Reducer, 2, "reduce(results, params)"},
 	// A strategy's signatures are checked by CheckStrategy when it is
@@ -196,8 +201,9 @@ func (e *Entry) deduceKind(defs map[string]*syntax.DefStmt) error {
 		e.Kind = Strategy
 	case kinds[Program]:
 		if _, ok := defs["run"]; !ok {
-			d := defs["cost"]
-			return diag.New(diag.MissingFunction, e.Name, "defines cost but not run: a program needs run(params, inputs)").
+			fn := found[0]
+			d := defs[fn]
+			return diag.New(diag.MissingFunction, e.Name, "defines %s but not run: a program needs run(params, inputs)", fn).
 				At(e.Path, int(d.Def.Line), int(d.Def.Col)).WithSource(e.SourceLine(int(d.Def.Line))).
 				WithHelp("add def run(params, inputs)")
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/verify"
 )
 
 // Document is result.json: the reduced result and everything needed to
@@ -45,9 +46,25 @@ type DocInput struct {
 
 // DocVerify says how results were checked.
 type DocVerify struct {
-	Tier     string `json:"tier"`
-	Method   string `json:"method"`
-	Verified int    `json:"verified"`
+	Tier string `json:"tier"`
+	// Tolerance is the convergent tier's, as "abs=…,rel=…,per=…".
+	Tolerance string `json:"tolerance,omitempty"`
+	Method    string `json:"method"`
+	Verified  int    `json:"verified"`
+	// ErrorProbability bounds the chance that a wrong result passed the
+	// method's check (Freivalds: 2^-k per shard).
+	ErrorProbability float64 `json:"error_probability,omitempty"`
+}
+
+// DocCheck says how one shard's result was checked, when that is more
+// than the replayable tier's byte-exact match: the tier, the tolerance,
+// the method and the verifier peer whose signed verdict accepted it.
+type DocCheck struct {
+	Tier             string  `json:"tier"`
+	Tolerance        string  `json:"tolerance,omitempty"`
+	Method           string  `json:"method"`
+	Verifier         string  `json:"verifier,omitempty"`
+	ErrorProbability float64 `json:"error_probability,omitempty"`
 }
 
 // DocShard is one shard's parameters, price and result hash.
@@ -57,6 +74,7 @@ type DocShard struct {
 	Params map[string]any `json:"params"`
 	Cost   int64          `json:"cost"`
 	Result content.Ref    `json:"result"`
+	Check  *DocCheck      `json:"check,omitempty"`
 }
 
 // DocExtension carries pool-specific facts (receipts, peers) for distributed
@@ -76,7 +94,7 @@ func NewDocument(p *Plan, results []*Result, reduced any, method string, unverif
 		Job:          DocJob{p.ID, p.Spec.Name, string(p.Spec.Regime)},
 		Content:      p.Content,
 		Inputs:       []DocInput{},
-		Verification: DocVerify{Tier: "replayable", Method: method, Verified: countVerified(results, unverified)},
+		Verification: DocVerify{Tier: string(p.Tier()), Method: method, Verified: countVerified(results, unverified)},
 		WorkUnits:    p.TotalCost(),
 		Result:       reduced,
 		Unverified:   unverified,
@@ -88,10 +106,25 @@ func NewDocument(p *Plan, results []*Result, reduced any, method string, unverif
 	for _, r := range results {
 		byIndex[r.Index] = r
 	}
+	var check *DocCheck
+	if p.Tier() != verify.Replayable || p.FreivaldsRounds() > 0 {
+		check = &DocCheck{Tier: string(p.Tier()), Method: method}
+		if p.Tier() == verify.Convergent {
+			check.Tolerance = p.Tolerance().String()
+		}
+		if k := p.FreivaldsRounds(); k > 0 {
+			check.ErrorProbability = verify.ErrorProbability(k)
+		}
+		d.Verification.Tolerance, d.Verification.ErrorProbability = check.Tolerance, check.ErrorProbability
+	}
 	for _, sh := range p.Shards {
 		ds := DocShard{Index: sh.Index, ID: sh.ID, Params: sh.Params, Cost: sh.Cost}
 		if r := byIndex[sh.Index]; r != nil {
 			ds.Result = r.Hash
+			if check != nil {
+				c := *check
+				ds.Check = &c
+			}
 		}
 		d.Shards = append(d.Shards, ds)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
+	"github.com/scellis/scellis/verify"
 )
 
 // Plan is a compiled job: content resolved, inputs loaded, ID fixed, shards
@@ -167,6 +168,9 @@ func compile(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps []scrip
 		return nil, err
 	}
 
+	if err := p.checkVerification(); err != nil {
+		return nil, err
+	}
 	libs, err := p.collectContent()
 	if err != nil {
 		return nil, err
@@ -301,7 +305,7 @@ func unwrapPathErr(err error) error {
 }
 
 func (p *Plan) env(seed []byte) script.Env {
-	return script.Env{Catalog: p.catalog, Limits: p.limits, Seed: seed}
+	return script.Env{Catalog: p.catalog, Limits: p.limits, Seed: seed, Convergent: p.Tier() == verify.Convergent}
 }
 
 func (p *Plan) partition(ctx context.Context) error {

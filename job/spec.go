@@ -11,6 +11,7 @@ import (
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 	"github.com/scellis/scellis/trust"
+	"github.com/scellis/scellis/verify"
 )
 
 // Spec is a job as a person writes it (YAML). It names content by catalog
@@ -57,16 +58,48 @@ type Input struct {
 	Class trust.Class
 }
 
-// Verification is the job's verification policy.
+// Verification is the job's verification policy. Its canonical encoding
+// enters the job ID; the fields added with the tiers are omitted when
+// empty, so jobs that do not use them keep their IDs.
 type Verification struct {
-	// Replicas is how many distinct peers must agree byte-for-byte on a
-	// shard's result (0: the pool's default).
+	// Replicas is how many distinct peers must agree on a shard's result
+	// (0: the pool's default): byte-for-byte in the replayable tier,
+	// within Tolerance in the convergent tier.
 	Replicas int
-	// Tolerance is the convergent tier's allowed difference; 0 demands the
-	// replayable tier's byte-identical results.
+	// Tolerance is the convergent tier's allowed absolute difference
+	// (`tolerance: 1e-9`, or `tolerance: {abs: ...}`).
 	Tolerance float64
 	// Attempts bounds executions of one shard before it is flagged unverified.
 	Attempts int
+	// Tier is "replayable" or "convergent"; empty is replayable unless a
+	// tolerance is given, which declares the convergent tier.
+	Tier string `cbor:",omitempty"`
+	// RelTolerance is the convergent tier's allowed relative difference.
+	RelTolerance float64 `cbor:",omitempty"`
+	// Per is what the tolerance bounds: "tensor" (default) or "metric".
+	Per string `cbor:",omitempty"`
+	// Freivalds, when > 0, verifies each shard's matrix product with that
+	// many Freivalds rounds on a verifier peer (the program's verify
+	// function) instead of re-executing it.
+	Freivalds int `cbor:",omitempty"`
+}
+
+// EffectiveTier is the tier the job runs under: the declared one, or
+// convergent when only a tolerance was given.
+func (v Verification) EffectiveTier() verify.Tier {
+	t, err := verify.ParseTier(v.Tier)
+	if err != nil {
+		return verify.Tier(v.Tier)
+	}
+	if v.Tier == "" && (v.Tolerance > 0 || v.RelTolerance > 0) {
+		return verify.Convergent
+	}
+	return t
+}
+
+// Tol is the declared tolerance.
+func (v Verification) Tol() verify.Tolerance {
+	return verify.Tolerance{Abs: v.Tolerance, Rel: v.RelTolerance, Per: v.Per}
 }
 
 // Limits bound each content call.
@@ -106,7 +139,8 @@ var (
 	ClassKeys  = []string{"content", "model"}
 	useKeys    = []string{"use", "params"}
 	inputKeys  = []string{"path", "label", "class"}
-	verifyKeys = []string{"replicas", "tolerance", "attempts"}
+	verifyKeys = []string{"tier", "replicas", "tolerance", "attempts", "freivalds"}
+	tolKeys    = []string{"abs", "rel", "per"}
 	limitKeys  = []string{"steps", "memory_mb"}
 )
 
@@ -209,8 +243,33 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 		if v := vf["replicas"]; v != nil {
 			s.Verification.Replicas = int(d.Integer(v, "verification.replicas", 1, 16))
 		}
+		if v := vf["tier"]; v != nil {
+			s.Verification.Tier = d.Str(v, "verification.tier")
+			if _, err := verify.ParseTier(s.Verification.Tier); err != nil && v.Tag == "!!str" {
+				d.Errorf(v, diag.InvalidValue, "verification.tier", "use replayable (byte-exact) or convergent (within a tolerance)", "%v", err)
+			}
+		}
 		if v := vf["tolerance"]; v != nil {
-			s.Verification.Tolerance = d.Number(v, "verification.tolerance", 0, 1e9)
+			if v.Kind == yaml.MappingNode {
+				tf := d.Fields(v, "verification.tolerance", tolKeys...)
+				if n := tf["abs"]; n != nil {
+					s.Verification.Tolerance = d.Number(n, "verification.tolerance.abs", 0, 1e9)
+				}
+				if n := tf["rel"]; n != nil {
+					s.Verification.RelTolerance = d.Number(n, "verification.tolerance.rel", 0, 1e9)
+				}
+				if n := tf["per"]; n != nil {
+					s.Verification.Per = d.Str(n, "verification.tolerance.per")
+					if p := s.Verification.Per; p != verify.PerTensor && p != verify.PerMetric && n.Tag == "!!str" {
+						d.Errorf(n, diag.InvalidValue, "verification.tolerance.per", "use tensor (each list as a whole) or metric (each number)", "unknown granularity %q", p)
+					}
+				}
+			} else {
+				s.Verification.Tolerance = d.Number(v, "verification.tolerance", 0, 1e9)
+			}
+		}
+		if v := vf["freivalds"]; v != nil {
+			s.Verification.Freivalds = int(d.Integer(v, "verification.freivalds", 1, verify.MaxFreivaldsRounds))
 		}
 		if v := vf["attempts"]; v != nil {
 			s.Verification.Attempts = int(d.Integer(v, "verification.attempts", 1, 100))

@@ -3,12 +3,14 @@ package pool
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"runtime"
 	"sync"
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/verify"
 )
 
 // Local is the pool of one.
@@ -99,7 +101,12 @@ feed:
 		return nil, err
 	}
 	method := "single execution (pool of one)"
-	if l.Verify {
+	switch {
+	case p.FreivaldsRounds() > 0:
+		method = fmt.Sprintf("single execution, %s", verify.MethodFreivalds(p.FreivaldsRounds()))
+	case l.Verify && p.Tier() == verify.Convergent:
+		method = fmt.Sprintf("double execution, within tolerance (%s)", p.Tolerance())
+	case l.Verify:
 		method = "double execution, byte-identical"
 	}
 	return &Outcome{Results: results, Reduced: reduced, Method: method}, nil
@@ -111,12 +118,41 @@ func (l *Local) runShard(ctx context.Context, p *job.Plan, sh job.Shard) (*job.R
 		execute = (*job.Plan).Execute
 	}
 	r, err := execute(p, ctx, sh)
-	if err != nil || !l.Verify {
-		return r, err
+	if err != nil {
+		return nil, err
+	}
+	if p.FreivaldsRounds() > 0 {
+		// The job declared the check: a pool of one runs it too, with
+		// randomness the program cannot see (crypto/rand).
+		ok, err := p.CheckProduct(ctx, sh, r, rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, diag.New(diag.NonDeterministic, fmt.Sprintf("shard %d", sh.Index),
+				"shard %d's result fails its %d-round Freivalds check", sh.Index, p.FreivaldsRounds()).
+				WithHelp("the program's run and verify disagree on the product: check that verify rebuilds the same factors as run")
+		}
+		return r, nil
+	}
+	if !l.Verify {
+		return r, nil
 	}
 	again, err := execute(p, ctx, sh)
 	if err != nil {
 		return nil, err
+	}
+	if p.Tier() == verify.Convergent {
+		c, err := p.Compare(ctx, sh, r, again)
+		if err != nil {
+			return nil, err
+		}
+		if !c.Within {
+			return nil, diag.New(diag.NonDeterministic, fmt.Sprintf("shard %d", sh.Index),
+				"two executions of shard %d differ beyond the tolerance (%s) at %s: %s", sh.Index, p.Tolerance(), c.Where, c.Reason).
+				WithHelp("widen the job's verification.tolerance, or make the program's fast path agree more closely")
+		}
+		return r, nil
 	}
 	if !bytes.Equal(r.Bytes, again.Bytes) {
 		return nil, diag.New(diag.NonDeterministic, fmt.Sprintf("shard %d", sh.Index),

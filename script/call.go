@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -65,6 +66,14 @@ type Env struct {
 	// and the record of what ran); see TrainingPolicy. Nil trains as the
 	// content asks, deterministically given its seed.
 	Training *TrainingPolicy
+	// Convergent allows natives whose results vary in the last bits from
+	// call to call (tensor.fast_sum): only a job of the convergent tier,
+	// whose replicas are compared within a tolerance, may call them.
+	Convergent bool
+	// Verifier is the randomness check.freivalds draws its vectors from.
+	// Only a verifier peer sets it (to crypto/rand.Reader), after the
+	// result it checks was committed; nil makes check.freivalds fail.
+	Verifier io.Reader
 }
 
 // stop reasons, recorded before the thread is cancelled so that the

@@ -24,6 +24,7 @@ var predeclared = starlark.StringDict{
 	"data":   dataModule,
 	"model":  modelModule,
 	"math":   math.Module,
+	"check":  checkModule,
 }
 
 func init() {
