@@ -1,10 +1,10 @@
 package diag
 
 // The verification regime: reproducibility tiers, content-declared
-// comparisons, Freivalds checks and verdicts (SC72xx).
+// comparisons, Freivalds checks and verdicts (SC73xx).
 var (
-	VerifyTierUnsupported  = define("SC7201", "content cannot honour the job's verification tier or method")
-	VerifyNondeterministic = define("SC7202", "nondeterministic native called outside the convergent tier")
-	VerifyBadVerdict       = define("SC7203", "verdict refused")
-	VerifyCheckFailed      = define("SC7204", "a verifier's comparison or check could not run")
+	VerifyTierUnsupported  = define("SC7301", "content cannot honour the job's verification tier or method")
+	VerifyNondeterministic = define("SC7302", "nondeterministic native called outside the convergent tier")
+	VerifyBadVerdict       = define("SC7303", "verdict refused")
+	VerifyCheckFailed      = define("SC7304", "a verifier's comparison or check could not run")
 )

@@ -9,6 +9,7 @@ import (
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/verify"
+	"github.com/scellis/scellis/verify/freivalds"
 )
 
 // checkModule is what content's compare and verify functions call: the
@@ -116,7 +117,7 @@ func checkFreivalds(st *callState, args starlark.Tuple, kw []starlark.Tuple) (st
 	if err := st.nativeWork(k * (am.Rows*am.Cols + bm.Rows*bm.Cols + cm.Rows*cm.Cols)); err != nil {
 		return nil, err
 	}
-	res, err := verify.Freivalds(am, bm, cm, k, st.env.Verifier)
+	res, err := freivalds.Check(am, bm, cm, k, st.env.Verifier)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package verify
+package verify_test
 
 import (
 	"crypto/rand"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/tensor"
+	"github.com/scellis/scellis/verify"
+	"github.com/scellis/scellis/verify/freivalds"
 )
 
 // randMatrix fills an r×c matrix from a seeded generator (test data only;
@@ -39,7 +41,7 @@ func TestFreivaldsCatchesOneWrongEntryWithK20(t *testing.T) {
 	for _, n := range []int{1, 7, 64} {
 		a, b := randMatrix(g, n, n), randMatrix(g, n, n)
 		c := product(t, a, b)
-		res, err := Freivalds(a, b, c, 20, rand.Reader)
+		res, err := freivalds.Check(a, b, c, 20, rand.Reader)
 		if err != nil || !res.OK {
 			t.Fatalf("n=%d: the honest product fails: %+v %v", n, res, err)
 		}
@@ -47,7 +49,7 @@ func TestFreivaldsCatchesOneWrongEntryWithK20(t *testing.T) {
 			bad := c.Clone()
 			i, j := g.IntN(n), g.IntN(n)
 			bad.Set(i, j, bad.At(i, j)+delta)
-			res, err = Freivalds(a, b, bad, 20, rand.Reader)
+			res, err = freivalds.Check(a, b, bad, 20, rand.Reader)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,7 +77,7 @@ func TestFreivaldsMissRateMatchesTheory(t *testing.T) {
 		const trials = 4000
 		missed := 0
 		for range trials {
-			res, err := Freivalds(a, b, bad, k, src)
+			res, err := freivalds.Check(a, b, bad, k, src)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +113,7 @@ func TestFreivaldsAgainstFullRecomputation(t *testing.T) {
 			}
 		}
 		for _, cc := range []*tensor.Matrix{c, rev} {
-			if res, err := Freivalds(a, b, cc, 8, rand.Reader); err != nil || !res.OK {
+			if res, err := freivalds.Check(a, b, cc, 8, rand.Reader); err != nil || !res.OK {
 				t.Fatalf("%d×%d·%d×%d honest product refused: %+v %v", m, n, n, p, res, err)
 			}
 		}
@@ -122,20 +124,20 @@ func TestFreivaldsRefusesBadInput(t *testing.T) {
 	g := mrand.New(mrand.NewPCG(7, 8))
 	a, b := randMatrix(g, 3, 4), randMatrix(g, 4, 5)
 	c := product(t, a, b)
-	if _, err := Freivalds(a, b, c, 20, nil); err != ErrNoRandomness {
+	if _, err := freivalds.Check(a, b, c, 20, nil); err != freivalds.ErrNoRandomness {
 		t.Fatalf("no randomness: %v", err)
 	}
-	for _, k := range []int{0, MaxFreivaldsRounds + 1} {
-		if _, err := Freivalds(a, b, c, k, rand.Reader); err == nil {
+	for _, k := range []int{0, verify.MaxFreivaldsRounds + 1} {
+		if _, err := freivalds.Check(a, b, c, k, rand.Reader); err == nil {
 			t.Fatalf("k=%d accepted", k)
 		}
 	}
-	if _, err := Freivalds(a, b, randMatrix(g, 3, 4), 20, rand.Reader); err == nil {
+	if _, err := freivalds.Check(a, b, randMatrix(g, 3, 4), 20, rand.Reader); err == nil {
 		t.Fatal("a result of the wrong shape is not an error")
 	}
 	nan := c.Clone()
 	nan.Set(1, 1, math.NaN())
-	if res, err := Freivalds(a, b, nan, 64, rand.Reader); err != nil || res.OK {
+	if res, err := freivalds.Check(a, b, nan, 64, rand.Reader); err != nil || res.OK {
 		// A NaN entry fails whenever its column is drawn: 2^-64 to miss.
 		t.Fatalf("a NaN in C passed: %+v %v", res, err)
 	}
@@ -155,7 +157,7 @@ func BenchmarkFreivalds(b *testing.B) {
 			b.ResetTimer()
 			for range b.N {
 				t0 := time.Now()
-				res, err := Freivalds(x, y, c, 20, rand.Reader)
+				res, err := freivalds.Check(x, y, c, 20, rand.Reader)
 				t1 := time.Now()
 				if err != nil || !res.OK {
 					b.Fatalf("%+v %v", res, err)

@@ -1,4 +1,8 @@
-package verify
+// Package freivalds checks matrix products in O(n²) for a verifier peer:
+// Freivalds' algorithm with a floating-point rounding bound. It works on
+// tensors, so it lives apart from package verify, whose pure decisions the
+// coordinator imports (law 3: the coordinator never touches tensor bytes).
+package freivalds
 
 import (
 	"errors"
@@ -7,6 +11,7 @@ import (
 	"math"
 
 	"github.com/scellis/scellis/tensor"
+	"github.com/scellis/scellis/verify"
 )
 
 // Freivalds' check of a matrix product C = A·B: for a random vector r of
@@ -24,8 +29,8 @@ import (
 // while a C off by more than the rounding scale fails with probability
 // ≥ 1/2 per round.
 
-// FreivaldsResult is the outcome of a check.
-type FreivaldsResult struct {
+// Result is the outcome of a check.
+type Result struct {
 	OK     bool `json:"ok"`
 	Rounds int  `json:"rounds"`
 	// On failure: the round and row where the sides differed, by how much,
@@ -38,35 +43,35 @@ type FreivaldsResult struct {
 
 // ErrNoRandomness is returned when the check is given no random source: r
 // must be drawn by the verifier after the worker committed to C.
-var ErrNoRandomness = errors.New("verify: Freivalds needs a random source")
+var ErrNoRandomness = errors.New("freivalds needs a random source")
 
-// Freivalds checks c = a·b with k rounds, reading the random vectors' bits
+// Check checks c = a·b with k rounds, reading the random vectors' bits
 // from rnd. rnd must be unpredictable to whoever produced c (the verifier
 // passes crypto/rand.Reader); a predictable r lets a cheater build a wrong
 // C that passes. Shapes that cannot form the product are an error; a
 // product that does not check out is OK == false.
-func Freivalds(a, b, c *tensor.Matrix, k int, rnd io.Reader) (FreivaldsResult, error) {
+func Check(a, b, c *tensor.Matrix, k int, rnd io.Reader) (Result, error) {
 	if rnd == nil {
-		return FreivaldsResult{}, ErrNoRandomness
+		return Result{}, ErrNoRandomness
 	}
-	if k < 1 || k > MaxFreivaldsRounds {
-		return FreivaldsResult{}, fmt.Errorf("verify: Freivalds rounds %d outside 1 to %d", k, MaxFreivaldsRounds)
+	if k < 1 || k > verify.MaxFreivaldsRounds {
+		return Result{}, fmt.Errorf("freivalds rounds %d outside 1 to %d", k, verify.MaxFreivaldsRounds)
 	}
 	for _, m := range []*tensor.Matrix{a, b, c} {
 		if m == nil {
-			return FreivaldsResult{}, errors.New("verify: Freivalds: nil matrix")
+			return Result{}, errors.New("freivalds: nil matrix")
 		}
 		if err := m.Validate(); err != nil {
-			return FreivaldsResult{}, err
+			return Result{}, err
 		}
 	}
 	if a.Cols != b.Rows || c.Rows != a.Rows || c.Cols != b.Cols {
-		return FreivaldsResult{}, fmt.Errorf("verify: Freivalds: %d×%d result of a %d×%d by %d×%d product",
+		return Result{}, fmt.Errorf("freivalds: %d×%d result of a %d×%d by %d×%d product",
 			c.Rows, c.Cols, a.Rows, a.Cols, b.Rows, b.Cols)
 	}
 	for _, m := range []*tensor.Matrix{a, b} {
 		if tensor.FirstNonFinite(m.Data) >= 0 {
-			return FreivaldsResult{}, errors.New("verify: Freivalds: a factor has NaN or Inf entries")
+			return Result{}, errors.New("freivalds: a factor has NaN or Inf entries")
 		}
 	}
 	n, p := a.Cols, b.Cols
@@ -75,11 +80,11 @@ func Freivalds(a, b, c *tensor.Matrix, k int, rnd io.Reader) (FreivaldsResult, e
 	bits := make([]byte, (p+7)/8)
 	rm, err := tensor.NewMatrix(p, k, nil)
 	if err != nil {
-		return FreivaldsResult{}, err
+		return Result{}, err
 	}
 	for round := 0; round < k; round++ {
 		if _, err := io.ReadFull(rnd, bits); err != nil {
-			return FreivaldsResult{}, fmt.Errorf("verify: Freivalds: drawing r: %w", err)
+			return Result{}, fmt.Errorf("freivalds: drawing r: %w", err)
 		}
 		for j := 0; j < p; j++ {
 			rm.Data[j*k+round] = float64(bits[j/8] >> (j % 8) & 1)
@@ -87,15 +92,15 @@ func Freivalds(a, b, c *tensor.Matrix, k int, rnd io.Reader) (FreivaldsResult, e
 	}
 	br, err := tensor.MatMul(b, rm)
 	if err != nil {
-		return FreivaldsResult{}, err
+		return Result{}, err
 	}
 	left, err := tensor.MatMul(a, br)
 	if err != nil {
-		return FreivaldsResult{}, err
+		return Result{}, err
 	}
 	right, err := tensor.MatMul(c, rm)
 	if err != nil {
-		return FreivaldsResult{}, err
+		return Result{}, err
 	}
 	// With r of 0s and 1s, (|B|·r)ⱼ ≤ Σₗ |Bⱼₗ|: the rounding scale of row
 	// i is bounded by sᵢ = Σⱼ |Aᵢⱼ|·Σₗ |Bⱼₗ|, the same for every round.
@@ -119,9 +124,9 @@ func Freivalds(a, b, c *tensor.Matrix, k int, rnd io.Reader) (FreivaldsResult, e
 			d := math.Abs(left.Data[i*k+round] - right.Data[i*k+round])
 			// A NaN in C makes d NaN: !(d <= bound) catches it.
 			if !(d <= bound) {
-				return FreivaldsResult{Rounds: round + 1, FailedRound: round + 1, Row: i, Residual: d, Bound: bound}, nil
+				return Result{Rounds: round + 1, FailedRound: round + 1, Row: i, Residual: d, Bound: bound}, nil
 			}
 		}
 	}
-	return FreivaldsResult{OK: true, Rounds: k}, nil
+	return Result{OK: true, Rounds: k}, nil
 }
