@@ -203,19 +203,11 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	}
 }
 
-// A release build stamps its version with -ldflags, as the README says.
+// A release build stamps its version with -ldflags, as the README says:
+// the test binary is built that way (scellisBinary).
 func TestVersionStampedByLdflags(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	scellisBinary(t) // the same packages, already compiled: this build only links
-	bin := filepath.Join(t.TempDir(), "scellis")
-	build := exec.Command("go", "build", "-ldflags", "-X main.version=v9.8.7-test", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "version").Output()
-	if err != nil || string(out) != "scellis v9.8.7-test\n" {
+	out, err := exec.Command(scellisBinary(t), "version").Output()
+	if err != nil || string(out) != "scellis "+testVersion+"\n" {
 		t.Fatalf("scellis version: %q %v", out, err)
 	}
 }

@@ -21,6 +21,11 @@ var (
 	buildErr  error
 )
 
+// testVersion is stamped into the test binary the way a release build
+// stamps its version (-ldflags "-X main.version=…"), so TestVersionStamped
+// checks the README's release build without linking a second binary.
+const testVersion = "v9.8.7-test"
+
 // scellisBinary builds cmd/scellis once per test process.
 func scellisBinary(t testing.TB) string {
 	t.Helper()
@@ -31,7 +36,7 @@ func scellisBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "scellis")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = err
 			binPath = string(out)
