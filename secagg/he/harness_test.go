@@ -33,6 +33,9 @@ func testRound(t testing.TB, n, dim int, bound int64) (Params, []ed25519.Private
 type drive struct {
 	dropAfterShare, dropAfterEncrypt map[string]bool
 	view                             func(kind, from string, b []byte)
+	// onRequest, when set, sees each decrypt request and the parties
+	// before the decryptors answer it (to play a lying aggregator).
+	onRequest func(parties map[string]*Party, req *DecryptRequest, sent map[string]*Ciphertext)
 }
 
 func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][]int64) (*Result, error) {
@@ -83,6 +86,7 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 	if err != nil {
 		return nil, err
 	}
+	sent := map[string]*Ciphertext{}
 	for i, m := range p.Members {
 		if d.dropAfterShare[m.ID] {
 			continue
@@ -97,6 +101,7 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 		if err != nil {
 			t.Fatal(err)
 		}
+		sent[m.ID] = ct
 		b := must(ct.Marshal())
 		see("ciphertext", m.ID, b)
 		if err := agg.AddCiphertext(must(ParseCiphertext(b))); err != nil {
@@ -105,13 +110,18 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 	}
 	req, err := agg.EndEncrypt()
 	for err == nil {
+		if d.onRequest != nil {
+			d.onRequest(parties, req, sent)
+		}
 		rb := must(req.Marshal())
 		for _, s := range req.Decryptors {
 			if d.dropAfterEncrypt[s] {
 				continue
 			}
 			ds, err := parties[s].Decrypt(must(ParseDecryptRequest(rb)))
-			if err != nil {
+			if err != nil && d.onRequest != nil {
+				continue // a site the lying aggregator made abort: it no longer answers
+			} else if err != nil {
 				t.Fatal(err)
 			}
 			b := must(ds.Marshal())
