@@ -2,6 +2,9 @@ package config
 
 import (
 	"fmt"
+	"net"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/scellis/scellis/diag"
@@ -67,6 +70,18 @@ type Aggregator struct {
 	RaftHeartbeatTimeout   time.Duration
 	RaftElectionTimeout    time.Duration
 	RaftLeaderLeaseTimeout time.Duration
+	// The data plane (docs/dataplane.md): a STUN/TURN server on
+	// TURNListen (UDP; empty: none) whose relays peers reach at
+	// TURNRelayIP (default: the host of the node's federation address),
+	// at most TURNMaxAllocations relays at once and TURNBandwidthMB
+	// megabytes per second per relay and direction (0: unlimited).
+	// P2PLoopback: ICE uses loopback addresses only (every member on
+	// one machine).
+	TURNListen         string
+	TURNRelayIP        string
+	TURNMaxAllocations int
+	TURNBandwidthMB    int
+	P2PLoopback        bool
 }
 
 // RaftTimings are the Raft timeout profiles of an aggregator config:
@@ -125,6 +140,18 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("raft_heartbeat_timeout", false, "", duration(&c.RaftHeartbeatTimeout)),
 		mk("raft_election_timeout", false, "", duration(&c.RaftElectionTimeout)),
 		mk("raft_leader_lease_timeout", false, "", duration(&c.RaftLeaderLeaseTimeout)),
+		mk("turn_listen", false, "", str(&c.TURNListen)),
+		mk("turn_relay_ip", false, "", parsed(func(s string) error {
+			if net.ParseIP(s) == nil {
+				return diag.New(diag.P2PConfig, "turn_relay_ip", "%q is not an IP address", s).
+					WithHelp("give the address peers reach this node's relays at, e.g. 203.0.113.7")
+			}
+			c.TURNRelayIP = s
+			return nil
+		})),
+		mk("turn_max_allocations", false, "", integer(&c.TURNMaxAllocations, 1, 1<<20)),
+		mk("turn_bandwidth_mb", false, "", integer(&c.TURNBandwidthMB, 1, 1<<20)),
+		mk("p2p_loopback", false, "", boolean(&c.P2PLoopback)),
 	}
 	l, err := load(file, "aggregator config", fields)
 	if err != nil {
@@ -164,11 +191,43 @@ type Worker struct {
 	// CorruptResults makes the worker return wrong results: a test switch
 	// to show that such a worker is out-voted. Never set it in production.
 	CorruptResults bool
+	// The data plane (docs/dataplane.md). ICEPolicy: all (data channels,
+	// direct first, then the relay; the default), relay (TURN only) or
+	// https (no data channels). STUN: extra STUN/TURN server URLs
+	// (stun:host:port) besides those the aggregator hands out. P2PVia:
+	// the aggregator to move blobs with (default: the first in the
+	// federation file). P2PLoopback: ICE uses loopback addresses only.
+	ICEPolicy   string
+	STUN        []string
+	P2PVia      string
+	P2PLoopback bool
+}
+
+// ICEPolicies are the values of ice_policy.
+var ICEPolicies = []string{"all", "relay", "https"}
+
+func icePolicy(p *string) parser {
+	return parsed(func(s string) error {
+		if !slices.Contains(ICEPolicies, s) {
+			return diag.New(diag.P2PConfig, "ice_policy", "%q is not an ICE policy", s).
+				WithHelp("use all (data channels, direct first, relay after), relay (TURN only) or https (the blob endpoint only)")
+		}
+		*p = s
+		return nil
+	}, ICEPolicies...)
+}
+
+func stunURL(s string) error {
+	if !strings.HasPrefix(s, "stun:") && !strings.HasPrefix(s, "turn:") && !strings.HasPrefix(s, "turns:") {
+		return diag.New(diag.P2PConfig, s, "%q is not a STUN or TURN URL", s).
+			WithHelp("write stun:host:port (or turn:host:port?transport=udp)")
+	}
+	return nil
 }
 
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true}
+	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true, ICEPolicy: "all"}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -190,6 +249,10 @@ func LoadWorker(file string) (*Worker, error) {
 		}, logLevels...)),
 		mk("log_format", false, "", logFormat(&c.LogFormat)),
 		mk("metrics_listen", false, "", str(&c.MetricsListen)),
+		mk("ice_policy", false, "", icePolicy(&c.ICEPolicy)),
+		mk("stun", false, "", strs(&c.STUN, stunURL)),
+		mk("p2p_via", false, "", str(&c.P2PVia)),
+		mk("p2p_loopback", false, "", boolean(&c.P2PLoopback)),
 	}
 	l, err := load(file, "worker config", fields)
 	if err != nil {

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
 )
 
 // HTTPSBlobs is the last fallback: the aggregators' HTTPS blob endpoint
@@ -87,4 +89,70 @@ func (b *Blobs) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
 		b.Peer.RecordHTTPS(b.Via, int64(len(data)))
 	}
 	return ref, herr
+}
+
+// MemberConfig sets up the data plane of a member that is not an
+// aggregator (a worker or a silo).
+type MemberConfig struct {
+	Identity *identity.Identity
+	Fed      *identity.Federation
+	Name     string
+	Policy   string   // PolicyAll or PolicyRelay
+	Via      string   // the aggregator to move blobs with; "" the member's Home
+	STUN     []string // extra STUN/TURN URLs besides the aggregator's
+	Loopback bool
+	HTTPS    HTTPSBlobs
+	Logf     func(format string, args ...any)
+}
+
+// StartMember starts a member's data-plane peer, running until ctx ends,
+// and returns its blob mover.
+func StartMember(ctx context.Context, cfg MemberConfig) (*Blobs, error) {
+	peer, via, err := NewMember(cfg)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		peer.Run(ctx)
+		peer.Close()
+	}()
+	return &Blobs{Peer: peer, Via: via, HTTPS: cfg.HTTPS, Logf: cfg.Logf}, nil
+}
+
+// NewMember returns a member's data-plane peer (not yet running) and the
+// aggregator it moves blobs with.
+func NewMember(cfg MemberConfig) (*Peer, string, error) {
+	via := cfg.Via
+	if via == "" {
+		h, ok := Home(cfg.Fed, cfg.Name)
+		if !ok {
+			return nil, "", diag.New(diag.P2PConfig, cfg.Name, "the federation has no aggregator to move blobs with")
+		}
+		via = h.Name
+	}
+	if m, ok := cfg.Fed.Member(via); !ok || m.Role != identity.Aggregator {
+		return nil, "", diag.New(diag.P2PConfig, "p2p_via", "%q is not an aggregator of the federation", via).
+			WithHelp("name an aggregator member, or leave p2p_via out")
+	}
+	sig, err := NewSignalling(cfg.Identity, cfg.Fed, cfg.Name, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	extra := ICEServer{URLs: cfg.STUN}
+	peer, err := New(Config{
+		Identity: cfg.Identity, Name: cfg.Name, Fed: cfg.Fed, Signal: sig, Policy: cfg.Policy, Loopback: cfg.Loopback, Logf: cfg.Logf,
+		ICE: func(ctx context.Context) ([]ICEServer, error) {
+			servers, err := sig.ICE(ctx)
+			if err != nil {
+				// The aggregator's STUN/TURN is unknown: host and the
+				// configured servers' candidates may still do.
+				servers = nil
+			}
+			if len(extra.URLs) > 0 {
+				servers = append(servers, extra)
+			}
+			return servers, nil
+		},
+	})
+	return peer, via, err
 }

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,9 +29,10 @@ type request struct {
 }
 
 type reply struct {
-	Size  int64  `json:"size,omitempty"` // get: the blob's size
-	OK    bool   `json:"ok"`
-	Error string `json:"error,omitempty"` // why the server refused
+	Size  int64       `json:"size,omitempty"` // get: the blob's size
+	OK    bool        `json:"ok"`
+	Error string      `json:"error,omitempty"` // why the server refused
+	Ref   content.Ref `json:"ref,omitempty"`   // echo: the hash of what arrived
 }
 
 // stall bounds how long a transfer may make no progress.
@@ -204,6 +206,10 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw channel
 		writeJSON(rw, reply{Error: fmt.Sprintf(format, args...)})
 		p.logf("p2p: refused %s's %s of %s: %s", m.Name, req.Op, req.Ref.Short(), fmt.Sprintf(format, args...))
 	}
+	if req.Op == "echo" {
+		p.echo(m, c, rw, req, refuse)
+		return
+	}
 	if _, err := content.ParseRef(string(req.Ref)); err != nil {
 		refuse("%v", err)
 		return
@@ -258,4 +264,69 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw channel
 	// stream before the last messages are delivered.
 	rw.SetReadDeadline(time.Now().Add(stall))
 	rw.Read(buf)
+}
+
+// echo receives req.Size bytes and answers their hash: a probe of the
+// path that stores nothing (scellis p2p probe).
+func (p *Peer) echo(m identity.Member, c *conn, rw channel, req request, refuse func(string, ...any)) {
+	if req.Size < 0 || req.Size > blob.DefaultMaxSize {
+		refuse("probe of %d bytes exceeds %d", req.Size, blob.DefaultMaxSize)
+		return
+	}
+	b, err := recvBytes(rw, req.Size)
+	if err != nil {
+		return
+	}
+	if err := writeJSON(rw, reply{OK: true, Ref: content.Hash(b)}); err != nil {
+		return
+	}
+	p.counter(m.Name).moved(c.path, req.Size)
+	rw.SetReadDeadline(time.Now().Add(stall))
+	rw.Read(make([]byte, 64<<10))
+}
+
+// ProbeResult is what Probe measured.
+type ProbeResult struct {
+	Peer    string        `json:"peer"`
+	Path    string        `json:"path"`
+	Pair    string        `json:"pair"` // the ICE candidate pair
+	Bytes   int64         `json:"bytes"`
+	Connect time.Duration `json:"connect_ns"`
+	Elapsed time.Duration `json:"transfer_ns"`
+}
+
+// Probe connects to member and sends it n random bytes, which it hashes
+// and stores nowhere; the answer must be their hash.
+func (p *Peer) Probe(ctx context.Context, member string, n int) (ProbeResult, error) {
+	start := time.Now()
+	c, err := p.connTo(ctx, member)
+	if err != nil {
+		return ProbeResult{}, err
+	}
+	res := ProbeResult{Peer: member, Path: c.path, Pair: c.pair, Bytes: int64(n), Connect: time.Since(start)}
+	b := make([]byte, n)
+	rand.Read(b)
+	start = time.Now()
+	rw, err := c.open(ctx, "echo")
+	if err != nil {
+		return res, err
+	}
+	defer rw.Close()
+	defer watch(ctx, rw)()
+	if err := writeJSON(rw, request{Op: "echo", Size: int64(n)}); err != nil {
+		return res, err
+	}
+	if err := sendBytes(rw, b, p.cfg.Chunk); err != nil {
+		return res, err
+	}
+	var rep reply
+	if err := readJSON(rw, make([]byte, 64<<10), &rep); err != nil {
+		return res, err
+	}
+	if !rep.OK || rep.Ref != content.Hash(b) {
+		return res, diag.New(diag.P2PTransfer, member, "%s answered the probe wrongly: %s", member, rep.Error)
+	}
+	res.Elapsed = time.Since(start)
+	p.counter(member).moved(c.path, int64(n))
+	return res, nil
 }

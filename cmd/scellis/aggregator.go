@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -70,6 +71,8 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen, MetricsListen: c.MetricsListen,
+				TURNListen: c.TURNListen, TURNRelayIP: c.TURNRelayIP, TURNMaxAllocations: c.TURNMaxAllocations,
+				TURNBandwidth: int64(c.TURNBandwidthMB) << 20, P2PLoopback: c.P2PLoopback,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
 				Content: aggregator.ContentCaps{
 					Steps: uint64(c.ContentSteps), MemoryBytes: uint64(c.ContentMemoryMB) << 20, WallClock: c.ContentTimeout,
@@ -153,6 +156,7 @@ func newAggregatorStatusCmd() *cobra.Command {
 					}
 					fmt.Fprintf(w, "%-12s %-10s %6d %8d %8d %6d  %-14s %-12s %s\n", st.Node, st.Raft.State, st.Raft.Term,
 						st.Raft.CommitIndex, st.Raft.AppliedIndex, st.ChainSeq, st.ChainHead.Short(), st.Raft.Leader.ID, contact)
+					dataPlaneLines(w, st)
 				}
 			}
 			if jsonOutput {
@@ -202,4 +206,20 @@ its config so it does not bootstrap a cluster of its own.`
 	}
 	f.register(cmd)
 	return cmd
+}
+
+// dataPlaneLines prints, under a node's line, which path each peer pair's
+// blobs took (docs/dataplane.md) and its TURN relay's metrics.
+func dataPlaneLines(w io.Writer, st aggregator.NodeStatus) {
+	dp := st.DataPlane
+	if dp == nil {
+		return
+	}
+	for _, p := range dp.Pairs {
+		fmt.Fprintf(w, "  p2p %s ↔ %s: path %s, direct %d B, relayed %d B, https %d B (%d transfers, %d fallbacks)\n",
+			st.Node, p.Peer, p.Path, p.DirectBytes, p.RelayedBytes, p.HTTPSBytes, p.Transfers, p.Fallbacks)
+	}
+	if t := dp.TURN; t != nil {
+		fmt.Fprintf(w, "  turn %s: %d allocations, %d B relayed, %d refused\n", t.Listen, t.Allocations, t.RelayedBytes, t.Refused)
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/pool"
 )
 
@@ -85,6 +86,16 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			// Follow membership changes (a rotated aggregator key, new
 			// members) while the worker runs.
 			go api.FollowMembership(ctx, client, fed, membershipPoll, w.Logf)
+			if c.ICEPolicy != "https" {
+				// Blobs go over a data channel to an aggregator, HTTPS
+				// being the fallback (docs/dataplane.md).
+				if w.Blobs, err = dataplane.StartMember(ctx, dataplane.MemberConfig{
+					Identity: id, Fed: fed, Name: c.Name, Policy: c.ICEPolicy, Via: c.P2PVia, STUN: c.STUN, Loopback: c.P2PLoopback,
+					HTTPS: client, Logf: w.Logf,
+				}); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "worker %s: %d shard(s) at once, pool %s\n", c.Name, c.Parallel, strings.Join(client.Endpoints(), ", "))
 			return w.Run(ctx)
 		},

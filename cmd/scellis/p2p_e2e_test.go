@@ -1,0 +1,69 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sweep4 writes a 4-shard sweep over a small generated hospital file.
+func (c *cluster) sweep4() string {
+	mustRun(c.t, scellisCmd(c.t, c.dir, "datagen", "hospitals", "--sites", "1", "--rows", "200", "--out", "data"))
+	c.write("sweep4.yaml", `name: sweep4
+program: train-eval
+partitioner:
+  use: grid
+  params: {lr: [0.1, 0.5], l2: [0.0, 0.1]}
+reducer: {use: collect, params: {metric: auc, goal: max}}
+params: {model: logistic, epochs: 1, batch_size: 32, test_frac: 0.3, seed: 5}
+inputs:
+  data: {path: data/hospital-1.csv, label: outcome, class: confidential}
+`)
+	return "sweep4.yaml"
+}
+
+func (c *cluster) log(name string) string {
+	b, _ := os.ReadFile(filepath.Join(c.dir, name+".log"))
+	return string(b)
+}
+
+// A pool job whose blobs (bundle, inputs, results) go over data channels
+// on loopback: worker w1 directly, w2 (ice_policy relay) through the
+// aggregator's embedded TURN relay. The workers' logs and `scellis
+// aggregator status` say which path each pair used; `scellis p2p probe`
+// reports the path too. About 20 s: a consortium job needs two workers
+// (two replicas), and the relayed one sets up a TURN allocation.
+func TestP2PPoolJobOverDataChannels(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process pool test")
+	}
+	c := newCluster(t, "consortium", 1, member{"w1", "worker"}, member{"w2", "worker"}, member{"alice", "researcher"})
+	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: error\n"+
+		"turn_listen: 127.0.0.1:0\np2p_loopback: true\n")
+	c.write("w1.yaml", "name: w1\nidentity: w1/identity.key\nfederation: federation.yaml\ncache_dir: w1/cache\npoll: 100ms\np2p_loopback: true\n")
+	c.write("w2.yaml", "name: w2\nidentity: w2/identity.key\nfederation: federation.yaml\ncache_dir: w2/cache\npoll: 100ms\np2p_loopback: true\nice_policy: relay\n")
+	job := c.sweep4()
+	c.startAggregators()
+	c.startWorker("w1")
+	c.startWorker("w2")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
+	waitFor(t, "the job to complete", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+
+	for w, path := range map[string]string{"w1": "direct", "w2": "relayed"} {
+		if l := c.log(w); !strings.Contains(l, "p2p: blobs with agg-1 go over a "+path+" data channel") || strings.Contains(l, "https fallback") {
+			t.Errorf("%s's log does not say its blobs went over a %s data channel only:\n%s", w, path, l)
+		}
+	}
+	out := c.mustCLI("alice", "aggregator", "status")
+	for _, want := range []string{"p2p agg-1 ↔ w1: path direct", "p2p agg-1 ↔ w2: path relayed", "turn 127.0.0.1:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("aggregator status lacks %q:\n%s", want, out)
+		}
+	}
+	probe := c.mustCLI("alice", "p2p", "probe", "agg-1", "--loopback", "--bytes", "65536")
+	if !strings.Contains(probe, "alice → agg-1: path direct") {
+		t.Errorf("probe: %s", probe)
+	}
+}
