@@ -28,6 +28,10 @@ type Policy struct {
 	// LeaseTTL is the default lease duration in ms. Default: the machine's
 	// Config.DefaultLeaseTTL.
 	LeaseTTL int64 `cbor:"lease_ttl" json:"lease_ttl"`
+	// Mode is ModeQuorum ("" too: every shard needs Replicas agreeing
+	// peers) or ModeAdaptive (spot checks by reputation: an audited shard
+	// needs Replicas agreeing peers, any other one peer; see spotcheck.go).
+	Mode string `cbor:"mode,omitempty" json:"mode,omitempty"`
 }
 
 // ShardPlan is one shard as the planner made it: priced before execution.
@@ -73,7 +77,11 @@ type SubmitJob struct {
 	// not part of the plan, so a second submission of the same job by
 	// someone else is the same job, still owned by its first submitter.
 	Submitter string `cbor:"submitter,omitempty" json:"submitter,omitempty"`
-	Now       int64  `cbor:"now" json:"now"`
+	// Canaries are the known answers the planner computed for some shards
+	// of an adaptive job. They are not part of the plan (a resubmission
+	// with other canaries is the same job) and never shown to peers.
+	Canaries []Canary `cbor:"canaries,omitempty" json:"canaries,omitempty"`
+	Now      int64    `cbor:"now" json:"now"`
 }
 
 // Lease asks for up to Max shards (default 1) for Peer. Grants go to

@@ -125,9 +125,26 @@ func revealAt(j *jobState, s *shardState) int64 {
 }
 
 // revealOpen reports whether peers may reveal their results on s at now.
+// In adaptive mode a commitment waits for the leader's draw first (so the
+// draw is in the log before any result is), then a shard not audited
+// reveals at once, and a re-check's fresh reports too (the accepted
+// result they check is public already, and the fresh ones stay hidden
+// until the decision, law 13).
 func revealOpen(j *jobState, s *shardState, now int64) bool {
-	return s.State != StatePending || len(s.Commits) >= j.Policy.Replicas ||
-		(len(s.Commits) > 0 && now >= revealAt(j, s))
+	if s.State != StatePending {
+		return true
+	}
+	if adaptive(j) {
+		switch {
+		case s.Recheck > 0:
+			return true
+		case s.Audit != auditAudited && len(s.Commits) > s.Draws:
+			return false
+		case s.Audit == auditAlone:
+			return true
+		}
+	}
+	return len(s.Commits) >= replicasOf(j, s) || (len(s.Commits) > 0 && now >= revealAt(j, s))
 }
 
 func (m *Machine) commit(c CommitResult) Result {
@@ -178,7 +195,7 @@ func (m *Machine) checkReveal(c ReportResult, j *jobState, s *shardState, now in
 	if com == nil {
 		// One replica: the first report decides the shard, so there is no
 		// other result to copy and nothing to commit to.
-		if m.st.CommitReveal && j.Policy.Replicas > 1 {
+		if (m.st.CommitReveal && j.Policy.Replicas > 1) || adaptive(j) {
 			return diag.New(diag.PoolNoCommitment, subject, "%s reports a result for shard %d without having committed to it", c.Peer, s.Index).
 				WithHelp("commit to the result first (POST /v1/commits), and reveal it once the shard's reveal is open; workers do this by themselves")
 		}

@@ -27,6 +27,8 @@ type envelope struct {
 	Retry   *RetryRound       `cbor:"retry_round,omitempty"`
 	Resume  *ResumeRun        `cbor:"resume_run,omitempty"`
 	Members *ChangeMembership `cbor:"membership,omitempty"`
+	Draw    *DrawAudit        `cbor:"draw_audit,omitempty"`
+	Readmit *Readmit          `cbor:"readmit,omitempty"`
 	Batch   *Batch            `cbor:"batch,omitempty"`
 }
 
@@ -140,6 +142,10 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Resume = &c
 	case ChangeMembership:
 		e.Members = &c
+	case DrawAudit:
+		e.Draw = &c
+	case Readmit:
+		e.Readmit = &c
 	case Batch:
 		if !batchOK {
 			return e, badCommand("batches do not nest")
@@ -197,6 +203,12 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Members != nil {
 		out = append(out, *e.Members)
+	}
+	if e.Draw != nil {
+		out = append(out, *e.Draw)
+	}
+	if e.Readmit != nil {
+		out = append(out, *e.Readmit)
 	}
 	if e.Batch != nil {
 		if !batchOK {

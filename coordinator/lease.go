@@ -7,6 +7,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/verify/spot"
 )
 
 // MaxLeaseTTL bounds one lease (30 days in ms).
@@ -48,32 +49,35 @@ func (m *Machine) lease(c Lease) Result {
 	events := m.advance(now)
 	limit := max(c.Max, 1)
 	grants := []LeaseGrant{}
-	for _, j := range m.st.Jobs {
-		if len(grants) == limit {
-			break
-		}
-		if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) {
-			continue
-		}
-		for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
-			s := j.Shards[i]
-			if !eligible(j, s, c.Peer) {
+	// Audits reserved for the peer first (adaptive jobs), then the rest.
+	for _, audits := range []bool{true, false} {
+		for _, j := range m.st.Jobs {
+			if len(grants) == limit {
+				break
+			}
+			if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) || (audits && !adaptive(j)) {
 				continue
 			}
-			ttl := c.TTL
-			if ttl == 0 {
-				ttl = j.Policy.LeaseTTL
+			for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
+				s := j.Shards[i]
+				if audits != (s.Audit == auditAudited) || !m.eligible(j, s, c.Peer, now) {
+					continue
+				}
+				ttl := c.TTL
+				if ttl == 0 {
+					ttl = j.Policy.LeaseTTL
+				}
+				expiry := now + ttl
+				s.addLease(c.Peer, expiry)
+				m.nextExpiry = min(m.nextExpiry, expiry)
+				grants = append(grants, LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: expiry})
+				events = append(events, ShardLeased{Job: j.ID, Shard: s.Index, Peer: c.Peer, Expiry: expiry})
 			}
-			expiry := now + ttl
-			s.addLease(c.Peer, expiry)
-			m.nextExpiry = min(m.nextExpiry, expiry)
-			grants = append(grants, LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: expiry})
-			events = append(events, ShardLeased{Job: j.ID, Shard: s.Index, Peer: c.Peer, Expiry: expiry})
 		}
 	}
-	if len(grants) > 0 {
-		m.peer(c.Peer).Leases += len(grants)
-	}
+	// Every peer that asks is recorded, granted or not: it is then a
+	// candidate auditor for adaptive jobs (spotcheck.go).
+	m.peer(c.Peer).Leases += len(grants)
 	if c.RequestID != "" {
 		if m.st.LeaseMemo == nil {
 			m.st.LeaseMemo = map[string]*leaseMemo{}
@@ -83,23 +87,35 @@ func (m *Machine) lease(c Lease) Result {
 	return Result{Response: &LeaseResponse{Grants: grants}, Events: events}
 }
 
-// eligible reports whether peer may get a new lease on s now (after the
-// clock advance, so every lease in s.Leases is live).
-func eligible(j *jobState, s *shardState, peer string) bool {
+// eligible reports whether peer may get a new lease on s at now. Leases
+// in s.Leases that expired by now do not count (Leasable asks without
+// advancing the clock). An excluded peer gets no generic shard; in
+// adaptive mode an audit goes only to the peer the draw reserved it for.
+func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) bool {
 	if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil || (s.Peer != "" && s.Peer != peer) {
 		return false
 	}
-	if _, has := s.leaseOf(peer); has {
+	if i, has := s.leaseOf(peer); has && s.Leases[i].Expiry > now {
 		return false
 	}
-	return need(j, s) > len(s.Leases)
+	if s.Peer == "" {
+		if rec := m.st.Peers[peer]; rec != nil && rec.Excluded {
+			return false
+		}
+	}
+	if adaptive(j) && s.Audit == auditAudited && s.Auditor != peer {
+		return false
+	}
+	return need(j, s) > liveLeases(s, now)
 }
 
 // need is the smallest number of further reports that could verify s if
 // they all agreed with its leading hash; live leases count toward it.
 func need(j *jobState, s *shardState) int {
-	n, lead := len(s.Reports), leadCount(s.Reports)
-	return max(j.Policy.Replicas-lead, n-2*lead+1, 1)
+	if adaptive(j) && s.Canary != "" && s.Recheck == 0 && s.Audit != auditAudited {
+		return 1 // a report that matches the known answer decides
+	}
+	return spot.Need(resultsOf(votes(s)), replicasOf(j, s))
 }
 
 func (m *Machine) renew(c RenewLease) Result {

@@ -114,6 +114,10 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.resumeRun(c)
 	case ChangeMembership:
 		return m.changeMembership(c)
+	case DrawAudit:
+		return m.draw(c)
+	case Readmit:
+		return m.readmit(c)
 	case Batch:
 		if !batchOK {
 			return refuse(badCommand("batches do not nest"))

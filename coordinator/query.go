@@ -65,6 +65,8 @@ type ShardStatus struct {
 	Losers    []string    `json:"losers,omitempty"`
 	Receipt   uint64      `json:"receipt,omitempty"`
 	DecidedAt int64       `json:"decided_at,omitempty"`
+	// Method is how a decided shard was accepted (its receipt's method).
+	Method string `json:"method,omitempty"`
 }
 
 // LeaseInfo is a live lease on a shard.
@@ -119,6 +121,7 @@ func (m *Machine) Jobs() []JobStatus {
 }
 
 func (j *jobState) status() JobStatus {
+
 	js := JobStatus{
 		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt, Submitter: j.Submitter,
@@ -145,6 +148,9 @@ func (s *shardState) status() ShardStatus {
 		Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: s.State,
 		Result: s.Canonical, Agreeing: clone(s.Agreeing), Losers: clone(s.Losers),
 		Receipt: s.Receipt, DecidedAt: s.DecidedAt,
+	}
+	if s.State == StateVerified {
+		ss.Method = s.Method
 	}
 	if s.State == StatePending && len(s.Leases) > 0 {
 		ss.State = StateLeased
@@ -271,18 +277,7 @@ func (m *Machine) Leasable(peer string, now int64) int {
 			continue
 		}
 		for _, s := range j.Shards[j.cursor:] {
-			if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil {
-				continue
-			}
-			live := 0
-			mine := false
-			for _, l := range s.Leases {
-				if l.Expiry > now {
-					live++
-					mine = mine || l.Peer == peer
-				}
-			}
-			if !mine && need(j, s) > live {
+			if m.eligible(j, s, peer, now) {
 				n++
 			}
 		}

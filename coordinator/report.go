@@ -72,6 +72,7 @@ func (m *Machine) report(c ReportResult) Result {
 			rec.Lost++
 			s.Losers = insertSorted(s.Losers, c.Peer)
 		}
+		decision = m.judgeExtra(j, s, now)
 	case StateUnverified:
 		rep.Outcome = OutcomeExtraUnverified
 		rec.Inconclusive++

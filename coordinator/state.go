@@ -6,6 +6,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
+	"github.com/scellis/scellis/verify/spot"
 )
 
 // snapshotFormat versions the snapshot encoding. Bump it only with a
@@ -110,6 +111,21 @@ type shardState struct {
 	Losers    []string    `cbor:"losers,omitempty"`
 	Receipt   uint64      `cbor:"receipt,omitempty"`
 	DecidedAt int64       `cbor:"decided_at,omitempty"`
+
+	// Adaptive mode (spotcheck.go). Canary is the planner's known answer;
+	// Draws counts the commitments the leader's draws have covered; Audit
+	// is "", alone or audited; Auditor is the peer the last draw reserved
+	// the shard for, until AuditorUntil. While the accepted result Prior is
+	// re-checked, Recheck is 1 + the index of the first fresh report.
+	// Method is how the shard was accepted (empty: the job's method).
+	Canary       content.Ref `cbor:"canary,omitempty"`
+	Draws        int         `cbor:"draws,omitempty"`
+	Audit        string      `cbor:"audit,omitempty"`
+	Auditor      string      `cbor:"auditor,omitempty"`
+	AuditorUntil int64       `cbor:"auditor_until,omitempty"`
+	Recheck      int         `cbor:"recheck,omitempty"`
+	Prior        content.Ref `cbor:"prior,omitempty"`
+	Method       string      `cbor:"method,omitempty"`
 }
 
 type lease struct {
@@ -145,6 +161,13 @@ type PeerRecord struct {
 	WorkUnits int64 `cbor:"work_units" json:"work_units"`
 	// Expired: leases that ran out without a report (the peer timed out).
 	Expired int `cbor:"expired,omitempty" json:"expired"`
+	// Record is the peer's verified behaviour in adaptive jobs: its
+	// streak of valid checks, failed checks, offences and exclusion
+	// (spot.Observe).
+	spot.Record
+	// SweptAt is when the peer's accepted results were last re-checked
+	// after it was caught.
+	SweptAt int64 `cbor:"swept_at,omitempty" json:"swept_at,omitempty"`
 }
 
 func (s *shardState) leaseOf(peer string) (int, bool) {

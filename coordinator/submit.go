@@ -44,16 +44,22 @@ func (m *Machine) submit(c SubmitJob) Result {
 	if d != nil {
 		return refuse(d)
 	}
+	if d := checkMode(c, pol, m.st.Regime, subject); d != nil {
+		return refuse(d)
+	}
 
 	now := m.clock(c.Now)
 	events := m.advance(now)
 	j := &jobState{
 		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Run: c.Run, Round: c.Round, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
-		Policy: pol, Method: fmt.Sprintf("quorum-%d-exact", pol.Replicas), Plan: plan,
+		Policy: pol, Method: jobMethod(pol), Plan: plan,
 		SubmittedAt: now, Submitter: c.Submitter, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
 	}
 	for i, s := range c.Shards {
 		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: StatePending}
+	}
+	for _, k := range c.Canaries {
+		j.Shards[k.Shard].Canary = k.Result
 	}
 	m.st.Jobs = append(m.st.Jobs, j)
 	m.jobs[string(j.ID)] = j
@@ -154,6 +160,53 @@ func (m *Machine) resolvePolicy(p Policy, subject string) (Policy, *diag.Diagnos
 	return p, nil
 }
 
+// jobMethod names a job's verification rule.
+func jobMethod(p Policy) string {
+	if p.Mode == ModeAdaptive {
+		return fmt.Sprintf("adaptive: spot checks (trusted after %d valid checks, then audited 1 in %d), canaries, quorum-%d-exact when audited",
+			SpotParams.TrustAfter, SpotParams.AuditOneIn, p.Replicas)
+	}
+	return fmt.Sprintf("quorum-%d-exact", p.Replicas)
+}
+
+// checkMode checks a job's verification mode and its canaries.
+func checkMode(c SubmitJob, p Policy, regime trust.Regime, subject string) *diag.Diagnostic {
+	bad := func(format string, args ...any) *diag.Diagnostic {
+		return diag.New(diag.PoolBadMode, subject, format, args...).
+			WithHelp("use verification.mode quorum, or adaptive with at least 2 replicas on an own or consortium pool")
+	}
+	switch p.Mode {
+	case "", ModeQuorum:
+		if len(c.Canaries) > 0 {
+			return bad("canaries belong to adaptive jobs; this job's mode is quorum")
+		}
+		return nil
+	case ModeAdaptive:
+	default:
+		return bad("unknown verification mode %q", p.Mode)
+	}
+	if p.Replicas < 2 {
+		return bad("adaptive verification audits with %d replica; it needs at least 2", p.Replicas)
+	}
+	if regime == trust.Open {
+		return bad("adaptive verification runs trusted peers' shards alone, and an open pool demands redundancy on every shard")
+	}
+	for _, s := range c.Shards {
+		if s.Peer != "" {
+			return bad("shard %d is pinned to %s and cannot be re-executed elsewhere", s.Index, s.Peer)
+		}
+	}
+	seen := map[int]bool{}
+	for _, k := range c.Canaries {
+		if k.Shard < 0 || k.Shard >= len(c.Shards) || seen[k.Shard] || !content.IsRef(string(k.Result)) {
+			return diag.New(diag.PoolBadJob, subject, "canary for shard %d: out of range, repeated or not a ref", k.Shard).
+				WithHelp("submit the plan the planner produced (scellis job submit)")
+		}
+		seen[k.Shard] = true
+	}
+	return nil
+}
+
 // DefaultReplicas is the replicas a job gets on a pool of regime r when its
 // policy names none: 1 in own, 2 in consortium and open.
 func DefaultReplicas(r trust.Regime) int {
@@ -166,7 +219,7 @@ func DefaultReplicas(r trust.Regime) int {
 // planHash identifies a submission apart from its time, so that a retried
 // submission is recognised as the same.
 func planHash(c SubmitJob) content.Ref {
-	c.Now, c.Submitter = 0, ""
+	c.Now, c.Submitter, c.Canaries = 0, "", nil
 	if len(c.Inputs) == 0 {
 		c.Inputs = nil
 	}

@@ -44,6 +44,9 @@ func resultsOf(rs []report) []content.Ref {
 // decide applies the verification rule to s after a counted report and
 // returns the report's outcome and the events of the decision.
 func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Event) {
+	if adaptive(j) {
+		return m.decideAdaptive(j, s, now)
+	}
 	r, a, n := j.Policy.Replicas, j.Policy.Attempts, len(s.Reports)
 	if h, ok := majority(s.Reports, r); ok {
 		return OutcomeVerified, m.verified(j, s, h, now)
@@ -52,17 +55,22 @@ func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Even
 	if left > 0 && lead+left >= r && 2*lead+left > n {
 		return OutcomeCounted, nil
 	}
+	reason := fmt.Sprintf("no result reached %d agreeing peers and a strict majority within %d attempts", r, a)
+	if left > 0 {
+		reason = fmt.Sprintf("after %d disagreeing reports no result can reach %d agreeing peers and a strict majority within %d attempts", n, r, a)
+	}
+	return OutcomeFlagged, m.flag(j, s, now, reason)
+}
+
+// flag marks s unverified for reason and revokes its leases.
+func (m *Machine) flag(j *jobState, s *shardState, now int64, reason string) []Event {
 	s.State, s.DecidedAt = StateUnverified, now
 	for _, rep := range s.Reports {
 		m.peer(rep.Peer).Inconclusive++
 	}
 	events := revoke(j, s)
-	reason := fmt.Sprintf("no result reached %d agreeing peers and a strict majority within %d attempts", r, a)
-	if left > 0 {
-		reason = fmt.Sprintf("after %d disagreeing reports no result can reach %d agreeing peers and a strict majority within %d attempts", n, r, a)
-	}
-	events = append(events, ShardFlagged{Job: j.ID, Shard: s.Index, Reports: n, Reason: reason})
-	return OutcomeFlagged, append(events, m.decided(j)...)
+	events = append(events, ShardFlagged{Job: j.ID, Shard: s.Index, Reports: len(s.Reports), Reason: reason})
+	return append(events, m.decided(j)...)
 }
 
 // verified records h as s's canonical result, credits the agreeing peers,
@@ -87,9 +95,13 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	for _, p := range s.Losers {
 		m.peer(p).Lost++
 	}
+	method := s.Method
+	if method == "" {
+		method = j.Method
+	}
 	rc := m.chain.Next(receipt.Receipt{
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: h, Peers: s.Agreeing,
-		Method: j.Method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
+		Method: method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
 	})
 	if err := m.chain.Append(rc); err != nil {
 		panic("coordinator: receipt chain: minted receipt does not append: " + err.Error())

@@ -24,4 +24,8 @@ var (
 	PoolPriceCap          = define("SC7019", "job priced over the operator's cap")
 	PoolPlanBusy          = define("SC7020", "too many plans in flight")
 	ContentKilled         = define("SC7021", "content on the aggregator killed at the operator's cap")
+	// Spot checks (adaptive verification), numbered from SC7030.
+	PoolDrawEarly   = define("SC7030", "audit draw with nothing to draw for")
+	PoolNotExcluded = define("SC7031", "re-admission of a peer that is not excluded")
+	PoolBadMode     = define("SC7032", "verification mode the job or pool cannot use")
 )

@@ -43,9 +43,17 @@ type Receipt struct {
 	PriceBasis string `cbor:"price_basis" json:"price_basis"`
 	// LeaderTime is the time (unix ms) carried by the log entry that
 	// verified the shard; it never enters the price.
-	LeaderTime int64       `cbor:"leader_time" json:"leader_time"`
-	Hash       content.Ref `cbor:"hash" json:"hash"`
+	LeaderTime int64 `cbor:"leader_time" json:"leader_time"`
+	// Reverses, when set, makes this a compensating entry: the result of
+	// receipt Reverses was later found wrong (a failed re-check), and the
+	// credit it gave Peers is taken back. The chain stays append-only:
+	// the reversed receipt is never edited. Method is then MethodReversal.
+	Reverses uint64      `cbor:"reverses,omitempty" json:"reverses,omitempty"`
+	Hash     content.Ref `cbor:"hash" json:"hash"`
 }
+
+// MethodReversal is the Method of a compensating entry.
+const MethodReversal = "reversal"
 
 // body is a Receipt without its Hash: the bytes the Hash covers.
 type body struct {
@@ -60,6 +68,7 @@ type body struct {
 	WorkUnits  int64       `cbor:"work_units"`
 	PriceBasis string      `cbor:"price_basis"`
 	LeaderTime int64       `cbor:"leader_time"`
+	Reverses   uint64      `cbor:"reverses,omitempty"`
 }
 
 // ComputeHash returns the hash of r's canonical encoding without its Hash
@@ -68,7 +77,7 @@ func (r *Receipt) ComputeHash() content.Ref {
 	b, err := content.Encode(body{
 		Seq: r.Seq, Prev: r.Prev, Job: r.Job, Shard: r.Shard, ShardIndex: r.ShardIndex,
 		Result: r.Result, Peers: r.Peers, Method: r.Method, WorkUnits: r.WorkUnits,
-		PriceBasis: r.PriceBasis, LeaderTime: r.LeaderTime,
+		PriceBasis: r.PriceBasis, LeaderTime: r.LeaderTime, Reverses: r.Reverses,
 	})
 	if err != nil {
 		// Only strings, integers and refs: encoding cannot fail.
@@ -103,6 +112,12 @@ func (r *Receipt) Validate() error {
 	}
 	if len(r.Peers) == 0 {
 		return bad("no agreeing peers")
+	}
+	if r.Reverses >= r.Seq {
+		return bad("reverses receipt %d, which does not come before it", r.Reverses)
+	}
+	if (r.Reverses != 0) != (r.Method == MethodReversal) {
+		return bad("method %q with reverses %d: a compensating entry has both, any other neither", r.Method, r.Reverses)
 	}
 	for i, p := range r.Peers {
 		if p == "" {

@@ -26,3 +26,12 @@ func SatAddUnits(a, b int64) int64 {
 	}
 	return math.MaxInt64
 }
+
+// SubUnits takes b ≥ 0 units back from a credit a, never below zero and
+// leaving a saturated credit saturated (its true value is unknown).
+func SubUnits(a, b int64) int64 {
+	if a == math.MaxInt64 || b < 0 {
+		return a
+	}
+	return max(a-b, 0)
+}
