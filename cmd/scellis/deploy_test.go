@@ -171,6 +171,13 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	if w := scrape(t, workerMetrics); w[`scellis_worker_shards_total{event="leased"}`] < 1 || w[`scellis_worker_shards_total{event="reported"}`] < 1 {
 		t.Fatalf("worker-1's /metrics after the job: %v", w)
 	}
+	// Shell completion: job IDs from the pool, member names.
+	if out := c.mustCLI("alice", "__complete", "job", "result", ""); !strings.Contains(out, id+"\tmc, done") {
+		t.Fatalf("job result did not complete the job's ID:\n%s", out)
+	}
+	if out := c.mustCLI("alice", "__complete", "aggregator", "leave", "agg"); !strings.Contains(out, "agg-3\taggregator") || strings.Contains(out, "worker") {
+		t.Fatalf("aggregator leave did not complete the aggregators:\n%s", out)
+	}
 	if b, _ := os.ReadFile(filepath.Join(dir, "worker-2.log")); !strings.Contains(string(b), `"member":"worker-2"`) {
 		t.Fatalf("worker-2 (log_format: json) did not log JSON lines:\n%s", b)
 	}

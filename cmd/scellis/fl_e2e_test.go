@@ -130,6 +130,10 @@ seed: 3
 		t.Fatalf("h1's ledger series after 3 rounds: spent %v → %v, remaining %v, charges %v, secagg bytes out %v", midSilo[spent], endSilo[spent],
 			endSilo[`scellis_ledger_remaining_epsilon{dataset="patients"}`], endSilo[`scellis_ledger_charges{dataset="patients"}`], endSilo[`scellis_data_plane_bytes_total{direction="out",plane="secagg"}`])
 	}
+	// Shell completion of run IDs asks the pool (scellis __complete).
+	if out := c.mustCLI("alice", "__complete", "fl", "status", ""); !strings.Contains(out, id+"\tfedavg-hospitals, done, 3/3 rounds") {
+		t.Fatalf("fl status did not complete the run's ID:\n%s", out)
+	}
 	if b, _ := os.ReadFile(filepath.Join(c.dir, "h3.log")); !strings.Contains(string(b), `{"time":`) || !strings.Contains(string(b), `"member":"h3"`) {
 		t.Fatalf("h3 (log_format: json) did not log JSON lines:\n%s", b)
 	}

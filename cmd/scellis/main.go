@@ -43,6 +43,7 @@ Start with 'scellis demo', or run a job alone with 'scellis run JOB.yaml'.`,
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
 	hardenCLI(root)
+	installCompletion(root)
 	return root
 }
 
