@@ -75,7 +75,9 @@ func (n *Node) membershipApplied(m *coordinator.Machine) {
 	if closed := n.conns.closeNonMembers(n.fed); closed > 0 {
 		n.log.Info("closed the connections of revoked members", "connections", closed)
 	}
-	n.followOwnKey()
+	// Loading a key file may take a second (an encrypted one): not on
+	// the state machine's goroutine.
+	go n.followOwnKey()
 }
 
 // followOwnKey, when the membership lists a new key for this node, loads
@@ -84,6 +86,8 @@ func (n *Node) membershipApplied(m *coordinator.Machine) {
 // new connections: the operator puts the new key in place first, then
 // rotates (docs/identity.md).
 func (n *Node) followOwnKey() {
+	n.rekey.Lock()
+	defer n.rekey.Unlock()
 	self, ok := n.fed.Member(n.Self.Name)
 	if !ok || self.PublicKey.Equal(n.id.Public()) {
 		return
@@ -108,7 +112,9 @@ func (n *Node) followOwnKey() {
 // ReloadIdentity re-reads the node's identity file now (SIGHUP): the way
 // to pick up a rotated key that was put in place after the rotation.
 func (n *Node) ReloadIdentity() {
-	n.followOwnKey()
+	// Loading a key file may take a second (an encrypted one): not on
+	// the state machine's goroutine.
+	go n.followOwnKey()
 }
 
 // changes serves the signed membership changes to the API.

@@ -75,8 +75,10 @@ type Node struct {
 	p2pBox *dataplane.Mailbox
 	p2p    *dataplane.Peer
 	turn   *dataplane.TURN
-	// conns are the API server's connections (membership.go).
+	// conns are the API server's connections (membership.go); rekey
+	// serialises loading a rotated key.
 	conns conns
+	rekey sync.Mutex
 }
 
 // Options tune a node; the zero value is production.

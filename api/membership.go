@@ -184,8 +184,8 @@ func SyncMembership(ctx context.Context, c *Client, fed *identity.Federation) (i
 	return fed.ApplyChanges(resp.Changes)
 }
 
-// FollowMembership keeps fed's membership up to date: every interval it
-// syncs (SyncMembership) and reports what changed through logf, until ctx
+// FollowMembership keeps fed's membership up to date: at once, then every
+// interval, it syncs (SyncMembership) and reports what changed through logf, until ctx
 // ends. Silos, workers and long-running clients run it, so that a member
 // added, revoked or re-keyed (an aggregator's rotated key) is followed
 // without a restart.
@@ -193,11 +193,13 @@ func FollowMembership(ctx context.Context, c *Client, fed *identity.Federation, 
 	t := time.NewTicker(every)
 	defer t.Stop()
 	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
 		n, err := SyncMembership(ctx, c, fed)
 		switch {

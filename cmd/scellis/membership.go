@@ -21,17 +21,19 @@ import (
 // api.FollowMembership for daemons).
 
 // followLog brings fed up to date with the membership changes the
-// aggregators hold. A key listed in fed needs it only to follow rotated
-// aggregator keys, so failing is not fatal and takes at most a few
-// seconds; a key that is not in the file (a member added through the log)
+// aggregators hold. A person's key listed in fed needs it only to follow
+// rotated aggregator keys, so failing is not fatal and takes at most a
+// few seconds (a listed appliance skips it); a key that is not in the file (a member added through the log)
 // cannot work without it, and a failure is reported: SC1110 when the
 // changes do not list it, SC1119 when the aggregators refuse it. name and
 // role say who an unlisted key claims to be ("" for a person's CLI).
 func followLog(id *identity.Identity, fed *identity.Federation, name string, role identity.Role) error {
 	_, listed := fed.Lookup(id.Public())
-	if listed && role == identity.Aggregator {
-		// An aggregator follows the log itself (its own replica); asking
-		// the others would only slow a cluster's start.
+	if listed && name != "" {
+		// A listed appliance need not wait: an aggregator follows the log
+		// in its own replica, a silo or worker from its first
+		// FollowMembership poll, at once. Asking here would only slow a
+		// federation's start while the aggregators elect a leader.
 		return nil
 	}
 	via := fed
