@@ -281,3 +281,17 @@ func (r *round) checkRound(got string) error {
 	}
 	return nil
 }
+
+// PolyBytes is the size of one marshalled ring polynomial: a ciphertext is
+// two, a partial decryption one, a key share about one. Transports bound
+// their bodies with it.
+func PolyBytes() int {
+	s, err := getScheme()
+	if err != nil {
+		panic("he: lattigo parameters: " + err.Error())
+	}
+	return max(s.c1Size, s.pkSize, s.skSize)
+}
+
+// Ciphertexts returns how many ciphertexts carry an input of p.Dim values.
+func (p Params) Ciphertexts() int { return (p.Dim + Slots() - 1) / Slots() }
