@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/scellis/scellis/secagg"
@@ -27,8 +28,36 @@ func (n *Node) siloLease() time.Duration {
 func (n *Node) sawPeer(peer string) { n.seen.Store(peer, time.Now()) }
 
 // lostPeer records a peer whose held poll ended with its connection
-// (api.Server.Gone).
-func (n *Node) lostPeer(peer string) { n.seen.Store(peer, time.Time{}) }
+// (api.Server.Gone), and wakes whoever waits on a lapse.
+func (n *Node) lostPeer(peer string) {
+	n.seen.Store(peer, time.Time{})
+	n.peerGone.fire()
+}
+
+// signal is a broadcast condition: wait returns a channel closed by the
+// next fire. The zero value is ready.
+type signal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+}
 
 // tenureGrace is how long a new leader waits for silos it has not heard
 // from before it counts them out: two leases, since a silo's client may
@@ -42,35 +71,59 @@ func (n *Node) newTenure() bool {
 }
 
 // alive reports whether silo polled within the lease.
-func (n *Node) alive(silo string) bool {
+func (n *Node) alive(silo string) bool { return n.lapsesIn(silo) >= 0 }
+
+// lapsesIn returns how long until silo's lease lapses (negative once it
+// has; a silo whose held poll ended with its connection has lapsed).
+func (n *Node) lapsesIn(silo string) time.Duration {
 	if v, ok := n.seen.Load(silo); ok {
 		t := v.(time.Time)
-		return !t.IsZero() && time.Since(t) <= n.siloLease()
+		if t.IsZero() {
+			return -1
+		}
+		return n.siloLease() - time.Since(t)
 	}
-	return time.Since(time.Unix(0, n.leaderSince.Load())) <= n.siloLease()
+	return n.siloLease() - time.Since(time.Unix(0, n.leaderSince.Load()))
 }
 
 // excuseLapsed excuses, from the round's secure aggregation, every member
 // whose lease lapses while the round runs: the current phase stops waiting
 // for it and ends with the others (at once if they have all answered),
 // instead of at the phase deadline. The join deadline stays the backstop.
+// It sleeps until the earliest moment a member's lease can lapse (a poll
+// in between only moves that moment later, which the next check sees), or
+// until a member's held poll ends with its connection: no fixed tick.
 func (n *Node) excuseLapsed(ctx context.Context, round string, members []secagg.Member) {
-	every := max(n.siloLease()/8, 50*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 	excused := map[string]bool{}
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		gone := n.peerGone.wait()
+		next := time.Duration(-1)
 		for _, m := range members {
-			if !excused[m.ID] && !n.alive(m.ID) {
+			if excused[m.ID] {
+				continue
+			}
+			d := n.lapsesIn(m.ID)
+			if d < 0 {
 				excused[m.ID] = true
 				n.log.Info("silo lease lapsed: left out of the round", "silo", m.ID, "round", round)
 				n.sagg.Excuse(round, m.ID)
+				continue
 			}
+			if next < 0 || d < next {
+				next = d
+			}
+		}
+		if next < 0 {
+			next = time.Hour // everyone excused: wait for the round's end
+		}
+		timer.Reset(next + time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return
+		case <-gone:
+		case <-timer.C:
 		}
 	}
 }

@@ -65,6 +65,7 @@ type Node struct {
 	// liveness.go. leaderSince: when this node's tenure began (unix ns).
 	seen        sync.Map
 	leaderSince atomic.Int64
+	peerGone    signal // fired when a silo's held poll ends with its connection
 
 	// peerClient talks to the other aggregators as this node (blob
 	// replication and fetches).
@@ -281,7 +282,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	srv := &api.Server{
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, Membership: n, Leader: n.leader,
-		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer,
+		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer, MaxHold: n.siloLease() / 2,
 		Changes: n.changes, Voters: n.voters,
 	}
 	var control http.Handler = srv.Handler()

@@ -588,16 +588,17 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 }
 
 // awaitReports waits until every contributor's shard of the round job is
-// decided, or ReportGrace passes.
+// decided, or ReportGrace passes. It wakes on the job's events from the
+// hub (every applied report publishes one), never on a timer: a
+// subscription dropped for falling behind is taken again, and the state is
+// read again after it, so no event is missed in between.
 func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors []string) {
 	grace := n.opt.ReportGrace
 	if grace <= 0 {
 		grace = 2 * time.Minute
 	}
 	events, cancel := n.hub.Subscribe(job)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	defer func() { cancel() }()
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
 	for {
@@ -621,9 +622,11 @@ func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors [
 			return
 		case _, ok := <-events:
 			if !ok {
-				events = nil // dropped for falling behind: the ticker covers it
+				// Dropped for falling behind: subscribe again; the
+				// loop reads the job's state before waiting.
+				cancel()
+				events, cancel = n.hub.Subscribe(job)
 			}
-		case <-tick.C:
 		}
 	}
 }

@@ -60,6 +60,11 @@ type Server struct {
 	Changes func() [][]byte
 	// Voters names the Raft voters; a voter cannot be revoked (SC1117).
 	Voters func() []string
+	// MaxHold caps how long a lease request is held (0: 30 s). The
+	// aggregator sets half its silo lease: a held poll is a silo's
+	// heartbeat, so it must end, and be renewed, before the lease lapses,
+	// whatever poll the silo's config asks for.
+	MaxHold time.Duration
 }
 
 // ReadInfo says where a read was answered and how fresh it is; the
@@ -388,7 +393,11 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 	s.seen(peer)
 	now := s.now()
 	if s.Read.Leasable(peer, now) == 0 && req.WaitMS > 0 {
-		if !s.holdLease(r, peer, time.Duration(req.WaitMS)*time.Millisecond) {
+		wait := time.Duration(req.WaitMS) * time.Millisecond
+		if s.MaxHold > 0 {
+			wait = min(wait, s.MaxHold)
+		}
+		if !s.holdLease(r, peer, wait) {
 			if s.Gone != nil {
 				s.Gone(peer)
 			}

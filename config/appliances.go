@@ -96,10 +96,18 @@ var RaftTimings = map[string][3]time.Duration{
 	"wan": {3 * time.Second, 3 * time.Second, 1500 * time.Millisecond},
 }
 
+// Liveness defaults: a silo long-polls the leader for leases (its poll,
+// the heartbeat) and is counted out when it has been silent for the
+// aggregators' silo_lease.
+const (
+	DefaultSiloPoll  = 2 * time.Second
+	DefaultSiloLease = 6 * time.Second
+)
+
 // LoadAggregator reads an aggregator config.
 func LoadAggregator(file string) (*Aggregator, error) {
 	c := &Aggregator{File: file, LeaseTTL: 30 * time.Second, LogLevel: "warn", RoundJoinTimeout: 2 * time.Minute, RaftTiming: "lan",
-		SiloLease: 6 * time.Second, RoundAttempts: 5, RoundRetryBackoff: time.Second}
+		SiloLease: DefaultSiloLease, RoundAttempts: 5, RoundRetryBackoff: time.Second}
 	fields := []field{
 		mk("name", true, "the node's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),

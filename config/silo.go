@@ -36,9 +36,14 @@ type Silo struct {
 	// there is nothing to lease (a long poll: a new round reaches the silo
 	// at once). The polls are the silo's heartbeat: keep it well below
 	// the aggregators' silo_lease. Default 2 s.
-	Poll     time.Duration
-	Datasets []Dataset
-	Policy   SiloPolicy
+	Poll time.Duration
+	// SiloLease is the aggregators' silo_lease as the silo's operator
+	// knows it (default DefaultSiloLease, the aggregators' default): the
+	// config is refused when Poll is not below it. The leader also never
+	// holds a poll longer than half its lease, whatever Poll says.
+	SiloLease time.Duration
+	Datasets  []Dataset
+	Policy    SiloPolicy
 }
 
 // Dataset is one dataset a silo holds. Its budget is what the silo declares
@@ -118,7 +123,7 @@ var datasetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // dataset CSV that cannot be read (SC3001), has no header (SC3005) or lacks
 // the label column (SC3003).
 func LoadSilo(file string) (*Silo, error) {
-	c := &Silo{File: file, LogLevel: "warn", Poll: 2 * time.Second, Policy: SiloPolicy{MinCohort: MinSites}}
+	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites}}
 	strategies := DefaultStrategies()
 	var datasets []*Dataset
 	p := &c.Policy
@@ -130,6 +135,7 @@ func LoadSilo(file string) (*Silo, error) {
 		mk("data_dir", true, "a folder for model checkpoints and client state", str(&c.DataDir)),
 		mk("ledger", false, "", str(&c.Ledger)),
 		mk("poll", false, "", duration(&c.Poll)),
+		mk("silo_lease", false, "", duration(&c.SiloLease)),
 		mk("log_level", false, "", parsed(func(s string) error {
 			if !contains(logLevels, s) {
 				return fmt.Errorf("unknown log level %q", s)
@@ -180,6 +186,13 @@ func LoadSilo(file string) (*Silo, error) {
 	if n := l.node("policy.strategies"); n != nil && n.Kind == yaml.SequenceNode && len(n.Content) == 0 {
 		l.d.Errorf(n, diag.InvalidValue, "policy.strategies", "list the strategies the silo accepts, or remove the key to accept the built-in ones",
 			"the policy accepts no strategy, so the silo would refuse every round")
+	}
+	if c.Poll >= c.SiloLease {
+		// A silo's polls are its heartbeat: polling no faster than the
+		// lease, a live silo would be counted out between two polls.
+		l.errorf("poll", diag.InvalidValue, "poll",
+			"keep poll at most half of silo_lease (default poll 2s, silo_lease 6s); if the aggregators' silo_lease is longer, give it here as silo_lease",
+			"poll %v is not below silo_lease %v: the aggregators would count this silo dead between two of its polls", c.Poll, c.SiloLease)
 	}
 	if n := l.node("datasets"); n != nil && len(n.Content) == 0 && (n.Kind == yaml.SequenceNode || n.Kind == yaml.MappingNode) {
 		l.d.Errorf(n, diag.MissingField, "datasets", "add at least one dataset (name, path, label, class, budget)", "the silo holds no dataset")

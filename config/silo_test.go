@@ -364,3 +364,23 @@ func TestLoadSiloEnvironmentWithoutSection(t *testing.T) {
 		t.Fatalf("policy %+v", c.Policy)
 	}
 }
+
+// A silo's poll is its heartbeat: a poll not below silo_lease is refused
+// at its line, and a longer silo_lease given in the silo config admits it.
+func TestLoadSiloPollBelowLease(t *testing.T) {
+	base := "name: h\nidentity: i\nfederation: f\ndata_dir: d\ndatasets:\n  cardio: {path: cardio.csv, label: outcome, class: public, budget: {epsilon: 1, delta: 1e-5}}\n"
+	dir := writeFiles(t, map[string]string{
+		"cardio.csv": cardioCSV,
+		"slow.yaml":  base + "poll: 6s\n",
+		"long.yaml":  base + "poll: 6s\nsilo_lease: 20s\n",
+	})
+	_, err := LoadSilo(filepath.Join(dir, "slow.yaml"))
+	ds, ok := diag.As(err)
+	if !ok || ds[0].Code != diag.InvalidValue || !strings.Contains(ds[0].Error(), "slow.yaml:7:") || !strings.Contains(ds[0].Message, "silo_lease") {
+		t.Fatalf("poll 6s with the default lease: %v", err)
+	}
+	c, err := LoadSilo(filepath.Join(dir, "long.yaml"))
+	if err != nil || c.Poll != 6*time.Second || c.SiloLease != 20*time.Second {
+		t.Fatalf("poll 6s under silo_lease 20s: %+v %v", c, err)
+	}
+}

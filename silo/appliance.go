@@ -61,9 +61,6 @@ type Appliance struct {
 	// soon as it is planned, and the polls are the silo's heartbeat
 	// (config poll; default 2 s).
 	LongPoll time.Duration
-	// RoundWatch is how often a silo in a round checks that the round's
-	// attempt is still the current one; default 1 s.
-	RoundWatch time.Duration
 	// Parallel is how many shards the silo works on at once; default 4.
 	Parallel int
 	// Now is the clock for the round log; nil means time.Now.

@@ -3,6 +3,7 @@ package silo
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
@@ -71,31 +73,38 @@ func (a *Appliance) HandleRound(ctx context.Context, g coordinator.LeaseGrant, s
 // watchAttempt ends a round attempt's context when the aggregator abandons
 // its job (the round is planned again, RetryRound): a silo waiting in
 // secure aggregation on a host that is gone stops waiting at once and
-// takes the new attempt, re-sending what it paid for. It reads the job
-// every RoundWatch, each read bounded so that a node that does not answer
-// is left for another.
+// takes the new attempt, re-sending what it paid for. It follows the job's
+// event stream (api.Client.Watch, which reconnects to another node when a
+// node goes quiet and starts every connection with a fresh status) rather
+// than polling: abandoning flags the job's pending shards, so the silo
+// hears a "shard-flagged" event and reads the job's state once.
 func (a *Appliance) watchAttempt(ctx context.Context, abandon context.CancelFunc, job content.Ref) {
-	every := a.RoundWatch
-	if every <= 0 {
-		every = time.Second
-	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		jctx, cancel := context.WithTimeout(ctx, 3*every)
+	errAbandoned := errors.New("attempt abandoned")
+	check := func() error {
+		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		js, err := a.Client.Job(jctx, job)
 		cancel()
 		if err == nil && js.State == coordinator.JobAbandoned {
 			a.logf("run %s round %d: the aggregator abandoned this attempt (job %s); stopping it", js.Run.Short(), js.Round, job.Short())
 			abandon()
-			return
+			return errAbandoned
 		}
+		return nil
 	}
+	a.Client.Watch(ctx, job, func(ev api.Event) error {
+		switch ev.Kind {
+		case "status":
+			var st struct {
+				State coordinator.JobState `json:"state"`
+			}
+			if json.Unmarshal(ev.Data, &st) == nil && st.State == coordinator.JobAbandoned {
+				return check()
+			}
+		case "shard-flagged", "lease-ended":
+			return check()
+		}
+		return nil
+	})
 }
 
 // retryable marks an error after which the lease is handed back.
@@ -462,8 +471,10 @@ func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBund
 	once := func(why string) (Contribution, error) {
 		err := diag.New(diag.RunBadRound, subject, "the ledger already holds a charge for this round (entry %s) and %s", paid.Hash.Short(), why).
 			WithHelp("a round is paid for and sent at most once; it goes on without this silo")
+		// The charge stands (an earlier attempt paid it): the record
+		// names it, so it is visible and accounted even though nothing is
+		// sent this time.
 		rec.Status, rec.Refusals = Declined, refusalsOf(err)
-		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = "", nil, 0
 		a.logRefusal(subject, err)
 		return rec, nil
 	}

@@ -383,10 +383,16 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	paused := len(st.Models)
 	c.start("h3", "silo", "--config", "h3.yaml")
 	c.mustCLI("alice", "fl", "resume", id)
-	if _, errs, err := c.cli("alice", "fl", "resume", id); err == nil || !strings.Contains(errs, "SC9310") {
-		t.Errorf("resuming a running run: %v %s", err, errs)
-	}
-	waitFor(t, "the resumed run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })
+	// A resume that comes before the restarted h3's first poll can fail
+	// its round_attempts (2) again and pause: resume it again then (what
+	// an operator does; nothing is charged twice, checked below).
+	waitFor(t, "the resumed run to complete", 3*time.Minute, func() bool {
+		st := c.run(id)
+		if st.State == "paused" {
+			c.cli("alice", "fl", "resume", id)
+		}
+		return st.State == "done"
+	})
 	rows := c.rounds(id)
 	if len(rows) != 3 || rows[paused].Round != paused || !slices.Contains(rows[len(rows)-1].Participants, "h3") {
 		t.Fatalf("resumed run rounds: %+v", rows)
@@ -394,8 +400,41 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	if _, errs, err := c.cli("alice", "fl", "resume", id); err == nil || !strings.Contains(errs, "SC9310") {
 		t.Errorf("resuming a done run: %v %s", err, errs)
 	}
+	// Every charge of the run is visible in its privacy report exactly
+	// once, those of the failed (abandoned) attempts included: by a
+	// receipt, or by the record reported to the abandoned job.
+	var report struct {
+		Silos []struct {
+			Silo    string `json:"silo"`
+			Charges []struct {
+				LedgerEntry string `json:"ledger_entry"`
+			} `json:"charges"`
+		} `json:"silos"`
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI("alice", "--json", "privacy", "report", id)), &report); err != nil {
+		t.Fatal(err)
+	}
 	for _, s := range silos {
-		checkLedger(t, c, s)
+		charged := 0
+		for consumer := range checkLedger(t, c, s) {
+			if strings.Contains(consumer, strings.TrimPrefix(id, "sha256:")+"/round-") {
+				charged++
+			}
+		}
+		listed := map[string]bool{}
+		for _, row := range report.Silos {
+			for _, ch := range row.Charges {
+				if row.Silo == s {
+					if listed[ch.LedgerEntry] {
+						t.Errorf("%s: the privacy report lists ledger entry %s twice", s, ch.LedgerEntry)
+					}
+					listed[ch.LedgerEntry] = true
+				}
+			}
+		}
+		if len(listed) != charged {
+			t.Errorf("%s: its ledger charged %d rounds of the run, the privacy report shows %d", s, charged, len(listed))
+		}
 	}
 
 	// Warm start from the finished run; a model of another shape is refused.
@@ -409,6 +448,9 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	// Cancel: a paused or running run, by its submitter.
 	c.runSpec("long.yaml", 50)
 	long := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "long.yaml"))
+	if _, errs, err := c.cli("alice", "fl", "resume", long); err == nil || !strings.Contains(errs, "SC9310") {
+		t.Errorf("resuming a running run: %v %s", err, errs)
+	}
 	c.mustCLI("alice", "fl", "cancel", long, "--reason", "enough")
 	if st := c.run(long); st.State != "stopped" || !strings.Contains(st.Reason, "cancelled by alice: enough") {
 		t.Fatalf("cancelled run: %+v", st)

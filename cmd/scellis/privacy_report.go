@@ -15,9 +15,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/silo"
 )
@@ -32,6 +35,10 @@ type reportCharge struct {
 	Receipt      uint64         `json:"receipt"`
 	ReceiptHash  content.Ref    `json:"receipt_hash"`
 	Contribution content.Ref    `json:"contribution"`
+	// AbandonedJob: the charge is proved by a record reported to a round
+	// attempt the aggregator abandoned (no receipt: the attempt was never
+	// reduced); the record is in that job's replicated shard reports.
+	AbandonedJob content.Ref `json:"abandoned_job,omitempty"`
 }
 
 // reportRow is one silo's dataset in a run's privacy report.
@@ -66,6 +73,11 @@ declined, ε of each round, this run's ε composed in RDP at the dataset's δ,
 the dataset's cumulative ε in the silo's ledger (every charge, all runs), its
 budget and what remains, and the receipts proving each charge (receipt
 number, and in JSON the receipt, contribution and ledger entry hashes).
+A charge made in a round attempt the aggregator abandoned (a leader change,
+a failed secure aggregation that was retried) has no receipt: the silo's
+signed record of it is read from the abandoned job's replicated reports and
+listed as "abandoned:JOB". A charge is counted once, however many records
+name it (a retried round re-sends the update that attempt paid for).
 
 The chain is verified first, and every record must carry a valid signature
 of the silo named in it (federation file). The run's ε is composed on the
@@ -123,8 +135,16 @@ receipts, run 'scellis ledger audit' at the silo.`,
 				if err := sc.Verify(fed); err != nil {
 					return diag.New(diag.ReceiptMalformed, fmt.Sprintf("receipt %d", r.Seq), "the contribution record it cites does not verify: %v", err)
 				}
-				recs = append(recs, citedRecord{r, sc.Record})
+				recs = append(recs, citedRecord{r: r, rec: sc.Record})
 			}
+			// Abandoned attempts mint no receipts, but a silo that was
+			// charged in one reports its record to the abandoned job all
+			// the same: read those from the jobs' replicated reports.
+			abandoned, err := abandonedRecords(ctx, cl, fed, id, run.Jobs)
+			if err != nil {
+				return err
+			}
+			recs = append(recs, abandoned...)
 			rows, err := privacyRows(recs)
 			if err != nil {
 				return err
@@ -146,10 +166,46 @@ receipts, run 'scellis ledger audit' at the silo.`,
 	return c
 }
 
-// citedRecord is a contribution record and the receipt that cites it.
+// citedRecord is a contribution record and the receipt that cites it, or
+// the abandoned round job it was reported to (then r is zero).
 type citedRecord struct {
 	r   receipt.Receipt
 	rec silo.Contribution
+	// abandoned and result: the job and record hash of a record reported
+	// to an abandoned attempt.
+	abandoned, result content.Ref
+}
+
+// abandonedRecords returns the signed contribution records reported to the
+// run's abandoned round jobs that name a ledger charge.
+func abandonedRecords(ctx context.Context, cl *api.Client, fed *identity.Federation, run content.Ref, jobs []content.Ref) ([]citedRecord, error) {
+	var out []citedRecord
+	for _, j := range jobs {
+		js, err := cl.Job(ctx, j)
+		if err != nil {
+			return nil, err
+		}
+		if js.State != coordinator.JobAbandoned {
+			continue
+		}
+		for _, s := range js.Shards {
+			for _, r := range s.Reports {
+				b, err := cl.GetBlob(ctx, r.Result)
+				if err != nil || content.Hash(b) != r.Result {
+					continue // never uploaded (the silo died reporting): nothing to prove
+				}
+				sc, err := silo.DecodeContribution(b)
+				if err != nil || sc.Record.Run != run || sc.Record.LedgerEntry == "" {
+					continue
+				}
+				if err := sc.Verify(fed); err != nil {
+					return nil, diag.New(diag.ReceiptMalformed, fmt.Sprintf("job %s shard %d", j.Short(), s.Index), "the contribution record reported to it does not verify: %v", err)
+				}
+				out = append(out, citedRecord{rec: sc.Record, abandoned: j, result: r.Result})
+			}
+		}
+	}
+	return out, nil
 }
 
 // privacyRows groups the records by silo and dataset and composes each
@@ -158,8 +214,19 @@ func privacyRows(recs []citedRecord) ([]reportRow, error) {
 	byKey := map[[2]string]*reportRow{}
 	curves := map[[2]string][]float64{}
 	orders := dp.DefaultOrders()
+	// A charge is counted once: a retried round re-sends the update an
+	// abandoned attempt paid for, and both records name the same entry.
+	// Receipt-cited records come first, so they prove it when both exist.
+	sort.SliceStable(recs, func(i, j int) bool { return recs[i].abandoned == "" && recs[j].abandoned != "" })
+	counted := map[content.Ref]bool{}
 	for _, cr := range recs {
 		rec := cr.rec
+		if rec.LedgerEntry != "" {
+			if counted[rec.LedgerEntry] {
+				continue
+			}
+			counted[rec.LedgerEntry] = true
+		}
 		k := [2]string{rec.Silo, rec.Dataset}
 		row := byKey[k]
 		if row == nil {
@@ -174,8 +241,12 @@ func privacyRows(recs []citedRecord) ([]reportRow, error) {
 			continue
 		}
 		row.Rounds++
-		row.Charges = append(row.Charges, reportCharge{Round: rec.Round, Status: rec.Status, Mechanisms: rec.Mechanisms, Epsilon: rec.Epsilon,
-			LedgerEntry: rec.LedgerEntry, Receipt: cr.r.Seq, ReceiptHash: cr.r.Hash, Contribution: cr.r.Result})
+		ch := reportCharge{Round: rec.Round, Status: rec.Status, Mechanisms: rec.Mechanisms, Epsilon: rec.Epsilon,
+			LedgerEntry: rec.LedgerEntry, Receipt: cr.r.Seq, ReceiptHash: cr.r.Hash, Contribution: cr.r.Result}
+		if cr.abandoned != "" {
+			ch.Status, ch.AbandonedJob, ch.Contribution = rec.Status+" (abandoned attempt)", cr.abandoned, cr.result
+		}
+		row.Charges = append(row.Charges, ch)
 		row.PerRound = append(row.PerRound, rec.Epsilon)
 		for _, mch := range rec.Mechanisms {
 			if !slices.Contains(row.Sigma, mch.Sigma) {
@@ -242,6 +313,9 @@ func receiptList(cs []reportCharge, sep string) string {
 	s := make([]string, len(cs))
 	for i, c := range cs {
 		s[i] = strconv.FormatUint(c.Receipt, 10)
+		if c.AbandonedJob != "" {
+			s[i] = "abandoned:" + c.AbandonedJob.Short() // no receipt: the attempt's job holds the record
+		}
 	}
 	return strings.Join(s, sep)
 }
