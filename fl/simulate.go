@@ -55,6 +55,13 @@ type SimOptions struct {
 	// the live path's derivation (ClientSeed of the run, the coordinator
 	// round and the site's name), so it trains exactly as the silos do.
 	ClientSeed func(r, i int) [32]byte
+	// RoundCohort, when set, gives the sites (sorted indices) of
+	// synchronous round r and each one's work (nil: all full) in place of
+	// Cohort and Stragglers drawn from Seed: fl simulate passes the live
+	// path's RunSpec.RoundCohort (keyed by the run and the coordinator
+	// round), so a simulation samples and straggles the sites a live run of
+	// the same spec over the same silos would.
+	RoundCohort func(r int) (cohort []int, work []float64)
 }
 
 // Async configures asynchronous simulation: every site trains
@@ -84,6 +91,8 @@ type Round struct {
 	// Start is the global state the step started from, Global the one it
 	// made (decoded from its canonical encoding, as a silo sees it).
 	Start, Global Global
+	// Cohort is the sites (sorted indices) of a synchronous round.
+	Cohort []int
 }
 
 // Mean returns Metrics[name] / Metrics["examples"], the mean of a summed
@@ -202,6 +211,8 @@ type simulation struct {
 	states [][]byte
 	rounds []Round
 	dim    int // length of the updates, once known
+	// roundCohort is the cohort of the synchronous round being served.
+	roundCohort []int
 }
 
 // newRand returns a generator keyed by the simulation seed and a purpose.
@@ -338,7 +349,8 @@ func (sim *simulation) serve(acc *accumulator) error {
 		}
 	}
 	r := Round{Index: idx, Participants: acc.part, Declined: acc.decl, Weight: acc.weight,
-		Metrics: acc.metrics, Hash: sim.hash, MaxStaleness: acc.stale, Start: start, Global: sim.global, Charges: acc.charges}
+		Metrics: acc.metrics, Hash: sim.hash, MaxStaleness: acc.stale, Start: start, Global: sim.global, Charges: acc.charges,
+		Cohort: sim.roundCohort}
 	sim.rounds = append(sim.rounds, r)
 	if sim.opts.OnRound != nil {
 		sim.opts.OnRound(r)
@@ -356,8 +368,24 @@ func (sim *simulation) runSync(rounds int) error {
 		if err := sim.ctx.Err(); err != nil {
 			return err
 		}
-		cohort := sim.cohort(r, n)
-		work := sim.stragglerWork(r, cohort)
+		var cohort []int
+		var work []float64
+		if sim.opts.RoundCohort != nil {
+			cohort, work = sim.opts.RoundCohort(r)
+			if work == nil {
+				work = make([]float64, len(cohort))
+				for j := range work {
+					work[j] = 1
+				}
+			}
+			if len(work) != len(cohort) {
+				return fmt.Errorf("round %d: %d work fractions for a cohort of %d", r, len(work), len(cohort))
+			}
+		} else {
+			cohort = sim.cohort(r, n)
+			work = sim.stragglerWork(r, cohort)
+		}
+		sim.roundCohort = cohort
 		outs := make([]ClientOutput, len(cohort))
 		errs := make([]error, len(cohort))
 		var wg sync.WaitGroup

@@ -7,7 +7,6 @@ import (
 	"io"
 	"iter"
 	"maps"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -266,8 +265,9 @@ func (s *flSim) run(ctx context.Context) error {
 	dpOn := s.privacy().Unit != fl.UnitNone
 	var roundErr error
 	hist, err := fl.Simulate(ctx, s.strat, trains, s.spec.Rounds, fl.SimOptions{
-		Env: s.env, Seed: uint64(s.spec.Seed), Privacy: s.privacy(), Cohort: s.cohortSize(), Stragglers: s.spec.Stragglers,
-		ClientSeed: func(r, i int) [32]byte { return fl.ClientSeed(s.id, r+offset, s.spec.Seed, s.names[i]) },
+		Env: s.env, Seed: uint64(s.spec.Seed), Privacy: s.privacy(),
+		ClientSeed:  func(r, i int) [32]byte { return fl.ClientSeed(s.id, r+offset, s.spec.Seed, s.names[i]) },
+		RoundCohort: func(r int) ([]int, []float64) { return s.roundCohort(r + offset) },
 		OnRound: func(r fl.Round) {
 			sums := map[string]float64{}
 			if !dpOn { // under DP the live round sums the update alone
@@ -281,7 +281,11 @@ func (s *flSim) run(ctx context.Context) error {
 				}
 			}
 			h, _ := r.Global.Hash()
-			row := fl.NewRoundSummary(r.Index+offset, fl.StepTrain, s.names, []string{}, sums, h)
+			names := make([]string, len(r.Cohort))
+			for j, i := range r.Cohort {
+				names[j] = s.names[i]
+			}
+			row := fl.NewRoundSummary(r.Index+offset, fl.StepTrain, names, []string{}, sums, h)
 			for i, mechs := range r.Charges {
 				if e, err := epsilonOf(mechs); err == nil {
 					row.Epsilon[s.names[i]] = e
@@ -303,15 +307,22 @@ func (s *flSim) run(ctx context.Context) error {
 	return nil
 }
 
-// cohortSize is the number of sites a training round samples, as
-// RunSpec.RoundCohort counts it (0: all). Simulate draws which ones (and
-// the stragglers) from its own seed, not the live path's.
-func (s *flSim) cohortSize() int {
-	n := len(s.names)
-	if s.spec.Sample == 0 {
-		return 0
+// roundCohort is coordinator round r's cohort and work as the live path
+// draws them (RunSpec.RoundCohort, keyed by the run's ID and the round,
+// over every site, all alive in a simulation): the sites a live run of the
+// same spec over silos of the same names would sample and straggle.
+func (s *flSim) roundCohort(r int) ([]int, []float64) {
+	cohort, work := s.spec.RoundCohort(s.id, r, fl.StepTrain, s.names)
+	idx := make([]int, len(cohort))
+	fracs := make([]float64, len(cohort))
+	for j, name := range cohort {
+		idx[j] = slices.Index(s.names, name)
+		fracs[j] = 1
+		if w, ok := work[name]; ok {
+			fracs[j] = w
+		}
 	}
-	return min(n, max(int(math.Round(s.spec.Sample*float64(n))), s.spec.MinCohort, 3))
+	return idx, fracs
 }
 
 func (s *flSim) statsStep(ctx context.Context, emit func(fl.RoundSummary)) error {
