@@ -66,7 +66,8 @@ type Config struct {
 	// here; nil allows every federation member.
 	Authorize func(peer identity.Member, op string, ref content.Ref) error
 	// ConnectTimeout bounds one connection attempt, signalling and ICE
-	// (default 20 s).
+	// (default 12 s: ICE itself gives up after 10 s without a working
+	// pair).
 	ConnectTimeout time.Duration
 	// RetryAfter: after a failed connection attempt to a member, no new
 	// one for this long (default 1 min): callers fall back at once
@@ -141,7 +142,7 @@ func New(cfg Config) (*Peer, error) {
 		cfg.Chunk = 64 << 10 // SCTP's default maximum message size
 	}
 	if cfg.ConnectTimeout <= 0 {
-		cfg.ConnectTimeout = 20 * time.Second
+		cfg.ConnectTimeout = 12 * time.Second
 	}
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Minute

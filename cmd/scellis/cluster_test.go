@@ -24,6 +24,19 @@ type cluster struct {
 	aggs  []string
 	procs map[string]*exec.Cmd
 	exits map[string]chan struct{}
+	// netns, when set, runs a member's processes and CLI calls in that
+	// network namespace (p2p_netns_test.go).
+	netns map[string]string
+}
+
+// inNetns makes cmd run in member's network namespace, if it has one.
+func (c *cluster) inNetns(member string, cmd *exec.Cmd) *exec.Cmd {
+	if ns := c.netns[member]; ns != "" {
+		ip, _ := exec.LookPath("ip")
+		cmd.Args = append([]string{ip, "netns", "exec", ns}, cmd.Args...)
+		cmd.Path = ip
+	}
+	return cmd
 }
 
 // ports hands out distinct free loopback ports: each listener stays open
@@ -130,7 +143,7 @@ func (c *cluster) start(name string, args ...string) {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cmd := scellisCmd(c.t, c.dir, args...)
+	cmd := c.inNetns(name, scellisCmd(c.t, c.dir, args...))
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
@@ -209,7 +222,7 @@ func (c *cluster) cli(as string, args ...string) (string, string, error) {
 	// Bounded, so a client retrying against a dead cluster cannot outlive the test.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, scellisBinary(c.t), args...)
+	cmd := c.inNetns(as, exec.CommandContext(ctx, scellisBinary(c.t), args...))
 	cmd.Dir = c.dir
 	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(c.dir, ".scellis"))
 	cmd.Env = append(cmd.Env, "SCELLIS_IDENTITY="+filepath.Join(c.dir, as, "identity.key"), "SCELLIS_FEDERATION="+filepath.Join(c.dir, "federation.yaml"))
