@@ -50,6 +50,9 @@ type Node struct {
 	metricsSrv *obs.Server
 	metrics    *nodeMetrics
 	logSum     *obs.Summariser
+	// studioAddr and studioStop: the Studio, when studio_listen is set.
+	studioAddr net.Addr
+	studioStop func()
 	ln         net.Listener
 
 	cancel context.CancelFunc
@@ -101,6 +104,9 @@ type Options struct {
 	// /metrics in plain HTTP on this address; when it equals HealthListen
 	// one listener serves all three paths (metrics.go).
 	MetricsListen string
+	// StudioListen, if set, serves the Studio, the live web view (package
+	// studio), over TLS on this address.
+	StudioListen string
 	// Raft timeouts (0: the consensus defaults, the LAN profile).
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
@@ -348,6 +354,12 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		n.Close()
 		return nil, err
 	}
+	if opt.StudioListen != "" {
+		if err := n.startStudio(opt.StudioListen); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -369,6 +381,9 @@ func (n *Node) Close() error {
 	}
 	if n.metricsSrv != nil {
 		n.metricsSrv.Close()
+	}
+	if n.studioStop != nil {
+		n.studioStop()
 	}
 	n.sagg.Close()
 	n.closeDataPlane()

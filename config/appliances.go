@@ -52,6 +52,9 @@ type Aggregator struct {
 	// address as health_listen shares its listener.
 	MetricsListen string
 	LogFormat     string // text (default) or json
+	// StudioListen serves the Studio, the live web view, over TLS (empty:
+	// off, the default).
+	StudioListen string
 	// Caps on the submitters' content this node runs (partition, cost,
 	// reduce) and on the prices it sets; a job's own limits may only lower
 	// them. Zero: the aggregator's defaults (aggregator.DefaultContentCaps).
@@ -130,6 +133,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("listen", false, "", str(&c.Listen)),
 		mk("raft_listen", false, "", str(&c.RaftListen)),
 		mk("health_listen", false, "", str(&c.HealthListen)),
+		mk("studio_listen", false, "", str(&c.StudioListen)),
 		mk("content_steps", false, "", integer(&c.ContentSteps, 1000, 1<<50)),
 		mk("content_memory_mb", false, "", integer(&c.ContentMemoryMB, 16, 1<<20)),
 		mk("content_timeout", false, "", duration(&c.ContentTimeout)),

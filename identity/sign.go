@@ -39,6 +39,9 @@ const (
 	// PurposeMembership signs a membership change (add, revoke, rotate)
 	// by an operator.
 	PurposeMembership Purpose = "scellis/membership-change/v1"
+	// PurposeViewerToken signs a Studio viewer token: a member's claim to
+	// watch the live web view until the token expires.
+	PurposeViewerToken Purpose = "scellis/studio-viewer/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

@@ -41,37 +41,67 @@ func DetectGrid(cells []Cell, metric string) (*Grid, bool) {
 	if len(cells) < 2 {
 		return nil, false
 	}
-	keys := sortedKeys(cells[0].Params)
-	if len(keys) != 2 {
-		return nil, false
-	}
-	for _, c := range cells {
-		if k := sortedKeys(c.Params); len(k) != 2 || k[0] != keys[0] || k[1] != keys[1] {
-			return nil, false
-		}
+	params := make([]map[string]any, len(cells))
+	for i, c := range cells {
+		params[i] = c.Params
 	}
 	first, ok := cells[0].Value.(map[string]any)
 	if !ok {
 		return nil, false
 	}
-	if metric == "" {
-		for _, m := range preferredMetrics {
-			if _, ok := number(first[m]); ok {
-				metric = m
-				break
-			}
-		}
-	}
-	if metric == "" {
-		for _, k := range sortedKeys(first) {
-			if _, ok := number(first[k]); ok {
-				metric = k
-				break
-			}
-		}
-	}
-	if metric == "" {
+	if metric = PickMetric(first, metric); metric == "" {
 		return nil, false
+	}
+	g, ok := NewGrid(params, metric)
+	if !ok {
+		return nil, false
+	}
+	for _, c := range cells {
+		if !g.Set(c.Params, c.Value) {
+			return nil, false
+		}
+	}
+	return g, true
+}
+
+// PickMetric returns metric when it is set, else the first familiar metric
+// (auc, accuracy, rmse, log_loss, loss) or the first numeric key of value,
+// or "" when value holds no number.
+func PickMetric(value map[string]any, metric string) string {
+	if metric != "" {
+		return metric
+	}
+	for _, m := range preferredMetrics {
+		if _, ok := number(value[m]); ok {
+			return m
+		}
+	}
+	for _, k := range sortedKeys(value) {
+		if _, ok := number(value[k]); ok {
+			return k
+		}
+	}
+	return ""
+}
+
+// NewGrid lays out an empty grid (every cell NaN) over the shards'
+// parameters, before any result is known, so a live view can fill it cell
+// by cell. ok is false unless every shard has the same two parameters,
+// each with at least two distinct values.
+func NewGrid(params []map[string]any, metric string) (*Grid, bool) {
+	if len(params) < 2 {
+		return nil, false
+	}
+	keys := sortedKeys(params[0])
+	if len(keys) != 2 {
+		return nil, false
+	}
+	cells := make([]Cell, len(params))
+	for i, p := range params {
+		if k := sortedKeys(p); len(k) != 2 || k[0] != keys[0] || k[1] != keys[1] {
+			return nil, false
+		}
+		cells[i] = Cell{Params: p}
 	}
 	g := &Grid{Metric: metric, XName: keys[0], YName: keys[1]}
 	g.X = distinct(cells, keys[0])
@@ -86,19 +116,35 @@ func DetectGrid(cells []Cell, metric string) (*Grid, bool) {
 			g.Z[i][j] = math.NaN()
 		}
 	}
-	for _, c := range cells {
-		m, ok := c.Value.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		v, ok := number(m[metric])
-		if !ok {
-			return nil, false
-		}
-		g.Z[indexOf(g.Y, c.Params[keys[1]])][indexOf(g.X, c.Params[keys[0]])] = v
-	}
 	return g, true
 }
+
+// Pos returns the column and row of a shard's parameters in the grid.
+func (g *Grid) Pos(params map[string]any) (x, y int) {
+	return indexOf(g.X, params[g.XName]), indexOf(g.Y, params[g.YName])
+}
+
+// Set fills the cell of params with value's metric; false when value is
+// not a dict with a numeric metric or params are not on the grid.
+func (g *Grid) Set(params map[string]any, value any) bool {
+	m, ok := value.(map[string]any)
+	if !ok {
+		return false
+	}
+	v, ok := number(m[g.Metric])
+	if !ok {
+		return false
+	}
+	x, y := g.Pos(params)
+	if x < 0 || y < 0 {
+		return false
+	}
+	g.Z[y][x] = v
+	return true
+}
+
+// Number reads a result value's number (float or integer).
+func Number(v any) (float64, bool) { return number(v) }
 
 func sortedKeys(m map[string]any) []string {
 	out := make([]string, 0, len(m))
@@ -116,6 +162,8 @@ func number(v any) (float64, bool) {
 	case int64:
 		return float64(x), true
 	case int:
+		return float64(x), true
+	case uint64:
 		return float64(x), true
 	}
 	return 0, false

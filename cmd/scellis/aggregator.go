@@ -47,6 +47,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
   round_retry_backoff: 1s     # wait before retrying a failed round, doubled each time
   # listen: 0.0.0.0:7400      # bind here instead of the federation address
   # raft_listen: 0.0.0.0:7401 # (NAT, containers); the federation's stay advertised
+  # studio_listen: 127.0.0.1:7480  # the Studio, the live web view (off by default)
   raft_timing: lan            # lan (default: 1s heartbeat and election, 500ms
                               # leader lease) or wan (3s, 3s, 1.5s: links of
                               # ~150 ms round trip); or set each of
@@ -70,7 +71,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				SecAgg:    wire.Deadlines{Advertise: c.RoundJoinTimeout},
 				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
-				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen, MetricsListen: c.MetricsListen,
+				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen, MetricsListen: c.MetricsListen, StudioListen: c.StudioListen,
 				TURNListen: c.TURNListen, TURNRelayIP: c.TURNRelayIP, TURNMaxAllocations: c.TURNMaxAllocations,
 				TURNBandwidth: int64(c.TURNBandwidthMB) << 20, P2PLoopback: c.P2PLoopback,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
@@ -97,6 +98,9 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				}
 			}()
 			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s serving https://%s (raft %s), data in %s\n", c.Name, n.Self.Address, n.Self.RaftAddress, c.DataDir)
+			if a := n.StudioAddr(); a != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s studio at https://%s/ (sign in: scellis studio token --member NAME)\n", c.Name, a)
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			<-ctx.Done()

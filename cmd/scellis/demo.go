@@ -17,7 +17,7 @@ func init() { commands = append(commands, newDemoCmd) }
 
 func newDemoCmd() *cobra.Command {
 	var dir string
-	var keep, solo bool
+	var keep, solo, stay bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Show Scellis end to end on this machine",
@@ -28,7 +28,10 @@ aggregator nodes (Raft) and 4 hospital silos, each with its own non-IID
 patient data, privacy ledger and policy. It runs FedProx with update-level
 differential privacy and secure aggregation, kills one silo mid-run (the
 rounds go on with three), prints each hospital's ledger, verifies the receipt
-chain, and runs a sweep on the same pool. It cleans up its processes.
+chain, and runs a sweep on the same pool. It prints the URL of the Studio,
+the live web view, where the run's loss curve, each hospital's (ε, δ) and the
+sweep's heatmap appear as they land (--stay keeps it up after the demo). It
+cleans up its processes.
 
 --solo runs the solo showcase instead (a pool of one, no network): a sweep
 with a heatmap, a Monte Carlo estimate and a k-fold cross-validation.`,
@@ -54,7 +57,7 @@ with a heatmap, a Monte Carlo estimate and a k-fold cross-validation.`,
 				}
 				fmt.Fprintln(out, "Scellis demo — a federation on this machine (use --solo for the pool-of-one showcase)")
 				start := time.Now()
-				d := &federationDemo{dir: dir, out: out, exe: exe, procs: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}}
+				d := &federationDemo{dir: dir, out: out, exe: exe, procs: map[string]*exec.Cmd{}, exited: map[string]chan struct{}{}, stay: stay}
 				err = d.run(ctx)
 				d.stopAll()
 				if err != nil {
@@ -109,6 +112,7 @@ with a heatmap, a Monte Carlo estimate and a k-fold cross-validation.`,
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "folder for the demo's data and results (default: a temporary folder)")
 	cmd.Flags().BoolVar(&keep, "keep", false, "keep the demo folder afterwards")
+	cmd.Flags().BoolVar(&stay, "stay", false, "keep the federation and its Studio (the live web view) up after the demo, until Ctrl-C")
 	cmd.Flags().BoolVar(&solo, "solo", false, "run the solo showcase (no processes, no network) instead of the federation")
 	return cmd
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/studio"
 )
 
 // federationDemo is `scellis demo`: a whole federation on this machine —
@@ -34,6 +35,10 @@ type federationDemo struct {
 	procs  map[string]*exec.Cmd
 	exited map[string]chan struct{}
 	fed    string
+	// studio is agg-1's Studio address; stay keeps the federation (and
+	// the Studio) up after the demo until interrupted.
+	studio string
+	stay   bool
 }
 
 const demoSilos = 4
@@ -98,6 +103,13 @@ func (d *federationDemo) setup() error {
 			return err
 		}
 		cfg := fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\nlease_ttl: 5s\nround_join_timeout: 6s\nlog_level: error\n", name, name, name)
+		if i == 1 {
+			// The Studio, the live web view, on the first node.
+			if d.studio, err = port(); err != nil {
+				return err
+			}
+			cfg += fmt.Sprintf("studio_listen: %s\n", d.studio)
+		}
 		if err := os.WriteFile(d.path(name+".yaml"), []byte(cfg), 0o600); err != nil {
 			return err
 		}
@@ -275,6 +287,9 @@ func (d *federationDemo) run(ctx context.Context) error {
 		return fmt.Errorf("the aggregator cluster did not come up (see %s): %w", d.path("logs"), err)
 	}
 	fmt.Fprintf(d.out, "cluster up; logs in %s\n", d.path("logs"))
+	if err := d.printStudio(); err != nil {
+		return err
+	}
 
 	// Record-level DP-SGD from the planner: ε ≤ 1 per round, ≤ 6 for the
 	// run, for 800 records per hospital (scellis privacy plan).
@@ -359,7 +374,33 @@ func (d *federationDemo) run(ctx context.Context) error {
 	if code := run([]string{"job", "submit", d.path("sweep.yaml"), "--identity", d.path("scientist", "identity.key"), "--federation", d.fed}, jobID, d.out); code != 0 {
 		return fmt.Errorf("submitting the sweep failed")
 	}
-	return d.cli("job", "result", strings.TrimSpace(jobID.String()), "--wait", "--out", d.path("out", "sweep"))
+	if err := d.cli("job", "result", strings.TrimSpace(jobID.String()), "--wait", "--out", d.path("out", "sweep")); err != nil {
+		return err
+	}
+	if d.stay {
+		fmt.Fprintf(d.out, "\nthe federation stays up; the Studio serves at https://%s/ — press Ctrl-C to stop\n", d.studio)
+		<-ctx.Done()
+	}
+	return nil
+}
+
+// printStudio prints the URL of the Studio, signed in as the scientist
+// with an 8-hour viewer token.
+func (d *federationDemo) printStudio() error {
+	id, _, err := identity.Load(d.path("scientist", "identity.key"), identity.LoadOptions{})
+	if err != nil {
+		return err
+	}
+	fed, err := identity.LoadFederation(d.fed)
+	if err != nil {
+		return err
+	}
+	tok, _, err := studio.IssueToken(id, fed, 8*time.Hour, time.Now())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "live view (Studio, signed in as the scientist for 8 h; the certificate is the node's own, so the browser asks you to accept it):\n  https://%s/?token=%s\n", d.studio, tok)
+	return nil
 }
 
 const demoPoolSweep = `name: pool-sweep

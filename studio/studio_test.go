@@ -1,0 +1,247 @@
+package studio
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/receipt"
+)
+
+type world struct {
+	fed  *identity.Federation
+	keys map[string]*identity.Identity
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{keys: map[string]*identity.Identity{}}
+	var b strings.Builder
+	b.WriteString("federation: t\nregime: consortium\nmembers:\n")
+	for i, m := range []struct{ name, role string }{{"agg-1", "aggregator"}, {"h1", "silo"}, {"h2", "silo"}, {"alice", "researcher"}} {
+		id, err := identity.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.keys[m.name] = id
+		fmt.Fprintf(&b, "  - name: %s\n    role: %s\n    public_key: %s\n", m.name, m.role, id.Public())
+		if m.role == "aggregator" {
+			fmt.Fprintf(&b, "    address: 127.0.0.1:%d\n    raft_address: 127.0.0.1:%d\n", 7000+i, 7100+i)
+		}
+	}
+	fed, err := identity.ParseFederation("fed.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.fed = fed
+	return w
+}
+
+func (w *world) token(t *testing.T, name string, ttl time.Duration, now time.Time) string {
+	t.Helper()
+	tok, _, err := IssueToken(w.keys[name], w.fed, ttl, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func TestViewerTokens(t *testing.T) {
+	w := newWorld(t)
+	now := time.Now()
+	tok := w.token(t, "h1", 8*time.Hour, now)
+	m, c, err := VerifyToken(tok, w.fed, now.Add(time.Hour))
+	if err != nil || m.Name != "h1" || c.Member != "h1" {
+		t.Fatalf("a fresh token: %v %v %v", m, c, err)
+	}
+	if _, _, err := VerifyToken(tok, w.fed, now.Add(8*time.Hour+time.Second)); !errors.Is(err, ErrTokenExpired) {
+		t.Fatalf("an expired token: %v", err)
+	}
+	if _, _, err := IssueToken(w.keys["h1"], w.fed, 25*time.Hour, now); !errors.Is(err, ErrTokenTTL) {
+		t.Fatalf("a 25 h token was issued: %v", err)
+	}
+	// Claims edited to name another member: the signature no longer holds.
+	body, sig, _ := strings.Cut(strings.TrimPrefix(tok, tokenPrefix), ".")
+	var cl Claims
+	raw, _ := b64.DecodeString(body)
+	json.Unmarshal(raw, &cl)
+	cl.Member = "h2"
+	edited, _ := json.Marshal(cl)
+	if _, _, err := VerifyToken(tokenPrefix+b64.EncodeToString(edited)+"."+sig, w.fed, now); !errors.Is(err, ErrTokenForged) {
+		t.Fatalf("a token edited to name h2: %v", err)
+	}
+	// Signed by h2's key but claiming h1: forged.
+	cl.Member = "h1"
+	claims, _ := json.Marshal(cl)
+	other := identity.Sign(w.keys["h2"], identity.PurposeViewerToken, claims)
+	if _, _, err := VerifyToken(tokenPrefix+b64.EncodeToString(claims)+"."+b64.EncodeToString(other), w.fed, now); !errors.Is(err, ErrTokenForged) {
+		t.Fatalf("a token signed by another member's key: %v", err)
+	}
+	// A signature for another purpose never verifies as a viewer token.
+	wrong := identity.Sign(w.keys["h1"], identity.PurposeReceipt, claims)
+	if _, _, err := VerifyToken(tokenPrefix+b64.EncodeToString(claims)+"."+b64.EncodeToString(wrong), w.fed, now); !errors.Is(err, ErrTokenForged) {
+		t.Fatalf("a receipt signature passed as a viewer token: %v", err)
+	}
+	for _, bad := range []string{"", "sv1.", "sv1.x.y", "bearer", tok + "x", strings.Repeat("a", 5000)} {
+		if _, _, err := VerifyToken(bad, w.fed, now); err == nil {
+			t.Fatalf("malformed token %q verified", bad)
+		}
+	}
+	// A token for a key that is not in the federation cannot be issued.
+	stranger, _ := identity.Generate()
+	if _, _, err := IssueToken(stranger, w.fed, time.Hour, now); !errors.Is(err, ErrTokenMember) {
+		t.Fatalf("a stranger's token: %v", err)
+	}
+}
+
+// fakeSource is a state with one sweep job of four shards (two verified)
+// and the contribution records of one training run are left out: the
+// picture's job and grid logic is what is under test here.
+type fakeSource struct {
+	jobs   []coordinator.JobStatus
+	blobs  map[content.Ref][]byte
+	params []map[string]any
+	events chan coordinator.Event
+}
+
+func (f *fakeSource) Jobs() []coordinator.JobStatus { return f.jobs }
+func (f *fakeSource) Job(id content.Ref) (coordinator.JobStatus, error) {
+	for _, j := range f.jobs {
+		if j.ID == id {
+			return j, nil
+		}
+	}
+	return coordinator.JobStatus{}, errors.New("no job")
+}
+func (f *fakeSource) Runs() []coordinator.RunStatus     { return nil }
+func (f *fakeSource) Receipts(uint64) []receipt.Receipt { return nil }
+func (f *fakeSource) Contributions() map[string]int64   { return map[string]int64{"h1": 2} }
+func (f *fakeSource) Cluster() Cluster {
+	return Cluster{Node: "agg-1", State: "leader", Leader: "agg-1"}
+}
+func (f *fakeSource) Subscribe() (<-chan coordinator.Event, func()) { return f.events, func() {} }
+func (f *fakeSource) Blob(_ context.Context, ref content.Ref) ([]byte, error) {
+	if b, ok := f.blobs[ref]; ok {
+		return b, nil
+	}
+	return nil, errors.New("no blob")
+}
+func (f *fakeSource) Plan(context.Context, coordinator.JobStatus) (Plan, error) {
+	return Plan{Params: f.params, Metric: "auc", Goal: "max"}, nil
+}
+
+func newFake(t *testing.T) *fakeSource {
+	f := &fakeSource{blobs: map[content.Ref][]byte{}, events: make(chan coordinator.Event)}
+	js := coordinator.JobStatus{ID: content.Hash([]byte("job")), Name: "sweep", State: coordinator.JobRunning, Regime: "consortium"}
+	for i, p := range [][2]float64{{0.1, 0}, {0.2, 0}, {0.1, 1}, {0.2, 1}} {
+		f.params = append(f.params, map[string]any{"lr": p[0], "l2": p[1]})
+		s := coordinator.ShardStatus{Index: i, State: coordinator.StatePending}
+		if i < 2 {
+			b, err := content.Encode(map[string]any{"auc": 0.6 + 0.1*float64(i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.State, s.Result, s.DecidedAt = coordinator.StateVerified, content.Hash(b), 1000
+			f.blobs[s.Result] = b
+		}
+		js.Shards = append(js.Shards, s)
+	}
+	f.jobs = []coordinator.JobStatus{js}
+	return f
+}
+
+func TestStudioRefusesAndServes(t *testing.T) {
+	w := newWorld(t)
+	srv := NewServer(newFake(t), w.fed, nil)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	now := time.Now()
+	get := func(path, tok string) (int, string) {
+		req, _ := http.NewRequest("GET", ts.URL+path, nil)
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var b strings.Builder
+		bufio.NewReader(res.Body).WriteTo(&b)
+		return res.StatusCode, b.String()
+	}
+	expired, _, _ := IssueToken(w.keys["h1"], w.fed, time.Hour, now.Add(-2*time.Hour))
+	h1 := w.token(t, "h1", time.Hour, now)
+	forged := strings.Replace(h1, ".", ".x", 1)
+	for _, c := range []struct {
+		what, path, tok string
+		code            int
+		has             string
+	}{
+		{"no token", "/api/picture", "", 401, "SC7201"},
+		{"no token, page", "/", "", 401, "SC7201"},
+		{"expired", "/api/picture", expired, 401, "SC7202"},
+		{"forged", "/api/events", forged, 401, "SC7202"},
+		{"another silo's ledger", "/api/ledger/h2", h1, 403, "SC7203"},
+		{"a researcher asking h1's ledger", "/api/ledger/h1", w.token(t, "alice", time.Hour, now), 403, "SC7203"},
+		{"own ledger", "/api/ledger/h1", h1, 200, "[]"},
+		{"picture", "/api/picture", h1, 200, `"metric":"auc"`},
+		{"assets are public", "/assets/app.js", "", 200, "EventSource"},
+	} {
+		code, body := get(c.path, c.tok)
+		if code != c.code || !strings.Contains(body, c.has) {
+			t.Errorf("%s: %s answered %d, want %d with %q:\n%s", c.what, c.path, code, c.code, c.has, body)
+		}
+	}
+	// The grid: two cells of four filled, the better one marked best.
+	_, body := get("/api/picture", h1)
+	var p Picture
+	if err := json.Unmarshal([]byte(body), &p); err != nil {
+		t.Fatal(err)
+	}
+	g := p.Jobs[0].Grid
+	if g == nil || len(g.Cells) != 4 || g.Best != 1 || g.Cells[0].Value == nil || g.Cells[2].Value != nil || g.XName != "l2" || g.YName != "lr" {
+		t.Fatalf("grid: %+v", g)
+	}
+	if p.Viewer.Member != "h1" || p.Viewer.Via != "token" {
+		t.Fatalf("viewer: %+v", p.Viewer)
+	}
+}
+
+// The browser's sign-in: the URL's token becomes an HttpOnly cookie and
+// leaves the address bar.
+func TestStudioTokenURLSetsCookie(t *testing.T) {
+	w := newWorld(t)
+	srv := NewServer(newFake(t), w.fed, nil)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	client := ts.Client()
+	client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	res, err := client.Get(ts.URL + "/?token=" + w.token(t, "alice", time.Hour, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	ck := res.Cookies()
+	if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/" || len(ck) != 1 || !ck[0].HttpOnly || !ck[0].Secure {
+		t.Fatalf("sign-in answered %d %q cookies %v", res.StatusCode, res.Header.Get("Location"), ck)
+	}
+	res, err = client.Get(ts.URL + "/?token=sv1.bad.token")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 401 || len(res.Cookies()) != 0 {
+		t.Fatalf("a bad token in the URL answered %d and cookies %v", res.StatusCode, res.Cookies())
+	}
+}
