@@ -51,9 +51,10 @@ type Node struct {
 	metrics    *nodeMetrics
 	logSum     *obs.Summariser
 	// studioAddr and studioStop: the Studio, when studio_listen is set.
-	studioAddr net.Addr
-	studioStop func()
-	ln         net.Listener
+	studioAddr        net.Addr
+	studioFingerprint string
+	studioStop        func()
+	ln                net.Listener
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup

@@ -97,7 +97,8 @@ func childStudioPlan(ctx context.Context, raw []byte) ([]byte, error) {
 
 // startStudio serves the Studio on addr until the node closes.
 func (n *Node) startStudio(addr string) error {
-	cfg, err := studio.TLSConfig(n.id, n.fed)
+	host, _, _ := net.SplitHostPort(addr)
+	cfg, fp, err := studio.TLSConfig(n.id, n.fed, host)
 	if err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func (n *Node) startStudio(addr string) error {
 		cancel()
 		return err
 	}
-	n.studioAddr = bound
+	n.studioAddr, n.studioFingerprint = bound, fp
 	n.studioStop = func() {
 		cancel()
 		stop()
@@ -116,5 +117,6 @@ func (n *Node) startStudio(addr string) error {
 	return nil
 }
 
-// StudioAddr is the address the Studio listens on (nil when it is off).
-func (n *Node) StudioAddr() net.Addr { return n.studioAddr }
+// StudioAddr is the address the Studio listens on (nil when it is off)
+// and the SHA-256 fingerprint of the certificate browsers get.
+func (n *Node) StudioAddr() (net.Addr, string) { return n.studioAddr, n.studioFingerprint }

@@ -2,6 +2,7 @@ package studio
 
 import (
 	"context"
+	"log/slog"
 	"math"
 	"slices"
 	"sort"
@@ -232,10 +233,11 @@ type cache struct {
 	records map[content.Ref]*silo.SignedContribution // contribution record
 	recOK   map[content.Ref]bool                     // its signature verified
 	plans   map[content.Ref]*Plan                    // job → plan (nil: not a sweep)
+	log     *slog.Logger
 }
 
-func newCache() *cache {
-	return &cache{values: map[content.Ref]any{}, rounds: map[content.Ref]*fl.RoundResult{},
+func newCache(log *slog.Logger) *cache {
+	return &cache{log: log, values: map[content.Ref]any{}, rounds: map[content.Ref]*fl.RoundResult{},
 		records: map[content.Ref]*silo.SignedContribution{}, recOK: map[content.Ref]bool{}, plans: map[content.Ref]*Plan{}}
 }
 
@@ -389,6 +391,7 @@ func (c *cache) grid(ctx context.Context, src Source, js coordinator.JobStatus) 
 	if !known {
 		got, err := src.Plan(ctx, js)
 		if err != nil {
+			c.log.Warn("studio: cannot lay out the sweep", "job", js.ID.Short(), "err", err)
 			return nil // retried on the next build
 		}
 		pl = &got

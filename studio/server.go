@@ -15,7 +15,13 @@ package studio
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -24,6 +30,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -49,6 +56,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	pic     *full
+	last    []byte // pic without its version, to tell a change
 	version uint64
 	changed chan struct{} // closed and replaced when pic changes
 	dirty   atomic.Bool
@@ -61,7 +69,7 @@ func NewServer(src Source, fed *identity.Federation, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{src: src, fed: fed, log: log, now: time.Now, cache: newCache(), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	s := &Server{src: src, fed: fed, log: log, now: time.Now, cache: newCache(log), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.dirty.Store(true)
 	return s
 }
@@ -111,7 +119,8 @@ func (s *Server) Run(ctx context.Context) {
 	}
 }
 
-// rebuild builds a fresh picture and wakes every stream.
+// rebuild builds a fresh picture and, when it differs from the last one,
+// gives it the next version and wakes every stream.
 func (s *Server) rebuild(ctx context.Context) *full {
 	s.buildMu.Lock()
 	defer s.buildMu.Unlock()
@@ -119,13 +128,21 @@ func (s *Server) rebuild(ctx context.Context) *full {
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	f := s.cache.build(bctx, s.src, s.fed)
 	cancel()
+	sum, err := json.Marshal(struct {
+		P Picture
+		L []LedgerEntry
+	}{f.Picture, f.ledger})
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err == nil && s.pic != nil && string(sum) == string(s.last) {
+		return s.pic // nothing changed: no new version, nobody woken
+	}
+	s.last = sum
 	s.version++
 	f.Version = s.version
 	s.pic = f
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.mu.Unlock()
 	return f
 }
 
@@ -361,14 +378,34 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TLSConfig is the Studio's TLS: the node's own certificate (derived from
-// its identity key, like the API's), and a client certificate requested
-// but not required, so a member's certificate admits it while a browser
-// without one signs in with a viewer token.
-func TLSConfig(id *identity.Identity, fed *identity.Federation) (*tls.Config, error) {
-	cfg, err := identity.ServerTLSConfig(id, fed)
+// TLSConfig is the Studio's TLS. Browsers do not take Ed25519
+// certificates, so besides the node's own certificate (derived from its
+// identity key, like the API's, for members' clients that pin it) the
+// Studio holds an ECDSA P-256 certificate made at start for this process,
+// and gives it to every client that cannot take Ed25519; fingerprint is
+// its SHA-256, for the operator to compare with what the browser shows.
+// A client certificate is requested but not required, so a member's
+// certificate admits it while a browser without one signs in with a viewer
+// token.
+func TLSConfig(id *identity.Identity, fed *identity.Federation, host string) (cfg *tls.Config, fingerprint string, err error) {
+	cfg, err = identity.ServerTLSConfig(id, fed)
 	if err != nil {
-		return nil, err
+		return nil, "", err
+	}
+	self, _ := fed.Lookup(id.Public())
+	browser, err := browserCert(self.Name, host)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(browser.Certificate[0])
+	pinned := cfg.GetCertificate
+	cfg.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		// The pinned certificate names the member, not a host, so ask
+		// only whether the client can verify Ed25519 at all.
+		if slices.Contains(hello.SignatureSchemes, tls.Ed25519) {
+			return pinned(hello)
+		}
+		return browser, nil
 	}
 	verify := cfg.VerifyConnection
 	cfg.ClientAuth = tls.RequestClientCert
@@ -378,7 +415,40 @@ func TLSConfig(id *identity.Identity, fed *identity.Federation) (*tls.Config, er
 		}
 		return verify(cs)
 	}
-	return cfg, nil
+	return cfg, fmt.Sprintf("%X", sum[:]), nil
+}
+
+// browserCert makes a self-signed ECDSA P-256 certificate for the
+// Studio's host (and localhost), valid for a year.
+func browserCert(name, host string) (*tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: name + " studio", Organization: []string{"Scellis"}},
+		NotBefore:   now.Add(-time.Hour),
+		NotAfter:    now.Add(365 * 24 * time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+	} else if host != "" {
+		tmpl.DNSNames = append(tmpl.DNSNames, host)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }
 
 // Listen serves the Studio on addr over TLS until ctx ends.

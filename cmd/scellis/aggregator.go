@@ -98,8 +98,8 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				}
 			}()
 			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s serving https://%s (raft %s), data in %s\n", c.Name, n.Self.Address, n.Self.RaftAddress, c.DataDir)
-			if a := n.StudioAddr(); a != nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s studio at https://%s/ (sign in: scellis studio token --member NAME)\n", c.Name, a)
+			if a, fp := n.StudioAddr(); a != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s studio at https://%s/ (sign in: scellis studio token --member NAME; browsers get a certificate made at start, SHA-256 %s)\n", c.Name, a, fp)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

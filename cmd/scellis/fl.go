@@ -37,7 +37,7 @@ cohort trains on its own data, clips and noises its update, charges its
 privacy ledger and takes part in secure aggregation; the aggregator learns
 only the sum and runs the strategy's server step on it.`,
 	}
-	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLSimulateCmd(), newFLListCmd(), newFLStatusCmd(), newFLCancelCmd(), newFLResumeCmd())
+	cmd.AddCommand(newFLLaunchCmd(), newFLWatchCmd(), newFLModelCmd(), newFLSimulateCmd(), newFLListCmd(), newFLStatusCmd(), newFLCancelCmd(), newFLResumeCmd(), newFLPlotCmd())
 	return cmd
 }
 

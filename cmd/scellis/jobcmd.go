@@ -30,7 +30,7 @@ func newJobCmd() *cobra.Command {
 watch it land shard by shard, and fetch its result.json (the same document
 a solo run writes, plus the receipts of the verified shards).`,
 	}
-	cmd.AddCommand(newJobSubmitCmd(), newJobWatchCmd(), newJobStatusCmd(), newJobResultCmd(), newJobListCmd(), newJobCancelCmd())
+	cmd.AddCommand(newJobSubmitCmd(), newJobWatchCmd(), newJobStatusCmd(), newJobResultCmd(), newJobListCmd(), newJobCancelCmd(), newJobHeatmapCmd())
 	return cmd
 }
 

@@ -9,7 +9,10 @@
     const e = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === undefined || v === null || v === false) continue;
-      if (k === "class") e.className = v; else e.setAttribute(k, v);
+      if (k === "class") e.className = v;
+      // Through the CSSOM: the page's CSP forbids style attributes.
+      else if (k === "style") for (const d of v.split(";")) { const i = d.indexOf(":"); if (i > 0) e.style.setProperty(d.slice(0, i).trim(), d.slice(i + 1).trim()); }
+      else e.setAttribute(k, v);
     }
     for (const k of kids.flat()) {
       if (k === undefined || k === null) continue;
@@ -50,11 +53,11 @@
         return el("td", {
           class: "cell " + c.state + (filled ? " filled" : "") + (c.shard === g.best ? " best" : ""),
           "data-shard": c.shard, "data-decided-at": c.decided_at || null, "data-shown-at": filled ? shownAt.get(key) : null,
-          style: filled ? "background:" + colour(t) : null,
+          style: filled ? "background:" + colour(t) + ";color:" + (t > 0.3 && t < 0.7 ? "#000" : "#fff") : null,
           title: g.metric + " " + (filled ? c.value : "(pending)"),
         }, filled ? fmt(c.value, 3) : c.state === "verified" ? "✓" : "");
       });
-      return el("tr", {}, el("th", {}, y), tds);
+      rows.push(el("tr", {}, el("th", {}, y), tds));
     });
     const best = g.cells.find((c) => c.shard === g.best);
     return el("div", {},
@@ -142,9 +145,9 @@
     if (p.ledger && p.ledger.length) {
       out.push(el("h3", {}, "Your ledger (" + p.viewer.member + "), in full"),
         el("table", { class: "ledger" }, el("tr", {}, ["run", "round", "status", "ε", "ε cumulative", "ledger seq", "ledger entry", "ledger head", "refusals", "signature"].map((h) => el("th", {}, h))),
-          p.ledger.map((e) => el("tr", {}, el("td", {}, e.run), el("td", { class: "n" }, e.round), el("td", {}, e.status), el("td", { class: "n" }, fmt(e.epsilon)),
+          p.ledger.map((e) => el("tr", { "data-charged": e.ledger_entry ? "1" : null }, el("td", {}, e.run), el("td", { class: "n" }, e.round), el("td", {}, e.status), el("td", { class: "n" }, fmt(e.epsilon)),
             el("td", { class: "n" }, fmt(e.cumulative_epsilon)), el("td", { class: "n" }, e.ledger_seq || "-"), el("td", {}, el("code", {}, short(e.ledger_entry))),
-            el("td", {}, el("code", {}, short(e.ledger_head))), el("td", {}, (e.refusals || []).join(", ")), el("td", {}, e.verified ? "✓" : "✗"))))));
+            el("td", {}, el("code", {}, short(e.ledger_head))), el("td", {}, (e.refusals || []).join(", ")), el("td", {}, e.verified ? "✓" : "✗")))));
     }
     return out;
   }
@@ -184,6 +187,20 @@
     fill("cluster", cluster(p), "");
     $("who").textContent = p.viewer.member + " (" + p.viewer.role + ", " + p.viewer.via + ") · node " + p.cluster.node;
     document.body.dataset.version = p.version;
+    record(p);
+  }
+
+  // What every picture showed, for tests and for debugging from the
+  // console: per picture, each sweep's filled cells, each run's loss
+  // points and each silo's cumulative ε.
+  const studio = (window.scellisStudio = { history: [] });
+  function record(p) {
+    const h = { v: p.version, at: Date.now(), cells: {}, points: {}, eps: {} };
+    for (const j of p.jobs || []) if (j.grid) h.cells[j.id] = j.grid.cells.filter((c) => c.value !== undefined && c.value !== null).length;
+    for (const r of p.runs || []) h.points[r.id] = r.done.filter((x) => x.train_loss !== undefined && x.train_loss !== null).length;
+    for (const r of p.privacy || []) h.eps[r.silo + "/" + r.dataset] = r.cumulative_epsilon;
+    studio.history.push(h);
+    if (studio.history.length > 5000) studio.history.shift();
   }
 
   function connect() {
