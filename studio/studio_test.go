@@ -188,12 +188,12 @@ func TestStudioRefusesAndServes(t *testing.T) {
 		code            int
 		has             string
 	}{
-		{"no token", "/api/picture", "", 401, "SC7201"},
-		{"no token, page", "/", "", 401, "SC7201"},
-		{"expired", "/api/picture", expired, 401, "SC7202"},
-		{"forged", "/api/events", forged, 401, "SC7202"},
-		{"another silo's ledger", "/api/ledger/h2", h1, 403, "SC7203"},
-		{"a researcher asking h1's ledger", "/api/ledger/h1", w.token(t, "alice", time.Hour, now), 403, "SC7203"},
+		{"no token", "/api/picture", "", 401, "SC7401"},
+		{"no token, page", "/", "", 401, "SC7401"},
+		{"expired", "/api/picture", expired, 401, "SC7402"},
+		{"forged", "/api/events", forged, 401, "SC7402"},
+		{"another silo's ledger", "/api/ledger/h2", h1, 403, "SC7403"},
+		{"a researcher asking h1's ledger", "/api/ledger/h1", w.token(t, "alice", time.Hour, now), 403, "SC7403"},
 		{"own ledger", "/api/ledger/h1", h1, 200, "[]"},
 		{"picture", "/api/picture", h1, 200, `"metric":"auc"`},
 		{"assets are public", "/assets/app.js", "", 200, "EventSource"},

@@ -402,10 +402,10 @@ func checkStudioRefusals(t *testing.T, c *cluster, base, h1Token string) {
 		code            int
 		has             string
 	}{
-		{"no token", "/api/picture", "", 401, "SC7201"},
-		{"forged token", "/api/picture", forged, 401, "SC7202"},
+		{"no token", "/api/picture", "", 401, "SC7401"},
+		{"forged token", "/api/picture", forged, 401, "SC7402"},
 		{"expired token", "/api/events", expired, 401, "expired"},
-		{"another silo's ledger", "/api/ledger/h2", h1Token, 403, "SC7203"},
+		{"another silo's ledger", "/api/ledger/h2", h1Token, 403, "SC7403"},
 		{"own ledger", "/api/ledger/h1", h1Token, 200, "["},
 	} {
 		if code, b := get(plain, k.path, k.tok); code != k.code || !strings.Contains(b, k.has) {
