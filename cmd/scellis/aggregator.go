@@ -177,10 +177,12 @@ func newAggregatorStatusCmd() *cobra.Command {
 func newAggregatorMemberCmd(join bool) *cobra.Command {
 	var f memberFlags
 	use, short := "join MEMBER", "Add an aggregator to the Raft voters (run with an aggregator's or an operator's identity)"
-	long := `Add a running aggregator to the cluster's voters. Before joining, list the
-member (with address and raft_address) in the federation file of every node
-and restart them one at a time, and start the new node with join: true in
-its config so it does not bootstrap a cluster of its own.`
+	long := `Add a running aggregator to the cluster's voters. Before joining, add the
+member while the federation runs (scellis federation add NAME --role
+aggregator --public-key KEY --address HOST:PORT --raft-address HOST:PORT; or,
+before it starts, list it in every node's federation file), and start the new
+node with join: true in its config so it does not bootstrap a cluster of its
+own.`
 	if !join {
 		use, short = "leave MEMBER", "Remove an aggregator from the Raft voters"
 		long = "Remove an aggregator from the cluster's voters; stop it afterwards."

@@ -25,11 +25,13 @@ import (
 // requests are refused with SC1119; rotating an aggregator's key switches
 // that aggregator to its new key in place — clients that follow the log
 // reach it, a client pinning the old key cannot — and the cluster goes on
-// committing. Bad changes are refused with their codes and exit code 2.
+// committing. An aggregator added through the log joins the Raft cluster,
+// leaves it and is revoked. Bad changes are refused with their codes and
+// exit code 2.
 //
-// One cluster for all of it; about 25-40 s on two busy cores (three
-// aggregators, three two-shard jobs), which the issue's "add, revoke,
-// rotate with no restart" needs at once.
+// One cluster for all of it; about 20-40 s on two busy cores (three
+// aggregators and a fourth, three two-shard jobs), which the issue's "add,
+// revoke, rotate with no restart" needs at once.
 func TestMembershipThroughTheLog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process membership test")
@@ -137,7 +139,26 @@ func TestMembershipThroughTheLog(t *testing.T) {
 		}
 		return true
 	})
-	if out := c.mustCLI("alice", "federation", "members"); !strings.Contains(out, "4 changes since the file") || !strings.Contains(out, next) || strings.Contains(out, "w-new") {
+	// An aggregator added through the log joins the Raft cluster; once it
+	// left the voters again it can be revoked.
+	aggKey := c.keygen("agg-4")
+	pp := &ports{t: t}
+	apiAddr, raftAddr := pp.next(), pp.next()
+	pp.release()
+	c.write("agg-4.yaml", "name: agg-4\nidentity: agg-4/identity.key\nfederation: federation.yaml\ndata_dir: agg-4/data\nlease_ttl: 2s\nlog_level: error\njoin: true\n")
+	c.mustCLI("ops", "federation", "add", "agg-4", "--role", "aggregator", "--public-key", aggKey, "--address", apiAddr, "--raft-address", raftAddr)
+	c.start("agg-4", "aggregator", "--config", "agg-4.yaml")
+	waitFor(t, "agg-4 to serve", time.Minute, func() bool { return strings.Contains(c.read("agg-4.log"), "serving https://") })
+	c.mustCLI("ops", "aggregator", "join", "agg-4")
+	waitFor(t, "agg-4 to follow the leader", time.Minute, func() bool {
+		out, _, _ := c.cli("alice", "aggregator", "status")
+		return strings.Count(out, "follower") == 3 && strings.Contains(out, "agg-4")
+	})
+	c.refused("ops", "SC1117", []string{"Raft voter"}, "federation", "revoke", "agg-4")
+	c.mustCLI("ops", "aggregator", "leave", "agg-4")
+	c.mustCLI("ops", "federation", "revoke", "agg-4")
+
+	if out := c.mustCLI("alice", "federation", "members"); !strings.Contains(out, "6 changes since the file") || !strings.Contains(out, next) || strings.Contains(out, "w-new") || strings.Contains(out, "agg-4") {
 		t.Fatalf("federation members:\n%s", out)
 	}
 }
