@@ -3,6 +3,7 @@ package aggregator
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,7 @@ import (
 	"github.com/scellis/scellis/internal/obs"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/secagg/wire"
+	"github.com/scellis/scellis/verify/spot"
 )
 
 // Node is one running aggregator.
@@ -488,6 +490,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 				n.log.Debug("tick", "err", err)
 			}
 		}
+		n.drawAudits(ctx, m, now)
 		n.driveRuns(tenure.ctx, m)
 		for _, js := range m.Jobs() {
 			// A round job is reduced by its run's round (runs.go).
@@ -584,4 +587,28 @@ func (n *Node) leader() (name, url string, self bool) {
 		url = "https://" + m.Address
 	}
 	return id, url, id == n.Self.Name
+}
+
+// drawAudits proposes the leader's randomness for every shard of an
+// adaptive job whose commitment is in the log and waits for its spot-check
+// draw (law 10: the choice enters through the log). The seed is drawn from
+// crypto/rand here, after the commitment was applied, so nothing a peer
+// received before committing depends on it.
+func (n *Node) drawAudits(ctx context.Context, m *coordinator.Machine, now int64) {
+	pending := m.PendingDraws(now)
+	if len(pending) == 0 {
+		return
+	}
+	var b coordinator.Batch
+	for _, p := range pending {
+		seed := make([]byte, spot.SeedBytes)
+		if _, err := rand.Read(seed); err != nil {
+			n.log.Error("audit draw", "err", err)
+			return
+		}
+		b.Commands = append(b.Commands, coordinator.DrawAudit{Job: p.Job, Shard: p.Shard, Seed: seed, Now: now})
+	}
+	if _, err := n.Apply(ctx, b); err != nil {
+		n.log.Debug("audit draw", "err", err)
+	}
 }

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"container/list"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trust"
 	"github.com/scellis/scellis/verify"
+	"github.com/scellis/scellis/verify/spot"
 )
 
 // ContentCaps are the operator's bounds on the submitters' content the
@@ -296,7 +298,38 @@ func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
 			WithHelp("run the job with scellis run (a pool of one checks the convergent tier and Freivalds)")
 	}
 	cmd, durable := submitCommand(pl, req.Bundle, builtin)
+	if cmd.Canaries, err = canaries(ctx, pl); err != nil {
+		return nil, err
+	}
 	return content.Encode(planReply{Cmd: cmd, Durable: durable})
+}
+
+// canaries computes the known answers of an adaptive job's canary shards:
+// a share of its own shards (spot.CanaryCount), chosen with crypto/rand
+// and executed here, in the planning child under the operator's caps. A
+// canary is a real shard, so no peer can tell it from the others.
+func canaries(ctx context.Context, pl *job.Plan) ([]coordinator.Canary, error) {
+	v := pl.Spec.Verification
+	if v.Mode != coordinator.ModeAdaptive {
+		return nil, nil
+	}
+	rate := v.Canaries
+	if rate == 0 {
+		rate = spot.DefaultCanaryRate
+	}
+	seed := make([]byte, spot.SeedBytes)
+	if _, err := rand.Read(seed); err != nil {
+		return nil, err
+	}
+	var out []coordinator.Canary
+	for _, i := range spot.PickCanaries(len(pl.Shards), spot.CanaryCount(len(pl.Shards), rate), seed) {
+		res, err := pl.Execute(ctx, pl.Shards[i])
+		if err != nil {
+			return nil, fmt.Errorf("canary shard %d: %w", i, err)
+		}
+		out = append(out, coordinator.Canary{Shard: i, Result: res.Hash})
+	}
+	return out, nil
 }
 
 // submitCommand is the SubmitJob a plan stands for, and the blobs (the
@@ -324,7 +357,7 @@ func submitCommand(pl *job.Plan, bundleRef content.Ref, builtin *catalog.Catalog
 		SecurityCritical: pl.Spec.SecurityCritical,
 		Inputs:           req.Inputs,
 		Models:           req.Models,
-		Policy:           coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts},
+		Policy:           coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts, Mode: pl.Spec.Verification.Mode},
 	}
 	if cmd.Inputs == nil {
 		cmd.Inputs = []trust.Item{}

@@ -19,6 +19,9 @@ type reduceRequest struct {
 	Method   string        `cbor:"method"`
 	Results  []content.Ref `cbor:"results"` // by shard index; "" for unverified shards
 	Receipts []content.Ref `cbor:"receipts"`
+	// Methods says, by shard index, how each shard of an adaptive job was
+	// accepted (spot-checked alone or audited, canary, re-checked).
+	Methods []string `cbor:"methods,omitempty"`
 }
 
 // reduceJob is the reducer peer's work for one decided job: fetch every
@@ -49,6 +52,12 @@ func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, erro
 			return "", fmt.Errorf("shard %d: result %s: %w", s.Index, s.Result.Short(), err)
 		}
 		req.Results[s.Index] = s.Result
+		if st.Policy.Mode == coordinator.ModeAdaptive {
+			if req.Methods == nil {
+				req.Methods = make([]string, len(st.Shards))
+			}
+			req.Methods[s.Index] = s.Method
+		}
 	}
 	for _, r := range n.fsm.machine().Receipts(0) {
 		if r.Job == id {
@@ -103,6 +112,15 @@ func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	doc := job.NewDocument(pl, results, reduced, req.Method, unverified)
+	for i, m := range req.Methods {
+		if m == "" || i >= len(doc.Shards) {
+			continue
+		}
+		if doc.Shards[i].Check == nil {
+			doc.Shards[i].Check = &job.DocCheck{Tier: doc.Verification.Tier}
+		}
+		doc.Shards[i].Check.Method = m
+	}
 	if len(req.Receipts) > 0 {
 		doc.Extra = &job.DocExtension{Receipts: req.Receipts}
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -631,6 +632,13 @@ func (c *Client) Report(ctx context.Context, req ResultReport) (coordinator.Repo
 func (c *Client) Peers(ctx context.Context) ([]coordinator.PeerRecord, error) {
 	var r []coordinator.PeerRecord
 	return r, c.do(ctx, "GET", "/v1/peers", nil, &r)
+}
+
+// Readmit lifts the exclusion of a peer caught by repeated failed checks
+// (operators only).
+func (c *Client) Readmit(ctx context.Context, peer string) (coordinator.ReadmitResponse, error) {
+	var r coordinator.ReadmitResponse
+	return r, c.do(ctx, "POST", "/v1/peers/"+url.PathEscape(peer)+"/readmit", struct{}{}, &r)
 }
 
 // Commit commits the caller to a result for one shard (workers and silos).

@@ -586,6 +586,13 @@ type CancelRequest struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// readmit lifts a peer's exclusion after failed spot checks; the route
+// admits operators only, and the machine checks it again.
+func (s *Server) readmit(w http.ResponseWriter, r *http.Request) {
+	p := peerOf(r)
+	s.apply(w, r, coordinator.Readmit{Peer: r.PathValue("name"), By: p.Name, Operator: p.Role == identity.Operator, Now: s.now()})
+}
+
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.jobID(w, r)
 	if !ok {

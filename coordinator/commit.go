@@ -162,6 +162,9 @@ func (m *Machine) commit(c CommitResult) Result {
 	resp := func() *CommitResponse {
 		return &CommitResponse{Job: j.ID, Shard: s.Index, Commits: len(s.Commits), Reveal: revealOpen(j, s, now), RevealAt: revealAt(j, s)}
 	}
+	if d := m.checkExcluded(j, s, c.Peer); d != nil {
+		return refuse(d)
+	}
 	if prev := s.commitOf(c.Peer); prev != nil {
 		if prev.Commitment == c.Commitment {
 			return Result{Response: resp()}

@@ -36,6 +36,9 @@ func (m *Machine) report(c ReportResult) Result {
 			"%s already reported %s for shard %d and now reports %s", c.Peer, prev.Result.Short(), s.Index, c.Result.Short()).
 			WithHelp("a peer reports one result per shard; a program that gives two results is not deterministic"))
 	}
+	if d := m.checkExcluded(j, s, c.Peer); d != nil {
+		return refuse(d)
+	}
 	now := m.clock(c.Now)
 	if d := m.checkReveal(c, j, s, now); d != nil {
 		return refuse(d)

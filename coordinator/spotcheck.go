@@ -503,6 +503,16 @@ func (m *Machine) readmit(c Readmit) Result {
 	return Result{Response: &ReadmitResponse{Peer: *rec}, Events: []Event{PeerReadmitted{Peer: c.Peer, By: c.By}}}
 }
 
+// checkExcluded refuses a commitment or report of an excluded peer on a
+// generic shard: its word no longer counts.
+func (m *Machine) checkExcluded(j *jobState, s *shardState, peer string) *diag.Diagnostic {
+	if rec := m.st.Peers[peer]; rec != nil && rec.Excluded && s.Peer == "" {
+		return diag.New(diag.PoolPeerExcluded, shardSubject(j, s.Index), "%s is excluded after %d failed checks; its results no longer count", peer, rec.Failed).
+			WithHelp("an operator re-admits a peer with scellis pool readmit %s", peer)
+	}
+	return nil
+}
+
 func contains(s []string, v string) bool {
 	i := sort.SearchStrings(s, v)
 	return i < len(s) && s[i] == v

@@ -25,7 +25,8 @@ var (
 	PoolPlanBusy          = define("SC7020", "too many plans in flight")
 	ContentKilled         = define("SC7021", "content on the aggregator killed at the operator's cap")
 	// Spot checks (adaptive verification), numbered from SC7030.
-	PoolDrawEarly   = define("SC7030", "audit draw with nothing to draw for")
-	PoolNotExcluded = define("SC7031", "re-admission of a peer that is not excluded")
-	PoolBadMode     = define("SC7032", "verification mode the job or pool cannot use")
+	PoolDrawEarly    = define("SC7030", "audit draw with nothing to draw for")
+	PoolNotExcluded  = define("SC7031", "re-admission of a peer that is not excluded")
+	PoolBadMode      = define("SC7032", "verification mode the job or pool cannot use")
+	PoolPeerExcluded = define("SC7033", "peer excluded after repeated failed checks")
 )

@@ -82,6 +82,13 @@ type Verification struct {
 	// many Freivalds rounds on a verifier peer (the program's verify
 	// function) instead of re-executing it.
 	Freivalds int `cbor:",omitempty"`
+	// Mode is "quorum" (default: every shard needs Replicas agreeing
+	// peers) or "adaptive" (spot checks by reputation, canaries and
+	// replacement; see docs/verification.md).
+	Mode string `cbor:",omitempty"`
+	// Canaries is the share of an adaptive job's shards the planner
+	// computes beforehand as known answers (0: the default, 5%).
+	Canaries float64 `cbor:",omitempty"`
 }
 
 // EffectiveTier is the tier the job runs under: the declared one, or
@@ -139,7 +146,7 @@ var (
 	ClassKeys  = []string{"content", "model"}
 	useKeys    = []string{"use", "params"}
 	inputKeys  = []string{"path", "label", "class"}
-	verifyKeys = []string{"tier", "replicas", "tolerance", "attempts", "freivalds"}
+	verifyKeys = []string{"tier", "replicas", "tolerance", "attempts", "freivalds", "mode", "canaries"}
 	tolKeys    = []string{"abs", "rel", "per"}
 	limitKeys  = []string{"steps", "memory_mb"}
 )
@@ -273,6 +280,18 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 		}
 		if v := vf["attempts"]; v != nil {
 			s.Verification.Attempts = int(d.Integer(v, "verification.attempts", 1, 100))
+		}
+		if v := vf["mode"]; v != nil {
+			s.Verification.Mode = d.Str(v, "verification.mode")
+			if m := s.Verification.Mode; m != "quorum" && m != "adaptive" && v.Tag == "!!str" {
+				d.Errorf(v, diag.InvalidValue, "verification.mode", "use quorum (every shard replicated) or adaptive (spot checks by reputation, with canaries)", "unknown verification mode %q", m)
+			}
+		}
+		if v := vf["canaries"]; v != nil {
+			s.Verification.Canaries = d.Number(v, "verification.canaries", 0, 0.5)
+			if s.Verification.Mode != "adaptive" {
+				d.Errorf(v, diag.InvalidValue, "verification.canaries", "set verification.mode: adaptive, or remove canaries", "canaries are mixed into adaptive jobs only")
+			}
 		}
 	}
 	if n := f["classes"]; n != nil {
