@@ -29,12 +29,3 @@ func RecheckWindow[K any](accepted []Accepted[K], since int64, window int) []Acc
 	}
 	return out
 }
-
-// RecheckVotes are the votes a re-check decides on: the accepted result
-// counts once, however many peers agreed with it (they may be accomplices),
-// and each fresh report once. Decide(RecheckVotes(…), 2, attempts) keeps
-// the accepted result when one fresh report agrees and replaces it when
-// two fresh reports outvote it.
-func RecheckVotes[T comparable](accepted T, fresh []T) []T {
-	return append([]T{accepted}, fresh...)
-}
