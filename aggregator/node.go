@@ -62,6 +62,8 @@ type Node struct {
 	done   sync.WaitGroup
 
 	reducing sync.Map // job ID → struct{}: a reduction in progress
+	// verifying: "job/shard/reports" → struct{}: a verdict in progress (verifier.go)
+	verifying sync.Map
 
 	opt        Options
 	sagg       *wire.Host // the reducer peer's secure aggregation host
@@ -492,6 +494,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 		}
 		n.drawAudits(ctx, m, now)
 		n.driveRuns(tenure.ctx, m)
+		n.verifyDue(ctx, m)
 		for _, js := range m.Jobs() {
 			// A round job is reduced by its run's round (runs.go).
 			if js.State != coordinator.JobDecided || js.Run != "" {

@@ -291,12 +291,6 @@ func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
 	if err := pl.CheckPrices(req.Caps.MaxShardUnits, req.Caps.MaxJobUnits); err != nil {
 		return nil, err
 	}
-	if pl.Tier() != verify.Replayable || pl.FreivaldsRounds() > 0 {
-		// Until a verifier peer judges these shards, a pool would compare
-		// their hashes only: refuse rather than apply another method.
-		return nil, diag.New(diag.VerifyTierUnsupported, "job "+pl.Spec.Name, "this pool verifies the replayable tier by exact match only").
-			WithHelp("run the job with scellis run (a pool of one checks the convergent tier and Freivalds)")
-	}
 	cmd, durable := submitCommand(pl, req.Bundle, builtin)
 	if cmd.Canaries, err = canaries(ctx, pl); err != nil {
 		return nil, err
@@ -358,6 +352,14 @@ func submitCommand(pl *job.Plan, bundleRef content.Ref, builtin *catalog.Catalog
 		Inputs:           req.Inputs,
 		Models:           req.Models,
 		Policy:           coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts, Mode: pl.Spec.Verification.Mode},
+	}
+	// A check other than exact match is judged by a verifier peer
+	// (verifier.go); the coordinator records its verdicts.
+	switch {
+	case pl.FreivaldsRounds() > 0:
+		cmd.Policy.Check, cmd.Policy.Rounds = coordinator.CheckFreivalds, pl.FreivaldsRounds()
+	case pl.Tier() == verify.Convergent:
+		cmd.Policy.Check, cmd.Policy.Tolerance = coordinator.CheckCompare, pl.Tolerance().String()
 	}
 	if cmd.Inputs == nil {
 		cmd.Inputs = []trust.Item{}

@@ -22,6 +22,9 @@ type reduceRequest struct {
 	// Methods says, by shard index, how each shard of an adaptive job was
 	// accepted (spot-checked alone or audited, canary, re-checked).
 	Methods []string `cbor:"methods,omitempty"`
+	// Verifiers name, by shard index, the verifier peer whose verdict
+	// accepted a checked shard ("" otherwise).
+	Verifiers []string `cbor:"verifiers,omitempty"`
 }
 
 // reduceJob is the reducer peer's work for one decided job: fetch every
@@ -57,6 +60,12 @@ func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, erro
 				req.Methods = make([]string, len(st.Shards))
 			}
 			req.Methods[s.Index] = s.Method
+		}
+		if k := len(s.Verdicts); k > 0 {
+			if req.Verifiers == nil {
+				req.Verifiers = make([]string, len(st.Shards))
+			}
+			req.Verifiers[s.Index] = s.Verdicts[k-1].Verifier
 		}
 	}
 	for _, r := range n.fsm.machine().Receipts(0) {
@@ -120,6 +129,11 @@ func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
 			doc.Shards[i].Check = &job.DocCheck{Tier: doc.Verification.Tier}
 		}
 		doc.Shards[i].Check.Method = m
+	}
+	for i, v := range req.Verifiers {
+		if i < len(doc.Shards) && doc.Shards[i].Check != nil {
+			doc.Shards[i].Check.Verifier = v
+		}
 	}
 	if len(req.Receipts) > 0 {
 		doc.Extra = &job.DocExtension{Receipts: req.Receipts}

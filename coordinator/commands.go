@@ -32,6 +32,18 @@ type Policy struct {
 	// peers) or ModeAdaptive (spot checks by reputation: an audited shard
 	// needs Replicas agreeing peers, any other one peer; see spotcheck.go).
 	Mode string `cbor:"mode,omitempty" json:"mode,omitempty"`
+	// Check is how results are judged when not by equal hashes: "compare"
+	// (the convergent tier: a verifier peer compares the replicas within
+	// Tolerance with the content's compare function) or "freivalds" (a
+	// verifier peer checks one execution with Rounds Freivalds rounds).
+	// Empty: the replayable tier's exact match. The coordinator never
+	// sees the results; it records the verifier's verdict (verdict.go).
+	Check string `cbor:"check,omitempty" json:"check,omitempty"`
+	// Tolerance describes the convergent tier's tolerance, for the method
+	// receipts record ("abs=…,rel=…,per=…").
+	Tolerance string `cbor:"tolerance,omitempty" json:"tolerance,omitempty"`
+	// Rounds is the k of a Freivalds check (error probability 2^-k).
+	Rounds int `cbor:"rounds,omitempty" json:"rounds,omitempty"`
 }
 
 // ShardPlan is one shard as the planner made it: priced before execution.
@@ -151,6 +163,29 @@ type ReportReduced struct {
 	Now     int64       `cbor:"now" json:"now"`
 }
 
+// ReportVerdict records a verifier peer's verdict on one shard of a job
+// whose policy has a Check: which of the shard's first Judged reports
+// agree (within the tolerance, or passing the Freivalds check) and the
+// canonical result among them. The verifier ran the content's compare or
+// verify function on the result bytes; the coordinator sees only hashes
+// and peer names. Sig is the verifier's Ed25519 signature over
+// VerdictBytes (identity purpose scellis/verdict/v1), kept for audit: the
+// state machine cannot check it (it imports no identity code), the node
+// that proposes the verdict signs it with its own key.
+type ReportVerdict struct {
+	Job       content.Ref `cbor:"job" json:"job"`
+	Shard     int         `cbor:"shard" json:"shard"`
+	Verifier  string      `cbor:"verifier" json:"verifier"`
+	Judged    int         `cbor:"judged" json:"judged"`
+	Agreeing  []string    `cbor:"agreeing,omitempty" json:"agreeing,omitempty"`
+	Canonical content.Ref `cbor:"canonical,omitempty" json:"canonical,omitempty"`
+	// Detail says what the check found (largest difference, failing
+	// place), at most maxDetail bytes.
+	Detail string `cbor:"detail,omitempty" json:"detail,omitempty"`
+	Sig    []byte `cbor:"sig,omitempty" json:"sig,omitempty"`
+	Now    int64  `cbor:"now" json:"now"`
+}
+
 // Batch applies several commands in order as one log entry. Each is
 // decided on its own: a refused command leaves the state as it was and the
 // rest still apply. Batches do not nest.
@@ -165,4 +200,5 @@ func (ReleaseLeases) command() {}
 func (Tick) command()          {}
 func (ReportResult) command()  {}
 func (ReportReduced) command() {}
+func (ReportVerdict) command() {}
 func (Batch) command()         {}

@@ -20,6 +20,7 @@ type envelope struct {
 	Report  *ReportResult     `cbor:"report,omitempty"`
 	Commit  *CommitResult     `cbor:"commit,omitempty"`
 	Reduced *ReportReduced    `cbor:"reduced,omitempty"`
+	Verdict *ReportVerdict    `cbor:"verdict,omitempty"`
 	Cancel  *CancelJob        `cbor:"cancel,omitempty"`
 	Start   *StartRun         `cbor:"start_run,omitempty"`
 	Stop    *StopRun          `cbor:"stop_run,omitempty"`
@@ -128,6 +129,8 @@ func wrap(c Command, batchOK bool) (envelope, error) {
 		e.Commit = &c
 	case ReportReduced:
 		e.Reduced = &c
+	case ReportVerdict:
+		e.Verdict = &c
 	case CancelJob:
 		e.Cancel = &c
 	case StartRun:
@@ -182,6 +185,9 @@ func (e *envelope) unwrap(batchOK bool) (Command, error) {
 	}
 	if e.Reduced != nil {
 		out = append(out, *e.Reduced)
+	}
+	if e.Verdict != nil {
+		out = append(out, *e.Verdict)
 	}
 	if e.Cancel != nil {
 		out = append(out, *e.Cancel)

@@ -112,6 +112,9 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 // need is the smallest number of further reports that could verify s if
 // they all agreed with its leading hash; live leases count toward it.
 func need(j *jobState, s *shardState) int {
+	if j.Policy.Check != "" {
+		return needChecked(j, s, false)
+	}
 	if adaptive(j) && s.Canary != "" && s.Recheck == 0 && s.Audit != auditAudited {
 		return 1 // a report that matches the known answer decides
 	}

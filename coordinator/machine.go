@@ -100,6 +100,8 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 		return m.report(c)
 	case ReportReduced:
 		return m.reduced(c)
+	case ReportVerdict:
+		return m.verdict(c)
 	case CancelJob:
 		return m.cancel(c)
 	case StartRun:

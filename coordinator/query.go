@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"encoding/hex"
 	"sort"
 
 	"github.com/scellis/scellis/content"
@@ -67,6 +68,20 @@ type ShardStatus struct {
 	DecidedAt int64       `json:"decided_at,omitempty"`
 	// Method is how a decided shard was accepted (its receipt's method).
 	Method string `json:"method,omitempty"`
+	// Verdicts are a checked job's verifier verdicts (verdict.go).
+	Verdicts []VerdictInfo `json:"verdicts,omitempty"`
+}
+
+// VerdictInfo is one recorded verdict.
+type VerdictInfo struct {
+	Verifier  string      `json:"verifier"`
+	Judged    int         `json:"judged"`
+	Agreeing  []string    `json:"agreeing,omitempty"`
+	Canonical content.Ref `json:"canonical,omitempty"`
+	Detail    string      `json:"detail,omitempty"`
+	// Sig is the verifier's signature, in hex.
+	Sig string `json:"sig,omitempty"`
+	At  int64  `json:"at"`
 }
 
 // LeaseInfo is a live lease on a shard.
@@ -163,6 +178,9 @@ func (s *shardState) status() ShardStatus {
 	}
 	for _, r := range s.Reports {
 		ss.Reports = append(ss.Reports, ReportInfo(r))
+	}
+	for _, v := range s.Verdicts {
+		ss.Verdicts = append(ss.Verdicts, VerdictInfo{v.Verifier, v.Judged, clone(v.Agreeing), v.Canonical, v.Detail, hex.EncodeToString(v.Sig), v.At})
 	}
 	return ss
 }

@@ -250,6 +250,8 @@ func (h *harness) result(r Result) []string {
 			s += " (existing)"
 		}
 		out = append(out, s)
+	case *VerdictResponse:
+		out = append(out, fmt.Sprintf("verdict %s/%d: %s", h.name(resp.Job), resp.Shard, resp.Outcome))
 	case *BatchResponse:
 		for i, sub := range resp.Results {
 			for _, l := range h.result(Result{Response: sub.Response, Refusal: sub.Refusal}) {
@@ -291,6 +293,10 @@ func (h *harness) event(e Event) string {
 		return fmt.Sprintf("shard-flagged %s/%d reports=%d: %s", h.name(e.Job), e.Shard, e.Reports, e.Reason)
 	case AllShardsDecided:
 		return fmt.Sprintf("job-decided %s verified=%d unverified=%d", h.name(e.Job), e.Verified, e.Unverified)
+	case VerdictDue:
+		return fmt.Sprintf("verdict-due %s/%d reports=%d", h.name(e.Job), e.Shard, e.Reports)
+	case VerdictRecorded:
+		return fmt.Sprintf("verdict-recorded %s/%d by %s agreeing=%s of %d", h.name(e.Job), e.Shard, e.Verifier, strings.Join(e.Agreeing, ","), e.Reports)
 	case JobComplete:
 		return fmt.Sprintf("job-complete %s reduced=%s by %s", h.name(e.Job), h.name(e.Reduced), e.Reducer)
 	}
@@ -315,7 +321,8 @@ func (h *harness) command(line int, text string) Command {
 		c := SubmitJob{
 			Job: h.ref("job", name), Name: a.str("name", name), Regime: trust.Regime(a.str("regime", "")),
 			SecurityCritical: a.flag("critical"), Now: a.int64("now", 0),
-			Policy: Policy{Replicas: a.int("replicas", 0), Attempts: a.int("attempts", 0), LeaseTTL: a.int64("ttl", 0)},
+			Policy: Policy{Replicas: a.int("replicas", 0), Attempts: a.int("attempts", 0), LeaseTTL: a.int64("ttl", 0),
+				Check: a.str("check", ""), Tolerance: a.str("tol", ""), Rounds: a.int("rounds", 0)},
 		}
 		prices := strings.Split(a.str("price", "1"), ",")
 		for i := 0; i < n; i++ {
@@ -378,6 +385,14 @@ func (h *harness) command(line int, text string) Command {
 		j, s := h.shardArg(a.pos(1))
 		return ReportResult{Peer: a.pos(0), Job: j, Shard: s, Result: h.ref("result", a.str("hash", "")),
 			Nonce: hex.EncodeToString(scriptNonce(a.str("nonce", "0"))), Now: a.int64("now", 0)}
+	case "verdict":
+		// verdict VERIFIER JOB/I judged=N agree=p1,p2 hash=H
+		j, sh := h.shardArg(a.pos(1))
+		c := ReportVerdict{Verifier: a.pos(0), Job: j, Shard: sh, Judged: a.int("judged", 0), Agreeing: a.list("agree"), Now: a.int64("now", 0), Detail: a.str("detail", "")}
+		if hs := a.str("hash", ""); hs != "" {
+			c.Canonical = h.ref("result", hs)
+		}
+		return c
 	case "reduced":
 		return ReportReduced{Job: h.ref("job", a.pos(0)), Peer: a.str("by", ""), Reduced: h.ref("result", a.str("hash", "")), Now: a.int64("now", 0)}
 	}

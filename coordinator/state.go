@@ -105,12 +105,14 @@ type shardState struct {
 	// peer (commit.go).
 	Commits []commitment `cbor:"commits,omitempty"`
 	// Reports in arrival order, at most one per peer.
-	Reports   []report    `cbor:"reports,omitempty"`
-	Canonical content.Ref `cbor:"canonical,omitempty"`
-	Agreeing  []string    `cbor:"agreeing,omitempty"`
-	Losers    []string    `cbor:"losers,omitempty"`
-	Receipt   uint64      `cbor:"receipt,omitempty"`
-	DecidedAt int64       `cbor:"decided_at,omitempty"`
+	Reports []report `cbor:"reports,omitempty"`
+	// Verdicts are a checked job's verifier verdicts, in order (verdict.go).
+	Verdicts  []verdictRecord `cbor:"verdicts,omitempty"`
+	Canonical content.Ref     `cbor:"canonical,omitempty"`
+	Agreeing  []string        `cbor:"agreeing,omitempty"`
+	Losers    []string        `cbor:"losers,omitempty"`
+	Receipt   uint64          `cbor:"receipt,omitempty"`
+	DecidedAt int64           `cbor:"decided_at,omitempty"`
 
 	// Adaptive mode (spotcheck.go). Canary is the planner's known answer;
 	// Draws counts the commitments the leader's draws have covered; Audit

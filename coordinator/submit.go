@@ -106,6 +106,8 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 	case c.Policy.Replicas > maxReplicas || c.Policy.Attempts > maxReplicas*4:
 		return bad("verification policy too large (replicas %d ≤ %d, attempts %d ≤ %d)",
 			c.Policy.Replicas, maxReplicas, c.Policy.Attempts, maxReplicas*4)
+	case checkPolicy(c.Policy) != "":
+		return bad("verification check: %s", checkPolicy(c.Policy))
 	case c.Policy.LeaseTTL < 0 || c.Policy.LeaseTTL > MaxLeaseTTL:
 		return bad("lease TTL %d ms outside 0 to %d", c.Policy.LeaseTTL, MaxLeaseTTL)
 	}
@@ -140,8 +142,12 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 func (m *Machine) resolvePolicy(p Policy, subject string) (Policy, *diag.Diagnostic) {
 	if p.Replicas == 0 {
 		p.Replicas = DefaultReplicas(m.st.Regime)
+		if p.Check == CheckFreivalds {
+			// The check replaces the second execution.
+			p.Replicas = 1
+		}
 	}
-	if m.st.Regime == trust.Open && p.Replicas < 2 {
+	if m.st.Regime == trust.Open && p.Replicas < 2 && p.Check != CheckFreivalds {
 		return p, diag.New(diag.PoolOpenNeedsReplicas, subject,
 			"the job asks for %d replica but the pool is open", p.Replicas).
 			WithHelp("redundancy verification is mandatory on an open pool: set verification.replicas to 2 or more")
@@ -162,6 +168,9 @@ func (m *Machine) resolvePolicy(p Policy, subject string) (Policy, *diag.Diagnos
 
 // jobMethod names a job's verification rule.
 func jobMethod(p Policy) string {
+	if p.Check != "" {
+		return methodOf(p)
+	}
 	if p.Mode == ModeAdaptive {
 		return fmt.Sprintf("adaptive: spot checks (trusted after %d valid checks, then audited 1 in %d), canaries, quorum-%d-exact when audited",
 			SpotParams.TrustAfter, SpotParams.AuditOneIn, p.Replicas)

@@ -44,6 +44,9 @@ func resultsOf(rs []report) []content.Ref {
 // decide applies the verification rule to s after a counted report and
 // returns the report's outcome and the events of the decision.
 func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Event) {
+	if j.Policy.Check != "" {
+		return m.decideChecked(j, s, now)
+	}
 	if adaptive(j) {
 		return m.decideAdaptive(j, s, now)
 	}
@@ -79,7 +82,7 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	s.State, s.Canonical, s.DecidedAt = StateVerified, h, now
 	s.Agreeing, s.Losers = nil, nil
 	for _, rep := range s.Reports {
-		if rep.Result == h {
+		if agrees(s, rep, h) {
 			s.Agreeing = append(s.Agreeing, rep.Peer)
 		} else {
 			s.Losers = append(s.Losers, rep.Peer)

@@ -42,6 +42,9 @@ const (
 	// PurposeViewerToken signs a Studio viewer token: a member's claim to
 	// watch the live web view until the token expires.
 	PurposeViewerToken Purpose = "scellis/studio-viewer/v1"
+	// PurposeVerdict signs a verifier peer's verdict on a checked shard
+	// (coordinator.ReportVerdict without its time and signature).
+	PurposeVerdict Purpose = "scellis/verdict/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

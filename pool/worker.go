@@ -16,6 +16,7 @@ import (
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/verify"
 )
 
 // Worker is a remote pool's executor: lease → run the shard in the sandbox
@@ -307,7 +308,13 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 		return
 	}
 	if w.Corrupt {
-		if res, err = job.NewResult(sh, map[string]any{"corrupted": res.Value}); err != nil {
+		var wrong any = map[string]any{"corrupted": res.Value}
+		if p.Tier() == verify.Convergent {
+			// Same shape, numbers off by 0.1%: a cheater the convergent
+			// tier's tolerance, not a shape check, must catch.
+			wrong = nudge(res.Value)
+		}
+		if res, err = job.NewResult(sh, wrong); err != nil {
 			release(err)
 			return
 		}
@@ -350,4 +357,25 @@ func (w *Worker) renew(ctx context.Context, cancel context.CancelFunc, g coordin
 			return
 		}
 	}
+}
+
+// nudge returns v with every float scaled by 1.001 (a test cheater's lie).
+func nudge(v any) any {
+	switch x := v.(type) {
+	case float64:
+		return x * 1.001
+	case []any:
+		out := make([]any, len(x))
+		for i := range x {
+			out[i] = nudge(x[i])
+		}
+		return out
+	case map[string]any:
+		out := make(map[string]any, len(x))
+		for k, e := range x {
+			out[k] = nudge(e)
+		}
+		return out
+	}
+	return v
 }
