@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pion/datachannel"
+	"github.com/pion/webrtc/v4"
 
 	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/content"
@@ -38,10 +39,48 @@ type reply struct {
 // stall bounds how long a transfer may make no progress.
 const stall = 30 * time.Second
 
-type channel = datachannel.ReadWriteCloserDeadliner
+// channel is one open, detached data channel. Writes do not block in
+// pion's SCTP (a blocking write waits for its message to leave the
+// pending queue entirely, which makes a transfer stop-and-go); instead
+// Write waits while more than highWater bytes are buffered, until pion
+// reports the amount below lowWater.
+type channel struct {
+	datachannel.ReadWriteCloserDeadliner
+	dc  *webrtc.DataChannel
+	low chan struct{}
+}
+
+// Flow-control marks of a channel's send buffer (bench_test.go).
+var highWater, lowWater uint64 = 4 << 20, 1 << 20
+
+func newChannel(dc *webrtc.DataChannel, rw datachannel.ReadWriteCloserDeadliner) *channel {
+	ch := &channel{ReadWriteCloserDeadliner: rw, dc: dc, low: make(chan struct{}, 1)}
+	dc.SetBufferedAmountLowThreshold(lowWater)
+	dc.OnBufferedAmountLow(func() {
+		select {
+		case ch.low <- struct{}{}:
+		default:
+		}
+	})
+	return ch
+}
+
+// Write queues b once the send buffer has room.
+func (ch *channel) Write(b []byte) (int, error) {
+	deadline := time.NewTimer(stall)
+	defer deadline.Stop()
+	for ch.dc.BufferedAmount() > highWater {
+		select {
+		case <-ch.low:
+		case <-deadline.C:
+			return 0, fmt.Errorf("dataplane: the peer read nothing for %v", stall)
+		}
+	}
+	return ch.ReadWriteCloserDeadliner.Write(b)
+}
 
 // open opens a data channel on c and waits for it.
-func (c *conn) open(ctx context.Context, label string) (channel, error) {
+func (c *conn) open(ctx context.Context, label string) (*channel, error) {
 	c.mu.Lock()
 	pc := c.pc
 	c.mu.Unlock()
@@ -50,13 +89,17 @@ func (c *conn) open(ctx context.Context, label string) (channel, error) {
 		return nil, err
 	}
 	type opened struct {
-		rw  channel
+		rw  *channel
 		err error
 	}
 	ch := make(chan opened, 1)
 	dc.OnOpen(func() {
 		rw, err := dc.DetachWithDeadline()
-		ch <- opened{rw, err}
+		if err != nil {
+			ch <- opened{nil, err}
+			return
+		}
+		ch <- opened{newChannel(dc, rw), nil}
 	})
 	select {
 	case o := <-ch:
@@ -74,7 +117,7 @@ func watch(ctx context.Context, rw io.Closer) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { rw.Close() })
 }
 
-func writeJSON(rw channel, v any) error {
+func writeJSON(rw *channel, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
@@ -84,7 +127,7 @@ func writeJSON(rw channel, v any) error {
 	return err
 }
 
-func readJSON(rw channel, buf []byte, v any) error {
+func readJSON(rw *channel, buf []byte, v any) error {
 	rw.SetReadDeadline(time.Now().Add(stall))
 	n, err := rw.Read(buf)
 	if err != nil {
@@ -94,7 +137,7 @@ func readJSON(rw channel, buf []byte, v any) error {
 }
 
 // sendBytes writes b in chunks.
-func sendBytes(rw channel, b []byte, chunk int) error {
+func sendBytes(rw *channel, b []byte, chunk int) error {
 	for len(b) > 0 {
 		n := min(chunk, len(b))
 		rw.SetWriteDeadline(time.Now().Add(stall))
@@ -107,7 +150,7 @@ func sendBytes(rw channel, b []byte, chunk int) error {
 }
 
 // recvBytes reads exactly size bytes.
-func recvBytes(rw channel, size int64) ([]byte, error) {
+func recvBytes(rw *channel, size int64) ([]byte, error) {
 	out := make([]byte, size)
 	got := 0
 	for int64(got) < size {
@@ -194,7 +237,7 @@ func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, e
 }
 
 // serve answers one data channel a connected member opened.
-func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw channel) {
+func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channel) {
 	defer rw.Close()
 	defer watch(ctx, rw)()
 	buf := make([]byte, 64<<10)
@@ -268,7 +311,7 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw channel
 
 // echo receives req.Size bytes and answers their hash: a probe of the
 // path that stores nothing (scellis p2p probe).
-func (p *Peer) echo(m identity.Member, c *conn, rw channel, req request, refuse func(string, ...any)) {
+func (p *Peer) echo(m identity.Member, c *conn, rw *channel, req request, refuse func(string, ...any)) {
 	if req.Size < 0 || req.Size > blob.DefaultMaxSize {
 		refuse("probe of %d bytes exceeds %d", req.Size, blob.DefaultMaxSize)
 		return
