@@ -16,6 +16,7 @@ import (
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
@@ -41,6 +42,9 @@ type testPool struct {
 	// and Logf.
 	shardTimeout time.Duration
 	workerLog    func(format string, args ...any)
+	// p2p: workers move their blobs over data channels (dataplane) on
+	// loopback; the node needs Options.P2PLoopback.
+	p2p bool
 }
 
 // syncBuffer is a log sink safe for the node's goroutines.
@@ -196,6 +200,13 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 
 			ShardTimeout: p.shardTimeout,
 			Logf:         p.workerLog,
+		}
+		if p.p2p {
+			b, err := dataplane.StartMember(ctx, dataplane.MemberConfig{Identity: p.ids[name], Fed: p.fed, Name: name, Loopback: true, HTTPS: w.Client, Logf: p.workerLog})
+			if err != nil {
+				p.tb.Fatal(err)
+			}
+			w.Blobs = b
 		}
 		wg.Add(1)
 		go func() {

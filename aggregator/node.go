@@ -125,8 +125,8 @@ type Options struct {
 	// LogFormat is text (default) or json.
 	LogFormat string
 	// WrapAPI, if set, wraps the control-plane handler (the /v1/ routes
-	// only, not the blob endpoint). It is a test and observability hook:
-	// tests use it to record every control-plane request and response and
+	// and the data plane's signalling under /p2p/, not the blob
+	// endpoint). It is a test and observability hook: tests use it to record every control-plane request and response and
 	// prove that no result bytes pass through the coordinator API (law 3).
 	// Production leaves it nil.
 	WrapAPI func(http.Handler) http.Handler
