@@ -126,8 +126,9 @@ type Options struct {
 	LogFormat string
 	// WrapAPI, if set, wraps the control-plane handler (the /v1/ routes
 	// and the data plane's signalling under /p2p/, not the blob
-	// endpoint). It is a test and observability hook: tests use it to record every control-plane request and response and
-	// prove that no result bytes pass through the coordinator API (law 3).
+	// endpoint). It is a test and observability hook: tests use it to
+	// record every control-plane request and response and prove that no
+	// result bytes pass through the coordinator API (law 3).
 	// Production leaves it nil.
 	WrapAPI func(http.Handler) http.Handler
 
