@@ -421,10 +421,16 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 	sampled, work := spec.RoundCohort(st.ID, r, step, names)
 	members = slices.DeleteFunc(members, func(m secagg.Member) bool { return !slices.Contains(sampled, m.ID) })
+	var bases map[string]fl.Base
+	if spec.Buffer > 0 && step == fl.StepTrain {
+		if bases, err = n.staleBases(ctx, st, r, gref, sampled); err != nil {
+			return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: the silos' stale versions cannot be read: %v", r, err))
+		}
+	}
 	bundle := fl.RoundBundle{
 		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rc.canon.Strategy, Global: gref, Work: work,
 		UpdateDim: dims, Metrics: metricNames, Seed: spec.Seed, Reducer: n.Self.Name,
-		Step: step, TrainRound: trainRound, Std: std,
+		Step: step, TrainRound: trainRound, Std: std, Base: bases,
 		SecAgg: secagg.Params{
 			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(metricNames),
 			Threshold: roundThreshold(len(members), spec.MinCohort),
@@ -552,6 +558,14 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		Previous: gref, Model: content.Hash(nb), Global: nb, Metrics: metrics, Weight: sum.Weight,
 		Participants: contributors, Dropped: dropped, ErrorBound: sum.ErrorBound, SecAggRound: bundle.SecAgg.Round,
 		Step: step, Std: std,
+	}
+	for _, p := range contributors {
+		if b, ok := bundle.Base[p]; ok {
+			if doc.Staleness == nil {
+				doc.Staleness = map[string]int{}
+			}
+			doc.Staleness[p] = b.Staleness
+		}
 	}
 	if doc.Dropped == nil {
 		doc.Dropped = []string{}
@@ -711,4 +725,54 @@ func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round strin
 			}
 		}
 	}
+}
+
+// staleBases returns, for a buffered-asynchronous run's round r, the
+// global version each sampled silo last fetched and its staleness: a silo
+// fetches the global published after each of its contributions, so it
+// trains from the result of the last training round it took part in (or,
+// never having taken part, from the global the first training round
+// started from), and its staleness is the training server steps since.
+// Silos whose version is the current global (gref) are left out.
+func (n *Node) staleBases(ctx context.Context, st coordinator.RunStatus, r int, gref content.Ref, sampled []string) (map[string]fl.Base, error) {
+	type step struct {
+		round        int
+		previous     content.Ref
+		model        content.Ref
+		participants []string
+	}
+	var trains []step // the run's completed training rounds, in order
+	for k := 0; k < r && k < len(st.Models); k++ {
+		b, err := n.fetchBlob(ctx, st.Models[k])
+		if err != nil {
+			return nil, err
+		}
+		rr, _, err := fl.DecodeRoundResult(b)
+		if err != nil {
+			return nil, err
+		}
+		if rr.Step == "" || rr.Step == fl.StepTrain {
+			trains = append(trains, step{k, rr.Previous, rr.Model, rr.Participants})
+		}
+	}
+	if len(trains) == 0 {
+		return nil, nil
+	}
+	out := map[string]fl.Base{}
+	for _, s := range sampled {
+		base, tau := trains[0].previous, len(trains)
+		for i := len(trains) - 1; i >= 0; i-- {
+			if slices.Contains(trains[i].participants, s) {
+				base, tau = trains[i].model, len(trains)-1-i
+				break
+			}
+		}
+		if tau > 0 && base != gref {
+			out[s] = fl.Base{Global: base, Staleness: tau}
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }

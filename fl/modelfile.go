@@ -75,6 +75,8 @@ type RoundSummary struct {
 	Model        content.Ref        `json:"model"`
 	Epsilon      map[string]float64 `json:"epsilon,omitempty"` // ε charged this round, per silo
 	Declined     map[string]string  `json:"declined,omitempty"`
+	// Staleness: a buffered run's stale participants (RoundResult).
+	Staleness map[string]int `json:"staleness,omitempty"`
 }
 
 // SiloCharges sums one silo's charges for the run (per-round ε as each

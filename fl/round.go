@@ -44,6 +44,25 @@ type RoundBundle struct {
 	// (wire.Prefix on its API address) runs the round: the leader that
 	// planned it. Its state is in that process's memory only.
 	Reducer string `cbor:"reducer,omitempty" json:"reducer,omitempty"`
+	// Base is, in a buffered-asynchronous run (RunSpec.Buffer), the stale
+	// global a silo trains from and its staleness, for each silo whose
+	// last fetched version is not Global (absent silos train from Global
+	// with staleness 0).
+	Base map[string]Base `cbor:"base,omitempty" json:"base,omitempty"`
+}
+
+// Base is a stale global version a silo trains from in a buffered run.
+type Base struct {
+	Global    content.Ref `cbor:"global" json:"global"`
+	Staleness int         `cbor:"staleness" json:"staleness"`
+}
+
+// BaseOf returns the global silo trains from this round and its staleness.
+func (b *RoundBundle) BaseOf(silo string) (content.Ref, int) {
+	if x, ok := b.Base[silo]; ok {
+		return x.Global, x.Staleness
+	}
+	return b.Global, 0
 }
 
 // RoundFormat versions RoundBundle.
@@ -118,6 +137,10 @@ type RoundResult struct {
 	// carried forward), so the last result holds what the model needs.
 	Step string           `cbor:"step,omitempty" json:"step,omitempty"`
 	Std  *Standardization `cbor:"std,omitempty" json:"std,omitempty"`
+	// Staleness is, in a buffered-asynchronous run, each participant's
+	// staleness (server steps since the version it trained from); silos
+	// that trained from the current global are absent.
+	Staleness map[string]int `cbor:"staleness,omitempty" json:"staleness,omitempty"`
 }
 
 // RoundResultFormat versions RoundResult.

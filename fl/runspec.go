@@ -44,6 +44,14 @@ type RunSpec struct {
 	// (the round's members are): no privacy amplification is claimed.
 	Sample     float64 `cbor:"sample,omitempty" json:"sample,omitempty"`
 	Stragglers float64 `cbor:"stragglers,omitempty" json:"stragglers,omitempty"`
+	// Buffer, when set, makes the run buffered-asynchronous (FedBuff,
+	// Nguyen et al. 2022): every server step sums the updates of Buffer
+	// silos (at least 3, for secure aggregation), and each of them trains
+	// from the global version it last fetched — the one published after
+	// its previous contribution — and is told its staleness (params
+	// staleness: the server steps since that version). The leader draws
+	// which silos fill each buffer as it draws a sample (RoundCohort).
+	Buffer int `cbor:"buffer,omitempty" json:"buffer,omitempty"`
 	// Privacy parameters; each silo applies them at its dataset's unit
 	// (record-level DP-SGD or update-level). DP false only in own pools.
 	DP    bool    `cbor:"dp" json:"dp"`
@@ -221,7 +229,10 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		s.Rounds = int(d.Integer(n, "rounds", 1, 100000))
 	}
 	if n := f["cohort"]; n != nil {
-		cf := d.Fields(n, "cohort", "silos", "min", "sample", "stragglers")
+		cf := d.Fields(n, "cohort", "silos", "min", "sample", "stragglers", "buffer")
+		if v := cf["buffer"]; v != nil {
+			s.Buffer = int(d.Integer(v, "cohort.buffer", 3, 100000))
+		}
 		if v := cf["sample"]; v != nil {
 			s.Sample = d.Number(v, "cohort.sample", 1e-6, 1)
 		}

@@ -131,6 +131,17 @@ func TestRoundCohort(t *testing.T) {
 	if c, w := s.RoundCohort("sha256:run", 0, StepStats, members); len(c) != 10 || w != nil {
 		t.Fatalf("the statistics step sampled %v (work %v)", c, w)
 	}
+	// A buffered run fills each server step's buffer with K silos.
+	b := &RunSpec{Buffer: 4, MinCohort: 3}
+	if c, w := b.RoundCohort("sha256:run", 2, StepTrain, members); len(c) != 4 || w != nil {
+		t.Fatalf("buffer of 4: %v (work %v)", c, w)
+	}
+	for _, src := range []string{"cohort: {buffer: 2}", "cohort: {buffer: 3}"} {
+		_, err := ParseRunSpec("run.yaml", []byte("name: b\nstrategy: fedbuff\nmodel: {kind: logistic, inputs: 2}\ndataset: d\nrounds: 1\nprivacy: {dp: false}\n"+src+"\n"))
+		if (err == nil) != strings.HasSuffix(src, "3}") {
+			t.Errorf("%s: %v", src, err)
+		}
+	}
 }
 
 // Under DP the released second moment of a feature whose spread is small

@@ -138,7 +138,7 @@ func (s *RunSpec) StepSums(ctx context.Context, env script.Env, strat *Strategy,
 // member, at full work. The draws are a pure function of the run and the
 // round, so a re-planned round picks the same silos.
 func (s *RunSpec) RoundCohort(run content.Ref, r int, step string, members []string) (cohort []string, work map[string]float64) {
-	if step != StepTrain || (s.Sample == 0 && s.Stragglers == 0) {
+	if step != StepTrain || (s.Sample == 0 && s.Stragglers == 0 && s.Buffer == 0) {
 		return members, nil
 	}
 	key := sha256.Sum256(fmt.Appendf(nil, "scellis/fl/round-cohort\x00%s\x00%d", run, r))
@@ -155,6 +155,9 @@ func (s *RunSpec) RoundCohort(run content.Ref, r int, step string, members []str
 	k := n
 	if s.Sample > 0 {
 		k = min(n, max(int(math.Round(s.Sample*float64(n))), s.MinCohort, 3))
+	}
+	if s.Buffer > 0 {
+		k = min(n, max(s.Buffer, s.MinCohort, 3))
 	}
 	cohort = shuffled(members)[:k]
 	slices.Sort(cohort)

@@ -207,12 +207,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		}
 		return rec, err
 	}
-	if raw, err = a.Client.GetBlob(ctx, b.Global); err != nil {
+	// A buffered-asynchronous run's silo trains from the version it last
+	// fetched (RoundBundle.Base); every other round from the bundle's.
+	from, staleness := b.BaseOf(a.Name)
+	if staleness < 0 {
+		return decline(bad("staleness %d is negative", staleness))
+	}
+	if raw, err = a.Client.GetBlob(ctx, from); err != nil {
 		return rec, fmt.Errorf("fetching the global model: %w", err)
 	}
 	global, err := fl.DecodeGlobal(raw)
 	if err != nil {
-		return decline(bad("the global model %s cannot be decoded: %v", b.Global.Short(), err))
+		return decline(bad("the global model %s cannot be decoded: %v", from.Short(), err))
 	}
 	train, held, err := a.runData(st.Run, &spec, &b)
 	if err != nil {
@@ -261,6 +267,11 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			"round": int64(b.TrainRound), "seed": fl.ClientParamSeed(seed),
 			"work": workOf(b, a.Name), "sites": int64(len(b.SecAgg.Members)),
 		})
+		if spec.Spec.Buffer > 0 {
+			// FedBuff's client scales its update by s(staleness) itself:
+			// the server never sees an individual update to weight.
+			strategy = strategy.With(map[string]any{"staleness": int64(staleness)})
+		}
 		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
 		out, err = fl.ClientStep(ctx, env, strategy, global, train, state, req.Privacy)
 		if err != nil {
@@ -323,7 +334,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(err)
 	}
-	if err := a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: b.Global,
+	if err := a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: from,
 		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes}); err != nil {
 		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
 	}
@@ -479,11 +490,12 @@ func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBund
 		return rec, nil
 	}
 	rel, err := a.loadReleased(rec.Run, rec.Round)
+	from, _ := b.BaseOf(a.Name)
 	switch {
 	case err != nil:
 		return once(fmt.Sprintf("its release cannot be re-sent: %v", err))
-	case rel.Global != b.Global:
-		return once(fmt.Sprintf("the round now starts from model %s, not %s that the paid update was trained from", b.Global.Short(), rel.Global.Short()))
+	case rel.Global != from:
+		return once(fmt.Sprintf("the round now starts from model %s, not %s that the paid update was trained from", from.Short(), rel.Global.Short()))
 	case len(rel.Values)+len(rel.Encoded) != b.SecAgg.Dim || (rel.Encoded != nil) != (b.SecAgg.GridBits > 0):
 		return once(fmt.Sprintf("the round sums %d values (grid bits %d), the paid release has %d float and %d grid values",
 			b.SecAgg.Dim, b.SecAgg.GridBits, len(rel.Values), len(rel.Encoded)))

@@ -178,6 +178,7 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (f
 		return fl.RoundSummary{}, nil, nil, err
 	}
 	row := fl.NewRoundSummary(rr.Round, rr.Step, rr.Participants, rr.Dropped, rr.Metrics, rr.Model)
+	row.Staleness = rr.Staleness
 	st, err := c.Job(ctx, jobID)
 	if err != nil {
 		return row, rr, g, nil

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -491,6 +492,18 @@ seed: 1
 	}
 	c.write("fedavg.yaml", run("stragglers-fedavg", "fedavg, params: {lr: 0.01, epochs: 20, batch_size: 10}"))
 	c.write("fedprox.yaml", run("stragglers-fedprox", "fedprox, params: {mu: 1, lr: 0.01, epochs: 20, batch_size: 10}"))
+	// FedBuff on the same silos (lean: 3 server steps of 3 silos, 2
+	// epochs): buffered-asynchronous, each silo training from the version
+	// it last fetched and scaling its own update by its staleness.
+	c.write("fedbuff.yaml", `name: buffered-fedbuff
+strategy: {use: fedbuff, params: {lr: 0.01, epochs: 2, batch_size: 10}}
+model: {kind: softmax, inputs: 60, classes: 10, label: y}
+dataset: devices
+cohort: {buffer: 3}
+rounds: 3
+privacy: {dp: false}
+seed: 2
+`)
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
@@ -499,6 +512,7 @@ seed: 1
 	for _, f := range []string{"fedavg.yaml", "fedprox.yaml"} {
 		ids[f] = strings.TrimSpace(c.mustCLI("alice", "fl", "launch", f))
 	}
+	buffered := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "fedbuff.yaml"))
 	final := map[string]fl.RoundSummary{}
 	for f, id := range ids {
 		out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
@@ -519,6 +533,7 @@ seed: 1
 		}
 		final[f] = last
 	}
+	checkFedBuff(t, c, buffered)
 	avg, prox := final["fedavg.yaml"].EvalAcc, final["fedprox.yaml"].EvalAcc
 	t.Logf("held-out accuracy with 90%% stragglers: FedAvg %.4f, FedProx (μ = 1) %.4f", avg, prox)
 	if prox <= avg {
@@ -658,4 +673,42 @@ func TestREADMEFederatedWalkthrough(t *testing.T) {
 	if ev.Accuracy <= majority {
 		t.Fatalf("the README's run (accuracy %.4f) does not beat the majority class (%.4f)", ev.Accuracy, majority)
 	}
+}
+
+// checkFedBuff checks a finished buffered-asynchronous run (cohort.buffer
+// 3 of ten silos, 3 server steps): every step sums exactly three silos'
+// updates through secure aggregation, and a silo that sat out a step
+// trains the next time from the version it last fetched, with its
+// staleness in the round's result (the first step has none; at the
+// third a silo drawn for the first time is 2 versions stale).
+func checkFedBuff(t *testing.T, c *cluster, id string) {
+	t.Helper()
+	out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
+	if err != nil {
+		t.Fatalf("fl watch of the FedBuff run: %v\n%s%s", err, out, errs)
+	}
+	var steps, stale int
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var row fl.RoundSummary
+		if json.Unmarshal([]byte(line), &row) != nil || row.Step != fl.StepTrain {
+			continue
+		}
+		if len(row.Participants) != 3 {
+			t.Fatalf("FedBuff step %d summed %v, want a buffer of 3:\n%s", row.Round, row.Participants, out)
+		}
+		if steps == 0 && len(row.Staleness) != 0 {
+			t.Fatalf("FedBuff's first step has stale silos %v", row.Staleness)
+		}
+		for s, tau := range row.Staleness {
+			if !slices.Contains(row.Participants, s) || tau < 1 || tau > steps {
+				t.Fatalf("FedBuff step %d: staleness %v for participants %v", row.Round, row.Staleness, row.Participants)
+			}
+			stale++
+		}
+		steps++
+	}
+	if steps != 3 || stale == 0 {
+		t.Fatalf("FedBuff: %d server steps, %d stale updates (want 3 steps, some stale):\n%s", steps, stale, out)
+	}
+	t.Logf("FedBuff through the silos: %d stale updates in 3 buffered steps", stale)
 }
