@@ -71,7 +71,7 @@ func (l *Local) Run(ctx context.Context, p *job.Plan) (*Outcome, error) {
 				}
 				done++
 				if l.Progress != nil && firstErr == nil {
-					l.Progress(Event{Done: done, Total: len(p.Shards), Shard: i})
+					l.Progress(Event{Done: done, Total: len(p.Shards), Shard: i, Result: results[i]})
 				}
 				mu.Unlock()
 			}

@@ -15,6 +15,9 @@ import (
 type Event struct {
 	Done, Total int
 	Shard       int
+	// Result is the shard's result (nil if it failed); a live view draws
+	// it as it lands.
+	Result *job.Result
 }
 
 // Outcome is what a pool run produced: one verified result per shard (in

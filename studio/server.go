@@ -62,6 +62,8 @@ type Server struct {
 	dirty   atomic.Bool
 	viewers atomic.Int32
 	kick    chan struct{}
+	// secret, for a solo run, is the one viewer token (no federation).
+	secret []byte
 }
 
 // NewServer returns a Studio over src, admitting the members of fed.
@@ -197,13 +199,22 @@ const cookieName = "scellis_viewer"
 // the address bar by a redirect.
 func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	if tok := r.URL.Query().Get("token"); tok != "" {
-		_, c, err := VerifyToken(tok, s.fed, s.now())
-		if err != nil {
-			s.refuse(w, r, err)
-			return
+		expiry := time.Time{} // a solo run's cookie lives as long as the browser session
+		if s.secret != nil {
+			if _, err := s.soloViewer(tok); err != nil {
+				s.refuse(w, r, err)
+				return
+			}
+		} else {
+			_, c, err := VerifyToken(tok, s.fed, s.now())
+			if err != nil {
+				s.refuse(w, r, err)
+				return
+			}
+			expiry = time.Unix(c.Expiry, 0)
 		}
 		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: tok, Path: "/", HttpOnly: true, Secure: true,
-			SameSite: http.SameSiteStrictMode, Expires: time.Unix(c.Expiry, 0)})
+			SameSite: http.SameSiteStrictMode, Expires: expiry})
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
@@ -250,7 +261,7 @@ var errNoViewer = errors.New("studio: no viewer token or member certificate")
 // authenticate finds the viewer: a member's client certificate, else a
 // viewer token from the Authorization header or the cookie.
 func (s *Server) authenticate(r *http.Request) (Viewer, identity.Member, error) {
-	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+	if s.secret == nil && r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		if m, ok := s.fed.PeerFromRequest(r); ok {
 			return Viewer{Member: m.Name, Role: string(m.Role), Via: "certificate"}, m, nil
 		}
@@ -260,6 +271,11 @@ func (s *Server) authenticate(r *http.Request) (Viewer, identity.Member, error) 
 		tok = h[7:]
 	} else if c, err := r.Cookie(cookieName); err == nil {
 		tok = c.Value
+	}
+	if s.secret != nil {
+		v, err := s.soloViewer(tok)
+		// The owner of a solo run sees all of it, like an operator.
+		return v, identity.Member{Name: v.Member, Role: identity.Operator}, err
 	}
 	if tok == "" {
 		return Viewer{}, identity.Member{}, errNoViewer
@@ -382,12 +398,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // certificates, so besides the node's own certificate (derived from its
 // identity key, like the API's, for members' clients that pin it) the
 // Studio holds an ECDSA P-256 certificate made at start for this process,
-// and gives it to every client that cannot take Ed25519; fingerprint is
-// its SHA-256, for the operator to compare with what the browser shows.
-// A client certificate is requested but not required, so a member's
+// and gives it to every client that cannot take Ed25519; sha is its
+// SHA-256, for the operator to compare with what the browser shows. A client certificate is requested but not required, so a member's
 // certificate admits it while a browser without one signs in with a viewer
 // token.
-func TLSConfig(id *identity.Identity, fed *identity.Federation, host string) (cfg *tls.Config, fingerprint string, err error) {
+func TLSConfig(id *identity.Identity, fed *identity.Federation, host string) (cfg *tls.Config, sha string, err error) {
 	cfg, err = identity.ServerTLSConfig(id, fed)
 	if err != nil {
 		return nil, "", err
@@ -397,7 +412,6 @@ func TLSConfig(id *identity.Identity, fed *identity.Federation, host string) (cf
 	if err != nil {
 		return nil, "", err
 	}
-	sum := sha256.Sum256(browser.Certificate[0])
 	pinned := cfg.GetCertificate
 	cfg.GetCertificate = func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 		// The pinned certificate names the member, not a host, so ask
@@ -415,7 +429,12 @@ func TLSConfig(id *identity.Identity, fed *identity.Federation, host string) (cf
 		}
 		return verify(cs)
 	}
-	return cfg, fmt.Sprintf("%X", sum[:]), nil
+	return cfg, fingerprint(browser), nil
+}
+
+func fingerprint(c *tls.Certificate) string {
+	sum := sha256.Sum256(c.Certificate[0])
+	return fmt.Sprintf("%X", sum[:])
 }
 
 // browserCert makes a self-signed ECDSA P-256 certificate for the
@@ -455,7 +474,7 @@ func browserCert(name, host string) (*tls.Certificate, error) {
 func (s *Server) Listen(ctx context.Context, addr string, cfg *tls.Config) (net.Addr, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, nil, diag.New(diag.WorkerConfig, "studio_listen", "cannot listen on %s: %v", addr, err).
+		return nil, nil, diag.New(diag.WorkerConfig, "studio", "the Studio cannot listen on %s: %v", addr, err).
 			WithHelp("another process holds the port, or the address is not this machine's")
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,

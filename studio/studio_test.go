@@ -245,3 +245,26 @@ func TestStudioTokenURLSetsCookie(t *testing.T) {
 		t.Fatalf("a bad token in the URL answered %d and cookies %v", res.StatusCode, res.Cookies())
 	}
 }
+
+// In an open pool a job's result values are for its submitter and
+// operators only, as on the blob endpoint: other viewers see which cells
+// are verified, not their values.
+func TestStudioHidesOpenPoolValues(t *testing.T) {
+	f := newFake(t)
+	f.jobs[0].Regime, f.jobs[0].Submitter = "open", "alice"
+	w := newWorld(t)
+	full := newCache(nil).build(context.Background(), f, w.fed)
+	h1, _ := w.fed.Member("h1")
+	alice, _ := w.fed.Member("alice")
+	other := full.forViewer(Viewer{Member: "h1"}, h1)
+	mine := full.forViewer(Viewer{Member: "alice"}, alice)
+	if g := other.Jobs[0].Grid; !other.Jobs[0].Hidden || g.Best != -1 || g.Cells[0].Value != nil || g.Cells[0].State != "verified" {
+		t.Fatalf("h1 sees an open-pool job's values: %+v", g)
+	}
+	if g := mine.Jobs[0].Grid; mine.Jobs[0].Hidden || g.Cells[0].Value == nil {
+		t.Fatalf("the submitter does not see her values: %+v", g)
+	}
+	if full.Jobs[0].Grid.Cells[0].Value == nil {
+		t.Fatal("cutting a viewer's picture changed the full one")
+	}
+}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -17,6 +20,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/pool"
+	"github.com/scellis/scellis/studio"
 	"github.com/scellis/scellis/trust"
 	"github.com/scellis/scellis/viz"
 )
@@ -28,6 +32,7 @@ type runOptions struct {
 	verify  bool
 	workers int
 	quiet   bool
+	ui      string // serve the Studio for this run on this address
 }
 
 func newRunCmd() *cobra.Command {
@@ -40,7 +45,10 @@ shards, execute them on all cores in the sandbox, reduce in shard-index order,
 and write OUT/result.json citing the job ID and every content and input ref.
 
 For a two-parameter grid sweep it also writes OUT/heatmap.png and prints a
-small heatmap. --verify executes every shard twice and compares the bytes.`,
+small heatmap. --verify executes every shard twice and compares the bytes.
+--ui HOST:PORT serves the Studio, the live web view, for this run: the URL
+it prints (with a random one-time token) shows the heatmap filling as shards
+land; it stays up after the run until Ctrl-C.`,
 		Example: "  scellis run examples/sweep/job.yaml --out out/sweep\n  scellis run examples/montecarlo/job.yaml --verify --json",
 		Args:    exactArgs(1, "JOB.yaml"),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -58,6 +66,7 @@ small heatmap. --verify executes every shard twice and compares the bytes.`,
 	cmd.Flags().StringVar(&o.out, "out", "", "folder for result.json and other outputs (default out/<job name>)")
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "execute every shard twice and require byte-identical results")
 	cmd.Flags().IntVar(&o.workers, "workers", 0, "shards to run at once (default: one per CPU)")
+	cmd.Flags().StringVar(&o.ui, "ui", "", "serve the live view (Studio) of this run on HOST:PORT, e.g. 127.0.0.1:7480, until Ctrl-C")
 	flagRange(cmd, "workers", "0", "4096")
 	return cmd
 }
@@ -131,9 +140,31 @@ func runJob(ctx context.Context, path string, o runOptions, stdout, stderr io.Wr
 	if !jsonOutput && !o.quiet {
 		exec.Progress = func(e pool.Event) { bar.update(e.Done, e.Total) }
 	}
+	var live *studio.Solo
+	if o.ui != "" {
+		var stop func()
+		if live, stop, err = serveSolo(ctx, plan, o.ui, stdout); err != nil {
+			return nil, err
+		}
+		defer stop()
+		progress := exec.Progress
+		exec.Progress = func(e pool.Event) {
+			live.Shard(e.Shard, e.Result)
+			if progress != nil {
+				progress(e)
+			}
+		}
+	}
 	res, err := exec.Run(ctx, plan)
 	if err != nil {
 		return nil, err
+	}
+	if live != nil {
+		live.Done()
+		defer func() {
+			fmt.Fprintln(stderr, "the live view stays up until Ctrl-C")
+			<-ctx.Done()
+		}()
 	}
 	doc := job.NewDocument(plan, res.Results, res.Reduced, res.Method, res.Unverified)
 
@@ -173,6 +204,29 @@ func runJob(ctx context.Context, path string, o runOptions, stdout, stderr io.Wr
 	}
 	fmt.Fprintln(stdout)
 	return doc, nil
+}
+
+// serveSolo serves the Studio of a solo run on addr, admitting whoever
+// opens the printed URL: its token is 32 random bytes, compared in
+// constant time.
+func serveSolo(ctx context.Context, plan *job.Plan, addr string, stdout io.Writer) (*studio.Solo, func(), error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, nil, err
+	}
+	secret := hex.EncodeToString(b[:])
+	host, _, _ := net.SplitHostPort(addr)
+	cfg, sha, err := studio.SoloTLSConfig(host)
+	if err != nil {
+		return nil, nil, err
+	}
+	live := studio.NewSolo(plan)
+	bound, stop, err := studio.NewSoloServer(live, secret, nil).Listen(ctx, addr, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(stdout, "  live view: https://%s/?token=%s (certificate SHA-256 %s)\n", bound, secret, sha)
+	return live, stop, nil
 }
 
 // printSummary shows the reduced result briefly: scalars and small dicts

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -266,6 +267,47 @@ verification: {replicas: 2}
 	screenshot(t, tabA, "#receipts", "studio-receipts.png")
 	screenshot(t, tabA, "#cluster", "studio-cluster.png")
 	sameState(t, tabA, tabB, `[...document.querySelectorAll("#privacy tr[data-silo] td.cum")].map((td) => td.textContent).join("|")`)
+
+	// 4. scellis run --ui: the same sweep alone, its view on a URL with a
+	// one-time token (no federation). Its shards are so quick that the run
+	// is over before the page loads: this checks the view, not its timing.
+	sp := &ports{t: t}
+	soloAddr := sp.next()
+	sp.release()
+	c.start("solo", "run", "sweep.yaml", "--out", "solo", "--ui", soloAddr)
+	var soloURL string
+	waitFor(t, "scellis run --ui to print its URL", time.Minute, func() bool {
+		b, _ := os.ReadFile(filepath.Join(c.dir, "solo.log"))
+		_, rest, ok := strings.Cut(string(b), "live view: ")
+		soloURL, _, _ = strings.Cut(rest, " ")
+		return ok && strings.Contains(rest, "\n")
+	})
+	if !strings.HasPrefix(soloURL, "https://") {
+		t.Fatalf("scellis run --ui printed %q", soloURL)
+	}
+	if code, _ := httpGet(t, strings.Replace(soloURL, "?token=", "?token=0", 1)); code != 401 {
+		t.Fatalf("a wrong solo token answered %d", code)
+	}
+	if err := chromedp.Do(tabA, chromedp.Navigate(soloURL)); err != nil {
+		t.Fatal(err)
+	}
+	waitPage(t, tabA, `document.querySelectorAll("table.heat td.cell.filled").length === 36 && document.querySelector("table.heat td.cell.best").title === "score 10"`)
+	screenshot(t, tabA, "#jobs", "studio-solo.png")
+	c.kill("solo", syscall.SIGINT)
+	c.waitExit("solo")
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}, Timeout: 30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := client.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
 }
 
 // studioWait bounds one wait in the browser.
