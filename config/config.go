@@ -481,25 +481,33 @@ func resolve(file, p string) string {
 	return filepath.Join(filepath.Dir(file), p)
 }
 
-// identityConflict refuses SCELLIS_IDENTITY naming another key than the
-// config's identity: the variable is also the CLI's identity, so one left
-// in an operator's shell would otherwise silently start an appliance as
-// someone else. The same key, or the variable with no identity in the
-// file, is fine.
+// identityConflict refuses SCELLIS_IDENTITY or SCELLIS_FEDERATION naming
+// another file than the config's identity or federation: those variables
+// are also the CLI's (federation init tells every user to export them), so
+// one left in an operator's shell would otherwise silently start an
+// appliance as someone else, or against another federation. The same
+// file, or the variable with no such key in the file, is fine.
 func (l *loaded) identityConflict(file, subject string) {
-	n, inFile := l.nodes["identity"]
-	name, fromEnv := l.env["identity"]
-	if !inFile || !fromEnv || n.Kind != yaml.ScalarNode {
-		return
+	for _, key := range []string{"identity", "federation"} {
+		n, inFile := l.nodes[key]
+		name, fromEnv := l.env[key]
+		if !inFile || !fromEnv || n.Kind != yaml.ScalarNode {
+			continue
+		}
+		env := os.Getenv(name)
+		abs, err := filepath.Abs(env)
+		cfg, err2 := filepath.Abs(resolve(file, n.Value))
+		if err == nil && err2 == nil && abs == cfg {
+			continue
+		}
+		what := "key"
+		if key == "federation" {
+			what = "federation file"
+		}
+		l.d.Errorf(n, diag.InvalidValue, subject,
+			fmt.Sprintf("unset %s to start with the config's %s (it is meant for CLI commands), or remove %s from the config to take the variable's", name, what, key),
+			"%s=%s conflicts with %s: %s in the config", name, env, key, n.Value)
 	}
-	env := os.Getenv(name)
-	abs, err := filepath.Abs(env)
-	if err == nil && abs == resolve(file, n.Value) {
-		return
-	}
-	l.d.Errorf(n, diag.InvalidValue, subject,
-		fmt.Sprintf("unset %s to start with the config's key (it is meant for CLI commands), or remove identity from the config to take the variable's", name),
-		"%s=%s conflicts with identity: %s in the config", name, env, n.Value)
 }
 
 // Positions maps a config's top-level keys to where its file gives them,
@@ -520,6 +528,19 @@ func (l *loaded) positions() Positions {
 		if !strings.Contains(k, ".") && !strings.Contains(k, "[") {
 			p[k] = diag.Position{File: l.d.File, Line: n.Line, Col: n.Column}
 		}
+	}
+	// A value an environment variable set is reported there, naming what
+	// it overrode: a start-up refusal must not point at a line of the file
+	// whose value was not the one used.
+	for k, name := range l.env {
+		if strings.Contains(k, ".") || strings.Contains(k, "[") {
+			continue
+		}
+		pos := diag.Position{File: "$" + name}
+		if n, ok := l.nodes[k]; ok {
+			pos.File += fmt.Sprintf(" (overriding %s:%d:%d)", l.d.File, n.Line, n.Column)
+		}
+		p[k] = pos
 	}
 	return p
 }

@@ -7,4 +7,9 @@ var (
 	UnknownFlag    = define("SC1202", "unknown flag")
 	FlagValue      = define("SC1203", "flag value missing, malformed or out of range")
 	BadArguments   = define("SC1204", "wrong command-line arguments")
+	// CommandFailed is a command that failed (exit code 1) for a reason
+	// without a code of its own: a file it could not write, a verification
+	// that found a bad entry. It makes every error a diagnostic, in JSON
+	// under --json.
+	CommandFailed = define("SC1205", "the command failed")
 )

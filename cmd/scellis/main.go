@@ -77,23 +77,33 @@ func run(args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if jsonRequested(args) {
 		jsonOutput = true // a flag error can stop parsing before --json
 	}
-	return report(err, stderr)
+	subject := "scellis"
+	if cmd != nil {
+		subject = cmd.CommandPath()
+	}
+	return report(err, subject, stderr)
 }
 
-func report(err error, stderr io.Writer) int {
+// report renders err as diagnostics — every error is one, in JSON under
+// --json — and returns the exit code: 2 for refused input, 1 for a
+// failure (SC1205, or the code an exitError chose).
+func report(err error, subject string, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	if ds, ok := diag.As(err); ok {
+	render := func(ds diag.List) {
 		if jsonOutput {
 			diag.RenderJSON(stderr, ds)
 		} else {
 			diag.Render(stderr, ds)
 		}
+	}
+	if ds, ok := diag.As(err); ok {
+		render(ds)
 		if ds.HasErrors() {
 			return 2
 		}
@@ -102,16 +112,16 @@ func report(err error, stderr io.Writer) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.msg != "" {
-			fmt.Fprintf(stderr, "scellis: error: %s\n", ee.msg)
+			render(diag.List{diag.New(diag.CommandFailed, subject, "%s", ee.msg)})
 		}
 		return ee.code
 	}
 	if isUsageError(err) {
 		// Wrong arguments are refused input: a diagnostic like any other.
 		return report(diag.New(diag.BadArguments, "scellis", "%v", err).
-			WithHelp("run the command with --help to see its usage"), stderr)
+			WithHelp("run the command with --help to see its usage"), subject, stderr)
 	}
-	fmt.Fprintf(stderr, "scellis: error: %v\n", err)
+	render(diag.List{diag.New(diag.CommandFailed, subject, "%v", err)})
 	return 1
 }
 

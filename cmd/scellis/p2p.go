@@ -77,6 +77,7 @@ channel can be set up: blobs with MEMBER would then go over HTTPS.`,
 	}
 	f.register(cmd)
 	cmd.Flags().IntVar(&size, "bytes", 1<<20, "bytes to send")
+	flagRange(cmd, "bytes", "1", "1073741824")
 	cmd.Flags().StringVar(&policy, "policy", dataplane.PolicyAll, "ICE policy: all (direct first) or relay (TURN only)")
 	cmd.Flags().StringSliceVar(&stun, "stun", nil, "extra STUN/TURN server URLs")
 	cmd.Flags().BoolVar(&loopback, "loopback", false, "use loopback addresses only (every member on one machine)")
