@@ -474,6 +474,8 @@ func (n *Node) leaderDuties(ctx context.Context) {
 				events, cancel = n.hub.Subscribe("")
 			}
 		}
+		// Every node may be the second reducer of a job (reduction.go).
+		n.checkReductions(ctx, n.fsm.machine())
 		if n.raft.Status().State != consensus.StateLeader {
 			stopLeading()
 			continue

@@ -148,6 +148,9 @@ type ResultReport struct {
 type ReducedReport struct {
 	Job     content.Ref `json:"job"`
 	Reduced content.Ref `json:"reduced"`
+	// Within: a second reducer of a convergent job found its reduction
+	// within the job's tolerance of the recorded one.
+	Within bool `json:"within,omitempty"`
 }
 
 // MaxRequestBytes bounds every control-plane request body: hashes and

@@ -490,7 +490,7 @@ func (s *Server) reduced(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	s.apply(w, r, coordinator.ReportReduced{Job: req.Job, Peer: peerOf(r).Name, Reduced: req.Reduced, Now: s.now()})
+	s.apply(w, r, coordinator.ReportReduced{Job: req.Job, Peer: peerOf(r).Name, Reduced: req.Reduced, Within: req.Within, Now: s.now()})
 }
 
 func (s *Server) receipts(w http.ResponseWriter, r *http.Request) {

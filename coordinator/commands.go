@@ -160,7 +160,11 @@ type ReportReduced struct {
 	Job     content.Ref `cbor:"job" json:"job"`
 	Peer    string      `cbor:"peer" json:"peer"`
 	Reduced content.Ref `cbor:"reduced" json:"reduced"`
-	Now     int64       `cbor:"now" json:"now"`
+	// Within, from a second reducer of a convergent job, says its own
+	// reduction compared within the job's tolerance with the recorded
+	// one (reduction.go). Ignored for other jobs: equal hashes decide.
+	Within bool  `cbor:"within,omitempty" json:"within,omitempty"`
+	Now    int64 `cbor:"now" json:"now"`
 }
 
 // ReportVerdict records a verifier peer's verdict on one shard of a job

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"encoding/hex"
+	"slices"
 	"sort"
 
 	"github.com/scellis/scellis/content"
@@ -25,23 +26,25 @@ type Counts struct {
 
 // JobStatus is a job as the pool sees it.
 type JobStatus struct {
-	ID               content.Ref   `json:"id"`
-	Name             string        `json:"name"`
-	Bundle           content.Ref   `json:"bundle"`
-	Run              content.Ref   `json:"run,omitempty"`
-	Round            int           `json:"round,omitempty"`
-	Regime           trust.Regime  `json:"regime"`
-	SecurityCritical bool          `json:"security_critical"`
-	Policy           Policy        `json:"policy"`
-	Method           string        `json:"method"`
-	State            JobState      `json:"state"`
-	SubmittedAt      int64         `json:"submitted_at"`
-	Submitter        string        `json:"submitter,omitempty"`
-	Counts           Counts        `json:"counts"`
-	Reduced          content.Ref   `json:"reduced,omitempty"`
-	Reducer          string        `json:"reducer,omitempty"`
-	DoneAt           int64         `json:"done_at,omitempty"`
-	Shards           []ShardStatus `json:"shards,omitempty"` // only from Job
+	ID               content.Ref  `json:"id"`
+	Name             string       `json:"name"`
+	Bundle           content.Ref  `json:"bundle"`
+	Run              content.Ref  `json:"run,omitempty"`
+	Round            int          `json:"round,omitempty"`
+	Regime           trust.Regime `json:"regime"`
+	SecurityCritical bool         `json:"security_critical"`
+	Policy           Policy       `json:"policy"`
+	Method           string       `json:"method"`
+	State            JobState     `json:"state"`
+	SubmittedAt      int64        `json:"submitted_at"`
+	Submitter        string       `json:"submitter,omitempty"`
+	Counts           Counts       `json:"counts"`
+	Reduced          content.Ref  `json:"reduced,omitempty"`
+	Reducer          string       `json:"reducer,omitempty"`
+	DoneAt           int64        `json:"done_at,omitempty"`
+	// ReductionChecks are the second reducers' verdicts on the reduction.
+	ReductionChecks []ReductionCheck `json:"reduction_checks,omitempty"`
+	Shards          []ShardStatus    `json:"shards,omitempty"` // only from Job
 }
 
 // ShardStatus is one shard in detail.
@@ -141,6 +144,7 @@ func (j *jobState) status() JobStatus {
 		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt, Submitter: j.Submitter,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
+		ReductionChecks: slices.Clone(j.ReductionChecks),
 	}
 	js.Counts.Total = len(j.Shards)
 	for _, s := range j.Shards {

@@ -30,6 +30,9 @@ func (m *Machine) reduced(c ReportReduced) Result {
 	case JobAbandoned:
 		return refuse(diag.New(diag.RunBadRound, "job "+j.Name, "round job %s was abandoned and its round planned again; no reduction is accepted", j.ID.Short()))
 	case JobDone:
+		if c.Peer != j.Reducer && j.reductionCheckBy(c.Peer) == nil {
+			return m.secondReduction(j, c)
+		}
 		if j.Reduced != c.Reduced {
 			return refuse(diag.New(diag.PoolReducedConflict, "job "+j.Name,
 				"%s reports reduced result %s but %s already reported %s",

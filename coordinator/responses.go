@@ -117,6 +117,9 @@ type ReducedResponse struct {
 	Reducer string      `json:"reducer"` // the first reducer to report it
 	// Existing is true when the same hash had been reported before.
 	Existing bool `json:"existing"`
+	// Check is a second reducer's verdict on the recorded reduction:
+	// "confirmed" or "disputed" (reduction.go).
+	Check string `json:"check,omitempty"`
 }
 
 // BatchResponse answers Batch: one Result per command, in order.

@@ -249,6 +249,9 @@ func (h *harness) result(r Result) []string {
 		if resp.Existing {
 			s += " (existing)"
 		}
+		if resp.Check != "" {
+			s += " " + resp.Check
+		}
 		out = append(out, s)
 	case *VerdictResponse:
 		out = append(out, fmt.Sprintf("verdict %s/%d: %s", h.name(resp.Job), resp.Shard, resp.Outcome))
@@ -293,6 +296,8 @@ func (h *harness) event(e Event) string {
 		return fmt.Sprintf("shard-flagged %s/%d reports=%d: %s", h.name(e.Job), e.Shard, e.Reports, e.Reason)
 	case AllShardsDecided:
 		return fmt.Sprintf("job-decided %s verified=%d unverified=%d", h.name(e.Job), e.Verified, e.Unverified)
+	case ReductionChecked:
+		return fmt.Sprintf("reduction-checked %s by %s reduced=%s agrees=%v", h.name(e.Job), e.Peer, h.name(e.Reduced), e.Agrees)
 	case VerdictDue:
 		return fmt.Sprintf("verdict-due %s/%d reports=%d", h.name(e.Job), e.Shard, e.Reports)
 	case VerdictRecorded:
@@ -394,7 +399,7 @@ func (h *harness) command(line int, text string) Command {
 		}
 		return c
 	case "reduced":
-		return ReportReduced{Job: h.ref("job", a.pos(0)), Peer: a.str("by", ""), Reduced: h.ref("result", a.str("hash", "")), Now: a.int64("now", 0)}
+		return ReportReduced{Job: h.ref("job", a.pos(0)), Peer: a.str("by", ""), Reduced: h.ref("result", a.str("hash", "")), Now: a.int64("now", 0), Within: a.flag("within")}
 	}
 	fail("unknown command %q", cmd)
 	return nil

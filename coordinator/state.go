@@ -74,6 +74,8 @@ type jobState struct {
 	Reduced          content.Ref   `cbor:"reduced,omitempty"`
 	Reducer          string        `cbor:"reducer,omitempty"`
 	DoneAt           int64         `cbor:"done_at,omitempty"`
+	// ReductionChecks are second reducers' reports (reduction.go).
+	ReductionChecks []ReductionCheck `cbor:"reduction_checks,omitempty"`
 
 	decided int // shards verified or unverified
 	cursor  int // every shard below it is decided

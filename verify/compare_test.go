@@ -101,6 +101,16 @@ func TestTolerance(t *testing.T) {
 	if s := (Tolerance{Abs: 1e-9, Rel: 0.5}).String(); s != "abs=1e-09,rel=0.5,per=tensor" {
 		t.Fatalf("String: %s", s)
 	}
+	for _, tol := range []Tolerance{{Abs: 1e-9, Rel: 0.5, Per: PerTensor}, {Rel: 1e-3, Per: PerMetric}} {
+		if back, err := ParseTolerance(tol.String()); err != nil || back != tol {
+			t.Fatalf("ParseTolerance(%q) = %+v, %v", tol, back, err)
+		}
+	}
+	for _, bad := range []string{"", "abs=x", "abs=1,size=2", "abs=0,rel=0,per=tensor"} {
+		if _, err := ParseTolerance(bad); err == nil {
+			t.Fatalf("ParseTolerance(%q) accepted", bad)
+		}
+	}
 	for in, want := range map[string]Tier{"": Replayable, "replayable": Replayable, "convergent": Convergent} {
 		if got, err := ParseTier(in); err != nil || got != want {
 			t.Fatalf("ParseTier(%q) = %v, %v", in, got, err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 )
 
 // Tier is a job's reproducibility tier (SPEC §10).
@@ -85,6 +86,32 @@ func (t Tolerance) per() string {
 func (t Tolerance) String() string {
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 	return "abs=" + f(t.Abs) + ",rel=" + f(t.Rel) + ",per=" + t.per()
+}
+
+// ParseTolerance reads what String writes.
+func ParseTolerance(s string) (Tolerance, error) {
+	var t Tolerance
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return t, fmt.Errorf("tolerance %q: want abs=…,rel=…,per=…", s)
+		}
+		var err error
+		switch k {
+		case "abs":
+			t.Abs, err = strconv.ParseFloat(v, 64)
+		case "rel":
+			t.Rel, err = strconv.ParseFloat(v, 64)
+		case "per":
+			t.Per = v
+		default:
+			err = fmt.Errorf("unknown key %q", k)
+		}
+		if err != nil {
+			return t, fmt.Errorf("tolerance %q: %w", s, err)
+		}
+	}
+	return t, t.Check()
 }
 
 // Method names, as receipts and result.json record them. They are stable
