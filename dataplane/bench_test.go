@@ -164,17 +164,19 @@ func BenchmarkTuning(b *testing.B) {
 	for _, v := range []struct {
 		name string
 		set  func()
+		mod  func(*Config)
 	}{
-		{"default", func() {}},
-		{"crc32c", func() { tuning.zeroChecksum = false }},
-		{"recv1MB", func() { tuning.recvBuffer = 1 << 20 }},
-		{"sockbuf-kernel-default", func() { socketBuffer = 0 }},
-		{"buffered-256k", func() { highWater, lowWater = 256<<10, 64<<10 }},
+		{"default", func() {}, nil},
+		{"crc32c", func() { tuning.zeroChecksum = false }, nil},
+		{"recv1MB", func() { tuning.recvBuffer = 1 << 20 }, nil},
+		{"sockbuf-kernel-default", func() { socketBuffer = 0 }, nil},
+		{"buffered-256k", func() { highWater, lowWater = 256<<10, 64<<10 }, nil},
+		{"chunk16k", func() {}, func(c *Config) { c.Chunk = 16 << 10 }},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			tuning, socketBuffer, highWater, lowWater = saved, savedBuf, savedHigh, savedLow
 			v.set()
-			report(b, tcp, measure(b, size, dcTransfer(b, data, ref, nil)))
+			report(b, tcp, measure(b, size, dcTransfer(b, data, ref, v.mod)))
 		})
 	}
 }
