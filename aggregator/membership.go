@@ -20,48 +20,66 @@ import (
 // connections of keys that are no longer members (revoked, or rotated
 // away), and, if its own key was rotated, picks up its new key.
 
-// conns tracks the API server's connections, to close a revoked member's.
+// conns tracks the API server's connections and the key each
+// authenticated with, to close a revoked member's. The key is recorded when
+// the connection serves its first request (its handshake is complete
+// then), so closing never touches a connection's TLS state, and a
+// handshake in progress — checked against the new membership when it
+// completes — cannot stall it.
 type conns struct {
 	mu sync.Mutex
-	m  map[net.Conn]struct{}
+	m  map[net.Conn]identity.PublicKey // zero key: not yet known
 }
 
-func (c *conns) track(conn net.Conn, st http.ConnState) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[net.Conn]struct{}{}
-	}
-	switch st {
-	case http.StateNew:
-		c.m[conn] = struct{}{}
-	case http.StateClosed, http.StateHijacked:
-		delete(c.m, conn)
+func (c *conns) track(fed *identity.Federation) func(net.Conn, http.ConnState) {
+	return func(conn net.Conn, st http.ConnState) {
+		var key identity.PublicKey
+		if st == http.StateActive {
+			if tc, ok := conn.(*tls.Conn); ok {
+				cs := tc.ConnectionState()
+				if m, ok := fed.Peer(&cs); ok {
+					key = m.PublicKey
+				}
+			}
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.m == nil {
+			c.m = map[net.Conn]identity.PublicKey{}
+		}
+		switch st {
+		case http.StateNew:
+			c.m[conn] = identity.PublicKey{}
+		case http.StateActive:
+			if _, tracked := c.m[conn]; tracked && key != (identity.PublicKey{}) {
+				c.m[conn] = key
+			}
+		case http.StateClosed, http.StateHijacked:
+			delete(c.m, conn)
+		}
 	}
 }
 
-// closeNonMembers closes every connection whose peer key fed no longer
-// lists, and returns how many.
+// closeNonMembers closes every connection whose key fed no longer lists
+// (in the background: closing may wait on a slow peer) and returns how
+// many.
 func (c *conns) closeNonMembers(fed *identity.Federation) int {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for conn := range c.m {
-		tc, ok := conn.(*tls.Conn)
-		if !ok {
+	var drop []net.Conn
+	for conn, key := range c.m {
+		if key == (identity.PublicKey{}) {
 			continue
 		}
-		cs := tc.ConnectionState()
-		if !cs.HandshakeComplete {
-			continue // verified against the new membership when it completes
-		}
-		if _, ok := fed.Peer(&cs); !ok {
-			conn.Close()
+		if _, ok := fed.Lookup(key); !ok {
+			drop = append(drop, conn)
 			delete(c.m, conn)
-			n++
 		}
 	}
-	return n
+	c.mu.Unlock()
+	for _, conn := range drop {
+		go conn.Close()
+	}
+	return len(drop)
 }
 
 // membershipApplied follows the replicated membership after a change or a

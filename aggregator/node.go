@@ -342,7 +342,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Handler:           withDeadlines(mux, bodyTimeout, opt.SecAggLongPoll),
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       IdleTimeout,
-		ConnState:         n.conns.track,
+		ConnState:         n.conns.track(fed),
 		ErrorLog:          obs.HTTPErrorLog(log),
 	}
 	n.done.Add(2)
