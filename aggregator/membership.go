@@ -37,9 +37,15 @@ func (c *conns) track(fed *identity.Federation) func(net.Conn, http.ConnState) {
 		if st == http.StateActive {
 			if tc, ok := conn.(*tls.Conn); ok {
 				cs := tc.ConnectionState()
-				if m, ok := fed.Peer(&cs); ok {
-					key = m.PublicKey
+				m, ok := fed.Peer(&cs)
+				if !ok {
+					// Its key was revoked (or rotated away) after the
+					// handshake, before this request: it serves nothing
+					// more, and the member's next handshake is refused.
+					conn.Close()
+					return
 				}
+				key = m.PublicKey
 			}
 		}
 		c.mu.Lock()

@@ -108,8 +108,8 @@ func (s *Server) auth(h http.HandlerFunc, e Endpoint) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		m, ok := s.Fed.PeerFromRequest(r)
 		if !ok {
-			writeDiag(w, http.StatusUnauthorized, diag.New(diag.PoolUnknownPeer, "request", "the client certificate is not a member of the federation").
-				WithHelp("add the member's public key to the federation file"))
+			writeDiag(w, http.StatusUnauthorized, diag.New(diag.PoolUnknownPeer, "request", "the client certificate is not a member of the federation (revoked, rotated to a new key, or never added)").
+				WithHelp("an operator adds a member with scellis federation add (or its entry in the federation file)"))
 			return
 		}
 		if !e.Allows(m.Role) {

@@ -131,7 +131,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			w.logf("stopped; leases handed back")
 		}
 	}()
-	failures := 0 // lease requests failed in a row
+	failures, lastErr := 0, "" // lease requests failed in a row, and the last error
 	for ctx.Err() == nil {
 		free := parallel - len(slots)
 		if free == 0 {
@@ -155,13 +155,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			// asked less and less often, and the log says so now and then
 			// rather than at every poll.
 			failures++
-			if failures == 1 || failures%20 == 0 {
+			if msg := err.Error(); msg != lastErr || failures%20 == 0 {
 				w.logf("lease: %v (failed %d time(s) in a row; retrying with backoff)", err, failures)
+				lastErr = msg
 			}
 			sleep(ctx, min(poll<<min(failures-1, 6), 5*time.Second))
 			continue
 		}
-		failures = 0
+		failures, lastErr = 0, ""
 		if len(resp.Grants) == 0 {
 			if w.LongPoll <= 0 || time.Since(asked) < w.LongPoll/2 {
 				// Not held (a plain poll, or a node that does not hold):
