@@ -2,11 +2,15 @@ package aggregator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/internal/sandboxproc"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/studio"
@@ -18,8 +22,12 @@ import (
 // round results, contribution records) and compiling a sweep's plan once
 // in a child, under the same caps as planning, to lay out its grid.
 
-// studioSource adapts a node to studio.Source.
-type studioSource struct{ n *Node }
+// studioSource adapts a node to studio.Source. peers holds the other
+// aggregators' health as last asked (name → studio.NodeHealth).
+type studioSource struct {
+	n     *Node
+	peers *sync.Map
+}
 
 var _ studio.Source = studioSource{}
 
@@ -45,7 +53,49 @@ func (s studioSource) Cluster() studio.Cluster {
 	for _, sv := range st.Raft.Servers {
 		c.Servers = append(c.Servers, sv.ID)
 	}
+	for _, m := range s.n.fed.ByRole(identity.Aggregator) {
+		if m.Name == st.Node {
+			c.Nodes = append(c.Nodes, studio.NodeHealth{Node: m.Name, Reachable: true, State: c.State, Term: c.Term,
+				CommitIndex: c.CommitIndex, AppliedIndex: c.AppliedIndex, ChainSeq: c.ChainSeq, ChainHead: c.ChainHead})
+			continue
+		}
+		h := studio.NodeHealth{Node: m.Name}
+		if v, ok := s.peers.Load(m.Name); ok {
+			h = v.(studio.NodeHealth)
+		}
+		c.Nodes = append(c.Nodes, h)
+	}
 	return c
+}
+
+// watchPeers asks every other aggregator for its status every period
+// until ctx ends, so the cluster view compares chain heads without a
+// picture ever waiting on the network.
+func (s studioSource) watchPeers(ctx context.Context, period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		for _, m := range s.n.fed.ByRole(identity.Aggregator) {
+			if m.Name == s.n.Self.Name {
+				continue
+			}
+			h := studio.NodeHealth{Node: m.Name}
+			qctx, cancel := context.WithTimeout(ctx, period)
+			raw, err := s.n.peerClient.StatusOf(qctx, "https://"+m.Address)
+			cancel()
+			var st NodeStatus
+			if err == nil && json.Unmarshal(raw, &st) == nil {
+				h = studio.NodeHealth{Node: m.Name, Reachable: true, State: string(st.Raft.State), Term: st.Raft.Term,
+					CommitIndex: st.Raft.CommitIndex, AppliedIndex: st.Raft.AppliedIndex, ChainSeq: st.ChainSeq, ChainHead: st.ChainHead}
+			}
+			s.peers.Store(m.Name, h)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // studioPlan is what the studio-plan child answers.
@@ -102,17 +152,25 @@ func (n *Node) startStudio(addr string) error {
 	if err != nil {
 		return err
 	}
-	srv := studio.NewServer(studioSource{n}, n.fed, n.log)
+	src := studioSource{n: n, peers: &sync.Map{}}
+	srv := studio.NewServer(src, n.fed, n.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	bound, stop, err := srv.Listen(ctx, addr, cfg)
 	if err != nil {
 		cancel()
 		return err
 	}
+	var peersDone sync.WaitGroup
+	peersDone.Add(1)
+	go func() {
+		defer peersDone.Done()
+		src.watchPeers(ctx, studio.Refresh)
+	}()
 	n.studioAddr, n.studioFingerprint = bound, fp
 	n.studioStop = func() {
 		cancel()
 		stop()
+		peersDone.Wait()
 	}
 	return nil
 }

@@ -48,6 +48,9 @@ func TestStudioServesSweepHeatmap(t *testing.T) {
 	if err := json.NewDecoder(res.Body).Decode(&pic); err != nil || res.StatusCode != 200 {
 		t.Fatalf("picture: %d %v", res.StatusCode, err)
 	}
+	if n := pic.Cluster.Nodes; len(n) != 1 || n[0].Node != "agg-1" || !n[0].Reachable || n[0].ChainSeq != 6 || n[0].ChainHead != pic.Receipts.Head {
+		t.Fatalf("cluster nodes: %+v (receipts head %s)", n, pic.Receipts.Head)
+	}
 	if pic.Viewer.Member != "alice" || pic.Viewer.Via != "certificate" || len(pic.Jobs) != 1 {
 		t.Fatalf("picture: %+v", pic)
 	}

@@ -57,6 +57,21 @@ type Cluster struct {
 	ChainHead    content.Ref `json:"chain_head"`
 	StateHash    content.Ref `json:"state_hash"`
 	Servers      []string    `json:"servers"`
+	// Nodes is every aggregator as last heard (this one included), so the
+	// chain heads can be compared; a node that did not answer is marked.
+	Nodes []NodeHealth `json:"nodes,omitempty"`
+}
+
+// NodeHealth is one aggregator's Raft state and chain head.
+type NodeHealth struct {
+	Node         string      `json:"node"`
+	Reachable    bool        `json:"reachable"`
+	State        string      `json:"state,omitempty"`
+	Term         uint64      `json:"term,omitempty"`
+	CommitIndex  uint64      `json:"commit_index,omitempty"`
+	AppliedIndex uint64      `json:"applied_index,omitempty"`
+	ChainSeq     uint64      `json:"chain_seq,omitempty"`
+	ChainHead    content.Ref `json:"chain_head,omitempty"`
 }
 
 // Picture is everything a viewer sees, as one JSON document; the browser

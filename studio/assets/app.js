@@ -170,7 +170,14 @@
     const kv = [["this node", c.node], ["its state", c.state], ["leader", c.leader || "(none known)"], ["term", c.term],
       ["commit index", c.commit_index], ["applied index", c.applied_index], ["receipt chain", c.chain_seq + " · head " + short(c.chain_head)],
       ["state hash", short(c.state_hash)], ["voters", (c.servers || []).join(", ")], ["picture", "#" + p.version]];
-    return el("table", {}, kv.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { "data-k": k }, v))));
+    const nodes = c.nodes || [];
+    const heads = new Set(nodes.filter((n) => n.reachable).map((n) => n.chain_seq + "/" + n.chain_head));
+    return [el("table", {}, kv.map(([k, v]) => el("tr", {}, el("th", {}, k), el("td", { "data-k": k }, v)))),
+      nodes.length ? el("h3", {}, "Every aggregator" + (heads.size > 1 ? " (chain heads differ: a node is catching up or diverged)" : "")) : null,
+      nodes.length ? el("table", { class: "nodes" }, el("tr", {}, ["node", "state", "term", "commit", "applied", "chain", "head"].map((h) => el("th", {}, h))),
+        nodes.map((n) => el("tr", { "data-node": n.node }, el("td", {}, n.node), el("td", {}, n.reachable ? n.state : "unreachable"),
+          el("td", { class: "n" }, n.term || "-"), el("td", { class: "n" }, n.commit_index || "-"), el("td", { class: "n" }, n.applied_index || "-"),
+          el("td", { class: "n" }, n.chain_seq || "-"), el("td", {}, el("code", {}, short(n.chain_head)))))) : null];
   }
 
   function fill(id, nodes, emptyText) {
