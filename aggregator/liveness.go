@@ -108,7 +108,7 @@ func (n *Node) excuseLapsed(ctx context.Context, round string, members []secagg.
 			if d < 0 {
 				excused[m.ID] = true
 				n.log.Info("silo lease lapsed: left out of the round", "silo", m.ID, "round", round)
-				n.sagg.Excuse(round, m.ID)
+				n.excuse(round, m.ID)
 				continue
 			}
 			if next < 0 || d < next {

@@ -437,6 +437,11 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			Clip:      clip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: grid,
 		},
 	}
+	if spec.AggregationMode() == fl.AggThresholdHE {
+		if bundle.HE, err = fl.NewHERound(bundle.SecAgg); err != nil {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
+		}
+	}
 	bb, err := content.Encode(&bundle)
 	if err != nil {
 		return err
@@ -449,7 +454,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err != nil {
 		return err
 	}
-	if err := n.sagg.Open(bundle.SecAgg, n.opt.SecAgg); err != nil {
+	if err := n.openSum(&bundle); err != nil {
 		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: secure aggregation cannot open: %v", r, err))
 	}
 	opened := time.Now()
@@ -457,7 +462,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	// leader; its sites learn at once that this one is lost.
 	defer func() {
 		if ctx.Err() != nil {
-			n.sagg.Abort(bundle.SecAgg.Round, "its host is no longer the leader")
+			n.abortSum(&bundle, "its host is no longer the leader")
 		}
 	}()
 	ttl := n.opt.RoundLeaseTTL
@@ -482,11 +487,11 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 	res, err := n.Apply(ctx, cmd)
 	if err != nil {
-		n.sagg.Abort(bundle.SecAgg.Round, "its round job was not committed")
+		n.abortSum(&bundle, "its round job was not committed")
 		return err // not the leader any more, or not committed: the next pass (or leader) retries
 	}
 	if len(res.Refusal) > 0 {
-		n.sagg.Abort(bundle.SecAgg.Round, "its round job was refused")
+		n.abortSum(&bundle, "its round job was refused")
 		if stale(res.Refusal) {
 			return nil // planned from a view the run has left: the next pass re-reads it
 		}
@@ -499,7 +504,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	var declines sync.Map // silo → its refusal codes
 	go n.excuseDecliners(excuseCtx, jobID, bundle.SecAgg.Round, &declines)
 	go n.excuseLapsed(excuseCtx, bundle.SecAgg.Round, members)
-	sum, err := n.sagg.Wait(ctx, bundle.SecAgg.Round)
+	sum, err := n.waitSum(ctx, &bundle)
 	stopExcusing()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -701,7 +706,7 @@ func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round strin
 				}
 				declines.Store(silo, strings.Join(codes, "+"))
 			}
-			n.sagg.Excuse(round, silo)
+			n.excuse(round, silo)
 		}
 	}
 	// Reports that landed before the subscription.

@@ -88,6 +88,9 @@ type SiloPolicy struct {
 	// GenericShards: the silo also executes generic pool shards (sweeps,
 	// Monte Carlo, …), not only its own training rounds. Default false.
 	GenericShards bool
+	// Aggregation lists the secure-aggregation modes the silo takes part
+	// in ("masking", "threshold-he"); empty: both.
+	Aggregation []string
 }
 
 // DefaultStrategies are the strategies a silo accepts when its policy
@@ -175,6 +178,13 @@ func LoadSilo(file string) (*Silo, error) {
 				return nil
 			})),
 			mk("generic_shards", false, "", boolean(&p.GenericShards)),
+			mk("aggregation", false, "", strs(&p.Aggregation, func(s string) error {
+				if s != "masking" && s != "threshold-he" {
+					return diag.New(diag.InvalidValue, "", "unknown aggregation mode %q", s).
+						WithHelp("list masking, threshold-he or both (remove the key to allow both)")
+				}
+				return nil
+			})),
 		)),
 	}
 	l, err := load(file, "silo config", fields)

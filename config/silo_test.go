@@ -384,3 +384,32 @@ func TestLoadSiloPollBelowLease(t *testing.T) {
 		t.Fatalf("poll 6s under silo_lease 20s: %+v %v", c, err)
 	}
 }
+
+// policy.aggregation lists the modes a silo takes part in; an unknown one
+// is refused at its line.
+func TestLoadSiloAggregationModes(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want []string
+		bad  bool
+	}{
+		{"[threshold-he]", []string{"threshold-he"}, false},
+		{"[masking, threshold-he]", []string{"masking", "threshold-he"}, false},
+		{"[masking, homomorphic]", nil, true},
+	} {
+		dir := writeFiles(t, map[string]string{"site/data/cardio.csv": cardioCSV, "abs/registry.csv": "x,y\n1,0\n"})
+		file := filepath.Join(dir, "site", "silo.yaml")
+		src := strings.ReplaceAll(goodSilo, "/abs/", dir+"/abs/") + "  aggregation: " + tc.list + "\n"
+		os.WriteFile(file, []byte(src), 0o644)
+		c, err := LoadSilo(file)
+		if tc.bad {
+			if err == nil || !strings.Contains(err.Error(), "silo.yaml:28:26:") || !strings.Contains(err.Error(), `unknown aggregation mode "homomorphic"`) {
+				t.Fatalf("%s: want a refusal at 28:26, got %v", tc.list, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(c.Policy.Aggregation, tc.want) {
+			t.Fatalf("%s: %v %v", tc.list, err, c.Policy.Aggregation)
+		}
+	}
+}

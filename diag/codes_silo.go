@@ -13,5 +13,6 @@ var (
 	SiloUnitMismatch     = define("SC9208", "round's unit of privacy differs from the dataset's")
 	SiloUnpriced         = define("SC9209", "round's privacy cost cannot be bounded")
 	SiloStateUnavailable = define("SC9210", "silo's ledger or round log cannot be read")
+	SiloAggregationMode  = define("SC9211", "round's secure-aggregation mode not allowed by the silo's policy")
 	SiloRoundFailed      = define("SC9230", "silo could not complete the round (details in the silo's log)")
 )

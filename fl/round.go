@@ -49,6 +49,11 @@ type RoundBundle struct {
 	// last fetched version is not Global (absent silos train from Global
 	// with staleness 0).
 	Base map[string]Base `cbor:"base,omitempty" json:"base,omitempty"`
+	// HE, when set, runs the round in threshold-he mode (package
+	// secagg/he) on the Reducer's threshold-he host (secagg/hewire)
+	// instead of pairwise masking; SecAgg still names the members,
+	// dimension, clip, weighting and grid.
+	HE *HERound `cbor:"he,omitempty" json:"he,omitempty"`
 }
 
 // Base is a stale global version a silo trains from in a buffered run.

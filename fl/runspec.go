@@ -24,6 +24,7 @@ import (
 //	cohort: {silos: [hospital-1, hospital-2, hospital-3, hospital-4], min: 3}
 //	privacy: {clip: 1.0, sigma: 1.1, q: 0.05, steps: 20}
 //	secure_aggregation: true
+//	aggregation: masking         # or threshold-he
 //	seed: 7
 type RunSpec struct {
 	Name     string `cbor:"name" json:"name"`
@@ -63,7 +64,11 @@ type RunSpec struct {
 	Participation float64 `cbor:"participation,omitempty" json:"participation,omitempty"`
 	Steps         int     `cbor:"steps" json:"steps"`
 	SecureAgg     bool    `cbor:"secure_agg" json:"secure_agg"`
-	Seed          int64   `cbor:"seed" json:"seed"`
+	// Aggregation is how the secure sum is formed: AggMasking (stored
+	// empty, so a spec that names the default hashes as one that does
+	// not) or AggThresholdHE (package secagg/he).
+	Aggregation string `cbor:"aggregation,omitempty" json:"aggregation,omitempty"`
+	Seed        int64  `cbor:"seed" json:"seed"`
 	// FeatureBounds are public bounds B_j on |x_j| (a data dictionary's
 	// ranges), one per model input: under DP the statistics step clips
 	// each value to [−B_j, B_j] and releases Σx/B, Σx²/B², which bounds a
@@ -131,6 +136,21 @@ const (
 	StandardizeNone      = "none"
 )
 
+// Aggregation modes (RunSpec.Aggregation): pairwise masking (package
+// secagg) or threshold homomorphic encryption (package secagg/he).
+const (
+	AggMasking     = "masking"
+	AggThresholdHE = "threshold-he"
+)
+
+// AggregationMode returns the run's aggregation mode, masking when unset.
+func (s *RunSpec) AggregationMode() string {
+	if s.Aggregation == "" {
+		return AggMasking
+	}
+	return s.Aggregation
+}
+
 // StandardizeMode returns the run's standardisation, federated when unset.
 func (s *RunSpec) StandardizeMode() string {
 	if s.Standardize == "" {
@@ -151,7 +171,7 @@ func LoadRunSpec(path string) (*RunSpec, error) {
 	return ParseRunSpec(path, data)
 }
 
-var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "seed", "standardize", "evaluation"}
+var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "aggregation", "seed", "standardize", "evaluation"}
 
 // ParseRunSpec parses a run spec, reporting every problem at once.
 func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
@@ -290,6 +310,20 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 	}
 	if n := f["secure_aggregation"]; n != nil {
 		s.SecureAgg = d.Bool(n, "secure_aggregation")
+	}
+	if n := f["aggregation"]; n != nil {
+		switch v := d.Str(n, "aggregation"); v {
+		case AggMasking:
+		case AggThresholdHE:
+			s.Aggregation = v
+			if !s.SecureAgg {
+				d.Errorf(n, diag.InvalidValue, "aggregation", "drop aggregation, or turn secure_aggregation on",
+					"aggregation: threshold-he with secure_aggregation: false")
+			}
+		default:
+			d.Errorf(n, diag.InvalidValue, "aggregation", "use masking (pairwise masks, the default) or threshold-he (threshold homomorphic encryption; docs/secagg.md says which to pick)",
+				"unknown aggregation mode %q", v)
+		}
 	}
 	if n := f["seed"]; n != nil {
 		s.Seed = d.Integer(n, "seed", 0, 1<<62)

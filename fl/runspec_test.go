@@ -182,3 +182,40 @@ func TestStatsFromNoisySumsNeverUnderestimateSpread(t *testing.T) {
 		t.Fatalf("without the floor no draw underestimated the spread: the test has no power")
 	}
 }
+
+// aggregation: masking is the default and hashes as an unset field;
+// threshold-he is kept; anything else, or threshold-he without secure
+// aggregation, is refused with the line it is on.
+func TestRunSpecAggregation(t *testing.T) {
+	cat, _ := catalog.Builtin()
+	base, err := ParseRunSpec("run.yaml", []byte(goodRun))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, idDefault, _, _ := base.Resolve(cat, ".")
+	masking, err := ParseRunSpec("run.yaml", []byte(goodRun+"aggregation: masking\n"))
+	if err != nil || masking.AggregationMode() != AggMasking || masking.Aggregation != "" {
+		t.Fatalf("masking: %v %+v", err, masking)
+	}
+	if _, id, _, _ := masking.Resolve(cat, "."); id != idDefault {
+		t.Fatal("naming the default mode changed the run ID")
+	}
+	he, err := ParseRunSpec("run.yaml", []byte(goodRun+"aggregation: threshold-he\n"))
+	if err != nil || he.AggregationMode() != AggThresholdHE {
+		t.Fatalf("threshold-he: %v", err)
+	}
+	if _, id, _, _ := he.Resolve(cat, "."); id == idDefault {
+		t.Fatal("threshold-he kept the masking run's ID")
+	}
+	for _, bad := range []string{"aggregation: homomorphic\n", "aggregation: threshold-he\n"} {
+		src := goodRun + bad
+		if strings.HasSuffix(bad, "threshold-he\n") {
+			src = strings.Replace(src, "secure_aggregation: true", "secure_aggregation: false", 1)
+		}
+		_, err := ParseRunSpec("run.yaml", []byte(src))
+		ds, ok := diag.As(err)
+		if !ok || ds[0].Code != diag.InvalidValue || !strings.Contains(err.Error(), "run.yaml:10:") {
+			t.Fatalf("%q: want SC1005 at run.yaml:10, got %v", bad, err)
+		}
+	}
+}

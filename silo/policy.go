@@ -42,8 +42,10 @@ type Policy struct {
 	MinCohort          int
 	MaxRoundsPerDay    int
 	GenericShards      bool
-	Datasets           []config.Dataset
-	Rounds             RoundLog
+	// Aggregation lists the modes the silo takes part in; empty: all.
+	Aggregation []string
+	Datasets    []config.Dataset
+	Rounds      RoundLog
 
 	// pinned binds accepted names to the refs the silo's own catalog
 	// gives them (Pin); nil until pinned.
@@ -61,6 +63,7 @@ func NewPolicy(c *config.Silo, rounds RoundLog) Policy {
 		MinCohort:          p.MinCohort,
 		MaxRoundsPerDay:    p.MaxRoundsPerDay,
 		GenericShards:      p.GenericShards,
+		Aggregation:        slices.Clone(p.Aggregation),
 		Datasets:           slices.Clone(c.Datasets),
 		Rounds:             rounds,
 	}
@@ -168,6 +171,11 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 			add(diag.New(diag.SiloNoiseTooLow, subject, "noise multiplier σ = %g is below this silo's minimum of %g", req.Privacy.Sigma, p.MinNoiseMultiplier).
 				WithHelp("raise σ to %g or more (scellis privacy calibrate chooses σ for a target ε)", p.MinNoiseMultiplier))
 		}
+	}
+
+	if mode := req.Aggregation; len(p.Aggregation) > 0 && mode != "" && !slices.Contains(p.Aggregation, mode) {
+		add(diag.New(diag.SiloAggregationMode, subject, "the round forms its sum by %s; this silo's policy allows %s", mode, strings.Join(p.Aggregation, ", ")).
+			WithHelp("run with aggregation: %s, or the silo's operator adds %s to policy.aggregation", p.Aggregation[0], mode))
 	}
 
 	ds, known := p.dataset(req.Dataset)

@@ -163,6 +163,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
 		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.StepPrivacy(unit, b.Step), Cohort: len(b.SecAgg.Members),
 		Threshold: threshold, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg, Step: b.Step,
+		Aggregation: aggMode(b),
+	}
+	if want := spec.Spec.AggregationMode(); want != req.Aggregation {
+		return decline(bad("the round forms its sum by %s but its run asks for %s", req.Aggregation, want))
 	}
 	if f, err := b.SecAgg.FracBits(); err != nil {
 		return decline(err)
@@ -326,6 +330,9 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	} else if err := c.CheckInput(in.Values, weight); err != nil {
 		return decline(err) // refused before the charge: nothing was paid for
 	}
+	if err := a.checkHE(b, in); err != nil {
+		return decline(err) // refused before the charge: nothing was paid for
+	}
 	// Law 12: what is released for this round is kept, durably, before it
 	// is paid for; a retried round re-sends it (resend) instead of
 	// training and noising again. Cached at the point of release: input
@@ -367,7 +374,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	base, err := a.secaggHost(ctx, b)
 	if err == nil {
-		err = wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), in)
+		err = a.participate(ctx, base, b, in)
 	}
 	clear(in.Values)
 	clear(in.Encoded)
@@ -383,7 +390,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	rec.Status = Contributed
 	a.countRound("contributed")
-	a.logf("%s: contributed (secure aggregation round %s on %s)", subject, b.SecAgg.Round, base)
+	a.logf("%s: contributed (secure aggregation round %s on %s, %s)", subject, b.SecAgg.Round, base, aggMode(b))
 	return rec, nil
 }
 
@@ -420,6 +427,9 @@ func checkRelease(subject string, p fl.Privacy, b fl.RoundBundle) error {
 	bound, err := b.SecAgg.EncodedBound()
 	if err != nil {
 		return err
+	}
+	if b.HE != nil {
+		bound = b.HE.Params.Bound // threshold-he sums on a smaller ring
 	}
 	if m := g.MaxMagnitude(); m > float64(bound) {
 		return diag.New(diag.DPRingHeadroom, subject, "the noised update can reach %.4g on the grid (clip·2^%d plus %d noise deviations of %d), beyond the ring's per-site bound %d",
@@ -511,12 +521,15 @@ func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBund
 			err = c.CheckInput(in.Values, in.Weight)
 		}
 	}
+	if err == nil {
+		err = a.checkHE(b, in)
+	}
 	if err != nil {
 		return once(fmt.Sprintf("its paid release does not fit the retried round: %v", err))
 	}
 	base, err := a.secaggHost(ctx, b)
 	if err == nil {
-		err = wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), in)
+		err = a.participate(ctx, base, b, in)
 	}
 	clear(rel.Values)
 	clear(rel.Encoded)

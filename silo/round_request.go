@@ -30,6 +30,9 @@ type RoundRequest struct {
 	Threshold int
 	Regime    trust.Regime
 	SecureAgg bool
+	// Aggregation is the mode the round's sum is formed in
+	// (fl.AggMasking or fl.AggThresholdHE), as the round bundle runs it.
+	Aggregation string
 	// Step is the kind of step (fl.StepStats, fl.StepTrain, fl.StepEval;
 	// empty: training): a statistics or evaluation step releases one
 	// Gaussian sum of its rows, priced as such.

@@ -35,7 +35,7 @@ var configKinds = []struct {
 	{"worker", []string{"cache_dir", "parallel", "memory_mb", "shard_timeout", "poll", "corrupt_results"}},
 	// Not appliance configs, but files a user hands config check too: they
 	// are checked as what they are, not as a silo config with ten errors.
-	{"run", []string{"strategy", "model", "dataset", "rounds", "cohort", "secure_aggregation", "standardize", "evaluation"}},
+	{"run", []string{"strategy", "model", "dataset", "rounds", "cohort", "secure_aggregation", "aggregation", "standardize", "evaluation"}},
 	{"job", []string{"program", "partitioner", "reducer", "verification", "limits", "security_critical"}},
 }
 
@@ -167,7 +167,7 @@ func runSummary(s *fl.RunSpec) string {
 		b.WriteString(", no DP")
 	}
 	if s.SecureAgg {
-		b.WriteString(", secure aggregation")
+		fmt.Fprintf(&b, ", secure aggregation (%s)", s.AggregationMode())
 	}
 	return b.String()
 }

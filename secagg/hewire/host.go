@@ -94,6 +94,22 @@ type hround struct {
 	err        error
 	taken      bool
 	accepted   map[string][32]byte // site/stage → digest of the accepted body
+	// excused are sites known not to take part (they declined, or their
+	// lease lapsed): a phase does not wait for them until its deadline.
+	excused map[string]bool
+}
+
+// waiting reports whether the phase still waits for a site not excused.
+func (rd *hround) waiting() bool {
+	missing := rd.agg.Missing()
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	for _, s := range missing {
+		if !rd.excused[s] {
+			return true
+		}
+	}
+	return false
 }
 
 func (rd *hround) subject() string { return fmt.Sprintf("threshold-he round %q", rd.id) }
@@ -166,7 +182,7 @@ func (h *Host) Open(p he.Params, dl wire.Deadlines) error {
 	}
 	rd := &hround{id: p.Round, p: p, digest: digest, agg: agg, dl: dl, keys: keys,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), abort: make(chan string, 1),
-		changed: make(chan struct{}), accepted: map[string][32]byte{}}
+		changed: make(chan struct{}), accepted: map[string][32]byte{}, excused: map[string]bool{}}
 	h.rounds[p.Round] = rd
 	h.wg.Add(1)
 	go h.drive(rd)
@@ -199,6 +215,21 @@ func (h *Host) Wait(ctx context.Context, round string) (*he.Result, error) {
 		return nil, ErrOver
 	}
 	return res, err
+}
+
+// Excuse tells an open round that site will not take part: phases stop
+// waiting for it. Unknown rounds are ignored.
+func (h *Host) Excuse(round, site string) {
+	h.mu.Lock()
+	rd := h.rounds[round]
+	h.mu.Unlock()
+	if rd == nil {
+		return
+	}
+	rd.mu.Lock()
+	rd.excused[site] = true
+	rd.mu.Unlock()
+	rd.poke()
 }
 
 // Abort ends an open round at once without a result.
@@ -324,7 +355,7 @@ func (h *Host) phases(rd *hround) error {
 func (h *Host) await(rd *hround, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
-	for len(rd.agg.Missing()) > 0 {
+	for rd.waiting() {
 		select {
 		case <-rd.kick:
 		case <-t.C:

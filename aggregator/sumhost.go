@@ -1,0 +1,47 @@
+package aggregator
+
+import (
+	"context"
+
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/secagg"
+)
+
+// The round's secure sum runs on one of the reducer peer's two hosts:
+// pairwise masking (secagg/wire) or, for a run with aggregation:
+// threshold-he, threshold homomorphic encryption (secagg/hewire). The mode
+// changes only how the sum is formed; the round flow around it is the same.
+
+func (n *Node) openSum(b *fl.RoundBundle) error {
+	if b.HE != nil {
+		return n.hesagg.Open(b.HE.Params, n.opt.SecAgg)
+	}
+	return n.sagg.Open(b.SecAgg, n.opt.SecAgg)
+}
+
+func (n *Node) abortSum(b *fl.RoundBundle, reason string) {
+	if b.HE != nil {
+		n.hesagg.Abort(b.SecAgg.Round, reason)
+		return
+	}
+	n.sagg.Abort(b.SecAgg.Round, reason)
+}
+
+// waitSum waits for the round's sum, in masking's form either way.
+func (n *Node) waitSum(ctx context.Context, b *fl.RoundBundle) (*secagg.Result, error) {
+	if b.HE == nil {
+		return n.sagg.Wait(ctx, b.SecAgg.Round)
+	}
+	res, err := n.hesagg.Wait(ctx, b.SecAgg.Round)
+	if err != nil {
+		return nil, err
+	}
+	return b.HE.Result(res, b.SecAgg.Weighted), nil
+}
+
+// excuse tells the round's host that a silo will not take part (a round
+// ID is open on one host only; the other ignores it).
+func (n *Node) excuse(round, silo string) {
+	n.sagg.Excuse(round, silo)
+	n.hesagg.Excuse(round, silo)
+}
