@@ -608,9 +608,13 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 
 // awaitReports waits until every contributor's shard of the round job is
 // decided, or ReportGrace passes. It wakes on the job's events from the
-// hub (every applied report publishes one), never on a timer: a
+// hub (every applied report publishes one), never on a tick: a
 // subscription dropped for falling behind is taken again, and the state is
-// read again after it, so no event is missed in between.
+// read again after it, so no event is missed in between. A contributor
+// whose lease lapses (a silo killed between sending its input and
+// reporting) is not waited for: it wakes on the lost poll or at the
+// lapse's moment, and the shard is flagged at once instead of after the
+// whole grace.
 func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors []string) {
 	grace := n.opt.ReportGrace
 	if grace <= 0 {
@@ -620,25 +624,33 @@ func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors [
 	defer func() { cancel() }()
 	deadline := time.NewTimer(grace)
 	defer deadline.Stop()
+	lapse := time.NewTimer(time.Hour)
+	defer lapse.Stop()
 	for {
+		gone := n.peerGone.wait()
 		js, err := n.fsm.machine().Job(job)
 		if err != nil || js.State != coordinator.JobRunning {
 			return
 		}
-		pending := false
+		pending, next := false, time.Hour
 		for _, s := range js.Shards {
 			if s.State != coordinator.StateVerified && s.State != coordinator.StateUnverified && slices.Contains(contributors, s.Peer) {
-				pending = true
+				if d := n.lapsesIn(s.Peer); d >= 0 {
+					pending, next = true, min(next, d)
+				}
 			}
 		}
 		if !pending {
 			return
 		}
+		lapse.Reset(next + time.Millisecond)
 		select {
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
 			return
+		case <-gone:
+		case <-lapse.C:
 		case _, ok := <-events:
 			if !ok {
 				// Dropped for falling behind: subscribe again; the

@@ -402,7 +402,10 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	}
 	// Every charge of the run is visible in its privacy report exactly
 	// once, those of the failed (abandoned) attempts included: by a
-	// receipt, or by the record reported to the abandoned job.
+	// receipt, or by the record reported to the abandoned job. The one
+	// exception is documented (SECURITY.md): h3, SIGKILLed, may have been
+	// charged for round 1 — and even summed in it — without its record
+	// reaching the aggregator; that one charge can be missing.
 	var report struct {
 		Silos []struct {
 			Silo    string `json:"silo"`
@@ -432,7 +435,7 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 				}
 			}
 		}
-		if len(listed) != charged {
+		if len(listed) > charged || len(listed) < charged-1 || (s != "h3" && len(listed) != charged) {
 			t.Errorf("%s: its ledger charged %d rounds of the run, the privacy report shows %d", s, charged, len(listed))
 		}
 	}
