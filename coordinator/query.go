@@ -294,6 +294,12 @@ func (m *Machine) Leasable(peer string, now int64) int {
 	defer m.mu.RUnlock()
 	now = m.clock(now)
 	n := 0
+	if _, known := m.st.Peers[peer]; !known && m.auditsWaiting() {
+		// A peer the pool has not recorded yet must lease once, granted
+		// or not, to become a candidate auditor: audits go only to known
+		// peers, and an idle poll answered here would never record it.
+		return 1
+	}
 	for _, j := range m.st.Jobs {
 		if j.State != JobRunning {
 			continue

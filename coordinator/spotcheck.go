@@ -224,6 +224,22 @@ func (m *Machine) PendingDraws(now int64) []ShardRef {
 	return out
 }
 
+// auditsWaiting reports whether some adaptive shard is audited and has no
+// reserved auditor (none could be drawn, or it let the reservation lapse).
+func (m *Machine) auditsWaiting() bool {
+	for _, j := range m.st.Jobs {
+		if j.State != JobRunning || !adaptive(j) {
+			continue
+		}
+		for _, s := range j.Shards[j.cursor:] {
+			if s.State == StatePending && s.Audit == auditAudited && s.Auditor == "" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (m *Machine) draw(c DrawAudit) Result {
 	if d := checkTime(c.Now); d != nil {
 		return refuse(d)
@@ -386,7 +402,8 @@ func (m *Machine) judge(j *jobState, s *shardState, peer string, v spot.Verdict,
 	return events
 }
 
-// revokePeer ends an excluded peer's live leases on generic shards.
+// revokePeer ends an excluded peer's live leases on generic shards and
+// its audit reservations (a new auditor is drawn at once).
 func (m *Machine) revokePeer(peer string) []Event {
 	var events []Event
 	for _, j := range m.st.Jobs {
@@ -396,6 +413,9 @@ func (m *Machine) revokePeer(peer string) []Event {
 		for _, s := range j.Shards[j.cursor:] {
 			if s.Peer != "" {
 				continue
+			}
+			if s.Auditor == peer {
+				s.Auditor, s.AuditorUntil = "", 0
 			}
 			if i, has := s.leaseOf(peer); has {
 				s.dropLease(i)
