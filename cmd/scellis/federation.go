@@ -16,7 +16,7 @@ func init() { commands = append(commands, newFederationCmd) }
 func newFederationCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "federation",
-		Short: "Work with federation files (the members, their roles, keys and addresses)",
+		Short: "Federation files and the membership: check, init, and add, revoke or rotate members while it runs",
 	}
 	cmd.AddCommand(newFederationInitCmd())
 	cmd.AddCommand(newFederationChangeCmds()...)
