@@ -8,6 +8,7 @@ import (
 
 	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 )
 
@@ -76,5 +77,9 @@ func (n *Node) durable(ctx context.Context, ref content.Ref) error {
 		}
 		errs = append(errs, err)
 	}
-	return fmt.Errorf("no second aggregator took a copy: %w", errors.Join(errs...))
+	// Not an input fault: the cluster cannot keep the blob safe, which is
+	// what a majority down looks like from here (SC7103, as the client
+	// says when no node answers).
+	return diag.New(diag.PoolNoLeader, "cluster", "no second aggregator took a copy of %s: %v", ref.Short(), errors.Join(errs...)).
+		WithHelp("the other aggregators are down or unreachable from this one; a job is accepted once a second node holds its blobs (scellis aggregator status)")
 }

@@ -278,6 +278,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any, ou
 		})
 		if resp != nil && resp.StatusCode == http.StatusTemporaryRedirect && err == nil {
 			at.answered(idx)
+			at.leaderless = false
 			// The node knows the leader: go there at once. A leader that
 			// did not answer lately is followed only once every node
 			// points at it; until then ask the others who leads.
@@ -365,13 +366,16 @@ func (c *Client) discover(ctx context.Context) {
 
 // attempts is the retry state of one operation.
 type attempts struct {
-	c                *Client
-	start            time.Time
-	timeout          time.Duration // the next attempt's deadline
-	backoff          time.Duration
-	timedOut         map[int]bool // nodes that timed out at the current deadline
-	errs             map[int]error
-	anyAnswer        bool
+	c         *Client
+	start     time.Time
+	timeout   time.Duration // the next attempt's deadline
+	backoff   time.Duration
+	timedOut  map[int]bool // nodes that timed out at the current deadline
+	errs      map[int]error
+	anyAnswer bool
+	// leaderless: the last node that answered knew no leader (SC7103 or
+	// SC7107): a majority may be down, which no retry by this client fixes.
+	leaderless       bool
 	lastErr          error
 	timedOutNow      bool
 	hops             int
@@ -440,6 +444,7 @@ func (at *attempts) failed(ctx context.Context, i int, answered bool, err error)
 	case isDiag && !retryableDiag(ds):
 		return true, err
 	case isDiag:
+		at.leaderless = true
 		c.rotate(i)
 	case at.timedOutNow:
 		// Silent: no answer within the attempt's deadline. Pass the node
@@ -479,6 +484,9 @@ func (at *attempts) failed(ctx context.Context, i int, answered bool, err error)
 		return true, err
 	}
 	if at.giveUp() {
+		if at.anyAnswer {
+			return true, at.noLeader()
+		}
 		return true, c.unreachable(at.errs)
 	}
 	select {
@@ -491,9 +499,22 @@ func (at *attempts) failed(ctx context.Context, i int, answered bool, err error)
 	return false, nil
 }
 
-// giveUp reports whether no node has answered for GiveUpAfter.
+// giveUp reports whether, for GiveUpAfter, no node has answered, or the
+// nodes that answered knew no leader: a CLI command then says the pool is
+// unreachable (SC7103) instead of retrying until its own deadline.
 func (at *attempts) giveUp() bool {
-	return !at.anyAnswer && at.c.GiveUpAfter > 0 && time.Since(at.start) >= at.c.GiveUpAfter
+	return (!at.anyAnswer || at.leaderless) && at.c.GiveUpAfter > 0 && time.Since(at.start) >= at.c.GiveUpAfter
+}
+
+// noLeader is the diagnostic of an operation the answering nodes could not
+// serve for want of a leader.
+func (at *attempts) noLeader() error {
+	last := "no leader known"
+	if ds, ok := diag.As(at.lastErr); ok {
+		last = ds[0].Message
+	}
+	return diag.New(diag.PoolNoLeader, "cluster", "no aggregator that answered knows a leader after %v (%s)", at.c.GiveUpAfter.Round(time.Second), last).
+		WithHelp("a majority of the aggregators is down or cut off from the rest: nothing can be written or read fresh until it is back (scellis aggregator status on each)")
 }
 
 // final is the error of an operation whose context ended.

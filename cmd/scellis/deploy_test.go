@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -197,6 +198,33 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	}
 	if _, body := get("/readyz"); !strings.Contains(body, `"ready":false`) || !strings.Contains(body, "no leader") {
 		t.Fatalf("/readyz without a majority: %s", body)
+	}
+	// Commands that must commit or read fresh fail as such: SC7103 (the
+	// pool is unreachable, not an input fault), and they return (the CLI
+	// gives up after its bound, 12 s, instead of retrying for minutes). Run
+	// at once, they add that bound to the test once (~15 s).
+	cmds := [][]string{{"job", "submit", c.montecarlo("mc-minority", 2)}, {"job", "cancel", id}, {"fl", "status", id}}
+	type outcome struct {
+		args []string
+		errs string
+		err  error
+		took time.Duration
+	}
+	outcomes := make(chan outcome, len(cmds))
+	for _, args := range cmds {
+		go func() {
+			began := time.Now()
+			_, errs, err := c.cli("alice", args...)
+			outcomes <- outcome{args, errs, err, time.Since(began)}
+		}()
+	}
+	for range cmds {
+		o := <-outcomes
+		var ee *exec.ExitError
+		if !errors.As(o.err, &ee) || ee.ExitCode() != 2 || !strings.Contains(o.errs, "SC7103") {
+			t.Errorf("scellis %v with a majority down (%v):\n%s", o.args, o.err, o.errs)
+		}
+		t.Logf("scellis %v with a majority down gave up after %v", o.args, o.took.Round(100*time.Millisecond))
 	}
 	// At the default log level a normal start's election is not a warning
 	// (Raft's logs go through slog; the first election is info).
