@@ -209,24 +209,27 @@ func TestP2PThroughNATs(t *testing.T) {
 
 	job := c.sweep2()
 	c.startAggregators()
-	for _, w := range []string{"w1", "w2", "w3"} {
-		c.startWorker(w)
-	}
+	c.startWorker("w1")
 
 	// Cone ↔ cone: direct, through the NATs' mappings learned by STUN.
 	out := c.mustCLI("alice", "p2p", "probe", "w1")
 	if !strings.Contains(out, "alice → w1: path direct") {
 		t.Errorf("alice → w1 (both behind cone NATs): %s", out)
 	}
-	// Symmetric ↔ symmetric: no direct path; the TURN relay carries it.
+	// w1 stops before the job, so that w2 and w3 run the two replicas of
+	// every shard.
+	c.kill("w1", 2)
+	c.waitExit("w1")
+	c.startWorker("w2")
+	c.startWorker("w3")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
+
+	// While the job runs (w3 waits out its ICE attempt meanwhile):
+	// symmetric ↔ symmetric, no direct path; the TURN relay carries it.
 	out = c.mustCLI("bob", "p2p", "probe", "w2")
 	if !strings.Contains(out, "bob → w2: path relayed") {
 		t.Errorf("bob → w2 (both behind symmetric NATs): %s", out)
 	}
-
-	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
-	// w1 is stopped so that w2 and w3 run the two replicas of every shard.
-	c.kill("w1", 2)
 	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
 
 	if l := c.log("w2"); !strings.Contains(l, "p2p: blobs with agg-1 go over a relayed data channel") {
