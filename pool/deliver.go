@@ -44,7 +44,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
 	}
 	if direct {
-		return w.Client.Report(rctx, req)
+		return w.report(rctx, req, data)
 	}
 	// Wait for the reveal with the lease renewed, so the shard is not
 	// leased to a third peer while the second is still computing.
@@ -55,7 +55,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		poll = 500 * time.Millisecond
 	}
 	for {
-		out, err := w.Client.Report(ctx, req)
+		out, err := w.report(ctx, req, data)
 		if ds, ok := diag.As(err); !ok || ds[0].Code != diag.PoolRevealEarly {
 			return out, err
 		}
@@ -68,6 +68,23 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		case <-time.After(poll):
 		}
 	}
+}
+
+// report reports req. When the bytes went over a data channel to the
+// member's data-plane aggregator but the node answering the report cannot
+// find them on a majority (that aggregator is cut off from the others, or
+// died after the upload), the result is uploaded again over HTTPS to the
+// nodes that answer — the last fallback — and reported once more.
+func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte) (coordinator.ReportResponse, error) {
+	out, err := w.Client.Report(ctx, req)
+	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.BlobMissing || w.Blobs == nil {
+		return out, err
+	}
+	w.logf("shard %d of %s: the result uploaded over the data plane is not durable yet; uploading it over https", req.Shard, req.Job.Short())
+	if _, perr := w.Client.PutBlob(ctx, data); perr != nil {
+		return out, err
+	}
+	return w.Client.Report(ctx, req)
 }
 
 // setReplicas remembers a job's replicas (0 is unknown).
