@@ -190,8 +190,20 @@ func drawPending(j *jobState, s *shardState, now int64) bool {
 	if need(j, s) <= liveLeases(s, now) {
 		return false
 	}
-	waiting := now < s.AuditorUntil && (s.Auditor == "" || !s.held(s.Auditor))
+	waiting := now < s.AuditorUntil && !taken(s, s.Auditor, now)
 	return !waiting
+}
+
+// taken reports whether the reserved auditor took its audit: it holds a
+// live lease on s, or committed or reported.
+func taken(s *shardState, auditor string, now int64) bool {
+	if auditor == "" {
+		return false
+	}
+	if i, has := s.leaseOf(auditor); has && s.Leases[i].Expiry > now {
+		return true
+	}
+	return s.commitOf(auditor) != nil || s.reportOf(auditor) != nil
 }
 
 func liveLeases(s *shardState, now int64) int {
@@ -278,11 +290,13 @@ func (m *Machine) draw(c DrawAudit) Result {
 }
 
 // auditorCandidates are the peers that may re-execute s: every peer that
-// has asked for work and is not excluded, except those that ever held s.
+// has asked for work and is not excluded, except those that committed or
+// reported on s or hold a lease on it (a lease that lapsed without a
+// commitment, a crash, does not disqualify).
 func (m *Machine) auditorCandidates(s *shardState) []string {
 	var out []string
 	for name, p := range m.st.Peers {
-		if !p.Excluded && !s.held(name) && s.commitOf(name) == nil && s.reportOf(name) == nil {
+		if _, leased := s.leaseOf(name); !p.Excluded && !leased && s.commitOf(name) == nil && s.reportOf(name) == nil {
 			out = append(out, name)
 		}
 	}

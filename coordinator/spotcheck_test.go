@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/scellis/scellis/content"
@@ -404,5 +406,145 @@ func TestAdaptiveModeRefusals(t *testing.T) {
 			sub.Canaries = []Canary{{Shard: 0, Result: result("x")}}
 		}
 		wantCode(t, m.Apply(sub), diag.PoolBadMode)
+	}
+}
+
+// Random interleavings on an adaptive job with canaries — leases, commits,
+// the leader's draws at random moments with random seeds, reveals, ticks
+// past expiries and releases, from three honest peers and a liar — end with
+// every shard accepted with the honest result, a receipt chain that
+// verifies, contributions that match the peer records, and a refused
+// command never changes the state. Replaying the log on a fresh replica
+// gives the same state hash (law 10).
+func TestPropertyAdaptiveDeterministic(t *testing.T) {
+	seeds := 30
+	if testing.Short() {
+		seeds = 10
+	}
+	for seed := uint64(0); seed < uint64(seeds); seed++ {
+		propertyAdaptive(t, seed)
+	}
+}
+
+func propertyAdaptive(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0xada))
+	m, _ := New(Config{Regime: trust.Consortium, DefaultLeaseTTL: 50, CommitReveal: true})
+	var log []Command
+	now := int64(1)
+	apply := func(c Command) Result {
+		before := m.StateHash()
+		r := applyEncoded(t, m, c)
+		if r.Refused() && m.StateHash() != before {
+			t.Fatalf("seed %d: refused %T changed the state: %v", seed, c, r.Refusal)
+		}
+		log = append(log, c)
+		return r
+	}
+	honest := func(id content.Ref) content.Ref { return content.Hash([]byte("ok:" + string(id))) }
+	job := content.Hash([]byte(fmt.Sprintf("adaptive %d", seed)))
+	sub := SubmitJob{Job: job, Name: "a", Bundle: content.Hash([]byte("b")), Policy: Policy{Mode: ModeAdaptive}, Now: now}
+	n := 4 + rng.IntN(8)
+	for i := 0; i < n; i++ {
+		sub.Shards = append(sub.Shards, ShardPlan{Index: i, ID: content.Hash([]byte(fmt.Sprintf("s%d/%d", seed, i))), Price: int64(1 + rng.IntN(5)), PriceBasis: "flat"})
+	}
+	for _, i := range spot.PickCanaries(n, 2, []byte{byte(seed)}) {
+		sub.Canaries = append(sub.Canaries, Canary{Shard: i, Result: honest(sub.Shards[i].ID)})
+	}
+	if r := apply(sub); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	peers := []string{"h1", "h2", "h3", "liar"}
+	resultOf := func(p string, shard int) content.Ref {
+		if p == "liar" {
+			return content.Hash([]byte(fmt.Sprintf("lie %d", shard)))
+		}
+		return honest(sub.Shards[shard].ID)
+	}
+	committed := map[string]map[int]bool{}
+	for _, p := range peers {
+		committed[p] = map[int]bool{}
+	}
+	act := func(p string, liarToo bool) {
+		if p == "liar" && !liarToo {
+			return
+		}
+		switch rng.IntN(6) {
+		case 0, 1:
+			r := apply(Lease{Peer: p, Now: now, Job: job, Max: 1})
+			if !r.Refused() {
+				for _, g := range r.Response.(*LeaseResponse).Grants {
+					_, b := nonceOf(byte(len(p)))
+					if rng.IntN(8) > 0 { // sometimes it crashes before committing
+						if !apply(CommitResult{Peer: p, Job: job, Shard: g.Shard, Commitment: Commitment(resultOf(p, g.Shard), p, job, g.Shard, b), Now: now}).Refused() {
+							committed[p][g.Shard] = true
+						}
+					}
+				}
+			}
+		case 2:
+			for _, d := range m.PendingDraws(now) {
+				seed := make([]byte, spot.SeedBytes)
+				for i := range seed {
+					seed[i] = byte(rng.Uint32())
+				}
+				apply(DrawAudit{Job: d.Job, Shard: d.Shard, Seed: seed, Now: now})
+			}
+		case 3, 4:
+			for s := range committed[p] {
+				nonce, _ := nonceOf(byte(len(p)))
+				r := apply(ReportResult{Peer: p, Job: job, Shard: s, Result: resultOf(p, s), Nonce: nonce, Now: now})
+				if !r.Refused() || r.Refusal[0].Code != diag.PoolRevealEarly {
+					delete(committed[p], s)
+				}
+			}
+		case 5:
+			now += int64(rng.IntN(60))
+			apply(Tick{Now: now})
+		}
+	}
+	decided := func() bool {
+		js, _ := m.Job(job)
+		return js.State != JobRunning
+	}
+	for i := 0; i < 400 && !decided(); i++ {
+		now += int64(rng.IntN(3))
+		act(peers[rng.IntN(len(peers))], true)
+	}
+	for i := 0; !decided(); i++ {
+		if i > 5000 {
+			for _, s := range m.jobs[string(job)].Shards {
+				if s.State == StatePending {
+					t.Logf("shard %d: audit %q auditor %q until %d now %d draws %d commits %d recheck %d pending-draw %v held %v", s.Index, s.Audit, s.Auditor, s.AuditorUntil, now, s.Draws, len(s.Commits), s.Recheck, drawPending(m.jobs[string(job)], s, now), s.Holders)
+				}
+			}
+			t.Fatalf("seed %d: not decided after draining; peers %+v", seed, m.Peers())
+		}
+		now++
+		act(peers[rng.IntN(3)], false)
+	}
+	js, _ := m.Job(job)
+	if js.State != JobDecided {
+		t.Fatalf("seed %d: job %s", seed, js.State)
+	}
+	for _, s := range js.Shards {
+		if s.State != StateVerified || s.Result != honest(s.ID) || slices.Contains(s.Agreeing, "liar") {
+			t.Fatalf("seed %d: shard %d %s %s by %v (%s)", seed, s.Index, s.State, s.Result.Short(), s.Agreeing, s.Method)
+		}
+	}
+	if err := receipt.Verify(m.Receipts(0)); err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	contrib := m.Contributions()
+	for _, p := range m.Peers() {
+		if p.WorkUnits != contrib[p.Peer] {
+			t.Fatalf("seed %d: %s record %d units, receipts %d", seed, p.Peer, p.WorkUnits, contrib[p.Peer])
+		}
+	}
+	replica, _ := New(Config{Regime: trust.Consortium, DefaultLeaseTTL: 50, CommitReveal: true})
+	for _, c := range log {
+		replica.Apply(c)
+	}
+	if replica.StateHash() != m.StateHash() {
+		t.Fatalf("seed %d: replaying %d commands gives another state", seed, len(log))
 	}
 }
