@@ -172,6 +172,15 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	if w := scrape(t, workerMetrics); w[`scellis_worker_shards_total{event="leased"}`] < 1 || w[`scellis_worker_shards_total{event="reported"}`] < 1 {
 		t.Fatalf("worker-1's /metrics after the job: %v", w)
 	}
+	// job watch on a finished job prints its state and returns; worker
+	// stop stops worker-1 (the README's commands).
+	if out := c.mustCLI("alice", "job", "watch", id); !strings.Contains(out, ": done; 4/4 verified") {
+		t.Fatalf("job watch of the finished job:\n%s", out)
+	}
+	if out := mustRun(t, scellisCmd(t, filepath.Join(dir, "worker-1"), "worker", "stop", "--config", "worker.yaml")); !strings.Contains(out, "sent stop to worker worker-1") {
+		t.Fatalf("worker stop: %s", out)
+	}
+	c.waitExit("worker-1")
 	// Shell completion: job IDs from the pool, member names.
 	if out := c.mustCLI("alice", "__complete", "job", "result", ""); !strings.Contains(out, id+"\tmc, done") {
 		t.Fatalf("job result did not complete the job's ID:\n%s", out)
