@@ -548,3 +548,69 @@ func propertyAdaptive(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: replaying %d commands gives another state", seed, len(log))
 	}
 }
+
+// A trusted peer's result accepted alone, in a job already reduced, is
+// found wrong after the peer is caught on a canary of another job: the
+// job returns to running with its reduction cleared, fresh auditors
+// replace the result, its receipt is reversed, and the job is reduced
+// again.
+func TestRecheckReopensReducedJob(t *testing.T) {
+	r := newRig(t, 2)
+	for _, p := range []string{"w1", "h2", "h3"} {
+		r.apply(Lease{Peer: p, Now: r.now})
+	}
+	r.trust("w1")
+	first := r.submit("first", 1, nil)
+	r.lease("w1")
+	r.commit("w1", 0, result("lie"))
+	r.draw(0, seedFor(r.record("w1").Record, false))
+	r.reveal("w1", 0, result("lie"))
+	reduced := result("reduced-with-lie")
+	if res := r.apply(ReportReduced{Job: first, Peer: "agg", Reduced: reduced, Now: r.now}); res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	// w1 fails a canary in a second job.
+	r.submit("second", 1, map[int]content.Ref{0: result("truth")})
+	r.lease("w1")
+	r.commit("w1", 0, result("lie2"))
+	r.draw(0, seedFor(r.record("w1").Record, false))
+	r.reveal("w1", 0, result("lie2"))
+	r.job = first
+	js, _ := r.ms[0].Job(first)
+	if js.State != JobRunning || js.Reduced != "" {
+		t.Fatalf("the reduced job was not reopened: %s %s", js.State, js.Reduced.Short())
+	}
+	// Two fresh auditors outvote the accepted result.
+	for _, h := range []string{"h2", "h3"} {
+		for _, p := range r.ms[0].PendingDraws(r.now) {
+			if p.Job == first {
+				for _, m := range r.ms {
+					m.jobs[string(first)].Shards[0].Auditor = h // stands for the draw picking h
+					m.jobs[string(first)].Shards[0].AuditorUntil = r.now + 1000
+				}
+			}
+		}
+		if got := r.lease(h); got != 0 {
+			t.Fatalf("%s leased %d", h, got)
+		}
+		r.commit(h, 0, result("truth0"))
+		r.reveal(h, 0, result("truth0"))
+	}
+	js, _ = r.ms[0].Job(first)
+	if js.State != JobDecided || js.Shards[0].Result != result("truth0") || js.Shards[0].Method != MethodRechecked {
+		t.Fatalf("after the re-check: %s %+v", js.State, js.Shards[0])
+	}
+	rs := r.ms[0].Receipts(0)
+	if err := receipt.Verify(rs); err != nil {
+		t.Fatal(err)
+	}
+	if rev := rs[len(rs)-2]; rev.Reverses != 1 || rev.Peers[0] != "w1" {
+		t.Fatalf("compensating receipt %+v", rev)
+	}
+	if c := r.ms[0].Contributions(); c["w1"] != 0 {
+		t.Fatalf("w1 keeps %d units", c["w1"])
+	}
+	if res := r.apply(ReportReduced{Job: first, Peer: "agg", Reduced: result("reduced-again"), Now: r.now}); res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+}
