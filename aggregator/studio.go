@@ -27,6 +27,25 @@ import (
 type studioSource struct {
 	n     *Node
 	peers *sync.Map
+	hash  *stateHashCache
+}
+
+// stateHashCache: the state hash encodes the whole state (a snapshot), too
+// dear for every picture of a busy sweep; the view shows one at most
+// studio.Refresh old.
+type stateHashCache struct {
+	mu  sync.Mutex
+	at  time.Time
+	ref content.Ref
+}
+
+func (c *stateHashCache) get(m *coordinator.Machine) content.Ref {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ref == "" || time.Since(c.at) >= studio.Refresh {
+		c.ref, c.at = m.StateHash(), time.Now()
+	}
+	return c.ref
 }
 
 var _ studio.Source = studioSource{}
@@ -47,9 +66,12 @@ func (s studioSource) Blob(ctx context.Context, ref content.Ref) ([]byte, error)
 }
 
 func (s studioSource) Cluster() studio.Cluster {
-	st := s.n.Status()
+	m := s.n.fsm.machine()
+	seq, head := m.Head()
+	rs := s.n.raft.Status()
+	st := NodeStatus{Node: s.n.Self.Name, Raft: rs, ChainSeq: seq, ChainHead: head}
 	c := studio.Cluster{Node: st.Node, State: string(st.Raft.State), Leader: st.Raft.Leader.ID, Term: st.Raft.Term,
-		CommitIndex: st.Raft.CommitIndex, AppliedIndex: st.Raft.AppliedIndex, ChainSeq: st.ChainSeq, ChainHead: st.ChainHead, StateHash: st.StateHash}
+		CommitIndex: st.Raft.CommitIndex, AppliedIndex: st.Raft.AppliedIndex, ChainSeq: st.ChainSeq, ChainHead: st.ChainHead, StateHash: s.hash.get(m)}
 	for _, sv := range st.Raft.Servers {
 		c.Servers = append(c.Servers, sv.ID)
 	}
@@ -152,7 +174,7 @@ func (n *Node) startStudio(addr string) error {
 	if err != nil {
 		return err
 	}
-	src := studioSource{n: n, peers: &sync.Map{}}
+	src := studioSource{n: n, peers: &sync.Map{}, hash: &stateHashCache{}}
 	srv := studio.NewServer(src, n.fed, n.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	bound, stop, err := srv.Listen(ctx, addr, cfg)

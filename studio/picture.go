@@ -368,13 +368,19 @@ func (c *cache) build(ctx context.Context, src Source, fed *identity.Federation)
 	for _, k := range order {
 		p.Privacy = append(p.Privacy, *privacy[k])
 	}
-	all := src.Receipts(0)
-	p.Receipts.Count = len(all)
-	if len(all) > 0 {
-		p.Receipts.Head = all[len(all)-1].Hash
+	// The latest receipts only: the chain's head says how many there are.
+	p.Receipts.Count = int(p.Cluster.ChainSeq)
+	p.Receipts.Head = p.Cluster.ChainHead
+	since := uint64(0)
+	if p.Cluster.ChainSeq > recentReceipts {
+		since = p.Cluster.ChainSeq - recentReceipts
 	}
-	for i := len(all) - 1; i >= 0 && len(p.Receipts.Recent) < recentReceipts; i-- {
-		r := all[i]
+	recent := src.Receipts(since)
+	if n := len(recent); n > 0 {
+		p.Receipts.Count, p.Receipts.Head = int(recent[n-1].Seq), recent[n-1].Hash
+	}
+	for i := len(recent) - 1; i >= 0 && len(p.Receipts.Recent) < recentReceipts; i-- {
+		r := recent[i]
 		p.Receipts.Recent = append(p.Receipts.Recent, ReceiptLine{Seq: r.Seq, Job: r.Job.Short(), Shard: r.ShardIndex, Peers: r.Peers,
 			WorkUnits: r.WorkUnits, Method: r.Method, Hash: r.Hash.Short()})
 	}

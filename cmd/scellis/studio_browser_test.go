@@ -74,6 +74,8 @@ func TestStudioInBrowser(t *testing.T) {
 	if chrome == "" {
 		t.Skip("no chromium on this machine: apt-get install -y chromium (.ci/run installs it) to run the Studio's browser tests")
 	}
+	began := time.Now()
+	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(began).Seconds(), what) }
 	silos := []string{"h1", "h2", "h3"}
 	ms := []member{{"alice", "researcher"}}
 	for _, s := range silos {
@@ -120,6 +122,7 @@ verification: {replicas: 2}
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
 	}
+	phase("processes started")
 	base := "https://" + studioAddr
 	signIn := func(as string) string {
 		u := strings.TrimSpace(c.mustCLI(as, "studio", "token", "--member", as, "--ttl", "1h", "--studio", studioAddr))
@@ -131,6 +134,7 @@ verification: {replicas: 2}
 	aliceURL, h1URL := signIn("alice"), signIn("h1")
 	checkStudioRefusals(t, c, base, strings.TrimPrefix(h1URL, base+"/?token="))
 
+	phase("tokens issued, refusals checked")
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox,
 		chromedp.Flag("ignore-certificate-errors", true), chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 1100))
 	defer cancelAlloc()
@@ -164,6 +168,7 @@ verification: {replicas: 2}
 	}
 	t.Logf("page weight on first load: %.0f bytes in %.0f files (PerformanceResourceTiming.transferSize, document + CSS + JS)", weight["bytes"], weight["files"])
 
+	phase("federation up, two browser sessions signed in")
 	// 1. The sweep: the heatmap fills cell by cell.
 	job := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "sweep.yaml"))
 	jobHex := strings.TrimPrefix(job, "sha256:")
@@ -204,6 +209,7 @@ verification: {replicas: 2}
 	}
 	assertPNG(t, filepath.Join(c.dir, "heatmap.png"))
 
+	phase("sweep checked")
 	// 2. A run without DP: the loss curve gains a point each round.
 	plain := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "plain.yaml"))
 	plainHex := strings.TrimPrefix(plain, "sha256:")
@@ -226,6 +232,7 @@ verification: {replicas: 2}
 	c.mustCLI("alice", "fl", "plot", plainHex[:12], "--out", "curves.png")
 	assertPNG(t, filepath.Join(c.dir, "curves.png"))
 
+	phase("plain run checked")
 	// 3. A DP run: h1's cumulative ε rises each round and ends where its
 	// ledger says.
 	dpRun := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "dp.yaml"))
@@ -268,6 +275,7 @@ verification: {replicas: 2}
 	screenshot(t, tabA, "#cluster", "studio-cluster.png")
 	sameState(t, tabA, tabB, `[...document.querySelectorAll("#privacy tr[data-silo] td.cum")].map((td) => td.textContent).join("|")`)
 
+	phase("DP run checked")
 	// 4. scellis run --ui: the same sweep alone, its view on a URL with a
 	// one-time token (no federation). Its shards are so quick that the run
 	// is over before the page loads: this checks the view, not its timing.
@@ -295,6 +303,7 @@ verification: {replicas: 2}
 	screenshot(t, tabA, "#jobs", "studio-solo.png")
 	c.kill("solo", syscall.SIGINT)
 	c.waitExit("solo")
+	phase("solo run checked")
 }
 
 func httpGet(t *testing.T, url string) (int, string) {
