@@ -27,6 +27,9 @@ const badInputBound = 20 * time.Second
 // files made here) and checks each is refused with its exit code and
 // diagnostic code within badInputBound.
 func TestBadInputCorpus(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	bin := scellisBinary(t)
 	dir := t.TempDir()
 	src := filepath.Join("testdata", "badinput")

@@ -228,6 +228,9 @@ seed: 3
 // file, scored by `scellis model eval` on the same held-out rows, gives
 // exactly the accuracy the federated evaluation of the final step reported.
 func TestFLFedAvgMatchesCentralised(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
@@ -462,6 +465,9 @@ func checkFLManagement(t *testing.T, c *cluster, id string) {
 // keeps its partial work, and ends with the better held-out accuracy
 // (Li et al. 2020, §5.2). DP off, so both runs are deterministic.
 func TestFLFedProxBeatsFedAvgWithStragglers(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}

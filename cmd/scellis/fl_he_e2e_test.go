@@ -18,6 +18,9 @@ import (
 // cores (five processes, 150 rows a silo, two rounds): one cluster serves
 // both runs, the least that drives the mode through the binary.
 func TestFLThresholdHERun(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}

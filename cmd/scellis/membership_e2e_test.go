@@ -33,6 +33,9 @@ import (
 // aggregators and a fourth, three two-shard jobs), which the issue's "add,
 // revoke, rotate with no restart" needs at once.
 func TestMembershipThroughTheLog(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process membership test")
 	}

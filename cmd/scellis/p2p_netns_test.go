@@ -166,6 +166,9 @@ func (l *netLab) site(short, mode string, forward ...string) string {
 // (ConnectTimeout, 12 s) before it falls back. It replaces
 // TestP2PPoolJobOverDataChannels where it runs.
 func TestP2PThroughNATs(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	skipUnlessNetLab(t)
 	lab := newNetLab(t)
 	aggNS, aggIP := lab.public("agg")

@@ -186,6 +186,9 @@ func TestClusterMinorityAndRestart(t *testing.T) {
 // A follower whose disk is wiped is restored from the leader's snapshot and
 // matches the others.
 func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
+	// Independent of every other test (own cluster, ports, directories):
+	// it runs beside them, so CI waits on the slowest, not on the sum.
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
