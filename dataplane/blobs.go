@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"github.com/scellis/scellis/content"
@@ -89,6 +90,15 @@ func (b *Blobs) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
 		b.Peer.RecordHTTPS(b.Via, int64(len(data)))
 	}
 	return ref, herr
+}
+
+// NotDurable says that bytes put over the data channel to Via were not
+// found on a majority of aggregators when the pool looked for them: Via is
+// cut off from the others (or died after the upload). Blobs go over HTTPS,
+// to whichever aggregators answer, for the Peer's RetryAfter window.
+func (b *Blobs) NotDurable() {
+	b.Peer.Avoid(b.Via)
+	b.used(PathHTTPS, errors.New("the pool could not find a result put over the data channel on a majority"))
 }
 
 // MemberConfig sets up the data plane of a member that is not an

@@ -274,6 +274,22 @@ func newSession() string {
 	return hex.EncodeToString(b[:])
 }
 
+// Avoid closes the connection to member, if any, and dials it no more for
+// the RetryAfter window: its transfers go over the HTTPS fallback meanwhile.
+// A member uses it when the path worked but did not serve its purpose (the
+// aggregator took a result it could not make durable).
+func (p *Peer) Avoid(member string) {
+	p.mu.Lock()
+	c := p.conns[member]
+	delete(p.conns, member)
+	p.down[member] = time.Now().Add(p.cfg.RetryAfter)
+	p.mu.Unlock()
+	if c != nil {
+		go c.close() // closing a connection to a silent peer may wait on it
+	}
+	p.logf("p2p: avoiding %s until %s: blobs go over https meanwhile", member, time.Now().Add(p.cfg.RetryAfter).Format(time.TimeOnly))
+}
+
 // connTo returns a live connection to member, dialing one if needed.
 // Concurrent callers share one attempt.
 func (p *Peer) connTo(ctx context.Context, member string) (*conn, error) {
