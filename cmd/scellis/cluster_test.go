@@ -291,6 +291,7 @@ inputs:
 }
 
 func TestPoolSweepMatchesSoloAndOutvotesLiar(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}
@@ -354,6 +355,7 @@ func TestPoolSweepMatchesSoloAndOutvotesLiar(t *testing.T) {
 }
 
 func TestPoolWorkerKilledMidShardIsReplaced(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}
@@ -385,6 +387,7 @@ func TestPoolWorkerKilledMidShardIsReplaced(t *testing.T) {
 }
 
 func TestPoolRefusesUnknownKey(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}

@@ -31,6 +31,7 @@ import (
 // then w1, then w2), plus the cluster's keygen; one cluster serves every
 // assertion of items 1, 4 and 6 of the issue.
 func TestPoolConvergentTier(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}

@@ -56,6 +56,7 @@ func hasCode(err error, code diag.Code) bool {
 // reported without a commitment is refused. Left to guess, it earns
 // nothing: on one shard it times out, on the other its blind guess loses.
 func TestCopyAttackFails(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process copy-attack test")
 	}

@@ -20,6 +20,7 @@ import (
 // misspelt directive (which systemd only warns about), and ExecStart runs
 // the scellis binary.
 func TestSystemdUnitsVerify(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze is not installed: the deploy/systemd units are not verified here")
@@ -86,6 +87,7 @@ func consecutivePorts(t *testing.T, n int) int {
 // own machine), three aggregators elect a leader, two workers lease, and
 // the researcher's pool job completes with an intact receipt chain.
 func TestFederationInitStartsEverything(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process federation test")
 	}
@@ -250,6 +252,7 @@ func TestFederationInitStartsEverything(t *testing.T) {
 // A release build stamps its version with -ldflags, as the README says:
 // the test binary is built that way (scellisBinary).
 func TestVersionStampedByLdflags(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	out, err := exec.Command(scellisBinary(t), "version").Output()
 	if err != nil || string(out) != "scellis "+testVersion+"\n" {
 		t.Fatalf("scellis version: %q %v", out, err)

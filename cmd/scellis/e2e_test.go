@@ -88,6 +88,7 @@ inputs:
 
 // Law 9: the replayable tier is byte-exact across runs.
 func TestRunTwiceByteIdentical(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	dir := writeSweepFixture(t)
 	mustRun(t, scellisCmd(t, dir, "run", "job.yaml", "--out", "a"))
 	mustRun(t, scellisCmd(t, dir, "run", "job.yaml", "--out", "b", "--workers", "1", "--verify"))
@@ -106,6 +107,7 @@ func TestRunTwiceByteIdentical(t *testing.T) {
 
 // Law 4: a pool of one needs no network at all.
 func TestRunWithoutNetwork(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if _, err := exec.LookPath("unshare"); err != nil {
 		t.Skip("unshare not installed")
 	}
@@ -131,6 +133,7 @@ func TestRunWithoutNetwork(t *testing.T) {
 
 // The README's first command: the whole federation on this machine.
 func TestDemo(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("starts a federation of child processes")
 	}

@@ -23,6 +23,7 @@ import (
 // round; a silo whose policy refuses the strategy declines; a silo whose
 // budget is spent stops taking part and the others go on.
 func TestFLRunWithSilos(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
@@ -552,6 +553,7 @@ seed: 2
 // client state, the aggregator its outer Nesterov step on the sum; the
 // held-out accuracy of the final model beats predicting the majority class.
 func TestFLDiLoCoThroughSilos(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
@@ -614,6 +616,7 @@ seed: 2
 // federated statistics, held-out evaluation), then fl model and model
 // eval: the model beats predicting the majority class on the sites' rows.
 func TestREADMEFederatedWalkthrough(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}

@@ -170,6 +170,7 @@ func checkLedger(t testing.TB, c *cluster, silo string) map[string]int {
 // verifies; every silo re-sent rather than paid twice; the receipt chain is
 // identical on all nodes; the restarted silo contributes again.
 func TestFLChaos(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process chaos test")
 	}
@@ -297,6 +298,7 @@ func TestFLChaos(t *testing.T) {
 // leader excuses it from the round in flight and plans the next rounds
 // without it. Restarted, it rejoins at the next round.
 func TestFLKilledSiloCostsSeconds(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
@@ -355,6 +357,7 @@ func TestFLKilledSiloCostsSeconds(t *testing.T) {
 // A run warm-started from it starts from its model; one whose model does
 // not fit is refused at launch (SC9312).
 func TestFLRoundRetriedPausedResumed(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}

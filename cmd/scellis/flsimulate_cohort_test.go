@@ -16,6 +16,7 @@ import (
 // run's ID and the coordinator round (the leader's draw), not a draw of the
 // simulation's own. Real binary, six small sites, three rounds.
 func TestFLSimulateSamplesAsTheLivePath(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	dir := t.TempDir()
 	mustRun(t, scellisCmd(t, dir, "datagen", "hospitals", "--sites", "6", "--rows", "60", "--seed", "5", "--out", "sites"))
 	spec := `name: sampled

@@ -99,6 +99,7 @@ func mustEncode(t testing.TB, v any) []byte {
 // API, nothing of the secret file comes back, and the state hash does not
 // move.
 func TestPoolRefusesPathTraversalBundle(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
@@ -221,6 +222,7 @@ func (m *apiMember) hostileBundle(good map[string]any, name, src string) []byte 
 // hostile plan runs, and the state hash does not move. A job priced at
 // 2^62 work units is refused the same way.
 func TestPoolKillsHostilePartitioner(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}

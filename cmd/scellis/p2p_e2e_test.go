@@ -39,6 +39,7 @@ func (c *cluster) log(name string) string {
 // TestP2PThroughNATs covers the same paths through real NATs, and this
 // test skips to keep CI within its budget.
 func TestP2PPoolJobOverDataChannels(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}

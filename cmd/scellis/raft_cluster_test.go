@@ -90,6 +90,7 @@ func (c *cluster) montecarlo(name string, n int) string {
 // every node's receipt chain ends in the same head with no gap and no
 // duplicate; the dead node, restarted from its disk, catches up.
 func TestClusterLeaderKilledMidJob(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
@@ -132,6 +133,7 @@ func TestClusterLeaderKilledMidJob(t *testing.T) {
 // commit; and all three nodes restarted from disk come back with the same
 // state hash.
 func TestClusterMinorityAndRestart(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
@@ -227,6 +229,7 @@ func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
 
 // A node whose key is not in the federation file cannot join or vote.
 func TestClusterRefusesUnknownNode(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
@@ -286,6 +289,7 @@ func TestClusterRefusesUnknownNode(t *testing.T) {
 
 // `scellis aggregator leave` and `join` change the voters.
 func TestClusterLeaveAndJoin(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
@@ -312,6 +316,7 @@ func TestClusterLeaveAndJoin(t *testing.T) {
 // it: it must open its log, take the lost entries back from the leader and
 // converge.
 func TestClusterRestartAfterTailTruncation(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}
@@ -363,6 +368,7 @@ func TestClusterRestartAfterTailTruncation(t *testing.T) {
 // exits: the log says to whom, that node leads the next term, and the
 // cluster goes on committing without the stopped node.
 func TestClusterSIGTERMLeaderHandsOver(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process cluster test")
 	}

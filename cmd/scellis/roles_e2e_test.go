@@ -29,6 +29,7 @@ func (c *cluster) refused(as, code string, want []string, args ...string) {
 // cancels anything. Every refusal is a 403 with SC7108 and a diagnostic
 // that says who may.
 func TestRolesThroughTheBinary(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process roles test")
 	}
@@ -77,6 +78,7 @@ func TestRolesThroughTheBinary(t *testing.T) {
 // whose model is (by the aggregator's admission, with SC4002 for the
 // silos' confidential data); the same job unclassed is admitted.
 func TestConfidentialRefusedOnOpenPool(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process admission test")
 	}

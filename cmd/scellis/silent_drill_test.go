@@ -223,6 +223,7 @@ func stall(times []int64, from, to time.Time) (first, longest time.Duration, min
 // the same receipt chain. The stall is measured from the receipts and
 // logged (a figure, not an assertion: the machine may be loaded).
 func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process drill")
 	}

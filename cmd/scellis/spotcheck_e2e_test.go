@@ -39,6 +39,7 @@ func (c *cluster) peers(as string) map[string]peerRec {
 // shards: 10-15 s on an idle machine (more under load: an audit that finds
 // no candidate is drawn again after one lease TTL, 2 s here).
 func TestPoolCanaryCatchesLiarAndRubberStamp(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process pool test")
 	}

@@ -67,6 +67,7 @@ type pictureRecord struct {
 // cores — one sweep and two 3-round runs are the least that shows each
 // picture change over time, which is what the Studio is for.
 func TestStudioInBrowser(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
 		t.Skip("multi-process browser test")
 	}
