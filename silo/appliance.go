@@ -69,8 +69,12 @@ type Appliance struct {
 	// hold an update, metrics or data.
 	Logf func(format string, args ...any)
 
-	once    sync.Once
-	worker  *pool.Worker
+	once   sync.Once
+	worker *pool.Worker
+	// rounds holds one lock per ledger consumer (a run's round): two
+	// attempts of one round — an abandoned one still finishing and its
+	// retry — must not both find the round unpaid and both charge.
+	rounds  sync.Map // consumer → chan struct{} (capacity 1)
 	metrics *siloMetrics
 	// declinedJobs are generic jobs already handed back (generic shards off).
 	declinedJobs sync.Map

@@ -175,6 +175,14 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	now := a.now()
 	consumer := Consumer(req.Run, req.Round)
+	// From the look at the ledger to the charge, this round's attempts go
+	// one at a time: a retry that started while the abandoned attempt was
+	// charging finds the charge and re-sends what it paid for.
+	unlock, err := a.lockRound(ctx, consumer)
+	if err != nil {
+		return rec, err
+	}
+	defer unlock()
 	paid, err := a.chargedFor(consumer)
 	if err == nil && paid == nil {
 		// An evaluation step on a separate evaluation dataset pays there.
@@ -479,6 +487,19 @@ func (a *Appliance) chargedFor(consumer string) (*dp.Entry, error) {
 		}
 	}
 	return nil, nil
+}
+
+// lockRound takes the lock of one round's charge, or gives up when ctx
+// ends.
+func (a *Appliance) lockRound(ctx context.Context, consumer string) (unlock func(), err error) {
+	v, _ := a.rounds.LoadOrStore(consumer, make(chan struct{}, 1))
+	ch := v.(chan struct{})
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // resend takes part in a retried round the silo already paid for: it
