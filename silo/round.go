@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/scellis/scellis/api"
@@ -178,11 +179,15 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	// From the look at the ledger to the charge, this round's attempts go
 	// one at a time: a retry that started while the abandoned attempt was
 	// charging finds the charge and re-sends what it paid for.
+	// The lock is not held through secure aggregation: an attempt stuck
+	// on a dead host must not hold up the retry.
 	unlock, err := a.lockRound(ctx, consumer)
 	if err != nil {
 		return rec, err
 	}
-	defer unlock()
+	var unlockOnce sync.Once
+	release := func() { unlockOnce.Do(unlock) }
+	defer release()
 	paid, err := a.chargedFor(consumer)
 	if err == nil && paid == nil {
 		// An evaluation step on a separate evaluation dataset pays there.
@@ -208,6 +213,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			WithHelp("the round was planned without this silo; it sends nothing"))
 	}
 	if paid != nil {
+		release() // the charge is in the ledger: nothing more to decide
 		return a.resend(ctx, rec, b, paid, subject)
 	}
 	a.recordRound(req.Key(), now) // from here on, a decline still counts against the daily limit
@@ -375,6 +381,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = e.Hash, e.Charge.Mechanisms, e.Charge.Epsilon
 		a.logf("%s: charged dataset %s ε = %.6g (cumulative %.6g), ledger entry %s", subject, req.Dataset, e.Charge.Epsilon, e.Charge.Cumulative, e.Hash.Short())
 	}
+	release() // paid (or nothing to pay): a retry now finds the charge
 	if ctx.Err() != nil {
 		rec.Status, rec.Refusals = Failed, refusalsOf(ctx.Err())
 		a.logRefusal(subject, ctx.Err())
