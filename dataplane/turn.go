@@ -77,13 +77,15 @@ func StartTURN(cfg TURNConfig) (*TURN, error) {
 	t := &TURN{cfg: cfg, secret: base64.StdEncoding.EncodeToString(sec[:]), addr: pc.LocalAddr().(*net.UDPAddr)}
 	lf := logging.NewDefaultLoggerFactory()
 	lf.DefaultLogLevel = logging.LogLevelDisabled
-	var srv *turn.Server
+	// The quota handler runs on the server's goroutines, which can start
+	// serving before NewServer returns: the pointer is published atomically.
+	var srv atomic.Pointer[turn.Server]
 	t.srv, err = turn.NewServer(turn.ServerConfig{
 		Realm:         cfg.Realm,
 		LoggerFactory: lf,
 		AuthHandler:   turn.LongTermTURNRESTAuthHandler(t.secret, lf.NewLogger("turn")),
 		QuotaHandler: func(_, _ string, _ net.Addr) bool {
-			if srv != nil && srv.AllocationCount() >= cfg.MaxAllocations {
+			if s := srv.Load(); s != nil && s.AllocationCount() >= cfg.MaxAllocations {
 				t.refused.Add(1)
 				return false
 			}
@@ -101,7 +103,7 @@ func StartTURN(cfg TURNConfig) (*TURN, error) {
 		pc.Close()
 		return nil, fmt.Errorf("dataplane: starting TURN: %w", err)
 	}
-	srv = t.srv
+	srv.Store(t.srv)
 	return t, nil
 }
 
