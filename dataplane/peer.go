@@ -65,6 +65,9 @@ type Config struct {
 	// Authorize decides whether peer may get ("get") or put ("put") ref
 	// here; nil allows every federation member.
 	Authorize func(peer identity.Member, op string, ref content.Ref) error
+	// Services answer other members' Calls, by service name (call.go);
+	// nil answers none.
+	Services map[string]Service
 	// ConnectTimeout bounds one connection attempt, signalling and ICE
 	// (default 12 s: ICE itself gives up after 10 s without a working
 	// pair).

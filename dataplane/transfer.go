@@ -27,6 +27,8 @@ type request struct {
 	Op   string      `json:"op"` // "get" or "put"
 	Ref  content.Ref `json:"ref"`
 	Size int64       `json:"size,omitempty"` // put: the blob's size
+	// Service names the service of a call (call.go).
+	Service string `json:"service,omitempty"`
 }
 
 type reply struct {
@@ -251,6 +253,10 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channe
 	}
 	if req.Op == "echo" {
 		p.echo(m, c, rw, req, refuse)
+		return
+	}
+	if req.Op == "call" {
+		p.answerCall(ctx, m, c, rw, req, refuse)
 		return
 	}
 	if _, err := content.ParseRef(string(req.Ref)); err != nil {

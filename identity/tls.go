@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
@@ -107,8 +108,26 @@ func (f *Federation) Peer(cs *tls.ConnectionState) (Member, bool) {
 // when r did not arrive over TLS with a member's key (which a server made by
 // ServerTLSConfig never lets happen). It looks the key up in f again, so a
 // federation re-read since the handshake is what counts.
+//
+// A request that arrived over another authenticated channel carries its
+// sender in its context instead (WithPeer): its key is looked up the same
+// way.
 func (f *Federation) PeerFromRequest(r *http.Request) (Member, bool) {
+	if k, ok := r.Context().Value(peerKey{}).(PublicKey); ok {
+		return f.Lookup(k)
+	}
 	return f.Peer(r.TLS)
+}
+
+type peerKey struct{}
+
+// WithPeer returns ctx marked as carrying a request from the member whose
+// key is k, for PeerFromRequest. Only a server that authenticated k itself
+// may use it: the data plane, for a request that came over a WebRTC data
+// channel whose DTLS fingerprint k signed (package dataplane). Nothing a
+// client sends can set a context value.
+func WithPeer(ctx context.Context, k PublicKey) context.Context {
+	return context.WithValue(ctx, peerKey{}, k)
 }
 
 // verifyPeer authenticates the peer of cs: its leaf certificate's Ed25519
