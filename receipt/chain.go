@@ -48,6 +48,7 @@ func (c *Chain) Next(r Receipt) Receipt {
 	r = r.Clone()
 	sort.Strings(r.Peers)
 	r.Peers = slices.Compact(r.Peers)
+	sort.SliceStable(r.Signatures, func(a, b int) bool { return r.Signatures[a].Peer < r.Signatures[b].Peer })
 	r.Seq, r.Prev = c.Head()
 	r.Seq++
 	r.Hash = r.ComputeHash()

@@ -12,6 +12,7 @@ package receipt
 
 import (
 	"bytes"
+	"crypto/ed25519"
 	"fmt"
 	"slices"
 
@@ -48,8 +49,15 @@ type Receipt struct {
 	// receipt Reverses was later found wrong (a failed re-check), and the
 	// credit it gave Peers is taken back. The chain stays append-only:
 	// the reversed receipt is never edited. Method is then MethodReversal.
-	Reverses uint64      `cbor:"reverses,omitempty" json:"reverses,omitempty"`
-	Hash     content.Ref `cbor:"hash" json:"hash"`
+	Reverses uint64 `cbor:"reverses,omitempty" json:"reverses,omitempty"`
+	// Tier is the job's reproducibility tier (TierReplayable or
+	// TierConvergent) the peers signed; empty on a receipt without
+	// signatures (a compensating entry, or a pool that does not sign).
+	Tier string `cbor:"tier,omitempty" json:"tier,omitempty"`
+	// Signatures are the agreeing peers' signatures of their reports, one
+	// per peer in the order of Peers (sign.go).
+	Signatures []PeerSignature `cbor:"signatures,omitempty" json:"signatures,omitempty"`
+	Hash       content.Ref     `cbor:"hash" json:"hash"`
 }
 
 // MethodReversal is the Method of a compensating entry.
@@ -57,18 +65,20 @@ const MethodReversal = "reversal"
 
 // body is a Receipt without its Hash: the bytes the Hash covers.
 type body struct {
-	Seq        uint64      `cbor:"seq"`
-	Prev       content.Ref `cbor:"prev"`
-	Job        content.Ref `cbor:"job"`
-	Shard      content.Ref `cbor:"shard"`
-	ShardIndex int         `cbor:"shard_index"`
-	Result     content.Ref `cbor:"result"`
-	Peers      []string    `cbor:"peers"`
-	Method     string      `cbor:"method"`
-	WorkUnits  int64       `cbor:"work_units"`
-	PriceBasis string      `cbor:"price_basis"`
-	LeaderTime int64       `cbor:"leader_time"`
-	Reverses   uint64      `cbor:"reverses,omitempty"`
+	Seq        uint64          `cbor:"seq"`
+	Prev       content.Ref     `cbor:"prev"`
+	Job        content.Ref     `cbor:"job"`
+	Shard      content.Ref     `cbor:"shard"`
+	ShardIndex int             `cbor:"shard_index"`
+	Result     content.Ref     `cbor:"result"`
+	Peers      []string        `cbor:"peers"`
+	Method     string          `cbor:"method"`
+	WorkUnits  int64           `cbor:"work_units"`
+	PriceBasis string          `cbor:"price_basis"`
+	LeaderTime int64           `cbor:"leader_time"`
+	Reverses   uint64          `cbor:"reverses,omitempty"`
+	Tier       string          `cbor:"tier,omitempty"`
+	Signatures []PeerSignature `cbor:"signatures,omitempty"`
 }
 
 // ComputeHash returns the hash of r's canonical encoding without its Hash
@@ -78,6 +88,7 @@ func (r *Receipt) ComputeHash() content.Ref {
 		Seq: r.Seq, Prev: r.Prev, Job: r.Job, Shard: r.Shard, ShardIndex: r.ShardIndex,
 		Result: r.Result, Peers: r.Peers, Method: r.Method, WorkUnits: r.WorkUnits,
 		PriceBasis: r.PriceBasis, LeaderTime: r.LeaderTime, Reverses: r.Reverses,
+		Tier: r.Tier, Signatures: r.Signatures,
 	})
 	if err != nil {
 		// Only strings, integers and refs: encoding cannot fail.
@@ -127,6 +138,9 @@ func (r *Receipt) Validate() error {
 			return bad("peers not sorted and distinct at %q", p)
 		}
 	}
+	if d := r.validateSignatures(); d != "" {
+		return bad("%s", d)
+	}
 	if h := r.ComputeHash(); h != r.Hash {
 		return bad("content hashes to %s but the receipt says %s", h.Short(), r.Hash.Short())
 	}
@@ -158,5 +172,50 @@ func Unmarshal(b []byte) (Receipt, error) {
 // Clone returns a deep copy of r.
 func (r Receipt) Clone() Receipt {
 	r.Peers = slices.Clone(r.Peers)
+	if r.Signatures != nil {
+		r.Signatures = slices.Clone(r.Signatures)
+		for i := range r.Signatures {
+			r.Signatures[i].Sig = slices.Clone(r.Signatures[i].Sig)
+		}
+	}
 	return r
+}
+
+// validateSignatures checks the shape of r's tier and signatures (not the
+// signatures themselves: that needs the federation's keys, see
+// VerifySignatures): a known tier, and either no signature or one per
+// peer, in the order of Peers, with a result ref, a key in text form and
+// a 64-byte signature.
+func (r *Receipt) validateSignatures() string {
+	switch r.Tier {
+	case "", TierReplayable, TierConvergent:
+	default:
+		return fmt.Sprintf("unknown tier %q", r.Tier)
+	}
+	if len(r.Signatures) == 0 {
+		if r.Signatures != nil {
+			return "an empty signature list (leave it out)"
+		}
+		return ""
+	}
+	if r.Tier == "" {
+		return "signatures without a tier"
+	}
+	if len(r.Signatures) != len(r.Peers) {
+		return fmt.Sprintf("%d signatures for %d peers", len(r.Signatures), len(r.Peers))
+	}
+	for i, s := range r.Signatures {
+		switch {
+		case s.Peer != r.Peers[i]:
+			return fmt.Sprintf("signature %d is %q's, not %q's: signatures follow Peers", i, s.Peer, r.Peers[i])
+		case !content.IsRef(string(s.Result)):
+			return fmt.Sprintf("signature of %s: result %q is not a content ref", s.Peer, s.Result)
+		case len(s.Sig) != ed25519.SignatureSize:
+			return fmt.Sprintf("signature of %s has %d bytes, not %d", s.Peer, len(s.Sig), ed25519.SignatureSize)
+		}
+		if _, ok := ParseKey(s.Key); !ok {
+			return fmt.Sprintf("signature of %s: key %q is not an Ed25519 public key in text form", s.Peer, s.Key)
+		}
+	}
+	return ""
 }

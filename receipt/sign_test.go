@@ -1,0 +1,91 @@
+package receipt_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/receipt"
+)
+
+// A receipt whose peers signed their reports verifies against their keys;
+// a missing, swapped, forged or re-keyed signature fails with SC7306, and a
+// signature reordered so it no longer follows Peers is malformed.
+func TestReceiptSignatures(t *testing.T) {
+	if receipt.PurposeResult != string(identity.PurposeResult) || receipt.KeyPrefix != identity.PublicKeyPrefix {
+		t.Fatal("receipt's purpose or key prefix drifted from identity's")
+	}
+	ids := map[string]*identity.Identity{}
+	for i, p := range []string{"w1", "w2", "w3"} {
+		ids[p] = identity.NewFromSeed([32]byte{byte(i + 1)})
+	}
+	keyOf := func(p string) (string, bool) {
+		id, ok := ids[p]
+		if !ok {
+			return "", false
+		}
+		return id.Public().String(), true
+	}
+	job, result := content.Hash([]byte("job")), content.Hash([]byte("result"))
+	sign := func(p string, res content.Ref) receipt.PeerSignature {
+		st := receipt.Statement{Job: job, Shard: 3, Result: res, Tier: receipt.TierReplayable, Peer: p}
+		return receipt.PeerSignature{Peer: p, Result: res, Key: ids[p].Public().String(), Sig: identity.Sign(ids[p], identity.PurposeResult, st.Bytes())}
+	}
+	mint := func(mut func(*receipt.Receipt)) receipt.Receipt {
+		r := receipt.Receipt{Job: job, Shard: content.Hash([]byte("s3")), ShardIndex: 3, Result: result, Peers: []string{"w2", "w1"},
+			Method: "quorum-2-exact", PriceBasis: "flat", Tier: receipt.TierReplayable,
+			Signatures: []receipt.PeerSignature{sign("w2", result), sign("w1", result)}}
+		if mut != nil {
+			mut(&r)
+		}
+		var c receipt.Chain
+		return c.Next(r)
+	}
+	good := mint(nil)
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := good.VerifySignatures(keyOf); err != nil {
+		t.Fatalf("signed receipt: %v", err)
+	}
+	b, err := good.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := receipt.Unmarshal(b); err != nil {
+		t.Fatal(err)
+	} else if b2, _ := again.Marshal(); !bytes.Equal(b, b2) {
+		t.Fatal("round trip not exact")
+	}
+	cases := map[string]func(*receipt.Receipt){
+		"missing":      func(r *receipt.Receipt) { r.Signatures, r.Tier = nil, "" },
+		"forged":       func(r *receipt.Receipt) { r.Signatures[1].Sig[0] ^= 1 },
+		"other result": func(r *receipt.Receipt) { r.Signatures[0] = sign("w2", content.Hash([]byte("lie"))) },
+		"other tier":   func(r *receipt.Receipt) { r.Tier = receipt.TierConvergent },
+		"other key": func(r *receipt.Receipt) {
+			r.Signatures[0].Key = ids["w3"].Public().String()
+			st := receipt.Statement{Job: job, Shard: 3, Result: result, Tier: receipt.TierReplayable, Peer: "w2"}
+			r.Signatures[0].Sig = identity.Sign(ids["w3"], identity.PurposeResult, st.Bytes())
+		},
+		"stranger": func(r *receipt.Receipt) {
+			r.Peers = append(r.Peers, "w9")
+			r.Signatures = append(r.Signatures, receipt.PeerSignature{Peer: "w9", Result: result, Key: ids["w3"].Public().String(), Sig: make([]byte, 64)})
+		},
+	}
+	for name, mut := range cases {
+		r := mint(mut)
+		if err := r.Validate(); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		err := r.VerifySignatures(keyOf)
+		if d, ok := diag.As(err); !ok || d[0].Code != diag.ReceiptUnsigned {
+			t.Errorf("%s: got %v, want SC7306", name, err)
+		}
+	}
+	bad := mint(func(r *receipt.Receipt) { r.Signatures = r.Signatures[:1] })
+	if d, ok := diag.As(bad.Validate()); !ok || d[0].Code != diag.ReceiptMalformed {
+		t.Errorf("one signature for two peers: %v, want SC7014", bad.Validate())
+	}
+}
