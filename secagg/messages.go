@@ -363,16 +363,26 @@ func (m *UnmaskRequest) Marshal() ([]byte, error) { return content.Encode(m) }
 // Marshal returns the canonical encoding of the unmasking.
 func (m *Unmasking) Marshal() ([]byte, error) { return content.Encode(m) }
 
-// parse decodes b into v, refuses any encoding but the canonical one, and
-// checks the message's shape.
-func parse[T interface{ validate() error }](kind string, b []byte, v T) (T, error) {
-	var zero T
+// DecodeMessage decodes b, a message of kind, into v and refuses any
+// encoding but the canonical one, so that parsing then marshalling gives
+// back b: the framing of every secure-aggregation message, pairwise
+// masking's here and threshold-he's (package he). Refusals are SC6105.
+func DecodeMessage(kind string, b []byte, v any) error {
 	if err := content.Decode(b, v); err != nil {
-		return zero, malformed(kind, "cannot decode: %v", err)
+		return malformed(kind, "cannot decode: %v", err)
 	}
 	again, err := content.Encode(v)
 	if err != nil || !bytes.Equal(again, b) {
-		return zero, malformed(kind, "not in canonical encoding (unknown fields, non-minimal lengths or unsorted keys)")
+		return malformed(kind, "not in canonical encoding (unknown fields, non-minimal lengths or unsorted keys)")
+	}
+	return nil
+}
+
+// parse decodes b into v (DecodeMessage) and checks the message's shape.
+func parse[T interface{ validate() error }](kind string, b []byte, v T) (T, error) {
+	var zero T
+	if err := DecodeMessage(kind, b, v); err != nil {
+		return zero, err
 	}
 	if err := v.validate(); err != nil {
 		return zero, err

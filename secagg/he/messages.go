@@ -8,6 +8,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	sid "github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/secagg"
 )
 
 // Advert is a site's first message: its X25519 key for the boxes that
@@ -156,15 +157,11 @@ func malformed(kind, format string, args ...any) *diag.Diagnostic {
 		WithHelp("the sender runs another version or round parameters")
 }
 
-// parse decodes b into v and refuses anything but its canonical encoding
-// (so parsing and marshalling returns the input).
+// parse decodes b into v with the framing every secure-aggregation
+// message shares (secagg.DecodeMessage: canonical encoding only).
 func parse[T any](kind string, b []byte, v *T) (*T, error) {
-	if err := content.Decode(b, v); err != nil {
-		return nil, malformed(kind, "cannot decode: %v", err)
-	}
-	again, err := content.Encode(v)
-	if err != nil || !bytes.Equal(again, b) {
-		return nil, malformed(kind, "not in canonical encoding (unknown fields, non-minimal lengths or unsorted keys)")
+	if err := secagg.DecodeMessage("threshold-he "+kind, b, v); err != nil {
+		return nil, err
 	}
 	return v, nil
 }

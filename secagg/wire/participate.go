@@ -1,23 +1,18 @@
 package wire
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/transport"
 )
 
 // Participate takes part in the secure aggregation round params, as the
@@ -75,10 +70,16 @@ type Input struct {
 // ParticipateWith is Participate with the site's input and its own floor
 // on the sites the sum may hold.
 func ParticipateWith(ctx context.Context, hc *http.Client, base string, params secagg.Params, id ed25519.PrivateKey, in Input) error {
-	input, weight := in.Values, in.Weight
 	if hc == nil {
 		return errors.New("wire: Participate needs an *http.Client with the site's mutual TLS config")
 	}
+	return ParticipateOver(ctx, transport.HTTPS{Client: hc, Base: base}, params, id, in)
+}
+
+// ParticipateOver is ParticipateWith over any round transport: HTTPS to
+// the host, or a data channel to its aggregator (transport.DataChannel).
+func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, in Input) error {
+	input, weight := in.Values, in.Weight
 	site, err := siteOf(params, id)
 	if err != nil {
 		return err
@@ -98,7 +99,7 @@ func ParticipateWith(ctx context.Context, hc *http.Client, base string, params s
 	if err := check(input, weight); err != nil {
 		return err
 	}
-	s := newSession(hc, base, params)
+	s := newSession(t, params)
 
 	a, err := c.Advertise()
 	if err != nil {
@@ -158,7 +159,7 @@ func FetchResult(ctx context.Context, hc *http.Client, base string, params secag
 	if hc == nil {
 		return nil, errors.New("wire: FetchResult needs an *http.Client with mutual TLS")
 	}
-	s := newSession(hc, base, params)
+	s := newSession(transport.HTTPS{Client: hc, Base: base}, params)
 	b, err := s.fetch(ctx, "result", "result", 4<<10+8*int64(params.Dim)+int64(s.n)*192)
 	if err != nil {
 		return nil, err
@@ -182,166 +183,37 @@ func siteOf(p secagg.Params, id ed25519.PrivateKey) (string, error) {
 		WithHelp("the round was planned without this site; do not send anything")
 }
 
-// session is one site's connection to a round on a Host.
+// session is one site's conversation with a round on a Host, over the
+// round transport shared with threshold-he (package transport).
 type session struct {
-	hc    *http.Client
-	url   string // …/v1/rounds/{round}/
-	round string
-	n     int
-	dim   int
+	transport.Session
+	n int
 }
 
-func newSession(hc *http.Client, base string, p secagg.Params) *session {
-	dim := p.Dim
-	if p.Weighted {
-		dim++
-	}
+func newSession(t transport.Transport, p secagg.Params) *session {
 	return &session{
-		hc:    hc,
-		url:   strings.TrimRight(base, "/") + pathRounds + base64.RawURLEncoding.EncodeToString([]byte(p.Round)) + "/",
-		round: p.Round, n: len(p.Members), dim: dim,
+		Session: transport.Session{T: t, Round: RoundPath(p.Round), Subject: fmt.Sprintf("secure aggregation round %q", p.Round)},
+		n:       len(p.Members),
 	}
 }
 
-// Polling and retry pacing.
-const (
-	minPoll     = 100 * time.Millisecond // least time between two long polls
-	backoffMin  = 50 * time.Millisecond
-	backoffMax  = 2 * time.Second
-	maxErrorLen = 64 << 10
-)
+// RoundPath is the path of round's endpoints on a Host, ending in "/".
+func RoundPath(round string) string {
+	return pathRounds + base64.RawURLEncoding.EncodeToString([]byte(round)) + "/"
+}
 
 var postPaths = [...]string{"advert", "shares", "masked", "unmasking"}
 
-// send posts one message until the host accepts it. Every try sends the
-// same bytes, so a retry of a message that arrived is recognised as such.
+// send posts one message until the host accepts it.
 func (s *session) send(ctx context.Context, st stage, m interface{ Marshal() ([]byte, error) }) error {
 	b, err := m.Marshal()
 	if err != nil {
 		return err
 	}
-	_, err = s.do(ctx, st.String(), http.MethodPost, postPaths[st], b, 0)
-	return err
+	return s.Send(ctx, st.String(), postPaths[st], b)
 }
 
 // fetch long-polls a GET until its answer is ready.
 func (s *session) fetch(ctx context.Context, what, path string, limit int64) ([]byte, error) {
-	return s.do(ctx, what, http.MethodGet, path, nil, limit)
-}
-
-// do runs one exchange with retries: transient failures back off and try
-// again, a GET answered 204 polls again, anything else is the answer.
-func (s *session) do(ctx context.Context, what, method, path string, body []byte, limit int64) ([]byte, error) {
-	backoff := backoffMin
-	var lastErr error
-	for {
-		t0 := time.Now()
-		out, retry, err := s.once(ctx, method, path, body, limit)
-		if !retry {
-			return out, err
-		}
-		if ctx.Err() != nil {
-			return nil, s.gaveUp(ctx, what, lastErr)
-		}
-		wait := minPoll - time.Since(t0) // a 204: poll again, but not in a hot loop
-		if err != nil {
-			lastErr = err
-			wait = backoff + rand.N(backoff/2)
-			backoff = min(2*backoff, backoffMax)
-		} else {
-			backoff = backoffMin
-		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return nil, s.gaveUp(ctx, what, lastErr)
-			}
-		}
-	}
-}
-
-// once runs one HTTP exchange. retry with a nil error means "not yet, poll
-// again"; retry with an error means a transient failure.
-func (s *session) once(ctx context.Context, method, path string, body []byte, limit int64) (out []byte, retry bool, err error) {
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
-	if err != nil {
-		return nil, false, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", contentCBOR)
-	}
-	req.Header.Set("Accept", contentCBOR)
-	resp, err := s.hc.Do(req)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, true, err
-		}
-		return nil, transient(err), err
-	}
-	defer resp.Body.Close()
-	switch {
-	case resp.StatusCode == http.StatusOK && method == http.MethodGet:
-		b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
-		if err != nil {
-			return nil, true, err // the connection broke mid-body
-		}
-		if int64(len(b)) > limit {
-			return nil, false, diag.New(diag.SecAggMalformed, s.subject(), "%s %s answered more than %d bytes", method, path, limit).
-				WithHelp("the aggregator runs other round parameters or an incompatible version")
-		}
-		return b, false, nil
-	case resp.StatusCode == http.StatusNoContent:
-		return nil, method == http.MethodGet, nil
-	case method == http.MethodPost && resp.StatusCode/100 == 2:
-		return nil, false, nil
-	}
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorLen))
-	var d struct{ Diagnostics diag.List }
-	if json.Unmarshal(b, &d) != nil || len(d.Diagnostics) == 0 {
-		err = fmt.Errorf("wire: %s %s: %s: %s", method, resp.Request.URL.Path, resp.Status, bytes.TrimSpace(b))
-		return nil, resp.StatusCode >= 500, err
-	}
-	err = d.Diagnostics
-	switch code := d.Diagnostics[0].Code; {
-	case code == diag.SecAggWireNoRound: // not opened yet
-		return nil, true, err
-	case code == diag.SecAggWireUnavailable: // the host closed: the round is lost
-		return nil, false, err
-	case resp.StatusCode >= 500:
-		return nil, true, err
-	}
-	return nil, false, err
-}
-
-func (s *session) subject() string { return fmt.Sprintf("secure aggregation round %q", s.round) }
-
-// gaveUp is SC6108, wrapping ctx's error.
-func (s *session) gaveUp(ctx context.Context, what string, last error) error {
-	d := diag.New(diag.SecAggWireGaveUp, s.subject(), "gave up waiting for the %s: %v", what, ctx.Err()).
-		WithHelp("the round goes on without this site; check the link to the aggregator and that the site's deadline covers the round's phase deadlines")
-	if last != nil {
-		d.Message += fmt.Sprintf(" (last error: %v)", last)
-	}
-	return fmt.Errorf("%w: %w", d, ctx.Err())
-}
-
-// transient reports whether a failed HTTP exchange is worth retrying: a
-// connection refused, reset or timed out is; a TLS handshake the peer
-// refused (this site's key is not a member, or the server is not the
-// aggregator) or a bad URL is not.
-func transient(err error) bool {
-	msg := err.Error()
-	for _, fatal := range []string{"tls: ", "certificate", "x509", "identity: ", "unsupported protocol scheme", "no Host in request URL"} {
-		if strings.Contains(msg, fatal) {
-			return false
-		}
-	}
-	return true
+	return s.Fetch(ctx, what, path, limit)
 }
