@@ -64,10 +64,11 @@ func minTime(reps int, f func()) time.Duration {
 	return best
 }
 
-// fastestKeystream returns a func producing streams × words ring elements
-// of the fastest keystream on this machine (one fresh key per stream).
-func fastestKeystream(streams, words int) func() {
-	buf := make([]byte, 8*words)
+// fastestKeystream returns a func producing streams × bytes of the
+// fastest keystream on this machine (one fresh key per stream), on one
+// core: the floor the masking kernel is measured against.
+func fastestKeystream(streams, bytes int) func() {
+	buf := make([]byte, bytes)
 	best, bestG := time.Duration(1<<63-1), AESCTR
 	for _, g := range []PRG{AESCTR, ChaCha20} {
 		if d := minTime(2, func() { rawKeystream(g, buf[:min(len(buf), 1<<20)]) }); d < best {
@@ -123,14 +124,6 @@ func plainEncode(r *round, x []float64) []byte {
 	return out
 }
 
-func serialize(y []uint64) []byte {
-	out := make([]byte, 8*len(y))
-	for i, w := range y {
-		binary.LittleEndian.PutUint64(out[8*i:], w)
-	}
-	return out
-}
-
 func benchInput(d int) []float64 {
 	x := make([]float64, d)
 	for i := range x {
@@ -147,9 +140,12 @@ type benchClients struct {
 	ids     []string
 }
 
-func newBenchClients(b *testing.B, n, d int) *benchClients {
+func newBenchClients(b *testing.B, n, d, ring int) *benchClients {
 	p := testParams("bench", n, 0, d, 1)
 	p.PRG = DefaultPRG()
+	if ring == 32 {
+		p.GridBits = 16 // as a DP round's grid: n·(2^16+1) fits Z_2^32
+	}
 	s, err := NewServer(p)
 	if err != nil {
 		b.Fatal(err)
@@ -183,34 +179,56 @@ func newBenchClients(b *testing.B, n, d int) *benchClients {
 	return bc
 }
 
-var clientCache = map[[2]int]*benchClients{}
+var clientCache = map[[3]int]*benchClients{}
 
 // BenchmarkClientMask is one client's masking: encode its vector, expand
-// its self mask and n-1 pairwise masks, add them, serialise.
+// its self mask and n-1 pairwise masks, add them, in the masked input's
+// bytes. ring=64 is a round with a derived grid and float input (the
+// encoding includes stochastic rounding); ring=32 is a round on a fixed
+// grid whose sum fits Z_2^32, with the input already on the grid
+// (MaskEncoded: the DP path of a silo). x-floor divides by n·d ring
+// elements of keystream at the round's width on one core; x-floor64 by
+// n·d 8-byte elements (the floor of the 64-bit ring).
 func BenchmarkClientMask(b *testing.B) {
-	for _, d := range benchDims {
-		for _, n := range benchNs {
-			b.Run(fmt.Sprintf("d=%d/n=%d", d, n), func(b *testing.B) {
-				bc, ok := clientCache[[2]int{n, d}]
-				if !ok {
-					bc = newBenchClients(b, n, d)
-					clientCache[[2]int{n, d}] = bc
-				}
-				c := bc.clients[bc.ids[0]]
-				x := benchInput(d)
-				b.SetBytes(int64(8 * d))
-				b.ReportAllocs()
-				measure(b, func() {
-					y, err := c.maskedVector(x, nil, 0, bc.ids)
-					if err != nil {
-						b.Fatal(err)
+	for _, ring := range []int{64, 32} {
+		for _, d := range benchDims {
+			for _, n := range benchNs {
+				b.Run(fmt.Sprintf("ring=%d/d=%d/n=%d", ring, d, n), func(b *testing.B) {
+					key := [3]int{ring, n, d}
+					bc, ok := clientCache[key]
+					if !ok {
+						bc = newBenchClients(b, n, d, ring)
+						clientCache[key] = bc
 					}
-					serialize(y)
-				}, map[string]func(){
-					"floor":  fastestKeystream(n, d),
-					"encode": func() { plainEncode(c.r, x) },
+					c := bc.clients[bc.ids[0]]
+					if c.r.ringBits != ring {
+						b.Fatalf("round runs in Z_2^%d, want %d", c.r.ringBits, ring)
+					}
+					x := benchInput(d)
+					var enc []int64
+					if ring == 32 {
+						enc = make([]int64, d)
+						for i, v := range x {
+							enc[i] = int64(v * 65536)
+						}
+						x = nil
+					}
+					b.SetBytes(int64(8 * d))
+					b.ReportAllocs()
+					base := map[string]func(){
+						"floor":  fastestKeystream(n, c.r.lay.size()),
+						"encode": func() { plainEncode(c.r, benchInput(d)) },
+					}
+					if ring == 32 {
+						base["floor64"] = fastestKeystream(n, 8*d)
+					}
+					measure(b, func() {
+						if _, err := c.maskedVector(x, enc, 0, bc.ids); err != nil {
+							b.Fatal(err)
+						}
+					}, base)
 				})
-			})
+			}
 		}
 	}
 }
@@ -223,7 +241,7 @@ func benchServer(b *testing.B, n, d, drops int) *Server {
 	if s, ok := serverCache[[3]int{n, d, drops}]; ok {
 		return s
 	}
-	bc := newBenchClients(b, n, d)
+	bc := newBenchClients(b, n, d, 64)
 	s := bc.server
 	dels, err := s.EndShare()
 	if err != nil {
@@ -272,16 +290,39 @@ func BenchmarkServerUnmask(b *testing.B) {
 					m := n - drops
 					b.SetBytes(int64(8 * d))
 					b.ReportAllocs()
-					acc := make([]uint64, len(s.acc))
+					acc := make([]byte, len(s.acc))
 					measure(b, func() {
 						copy(acc, s.acc)
 						if err := s.unmask(acc); err != nil {
 							b.Fatal(err)
 						}
-					}, map[string]func(){"floor": fastestKeystream(m+drops*m, d)})
-					b.ReportMetric(float64(8*len(s.acc)), "server-acc-B")
+					}, map[string]func(){"floor": fastestKeystream(m+drops*m, 8*d)})
+					b.ReportMetric(float64(len(s.acc)), "server-acc-B")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkKernel is the masking kernel alone: n masks added into a
+// vector of d coordinates of the given ring, against n·d ring elements of
+// the fastest keystream on one core (x-floor). Run with -cpu 1 to see the
+// kernel's overhead on one core, without -cpu to see all cores at work.
+func BenchmarkKernel(b *testing.B) {
+	for _, ring := range []int{64, 32} {
+		for _, n := range []int{3, 10} {
+			const d = 1_000_000
+			b.Run(fmt.Sprintf("ring=%d/d=%d/n=%d", ring, d, n), func(b *testing.B) {
+				l := layout{vals: d, width: ring / 8}
+				vec := make([]byte, l.size())
+				var masks []mask
+				for i := range n {
+					masks = append(masks, mask{selfMaskKey([]byte{byte(i)}, make([]byte, 32), "u"), 1 - 2*(i%2)})
+				}
+				b.SetBytes(int64(n * l.size()))
+				measure(b, func() { applyMasks(DefaultPRG(), vec, l, masks, nil) },
+					map[string]func(){"floor": fastestKeystream(n, l.size())})
+			})
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"slices"
@@ -398,11 +397,7 @@ func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64
 	}
 	c.seed, c.pairs, c.boxKeys, c.encKey, c.maskKey = nil, nil, nil, nil, nil
 	c.state = clientMasked
-	out := make([]byte, 8*len(y))
-	for i, w := range y {
-		binary.LittleEndian.PutUint64(out[8*i:], w)
-	}
-	return &MaskedInput{Round: c.r.id, From: c.id, Masked: out}, nil
+	return &MaskedInput{Round: c.r.id, From: c.id, Masked: y}, nil
 }
 
 // CheckEncoded reports whether MaskEncoded would accept y and weight.
@@ -459,24 +454,51 @@ func (c *Client) checkWeight(weight float64) error {
 }
 
 // maskedVector encodes x (or takes enc, already on the grid) and the
-// weight in the ring and adds the client's masks for the survivors u2.
-func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []string) ([]uint64, error) {
-	y := make([]uint64, c.r.dim)
+// weight in the ring and adds the client's masks for the survivors u2, in
+// one pass over the output (the masked input's bytes), on all cores.
+func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []string) ([]byte, error) {
+	l := c.r.lay
+	out := make([]byte, l.size())
 	rd, err := newRounder(c.r.prg)
 	if err != nil {
 		return nil, err
 	}
-	for i, v := range x {
-		y[i] = encodeValue(v, c.r.scale, rd)
-	}
-	for i, v := range enc {
-		y[i] = uint64(v) // two's complement: the ring image of v
-	}
-	if c.r.p.Weighted {
-		y[c.r.p.Dim] = encodeValue(weight, c.r.wScale, rd)
-	}
+	defer rd.wipe()
+	var rec []uint64
 	if c.testEncoded != nil {
-		c.testEncoded(slices.Clone(y))
+		rec = make([]uint64, c.r.dim)
+	}
+	woff, scale := l.weightOff(), c.r.scale
+	fill := func(sc *scratch, vec []byte, lo, hi, width int) {
+		if lo >= woff {
+			w := encodeValue(weight, c.r.wScale, rd.at(c.r.p.Dim))
+			putWord(vec[lo:], 8, w)
+			if rec != nil {
+				rec[c.r.p.Dim] = w
+			}
+			return
+		}
+		i := lo / width
+		if enc != nil {
+			for j := lo; j < hi; j, i = j+width, i+1 {
+				putWord(vec[j:], width, uint64(enc[i])) // two's complement: the ring image of enc[i]
+				if rec != nil {
+					rec[i] = uint64(enc[i])
+				}
+			}
+			return
+		}
+		if sc.rd == nil || sc.next != i {
+			sc.rd = rd.at(i)
+		}
+		for j := lo; j < hi; j, i = j+width, i+1 {
+			w := encodeValue(x[i], scale, sc.rd)
+			putWord(vec[j:], width, w)
+			if rec != nil {
+				rec[i] = w
+			}
+		}
+		sc.next = i
 	}
 	masks := make([]mask, 0, len(u2))
 	defer func() {
@@ -490,8 +512,11 @@ func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []str
 			masks = append(masks, mask{pairMaskKey(c.pairs[v], c.r.session, c.id, v), pairSign(c.id, v)})
 		}
 	}
-	(&masker{prg: c.r.prg}).apply(y, masks)
-	return y, nil
+	applyMasks(c.r.prg, out, l, masks, fill)
+	if c.testEncoded != nil {
+		c.testEncoded(rec)
+	}
+	return out, nil
 }
 
 // open decrypts a box sent to this client and checks what it holds.

@@ -83,6 +83,8 @@ type round struct {
 	floor     int             // max(MinSites, t): survivors needed at every phase
 	errBound1 float64         // per-site fixed-point rounding bound on a value
 	encBound  int64           // ⌊Clip·2^f⌋: the bound on an encoded value
+	ringBits  int             // 32 or 64: the ring of the value coordinates
+	lay       layout          // the vector's bytes, in the ring and on the wire
 }
 
 // paramsWire is what the session digest covers: the params plus what is
@@ -99,6 +101,7 @@ type paramsWire struct {
 	FracBits  int      `cbor:"frac_bits"`
 	WFracBits int      `cbor:"weight_frac_bits"`
 	PRG       PRG      `cbor:"prg"`
+	RingBits  int      `cbor:"ring_bits"`
 }
 
 func validID(s string) bool {
@@ -172,6 +175,8 @@ func newRound(p Params) (*round, error) {
 	} else if p.MaxWeight != 0 {
 		return nil, bad("max weight %v set on an unweighted round", p.MaxWeight).WithHelp("set weighted, or leave max weight at 0")
 	}
+	r.ringBits = ringBitsFor(n, r.encBound)
+	r.lay = layout{vals: p.Dim, width: r.ringBits / 8, weight: p.Weighted}
 	r.prg = p.PRG
 	if r.prg == "" {
 		r.prg = AESCTR
@@ -188,7 +193,7 @@ func newRound(p Params) (*round, error) {
 	sum := sha256.Sum256(mustEncode(paramsWire{
 		Domain: "scellis/secagg/v1/params", Round: p.Round, Members: members, Threshold: r.t,
 		Dim: p.Dim, Clip: p.Clip, Weighted: p.Weighted, MaxWeight: p.MaxWeight,
-		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg,
+		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg, RingBits: r.ringBits,
 	}))
 	r.session = sum[:]
 	return r, nil
@@ -237,6 +242,33 @@ func (p Params) EncodedBound() (int64, error) {
 		return 0, err
 	}
 	return r.encBound, nil
+}
+
+// RingBits returns the ring of the round's value coordinates: 32 (Z_2^32)
+// when the sum of all members' encodings provably fits in it,
+// n·(⌊Clip·2^f⌋ + 1) < 2^31, else 64. It is derived from the params, so
+// every party agrees, and it is part of the session digest. A weight
+// coordinate is always in Z_2^64.
+func (p Params) RingBits() (int, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return 0, err
+	}
+	return r.ringBits, nil
+}
+
+// ringBitsFor picks the narrowest ring that holds the sum of n encodings
+// bounded by encBound: a value encodes to at most encBound + 1 in
+// magnitude (stochastic rounding rounds up by at most one; MaskEncoded
+// inputs are within encBound), so the sum lies within ±n·(encBound + 1),
+// and read as a signed 32-bit integer it is exact when that is at most
+// 2^31 − 1. Integer arithmetic: no rounding can make the check pass
+// wrongly.
+func ringBitsFor(n int, encBound int64) int {
+	if encBound >= 0 && encBound < math.MaxInt32 && int64(n)*(encBound+1) <= math.MaxInt32 {
+		return 32
+	}
+	return 64
 }
 
 func (r *round) subject() string { return fmt.Sprintf("secure aggregation round %q", r.id) }

@@ -5,7 +5,6 @@ import (
 	"crypto/cipher"
 	"crypto/hkdf"
 	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 
 	"golang.org/x/crypto/chacha20"
@@ -67,57 +66,13 @@ func (g PRG) stream(key []byte) cipher.Stream {
 	panic(fmt.Sprintf("secagg: unknown PRG %q reached the keystream", string(g)))
 }
 
-// chunkWords is how many ring elements a mask expands per keystream call:
-// a chunk of the vector and its keystream fit in L1 together, and the
-// call overhead is amortised.
-const chunkWords = 1024
-
-var zeroChunk [8 * chunkWords]byte
-
-// masker expands keystreams into ring vectors. It owns one scratch chunk,
-// so expanding masks allocates only the keystream states.
-type masker struct {
-	prg PRG
-	buf [8 * chunkWords]byte
-}
+// zeroChunk is the plaintext a keystream is XORed onto to read it out.
+var zeroChunk [tileBytes]byte
 
 // mask is one keystream to add to a vector (sign > 0) or subtract from it.
 type mask struct {
 	key  []byte
 	sign int
-}
-
-// apply adds or subtracts each mask's keystream, read as little-endian
-// uint64 words, to acc in Z_2^64. It works tile by tile: each chunk of acc
-// stays in cache while every keystream is added to it, so the vector
-// crosses the memory bus once, not once per mask.
-func (m *masker) apply(acc []uint64, masks []mask) {
-	streams := make([]cipher.Stream, len(masks))
-	for i, mk := range masks {
-		streams[i] = m.prg.stream(mk.key)
-	}
-	for off := 0; off < len(acc); off += chunkWords {
-		part := acc[off:min(off+chunkWords, len(acc))]
-		b := m.buf[:8*len(part)]
-		for i, s := range streams {
-			s.XORKeyStream(b, zeroChunk[:len(b)])
-			if masks[i].sign > 0 {
-				for j := range part {
-					part[j] += binary.LittleEndian.Uint64(b[8*j:])
-				}
-			} else {
-				for j := range part {
-					part[j] -= binary.LittleEndian.Uint64(b[8*j:])
-				}
-			}
-		}
-	}
-	clear(m.buf[:])
-}
-
-// add applies one mask.
-func (m *masker) add(acc []uint64, key []byte, sign int) {
-	m.apply(acc, []mask{{key, sign}})
 }
 
 // Key derivation labels. Every derived key is bound to the round's session

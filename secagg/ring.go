@@ -43,10 +43,14 @@ func fracBitsFor(bound float64, n int) (int, bool) {
 }
 
 // rounder draws the uniform 64-bit words that decide stochastic rounding,
-// from a keystream keyed with 32 bytes of crypto/rand.
+// from a keystream keyed with 32 bytes of crypto/rand: word i decides
+// coordinate i, so the cores encoding different segments each seek their
+// own rounder (at) and the draws never overlap.
 type rounder struct {
+	g   PRG
+	key []byte
 	s   cipher.Stream
-	buf [8 * chunkWords]byte
+	buf [tileBytes]byte
 	off int
 }
 
@@ -55,9 +59,16 @@ func newRounder(g PRG) (*rounder, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	defer clear(key)
-	return &rounder{s: g.stream(key), off: len(zeroChunk)}, nil
+	return (&rounder{g: g, key: key}).at(0), nil
 }
+
+// at returns a rounder under the same key positioned at word i.
+func (r *rounder) at(i int) *rounder {
+	return &rounder{g: r.g, key: r.key, s: r.g.streamAt(r.key, 8*i), off: tileBytes}
+}
+
+// wipe forgets the key (every rounder made by at shares it).
+func (r *rounder) wipe() { clear(r.key) }
 
 func (r *rounder) next() uint64 {
 	if r.off == len(r.buf) {

@@ -154,3 +154,83 @@ func TestMaskEncodedSumsExactly(t *testing.T) {
 	_, err = NewClient(p, h.ids[0], identity(h.ids[0]))
 	wantCode(t, err, diag.SecAggBadParams)
 }
+
+// TestNarrowRingOnlyWhenBoundHolds is the regression test of the ring
+// choice (not timed): Z_2^32 is used exactly when the bound on the sum,
+// n·(⌊Clip·2^f⌋ + 1), is at most 2^31 − 1, checked against big integers on
+// both sides of the boundary; and rounds at the boundary, every site
+// sending the extreme value of its bound (both signs), sum exactly in the
+// ring chosen, weighted or not. A derived grid fills 62 bits, so it always
+// runs in Z_2^64.
+func TestNarrowRingOnlyWhenBoundHolds(t *testing.T) {
+	const f = 20
+	limit := big.NewInt(math.MaxInt32)
+	fits := func(n int, clip float64) bool {
+		eb := new(big.Int).SetInt64(int64(math.Floor(math.Ldexp(clip, f))))
+		s := new(big.Int).Mul(big.NewInt(int64(n)), eb.Add(eb, big.NewInt(1)))
+		return s.Cmp(limit) <= 0
+	}
+	for _, n := range []int{3, 7, 100, 255} {
+		edge := math.MaxInt32/int64(n) - 1 // the largest encoded bound that fits
+		for _, eb := range []int64{0, 1, edge - 1, edge, edge + 1, edge + 2, 1 << 40} {
+			clip := math.Ldexp(float64(eb)+0.5, -f) // ⌊clip·2^f⌋ = eb
+			p := testParams("ring", n, 0, 2, clip)
+			p.GridBits = f
+			got, err := p.RingBits()
+			if err != nil {
+				t.Fatalf("n=%d eb=%d: %v", n, eb, err)
+			}
+			if want := map[bool]int{true: 32, false: 64}[fits(n, clip)]; got != want {
+				t.Errorf("n=%d, encoded bound %d: ring Z_2^%d, want Z_2^%d", n, eb, got, want)
+			}
+		}
+		p := testParams("ring", n, 0, 2, 1) // derived grid
+		if got, _ := p.RingBits(); got != 64 {
+			t.Errorf("n=%d, derived grid: ring Z_2^%d, want Z_2^64", n, got)
+		}
+	}
+	// Rounds at the boundary: the extreme sums come out exact.
+	const n = 5
+	edge := int64(math.MaxInt32/n - 1)
+	for _, c := range []struct {
+		eb       int64
+		ring     int
+		weighted bool
+	}{{edge, 32, false}, {edge, 32, true}, {edge + 1, 64, false}} {
+		for _, sign := range []int64{1, -1} {
+			p := testParams("ring-edge", n, 0, 3, math.Ldexp(float64(c.eb)+0.5, -f))
+			p.GridBits = f
+			if c.weighted {
+				p.Weighted, p.MaxWeight = true, 1e9
+			}
+			h, err := newHarness(t, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bits := h.server.r.ringBits; bits != c.ring {
+				t.Fatalf("encoded bound %d: ring Z_2^%d, want %d", c.eb, bits, c.ring)
+			}
+			h.enc = map[string][]int64{}
+			for _, id := range h.ids {
+				y := []int64{sign * c.eb, sign * c.eb, -sign * c.eb}
+				h.enc[id] = y
+				h.inputs[id] = []float64{math.Ldexp(float64(y[0]), -f), math.Ldexp(float64(y[1]), -f), math.Ldexp(float64(y[2]), -f)}
+				if c.weighted {
+					h.weights[id] = 1e9
+				}
+			}
+			if !h.run() {
+				t.Fatalf("round refused:\n%s", h.out.String())
+			}
+			if want := math.Ldexp(float64(n*sign*c.eb), -f); h.result.Sum[0] != want || h.result.Sum[2] != -want {
+				t.Fatalf("ring %d, bound %d: sum %v, want ±%v exactly", c.ring, c.eb, h.result.Sum, want)
+			}
+			if c.weighted && h.result.Weight != n*1e9 {
+				t.Fatalf("weight %v, want %v", h.result.Weight, n*1e9)
+			}
+			if got := len(h.dels); got != n {
+				t.Fatalf("%d deliveries", got)
+			}
+		}
+	}
+}

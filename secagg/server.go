@@ -2,8 +2,8 @@ package secagg
 
 import (
 	"crypto/ecdh"
-	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -34,7 +34,7 @@ type Server struct {
 	adverts    *advertSet         // U1 once advertising ends
 	shares     map[string]*Shares // U2 once sharing ends (boxes dropped then)
 	commits    map[string][]byte
-	acc        []uint64 // Σ masked inputs so far
+	acc        []byte // Σ masked inputs so far, in the round's layout
 	masked     map[string]bool
 	survivors  []string // U3
 	dropped    []string // U2 \ U3
@@ -272,7 +272,7 @@ func (s *Server) EndShare() ([]*ShareDelivery, error) {
 		s.commits[u] = s.shares[u].Commit
 		s.shares[u].Boxes = nil // relayed; the server keeps no ciphertexts
 	}
-	s.acc = make([]uint64, s.r.dim)
+	s.acc = make([]byte, s.r.lay.size())
 	s.masked = map[string]bool{}
 	s.phase = PhaseMask
 	return out, nil
@@ -292,14 +292,11 @@ func (s *Server) AddMaskedInput(m *MaskedInput) error {
 	if err := s.sender("masked input", m.From, func(id string) bool { return s.shares[id] != nil }, s.masked[m.From]); err != nil {
 		return err
 	}
-	if len(m.Masked) != 8*s.r.dim {
-		return diag.New(diag.SecAggWrongLength, s.subject(), "masked input from %q has %d bytes, want %d (%d ring elements)", m.From, len(m.Masked), 8*s.r.dim, s.r.dim).
+	if len(m.Masked) != s.r.lay.size() {
+		return diag.New(diag.SecAggWrongLength, s.subject(), "masked input from %q has %d bytes, want %d (%d ring elements of Z_2^%d%s)", m.From, len(m.Masked), s.r.lay.size(), s.r.p.Dim, s.r.ringBits, weightNote(s.r.p.Weighted)).
 			WithHelp("the client uses a different dimension or weighting; check the round's Params")
 	}
-	acc := s.acc
-	for i := range acc {
-		acc[i] += binary.LittleEndian.Uint64(m.Masked[8*i:])
-	}
+	addVectors(s.acc, m.Masked, s.r.lay)
 	s.masked[m.From] = true
 	return nil
 }
@@ -353,6 +350,13 @@ func (s *Server) AddUnmasking(m *Unmasking) error {
 	return nil
 }
 
+func weightNote(weighted bool) string {
+	if weighted {
+		return ", then the weight in Z_2^64"
+	}
+	return ""
+}
+
 // sameIDs reports whether shares are of exactly ids, in order.
 func sameIDs(shares []Share, ids []string) bool {
 	if len(shares) != len(ids) {
@@ -384,8 +388,16 @@ func (s *Server) Finish() (*Result, error) {
 	if err := s.unmask(s.acc); err != nil {
 		return nil, s.fail(err)
 	}
+	l := s.r.lay
 	if s.testRing != nil {
-		s.testRing(slices.Clone(s.acc))
+		ring := make([]uint64, s.r.dim)
+		for i := range s.r.p.Dim {
+			ring[i] = uint64(wordAt(s.acc[i*l.width:], l.width))
+		}
+		if l.weight {
+			ring[s.r.p.Dim] = uint64(wordAt(s.acc[l.weightOff():], 8))
+		}
+		s.testRing(ring)
 	}
 	res := &Result{
 		Round:        s.r.id,
@@ -395,10 +407,10 @@ func (s *Server) Finish() (*Result, error) {
 		ErrorBound:   float64(len(s.survivors)) * s.r.errBound1,
 	}
 	for i := range res.Sum {
-		res.Sum[i] = decodeValue(s.acc[i], s.r.fracBits)
+		res.Sum[i] = math.Ldexp(float64(wordAt(s.acc[i*l.width:], l.width)), -s.r.fracBits)
 	}
-	if s.r.p.Weighted {
-		res.Weight = decodeValue(s.acc[s.r.p.Dim], s.r.wFracBits)
+	if l.weight {
+		res.Weight = math.Ldexp(float64(wordAt(s.acc[l.weightOff():], 8)), -s.r.wFracBits)
 	}
 	clear(s.acc)
 	s.acc = nil
@@ -408,7 +420,7 @@ func (s *Server) Finish() (*Result, error) {
 
 // unmask removes every mask from acc: it reconstructs and checks all the
 // secrets first, so that it either fails before touching acc or succeeds.
-func (s *Server) unmask(acc []uint64) error {
+func (s *Server) unmask(acc []byte) error {
 	ids := sortedKeys(s.unmaskings)
 	xs := make([]byte, len(ids))
 	for i, id := range ids {
@@ -471,6 +483,6 @@ func (s *Server) unmask(acc []uint64) error {
 			clear(shared)
 		}
 	}
-	(&masker{prg: s.r.prg}).apply(acc, masks)
+	applyMasks(s.r.prg, acc, s.r.lay, masks, nil)
 	return nil
 }
