@@ -497,7 +497,7 @@ func (m *Machine) reverse(j *jobState, s *shardState, now int64) []Event {
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: old.Result, Peers: old.Peers,
 		Method: receipt.MethodReversal, WorkUnits: old.WorkUnits, PriceBasis: old.PriceBasis, LeaderTime: now, Reverses: old.Seq,
 	})
-	if err := m.chain.Append(rc); err != nil {
+	if err := m.chain.AppendSealed(rc); err != nil {
 		panic("coordinator: receipt chain: reversal does not append: " + err.Error())
 	}
 	m.st.Receipts = append(m.st.Receipts, rc.Clone())

@@ -106,7 +106,7 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: h, Peers: s.Agreeing,
 		Method: method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
 	})
-	if err := m.chain.Append(rc); err != nil {
+	if err := m.chain.AppendSealed(rc); err != nil {
 		panic("coordinator: receipt chain: minted receipt does not append: " + err.Error())
 	}
 	m.st.Receipts = append(m.st.Receipts, rc.Clone())
