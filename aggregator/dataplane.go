@@ -86,6 +86,7 @@ func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
 		return err
 	}
 	n.p2p = peer
+	n.metrics.reg.MustRegister(peer.Collector())
 	n.done.Add(1)
 	go func() {
 		defer n.done.Done()

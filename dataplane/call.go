@@ -36,7 +36,7 @@ func (p *Peer) Call(ctx context.Context, member, service string, req []byte, lim
 		return nil, err
 	}
 	defer rw.Close()
-	defer watch(ctx, rw)()
+	defer watch(ctx, c, rw)()
 	if err := writeJSON(rw, request{Op: "call", Service: service, Size: int64(len(req))}); err != nil {
 		return nil, err
 	}

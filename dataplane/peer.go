@@ -102,6 +102,8 @@ var tuning = struct {
 	zeroChecksum bool
 	minCwnd      uint32
 	caStep       uint32
+	fastRtxWnd   uint32
+	rtoMax       time.Duration
 }{recvBuffer: 8 << 20, zeroChecksum: true}
 
 // DefaultChunk is the message size of a transfer. SCTP fragments each
@@ -122,6 +124,7 @@ type Peer struct {
 	waiting map[string]chan Signal  // session → the dialer waiting for its answer
 	stats   map[string]*pairCounter // remote member → counters
 	down    map[string]time.Time    // remote member → no new dial before
+	open    map[*conn]struct{}      // connected, either side dialing, until gone
 	closed  bool
 }
 
@@ -187,6 +190,10 @@ func New(cfg Config) (*Peer, error) {
 	// Both ends are Scellis peers over DTLS, which already authenticates
 	// every packet: SCTP's CRC32c adds CPU and nothing else (RFC 9653).
 	se.EnableSCTPZeroChecksum(tuning.zeroChecksum)
+	se.SetSCTPMinCwnd(tuning.minCwnd)
+	se.SetSCTPCwndCAStep(tuning.caStep)
+	se.SetSCTPFastRtxWnd(tuning.fastRtxWnd)
+	se.SetSCTPRTOMax(tuning.rtoMax)
 
 	se.SetICETimeouts(5*time.Second, 10*time.Second, time.Second)
 	if cfg.Loopback {
@@ -198,6 +205,7 @@ func New(cfg Config) (*Peer, error) {
 		cfg: cfg, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)), cert: *cert,
 		fp:    fingerprintString(fps[0].Algorithm, fps[0].Value),
 		conns: map[string]*conn{}, down: map[string]time.Time{}, waiting: map[string]chan Signal{}, stats: map[string]*pairCounter{},
+		open: map[*conn]struct{}{},
 	}, nil
 }
 
@@ -246,12 +254,45 @@ func (p *Peer) Run(ctx context.Context) error {
 func (p *Peer) Close() {
 	p.mu.Lock()
 	p.closed = true
-	conns := p.conns
+	conns := make([]*conn, 0, len(p.conns)+len(p.open))
+	for _, c := range p.conns {
+		conns = append(conns, c)
+	}
+	for c := range p.open {
+		conns = append(conns, c) // the connections others dialed too
+	}
 	p.conns = map[string]*conn{}
 	p.mu.Unlock()
 	for _, c := range conns {
 		c.close()
 	}
+}
+
+// track counts c among the open connections until it is gone.
+func (p *Peer) track(c *conn) {
+	p.mu.Lock()
+	p.open[c] = struct{}{}
+	p.mu.Unlock()
+	go func() {
+		<-c.gone
+		p.mu.Lock()
+		delete(p.open, c)
+		p.mu.Unlock()
+	}()
+}
+
+// live counts the open connections by path.
+func (p *Peer) live() (direct, relayed int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.open {
+		if c.path == PathRelayed {
+			relayed++
+		} else {
+			direct++
+		}
+	}
+	return direct, relayed
 }
 
 func (p *Peer) configuration(ctx context.Context) (webrtc.Configuration, error) {
@@ -465,6 +506,7 @@ func (p *Peer) answer(parent context.Context, s Signal) {
 	}
 	c.describe()
 	p.counter(s.From).connected(c.path)
+	p.track(c)
 	p.logf("p2p: %s connected to us, path %s (%s)", s.From, c.path, c.pair)
 	// The answering side keeps the connection until the dialer closes it
 	// or it fails; it is not reused for this side's own dials (the dialer

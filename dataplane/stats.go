@@ -18,6 +18,9 @@ type PairStats struct {
 	Transfers    int64 `json:"transfers"`
 	Fallbacks    int64 `json:"fallbacks"`    // transfers that went over HTTPS after the data channel failed
 	FailedDials  int64 `json:"failed_dials"` // connection attempts that found no path
+	// Connections made with this member (either side dialing), by path.
+	DirectConns  int64 `json:"direct_connections"`
+	RelayedConns int64 `json:"relayed_connections"`
 }
 
 type pairCounter struct {
@@ -39,6 +42,11 @@ func (p *Peer) counter(member string) *pairCounter {
 func (c *pairCounter) connected(path string) {
 	c.mu.Lock()
 	c.s.Path = path
+	if path == PathRelayed {
+		c.s.RelayedConns++
+	} else {
+		c.s.DirectConns++
+	}
 	c.mu.Unlock()
 }
 

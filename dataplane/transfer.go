@@ -114,9 +114,23 @@ func (c *conn) open(ctx context.Context, label string) (*channel, error) {
 	}
 }
 
-// watch closes rw when ctx ends, so blocked reads and writes return.
-func watch(ctx context.Context, rw io.Closer) (stop func() bool) {
-	return context.AfterFunc(ctx, func() { rw.Close() })
+// watch closes rw when ctx ends or the connection c goes (ICE finds the
+// peer silent: a few seconds, not the whole stall), so blocked reads and
+// writes return.
+func watch(ctx context.Context, c *conn, rw io.Closer) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-c.gone:
+			rw.Close()
+		case <-done:
+		}
+	}()
+	stopCtx := context.AfterFunc(ctx, func() { rw.Close() })
+	return func() {
+		close(done)
+		stopCtx()
+	}
 }
 
 func writeJSON(rw *channel, v any) error {
@@ -181,7 +195,7 @@ func (p *Peer) Get(ctx context.Context, member string, ref content.Ref) ([]byte,
 		return nil, err
 	}
 	defer rw.Close()
-	defer watch(ctx, rw)()
+	defer watch(ctx, c, rw)()
 	buf := make([]byte, 64<<10)
 	if err := writeJSON(rw, request{Op: "get", Ref: ref}); err != nil {
 		return nil, err
@@ -220,7 +234,7 @@ func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, e
 		return ref, err
 	}
 	defer rw.Close()
-	defer watch(ctx, rw)()
+	defer watch(ctx, c, rw)()
 	if err := writeJSON(rw, request{Op: "put", Ref: ref, Size: int64(len(b))}); err != nil {
 		return ref, err
 	}
@@ -241,7 +255,7 @@ func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, e
 // serve answers one data channel a connected member opened.
 func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channel) {
 	defer rw.Close()
-	defer watch(ctx, rw)()
+	defer watch(ctx, c, rw)()
 	buf := make([]byte, 64<<10)
 	var req request
 	if err := readJSON(rw, buf, &req); err != nil {
@@ -361,7 +375,7 @@ func (p *Peer) Probe(ctx context.Context, member string, n int) (ProbeResult, er
 		return res, err
 	}
 	defer rw.Close()
-	defer watch(ctx, rw)()
+	defer watch(ctx, c, rw)()
 	if err := writeJSON(rw, request{Op: "echo", Size: int64(n)}); err != nil {
 		return res, err
 	}

@@ -13,7 +13,14 @@ import (
 // endpoint does not answer (yet).
 func scrape(t testing.TB, addr string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	return scrapeWith(t, http.DefaultClient, addr)
+}
+
+// scrapeWith is scrape through client (one that dials into a network
+// namespace, say).
+func scrapeWith(t testing.TB, client *http.Client, addr string) map[string]float64 {
+	t.Helper()
+	resp, err := client.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return nil
 	}

@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // netLab is a small internet in network namespaces: a router namespace
@@ -85,6 +91,40 @@ func (l *netLab) sh(short, line string) {
 	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 		l.t.Fatalf("%s: %s: %v %s", short, line, err, out)
 	}
+}
+
+// client returns an HTTP client whose connections start in namespace
+// short (to scrape the /metrics of a process that listens there): each
+// socket is made on an OS thread moved into the namespace, and that thread
+// is discarded after (its goroutine ends locked to it).
+func (l *netLab) client(short string) *http.Client {
+	ns := "/var/run/netns/" + l.name(short)
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		type dialed struct {
+			c   net.Conn
+			err error
+		}
+		ch := make(chan dialed, 1)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with this goroutine
+			f, err := os.Open(ns)
+			if err != nil {
+				ch <- dialed{nil, err}
+				return
+			}
+			defer f.Close()
+			if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+				ch <- dialed{nil, err}
+				return
+			}
+			var d net.Dialer
+			c, err := d.DialContext(ctx, network, addr)
+			ch <- dialed{c, err}
+		}()
+		d := <-ch
+		return d.c, d.err
+	}
+	return &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true}, Timeout: 10 * time.Second}
 }
 
 // link joins namespaces a and b with a veth pair on subnet 10.77.<net>.0/24
@@ -189,7 +229,13 @@ func TestP2PThroughNATs(t *testing.T) {
 		}
 	}
 	turnPort = "3478"
-	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: info\nturn_listen: "+aggIP+":"+turnPort+"\n")
+	// Each namespace has its own loopback: the aggregator and the workers
+	// serve /metrics on 127.0.0.1:9090 in theirs.
+	const metricsAddr = "127.0.0.1:9090"
+	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: info\nturn_listen: "+aggIP+":"+turnPort+"\nmetrics_listen: "+metricsAddr+"\n")
+	for _, w := range []string{"w2", "w3"} {
+		c.write(w+".yaml", c.read(w+".yaml")+"metrics_listen: "+metricsAddr+"\n")
+	}
 	// The aggregator's site firewall: its API and STUN/TURN only.
 	wanAgg := fmt.Sprintf("v%s%db", lab.tag, 1)
 	for _, r := range []string{
@@ -244,5 +290,20 @@ func TestP2PThroughNATs(t *testing.T) {
 	st := c.mustCLI("alice", "aggregator", "status")
 	if !strings.Contains(st, "p2p agg-1 ↔ w2: path relayed") || !strings.Contains(st, "turn "+aggIP+":"+turnPort) {
 		t.Errorf("aggregator status does not show w2 relayed and the TURN server:\n%s", st)
+	}
+	// The same, as metrics: bytes and connections by path.
+	for _, want := range []struct {
+		ns, series string
+	}{
+		{"w2", `scellis_p2p_bytes_total{path="relayed"}`},
+		{"w2", `scellis_p2p_connections_total{path="relayed"}`},
+		{"w3", `scellis_p2p_bytes_total{path="https"}`},
+		{"w3", `scellis_p2p_failed_dials_total`},
+		{"agg", `scellis_p2p_bytes_total{path="relayed"}`},
+		{"agg", `scellis_p2p_connections{path="relayed"}`},
+	} {
+		if m := scrapeWith(t, lab.client(want.ns), metricsAddr); m[want.series] <= 0 {
+			t.Errorf("%s's /metrics: %s is %v, want > 0", want.ns, want.series, m[want.series])
+		}
 	}
 }

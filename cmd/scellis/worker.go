@@ -89,12 +89,15 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			if c.ICEPolicy != "https" {
 				// Blobs go over a data channel to an aggregator, HTTPS
 				// being the fallback (docs/dataplane.md).
-				if w.Blobs, err = dataplane.StartMember(ctx, dataplane.MemberConfig{
+				blobs, err := dataplane.StartMember(ctx, dataplane.MemberConfig{
 					Identity: id, Fed: fed, Name: c.Name, Policy: c.ICEPolicy, Via: c.P2PVia, STUN: c.STUN, Loopback: c.P2PLoopback,
 					HTTPS: client, Logf: w.Logf,
-				}); err != nil {
+				})
+				if err != nil {
 					return err
 				}
+				reg.MustRegister(blobs.Peer.Collector()) // scellis_p2p_* on the worker's /metrics
+				w.Blobs = blobs
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "worker %s: %d shard(s) at once, pool %s\n", c.Name, c.Parallel, strings.Join(client.Endpoints(), ", "))
 			return w.Run(ctx)
