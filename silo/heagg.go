@@ -2,8 +2,11 @@ package silo
 
 import (
 	"context"
+	"net/http"
+	"strings"
 
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/internal/testfault"
 	"github.com/scellis/scellis/secagg/he"
 	"github.com/scellis/scellis/secagg/hewire"
 	"github.com/scellis/scellis/secagg/wire"
@@ -47,5 +50,30 @@ func (a *Appliance) participate(ctx context.Context, base string, b fl.RoundBund
 		return err
 	}
 	defer clear(y)
-	return hewire.Participate(ctx, a.HTTP, base, b.HE.Params, a.ID.PrivateKey(), y, in.MinSurvivors)
+	hc := a.HTTP
+	if testfault.Armed(testfault.KillAfterHECiphertext) {
+		rt := hc.Transport
+		if rt == nil {
+			rt = http.DefaultTransport
+		}
+		hc = &http.Client{Transport: dieAfterCiphertext{rt, a.logf}}
+	}
+	return hewire.Participate(ctx, hc, base, b.HE.Params, a.ID.PrivateKey(), y, in.MinSurvivors)
+}
+
+// dieAfterCiphertext kills the process once the aggregator accepted its
+// threshold-he ciphertext (test builds only, see package testfault): the
+// silo paid, sent and was summed, and is gone before any decryption.
+type dieAfterCiphertext struct {
+	rt   http.RoundTripper
+	logf func(string, ...any)
+}
+
+func (d dieAfterCiphertext) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := d.rt.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/ciphertext") && resp.StatusCode/100 == 2 {
+		d.logf("test fault %s: the aggregator accepted the ciphertext; killing the process", testfault.KillAfterHECiphertext)
+		testfault.Kill()
+	}
+	return resp, err
 }

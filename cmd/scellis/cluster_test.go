@@ -27,6 +27,9 @@ type cluster struct {
 	// netns, when set, runs a member's processes and CLI calls in that
 	// network namespace (p2p_netns_test.go).
 	netns map[string]string
+	// env, when set, adds variables to a member's processes (start), e.g.
+	// a SCELLIS_TEST_FAULT (fl_he_e2e_test.go).
+	env map[string][]string
 }
 
 // inNetns makes cmd run in member's network namespace, if it has one.
@@ -144,6 +147,7 @@ func (c *cluster) start(name string, args ...string) {
 		c.t.Fatal(err)
 	}
 	cmd := c.inNetns(name, scellisCmd(c.t, c.dir, args...))
+	cmd.Env = append(cmd.Env, c.env[name]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)

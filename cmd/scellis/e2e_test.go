@@ -36,7 +36,10 @@ func scellisBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "scellis")
-		out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binPath, ".").CombinedOutput()
+		// The test build also honours SCELLIS_TEST_FAULT (package
+		// testfault); a release build, without this flag, ignores it.
+		ldflags := "-X main.version=" + testVersion + " -X github.com/scellis/scellis/internal/testfault.enabled=yes"
+		out, err := exec.Command("go", "build", "-ldflags", ldflags, "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = err
 			binPath = string(out)

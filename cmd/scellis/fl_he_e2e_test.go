@@ -1,22 +1,38 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/internal/testfault"
 )
 
 // A run with aggregation: threshold-he through real processes (one
-// aggregator, four silos): its two rounds are summed by threshold
+// aggregator, six silos): its two rounds are summed by threshold
 // homomorphic encryption on the aggregator's /secagg-he/ host, under
 // update-level DP; s4's policy allows masking only, so it declines each
 // round (SC9211) and the three others carry the sum (t = 3). A second
 // run over s1, s2 and s4 is left with two sites: refused, nothing summed.
-// (Dropouts after encryption and rounds below t are exercised over real
-// HTTPS by secagg/hewire's TestRoundOverTLS.) It takes ~25 s on two busy
-// cores (five processes, 150 rows a silo, two rounds): one cluster serves
-// both runs, the least that drives the mode through the binary.
+// Then dropouts after encryption: d1 and d2 are silos started with the
+// test fault kill-after-he-ciphertext (package testfault): each kills
+// itself (SIGKILL) the moment the aggregator accepted its ciphertext, so
+// it is summed but never decrypts. A run over d1, s1, s2 and s3 (t = 3;
+// d1 sorts first, so it is among the first decryptors and must be
+// replaced) completes with the sum of all four; one over d2, s1, s2 and
+// s4 (s4 declines) is left with two decryptors, below t: SC6004, the round
+// is retried without d2 and the run stops as it would under masking.
+// Once the binary is built it takes ~10 s on two cores (~4 s before the
+// dropout runs were added: they need two more silo processes and two
+// more runs, one of them retried): one cluster serves all four runs, the
+// least that drives the mode and its dropouts through the binary.
 func TestFLThresholdHERun(t *testing.T) {
 	// Independent of every other test (own cluster, ports, directories):
 	// it runs beside them, so CI waits on the slowest, not on the sum.
@@ -24,13 +40,15 @@ func TestFLThresholdHERun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
-	silos := []string{"s1", "s2", "s3", "s4"}
+	silos := []string{"s1", "s2", "s3", "s4", "d1", "d2"}
 	var ms []member
 	for _, s := range silos {
 		ms = append(ms, member{s, "silo"})
 	}
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
-	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "150", "--out", "data"))
+	fault := []string{testfault.Env + "=" + testfault.KillAfterHECiphertext}
+	c.env = map[string][]string{"d1": fault, "d2": fault}
+	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "6", "--rows", "150", "--out", "data"))
 	for i, s := range silos {
 		modes := ""
 		if s == "s4" {
@@ -51,17 +69,23 @@ policy:
 %s  min_cohort: 3
 `, s, s, s, i+1, modes))
 	}
-	c.write("run.yaml", `name: he-hospitals
+	// Every run names its cohort: d1 and d2 take part only in the runs
+	// they are meant to die in.
+	spec := func(file string, rounds int, cohort ...string) {
+		c.write(file, fmt.Sprintf(`name: %s
 strategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}
 model: {kind: logistic, inputs: 9}
 dataset: patients
-rounds: 2
+rounds: %d
+cohort: {silos: [%s]}
 privacy: {clip: 5.0, sigma: 0.5}
 standardize: local
 secure_aggregation: true
 aggregation: threshold-he
 seed: 5
-`)
+`, strings.TrimSuffix(file, ".yaml"), rounds, strings.Join(cohort, ", ")))
+	}
+	spec("run.yaml", 2, "s1", "s2", "s3", "s4")
 	if out := mustRun(t, scellisCmd(t, c.dir, "config", "check", "run.yaml")); !strings.Contains(out, "secure aggregation (threshold-he)") {
 		t.Fatalf("config check does not show the mode:\n%s", out)
 	}
@@ -98,7 +122,7 @@ seed: 5
 	// Below the three-site minimum: s4 refuses the mode, two are left; the
 	// round ends at advertising (SC6002) and the run stops. (s1 and s2 paid
 	// before sending, as law 6 wants: nothing had left when it ended.)
-	c.write("few.yaml", strings.Replace(strings.Replace(readFile(t, c.dir, "run.yaml"), "rounds: 2", "rounds: 1\ncohort: {silos: [s1, s2, s4]}", 1), "he-hospitals", "he-few", 1))
+	spec("few.yaml", 1, "s1", "s2", "s4")
 	few := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "few.yaml"))
 	fewOut, fewErr, fewExit := c.cli("alice", "--json", "fl", "watch", few[7:19])
 	end := finalRecord(t, fewOut)
@@ -112,4 +136,86 @@ seed: 5
 	if !refused {
 		t.Fatalf("the final record does not carry s4's SC9211:\n%s", fewOut)
 	}
+
+	heDropouts(t, c, spec)
+}
+
+// heDropouts runs TestFLThresholdHERun's two dropout runs (see there).
+func heDropouts(t *testing.T, c *cluster, spec func(string, int, ...string)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := c.apiClient("alice")
+
+	// d1 dies after encrypting; s1, s2 and s3 are enough to decrypt.
+	spec("drop.yaml", 1, "d1", "s1", "s2", "s3")
+	drop := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "drop.yaml"))
+	if out, errs, err := c.cli("alice", "fl", "watch", drop); err != nil || !strings.Contains(out, "run done") {
+		t.Fatalf("the run with a dropout after encryption did not complete (%v):\n%s%s", err, out, errs)
+	}
+	c.waitExit("d1")
+	if !strings.Contains(readFile(t, c.dir, "d1.log"), "test fault "+testfault.KillAfterHECiphertext) {
+		t.Fatalf("d1 did not die where the fault was armed:\n%s", readFile(t, c.dir, "d1.log"))
+	}
+	st := c.run(drop)
+	rows := c.rounds(drop)
+	if len(rows) != 1 || !slices.Equal(rows[0].Participants, []string{"d1", "s1", "s2", "s3"}) || len(rows[0].Dropped) != 0 {
+		t.Fatalf("the dead d1's ciphertext is not in the sum: %+v", rows)
+	}
+	// Under DP each site's weight is exactly 1 on the grid: the decrypted
+	// total weight is the number of ciphertexts summed, d1's included.
+	raw, err := cl.GetBlob(ctx, ref(t, st.Models[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, _, err := fl.DecodeRoundResult(raw)
+	if err != nil || rr.Weight != 4 {
+		t.Fatalf("the decrypted weight is %v, want exactly 4 (%v)", rr.Weight, err)
+	}
+	// d1 paid before its ciphertext left, and never reported: its shard
+	// of the round job is flagged unverified, the three others verified.
+	js, err := cl.Job(ctx, ref(t, st.Jobs[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range js.Shards {
+		want := coordinator.StateVerified
+		if sh.Peer == "d1" {
+			want = coordinator.StateUnverified
+		}
+		if sh.State != want {
+			t.Errorf("%s's shard of the round is %s, want %s", sh.Peer, sh.State, want)
+		}
+	}
+	if n := len(checkLedger(t, c, "d1")); n != 1 {
+		t.Errorf("d1's ledger holds %d charges, want 1 (the round it died in)", n)
+	}
+
+	// d2 dies after encrypting, s4 declines: s1 and s2 cannot decrypt
+	// with t = 3. The attempt fails with SC6004, the round is tried again
+	// without d2, and s4's decline leaves too few: the run stops.
+	spec("below.yaml", 1, "d2", "s1", "s2", "s4")
+	below := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "below.yaml"))
+	out, errs, err := c.cli("alice", "--json", "fl", "watch", below)
+	if end := finalRecord(t, out); err == nil || end.State != "stopped" {
+		t.Fatalf("a round below t went on (%v):\n%s%s", err, out, errs)
+	}
+	c.waitExit("d2")
+	if st := c.run(below); len(st.Jobs) < 2 || len(st.Models) != 0 {
+		t.Fatalf("the round that failed below t was not retried: %+v", st)
+	}
+	if log := readFile(t, c.dir, "s1.log"); !strings.Contains(log, "SC6004") {
+		t.Fatalf("s1's log does not show the round that failed below t:\n%s", log)
+	}
+	if n := len(checkLedger(t, c, "d2")); n != 1 {
+		t.Errorf("d2's ledger holds %d charges, want 1 (the round it died in)", n)
+	}
+}
+
+func ref(t *testing.T, s string) content.Ref {
+	t.Helper()
+	r, err := content.ParseRef(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

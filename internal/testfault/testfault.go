@@ -1,0 +1,48 @@
+// Package testfault lets the multi-process tests of cmd/scellis make a real
+// process fail at a named point of a protocol, where a signal sent from
+// outside cannot land reliably (rounds take milliseconds: a test that kills
+// a silo "after it encrypted, before it decrypted" from outside would race).
+//
+// It is inert in every binary but a test build: the variable
+// SCELLIS_TEST_FAULT is read only when the binary was linked with
+//
+//	-ldflags "-X github.com/scellis/scellis/internal/testfault.enabled=yes"
+//
+// as cmd/scellis's tests link theirs. A release build (README: go build
+// -ldflags "-X main.version=…") ignores the variable: nothing in the
+// environment of a production process can make it fail on purpose.
+package testfault
+
+import (
+	"os"
+	"time"
+)
+
+// Env names the fault a test process was started with.
+const Env = "SCELLIS_TEST_FAULT"
+
+// The points a test can arm.
+const (
+	// KillAfterHECiphertext: a silo kills itself (SIGKILL) as soon as
+	// the aggregator accepted its threshold-he ciphertext — paid for,
+	// sent and summed, but never asked to decrypt.
+	KillAfterHECiphertext = "kill-after-he-ciphertext"
+)
+
+// enabled is "yes" in test builds only (set by the linker).
+var enabled string
+
+// Armed reports whether this process was started with the fault point.
+func Armed(point string) bool {
+	return enabled == "yes" && os.Getenv(Env) == point
+}
+
+// Kill ends the process at once, as SIGKILL from outside would: no
+// deferred calls, no flushing, no goodbye to its peers.
+func Kill() {
+	if p, err := os.FindProcess(os.Getpid()); err == nil {
+		p.Kill()
+	}
+	time.Sleep(time.Minute) // the signal lands meanwhile
+	os.Exit(137)
+}
