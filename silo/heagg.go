@@ -9,6 +9,7 @@ import (
 	"github.com/scellis/scellis/internal/testfault"
 	"github.com/scellis/scellis/secagg/he"
 	"github.com/scellis/scellis/secagg/hewire"
+	"github.com/scellis/scellis/secagg/transport"
 	"github.com/scellis/scellis/secagg/wire"
 )
 
@@ -50,28 +51,24 @@ func (a *Appliance) participate(ctx context.Context, base string, b fl.RoundBund
 		return err
 	}
 	defer clear(y)
-	hc := a.HTTP
+	var t transport.Transport = transport.HTTPS{Client: a.HTTP, Base: base}
 	if testfault.Armed(testfault.KillAfterHECiphertext) {
-		rt := hc.Transport
-		if rt == nil {
-			rt = http.DefaultTransport
-		}
-		hc = &http.Client{Transport: dieAfterCiphertext{rt, a.logf}}
+		t = dieAfterCiphertext{t, a.logf}
 	}
-	return hewire.Participate(ctx, hc, base, b.HE.Params, a.ID.PrivateKey(), y, in.MinSurvivors)
+	return hewire.ParticipateOver(ctx, t, b.HE.Params, a.ID.PrivateKey(), y, in.MinSurvivors)
 }
 
 // dieAfterCiphertext kills the process once the aggregator accepted its
 // threshold-he ciphertext (test builds only, see package testfault): the
 // silo paid, sent and was summed, and is gone before any decryption.
 type dieAfterCiphertext struct {
-	rt   http.RoundTripper
+	t    transport.Transport
 	logf func(string, ...any)
 }
 
-func (d dieAfterCiphertext) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := d.rt.RoundTrip(r)
-	if err == nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/ciphertext") && resp.StatusCode/100 == 2 {
+func (d dieAfterCiphertext) RoundTrip(ctx context.Context, req transport.Request) (transport.Response, error) {
+	resp, err := d.t.RoundTrip(ctx, req)
+	if err == nil && req.Method == http.MethodPost && strings.HasSuffix(req.Path, "/ciphertext") && resp.Status/100 == 2 {
 		d.logf("test fault %s: the aggregator accepted the ciphertext; killing the process", testfault.KillAfterHECiphertext)
 		testfault.Kill()
 	}
