@@ -186,8 +186,10 @@ func newAdvertSet() *advertSet {
 
 // add checks one advert against the round and the adverts already in the
 // set — for these params, from a member, signed by its identity, not twice,
-// no key reused — and adds it.
-func (set *advertSet) add(r *round, subject string, a *Advert) error {
+// no key reused — and adds it. With verify false the signature is not
+// checked: a SecAgg+ client checks only the adverts of its neighbours
+// (whose keys it uses), so its cost does not grow with n.
+func (set *advertSet) add(r *round, subject string, a *Advert, verify bool) error {
 	if err := a.validate(); err != nil {
 		return err
 	}
@@ -207,7 +209,7 @@ func (set *advertSet) add(r *round, subject string, a *Advert) error {
 		return diag.New(diag.SecAggDuplicate, subject, "two adverts for client %q", a.Client).
 			WithHelp("a client advertises once per round; a second advert is a replay or a faulty relay")
 	}
-	if !verifyAdvert(pub, a) {
+	if verify && !verifyAdvert(pub, a) {
 		return diag.New(diag.SecAggBadSignature, subject, "advert of %q does not verify under its identity key", a.Client).
 			WithHelp("the advert was tampered with or signed with another key; check the site's key in the federation file")
 	}
@@ -244,7 +246,8 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 	}
 	set := newAdvertSet()
 	for i := range ks.Adverts {
-		if err := set.add(c.r, c.subject(), &ks.Adverts[i]); err != nil {
+		a := &ks.Adverts[i]
+		if err := set.add(c.r, c.subject(), a, a.Client == c.id || c.r.neighbour(c.id, a.Client)); err != nil {
 			return nil, c.fail(err)
 		}
 	}
@@ -257,7 +260,18 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 	if err := c.r.checkFloor("key sharing", len(u1)); err != nil {
 		return nil, c.fail(err)
 	}
-	ids := sortedKeys(u1)
+	// The holders of this client's shares: itself and its neighbours on
+	// the masking graph (every other site, pairwise) that advertised.
+	var ids []string
+	for _, v := range sortedKeys(u1) {
+		if v == c.id || c.r.neighbour(c.id, v) {
+			ids = append(ids, v)
+		}
+	}
+	if len(ids) < c.r.st {
+		return nil, c.fail(diag.New(diag.SecAggBelowThreshold, c.subject(), "%d of this site's %d neighbours advertised; its secrets are shared %d-of-neighbourhood", len(ids)-1, c.r.k, c.r.st).
+			WithHelp("too many of its neighbours dropped out for its masks to be removable; the round ends without its input — run it again"))
+	}
 
 	// Agree every pairwise secret now, so a bad key surfaces before any
 	// share leaves the client.
@@ -281,13 +295,13 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 	}
 	xs := make([]byte, len(ids))
 	for i, v := range ids {
-		xs[i] = c.r.xs[v]
+		xs[i] = c.r.holderX[c.id][v]
 	}
-	seedShares, err := shamirSplit(rand.Reader, c.seed, c.r.t, xs)
+	seedShares, err := shamirSplit(rand.Reader, c.seed, c.r.st, xs)
 	if err != nil {
 		return nil, c.fail(err)
 	}
-	keyShares, err := shamirSplit(rand.Reader, c.maskKey.Bytes(), c.r.t, xs)
+	keyShares, err := shamirSplit(rand.Reader, c.maskKey.Bytes(), c.r.st, xs)
 	if err != nil {
 		return nil, c.fail(err)
 	}
@@ -362,7 +376,7 @@ func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64
 	}
 	u2 := []string{c.id}
 	for _, b := range d.Boxes {
-		if _, ok := c.u1[b.From]; !ok || b.From == c.id || b.To != c.id {
+		if _, ok := c.u1[b.From]; !ok || b.From == c.id || b.To != c.id || !c.r.neighbour(c.id, b.From) {
 			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "delivery holds a box from %q to %q", b.From, b.To).
 				WithHelp("a delivery may only hold boxes to this client from other clients of the key set"))
 		}
@@ -377,7 +391,14 @@ func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64
 		c.held[b.From] = h
 		u2 = append(u2, b.From)
 	}
-	if err := c.checkSurvivors("masked input collection", len(u2)); err != nil {
+	if c.r.proto == SecAggPlus && c.r.k < c.r.n-1 {
+		// A SecAgg+ client sees only its neighbourhood here; the whole
+		// round's count is checked at unmasking.
+		if len(u2) < c.r.st {
+			return nil, c.fail(diag.New(diag.SecAggBelowThreshold, c.subject(), "%d of this site's neighbourhood shared keys; its secrets are shared %d-of-neighbourhood", len(u2), c.r.st).
+				WithHelp("too many of its neighbours dropped out for its masks to be removable; the round ends without its input — run it again"))
+		}
+	} else if err := c.checkSurvivors("masked input collection", len(u2)); err != nil {
 		return nil, c.fail(err)
 	}
 	slices.Sort(u2)
@@ -575,7 +596,9 @@ func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
 		named[v] = false
 	}
 	for v := range named {
-		if _, ok := c.held[v]; !ok {
+		_, held := c.held[v]
+		_, advertised := c.u1[v]
+		if !held && (c.r.neighbour(c.id, v) || !advertised) {
 			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names %q, which did not share keys with this client", v).
 				WithHelp("survivors and dropped clients must come from the clients that shared keys"))
 		}
@@ -595,6 +618,9 @@ func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
 	}
 	out := &Unmasking{Round: c.r.id, From: c.id}
 	for _, v := range sortedKeys(named) {
+		if _, held := c.held[v]; !held {
+			continue // not a neighbour: this client holds nothing of it
+		}
 		if named[v] {
 			out.Seeds = append(out.Seeds, Share{Of: v, Value: slices.Clone(c.held[v].seed)})
 		} else {

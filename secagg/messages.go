@@ -214,8 +214,8 @@ func (m *KeySet) validate() error {
 	if err := checkRoundID(k, m.Round); err != nil {
 		return err
 	}
-	if len(m.Adverts) > MaxSites {
-		return malformed(k, "%d adverts, at most %d", len(m.Adverts), MaxSites)
+	if len(m.Adverts) > MaxSitesPlus {
+		return malformed(k, "%d adverts, at most %d", len(m.Adverts), MaxSitesPlus)
 	}
 	for i := range m.Adverts {
 		if err := m.Adverts[i].validate(); err != nil {
@@ -294,8 +294,8 @@ func (m *UnmaskRequest) validate() error {
 	if err := checkRoundID(k, m.Round); err != nil {
 		return err
 	}
-	if len(m.Survivors)+len(m.Dropped) > MaxSites {
-		return malformed(k, "names %d clients, at most %d", len(m.Survivors)+len(m.Dropped), MaxSites)
+	if len(m.Survivors)+len(m.Dropped) > MaxSitesPlus {
+		return malformed(k, "names %d clients, at most %d", len(m.Survivors)+len(m.Dropped), MaxSitesPlus)
 	}
 	for _, id := range m.Survivors {
 		if err := checkID(k, "survivor", id); err != nil {

@@ -53,12 +53,30 @@ type Params struct {
 	// noise, chosen before the round (dp.GridFracBits). It must still
 	// satisfy n·(Clip·2^f + 1) ≤ 2^62.
 	GridBits int `cbor:"grid_bits,omitempty"`
+	// Protocol is how inputs are masked: Pairwise (every pair of sites)
+	// or SecAggPlus (k = O(log n) neighbours on a random Harary graph).
+	// Empty means DefaultProtocol(len(Members)).
+	Protocol Protocol `cbor:"protocol,omitempty"`
+}
+
+// DefaultPlusAbove is the cohort size above which DefaultProtocol picks
+// SecAggPlus: see docs/secagg.md, "SecAgg+", for the trade-off.
+const DefaultPlusAbove = 100
+
+// DefaultProtocol returns the protocol a round of n sites runs when its
+// Params leave Protocol empty: Pairwise up to DefaultPlusAbove sites,
+// SecAggPlus above (and always above MaxSites, where pairwise cannot run).
+func DefaultProtocol(n int) Protocol {
+	if n > DefaultPlusAbove {
+		return SecAggPlus
+	}
+	return Pairwise
 }
 
 // Limits on parameters and identifiers.
 const (
 	MinSites    = 3       // a round needs at least three sites besides the aggregator
-	MaxSites    = 255     // Shamir over GF(2^8) has 255 non-zero x coordinates
+	MaxSites    = 255     // pairwise: Shamir over GF(2^8) has 255 non-zero x coordinates
 	MaxDim      = 1 << 27 // 1 GiB of masked input per site
 	MaxIDLength = 128     // bytes in a client ID
 	maxRoundLen = 256     // bytes in a round ID
@@ -85,6 +103,19 @@ type round struct {
 	encBound  int64           // ⌊Clip·2^f⌋: the bound on an encoded value
 	ringBits  int             // 32 or 64: the ring of the value coordinates
 	lay       layout          // the vector's bytes, in the ring and on the wire
+
+	proto Protocol
+	// k is the degree of the masking graph (n−1 for pairwise) and st the
+	// Shamir threshold of a site's secrets among its holders (t for
+	// pairwise; SecAgg+'s neighbourhood threshold).
+	k, st int
+	// nbrs are every member's neighbours on the masking graph, sorted
+	// (every other member for pairwise).
+	nbrs map[string][]string
+	// holderX is the Shamir x coordinate of each holder of each owner's
+	// shares: 1 + rank in the sorted owner-and-neighbours list (for
+	// pairwise, 1 + rank among all members, for every owner).
+	holderX map[string]map[string]byte
 }
 
 // paramsWire is what the session digest covers: the params plus what is
@@ -102,6 +133,9 @@ type paramsWire struct {
 	WFracBits int      `cbor:"weight_frac_bits"`
 	PRG       PRG      `cbor:"prg"`
 	RingBits  int      `cbor:"ring_bits"`
+	Protocol  Protocol `cbor:"protocol"`
+	Degree    int      `cbor:"degree"`
+	ShareT    int      `cbor:"share_threshold"`
 }
 
 func validID(s string) bool {
@@ -122,10 +156,17 @@ func newRound(p Params) (*round, error) {
 		return nil, diag.New(diag.SecAggTooFewSites, subject, "%d member sites; secure aggregation needs at least %d", n, MinSites).
 			WithHelp("with two sites each could subtract its own update from the sum and learn the other's; add sites or do not aggregate")
 	}
-	if n > MaxSites {
-		return nil, bad("%d member sites; at most %d are supported", n, MaxSites).WithHelp("split the federation into cohorts of at most %d", MaxSites)
+	proto := p.Protocol
+	if proto == "" {
+		proto = DefaultProtocol(n)
 	}
-	r := &round{p: p, id: p.Round, n: n, members: make(map[string]ed25519.PublicKey, n), xs: make(map[string]byte, n)}
+	if !proto.valid() {
+		return nil, bad("unknown protocol %q", string(p.Protocol)).WithHelp("use %q or %q", string(Pairwise), string(SecAggPlus))
+	}
+	if limit := map[Protocol]int{Pairwise: MaxSites, SecAggPlus: MaxSitesPlus}[proto]; n > limit {
+		return nil, bad("%d member sites; %s supports at most %d", n, proto, limit).WithHelp("split the federation into cohorts of at most %d, or use %s (up to %d)", limit, SecAggPlus, MaxSitesPlus)
+	}
+	r := &round{p: p, id: p.Round, n: n, proto: proto, members: make(map[string]ed25519.PublicKey, n), xs: make(map[string]byte, n)}
 	for _, m := range p.Members {
 		if !validID(m.ID) {
 			return nil, bad("member ID %q must be 1 to %d bytes of UTF-8", m.ID, MaxIDLength)
@@ -141,7 +182,7 @@ func newRound(p Params) (*round, error) {
 	}
 	slices.Sort(r.ids)
 	for i, id := range r.ids {
-		r.xs[id] = byte(i + 1)
+		r.xs[id] = byte(i + 1) // pairwise only: n ≤ MaxSites
 	}
 	r.t = p.Threshold
 	if r.t == 0 {
@@ -152,6 +193,19 @@ func newRound(p Params) (*round, error) {
 			WithHelp("use a threshold between %d and %d, or 0 for the default %d", n/2+1, n, n/2+1)
 	}
 	r.floor = max(MinSites, r.t)
+	r.k, r.st = n-1, r.t
+	if proto == SecAggPlus {
+		k, st, ok := graphParams(n, PlusCorruptRate, PlusDropoutRate)
+		if !ok {
+			if n > MaxSites {
+				return nil, bad("no SecAgg+ graph of %d sites meets the failure bounds", n).WithHelp("use fewer sites")
+			}
+			// Too few sites for a sparser graph to be safe: every
+			// pair masks, as pairwise, with the round's threshold.
+			k, st = n-1, r.t
+		}
+		r.k, r.st = k, st
+	}
 	if p.Dim < 1 || p.Dim > MaxDim {
 		return nil, bad("dimension %d; want 1 to %d", p.Dim, MaxDim)
 	}
@@ -194,9 +248,56 @@ func newRound(p Params) (*round, error) {
 		Domain: "scellis/secagg/v1/params", Round: p.Round, Members: members, Threshold: r.t,
 		Dim: p.Dim, Clip: p.Clip, Weighted: p.Weighted, MaxWeight: p.MaxWeight,
 		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg, RingBits: r.ringBits,
+		Protocol: r.proto, Degree: r.k, ShareT: r.st,
 	}))
 	r.session = sum[:]
+	r.graph()
 	return r, nil
+}
+
+// graph derives the masking graph: every pair for pairwise (and for a
+// SecAgg+ round too small for a sparser graph), else a random Harary
+// graph whose order is drawn from the session digest. The digest covers
+// the round ID and the members — fixed by the run's replicated log before
+// any site acts — so no site chooses its neighbours, and the aggregator
+// could only steer the graph by changing parameters every site checks.
+func (r *round) graph() {
+	r.nbrs = make(map[string][]string, r.n)
+	r.holderX = make(map[string]map[string]byte, r.n)
+	if r.k >= r.n-1 {
+		for _, id := range r.ids {
+			r.nbrs[id] = slices.DeleteFunc(slices.Clone(r.ids), func(v string) bool { return v == id })
+			r.holderX[id] = r.xs
+		}
+		return
+	}
+	r.nbrs = harary(r.ids, r.k, deriveKey(r.session, r.session, labelGraph))
+	for _, id := range r.ids {
+		hs := append(slices.Clone(r.nbrs[id]), id)
+		slices.Sort(hs)
+		xs := make(map[string]byte, len(hs))
+		for i, h := range hs {
+			xs[h] = byte(i + 1)
+		}
+		r.holderX[id] = xs
+	}
+}
+
+// neighbour reports whether u and v mask each other.
+func (r *round) neighbour(u, v string) bool {
+	_, ok := r.holderX[u][v]
+	return ok && u != v
+}
+
+// Degree returns the protocol the round runs, its masking graph's degree
+// k (n − 1 for pairwise) and the Shamir threshold of each site's secrets
+// among its neighbours and itself (t for pairwise).
+func (p Params) Degree() (Protocol, int, int, error) {
+	r, err := newRound(p)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	return r.proto, r.k, r.st, nil
 }
 
 // Digest returns the session digest of p (the SHA-256 of the canonical

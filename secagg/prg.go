@@ -84,6 +84,7 @@ const (
 	labelShareAD  = "scellis/secagg/v1/share-ad"
 	labelCommit   = "scellis/secagg/v1/seed-commit"
 	labelAdvert   = "scellis/secagg/v1/advert"
+	labelGraph    = "scellis/secagg/v1/harary-graph"
 )
 
 // deriveKey is HKDF-SHA-256(secret, salt = session digest, info =

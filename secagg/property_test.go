@@ -13,17 +13,34 @@ import (
 // inputs — exactly in the ring and within the fixed-point bound as floats.
 // When too many clients drop, the round must be refused with SC6002 or
 // SC6004 and release no sum.
+//
+// It runs for both protocols. SecAgg+ rounds draw n in [3, 30], so most
+// run on a sparse Harary graph (n ≥ 8) and the rest on every pair.
 func TestSecureSumMatchesPlainSum(t *testing.T) {
-	rounds := 30
+	for _, proto := range []Protocol{Pairwise, SecAggPlus} {
+		t.Run(string(proto), func(t *testing.T) { secureSumMatchesPlainSum(t, proto) })
+	}
+}
+
+func secureSumMatchesPlainSum(t *testing.T, proto Protocol) {
+	rounds, dropOdds := 30, 5
+	if proto == SecAggPlus {
+		// Dropouts at about the rate SecAgg+'s graph is sized for
+		// (PlusDropoutRate); more would mostly test its refusals.
+		rounds, dropOdds = 20, 10
+	}
 	if testing.Short() {
 		rounds = 12
 	}
 	// math/rand only chooses test cases; the protocol's randomness is
 	// crypto/rand throughout.
 	rng := rand.New(rand.NewPCG(20170101, 4))
-	var ok, refused int
+	var ok, refused, sparse int
 	for i := range rounds {
 		n := 3 + rng.IntN(18)
+		if proto == SecAggPlus {
+			n = 3 + rng.IntN(28)
+		}
 		t0 := n/2 + 1 + rng.IntN(n-n/2)
 		dim := 1 + rng.IntN(40)
 		clip := []float64{1, 10, 1e6}[rng.IntN(3)]
@@ -32,9 +49,13 @@ func TestSecureSumMatchesPlainSum(t *testing.T) {
 			p.Weighted, p.MaxWeight = true, 1e4
 		}
 		p.PRG = []PRG{AESCTR, ChaCha20}[rng.IntN(2)]
+		p.Protocol = proto
 		h, err := newHarness(t, p)
 		if err != nil {
 			t.Fatalf("round %d: %v", i, err)
+		}
+		if r := h.server.r; r.k < r.n-1 {
+			sparse++
 		}
 		h.wire = rng.IntN(2) == 0
 		for _, id := range h.ids {
@@ -52,8 +73,9 @@ func TestSecureSumMatchesPlainSum(t *testing.T) {
 			if p.Weighted {
 				h.weights[id] = rng.Float64() * p.MaxWeight
 			}
-			// Each client drops with probability 1/5, after a random step.
-			if rng.IntN(5) == 0 {
+			// Each client drops with probability 1/dropOdds, after a
+			// random step.
+			if rng.IntN(dropOdds) == 0 {
 				h.stop[id] = step(rng.IntN(int(stepUnmask)))
 			}
 		}
@@ -72,7 +94,10 @@ func TestSecureSumMatchesPlainSum(t *testing.T) {
 			t.Fatalf("round %d (n=%d t=%d): refused with %v, want SC6002 or SC6004\n%s", i, n, t0, h.server.Err(), h.out.String())
 		}
 	}
-	t.Logf("%d rounds summed, %d refused", ok, refused)
+	t.Logf("%d rounds summed, %d refused, %d on a sparse graph", ok, refused, sparse)
+	if proto == SecAggPlus && sparse < rounds/2 {
+		t.Fatalf("only %d of %d SecAgg+ rounds ran on a sparse graph", sparse, rounds)
+	}
 	if ok < rounds/3 {
 		t.Fatalf("only %d of %d rounds produced a sum; the test exercises too little", ok, rounds)
 	}

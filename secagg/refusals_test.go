@@ -379,7 +379,8 @@ func TestRefuseBadParams(t *testing.T) {
 		"duplicate member":  func(p *Params) { p.Members[1].ID = p.Members[0].ID },
 		"short key":         func(p *Params) { p.Members[2].Key = p.Members[2].Key[:31] },
 		"empty member ID":   func(p *Params) { p.Members[0].ID = "" },
-		"too many members":  func(p *Params) { *p = testParams("r1", 256, 0, 4, 1) },
+		"too many pairwise": func(p *Params) { *p = testParams("r1", 256, 0, 4, 1); p.Protocol = Pairwise },
+		"unknown protocol":  func(p *Params) { p.Protocol = "secagg++" },
 		"invalid UTF-8 ID":  func(p *Params) { p.Members[0].ID = "\xff" },
 		"over-long roundID": func(p *Params) { p.Round = string(make([]byte, 300)) },
 	}

@@ -20,7 +20,7 @@ import (
 //
 // Lines starting with # between blocks are comments. Commands:
 //
-//	clients N [t=T] [d=D] [clip=C] [maxweight=W] [prg=P] [round=R] [wire]
+//	clients N [t=T] [d=D] [clip=C] [maxweight=W] [prg=P] [round=R] [proto=P] [only=pairwise] [wire]
 //	input cX v1 v2 … [w=W]     set a client's input (default: multiples of 1/4)
 //	drop cX [after=STEP]       the client takes no part after STEP
 //	                           (start, advertise, share, mask; default: now)
@@ -32,6 +32,12 @@ import (
 // unmask checks the sum against the plaintext sum of the contributors
 // itself (exactly in the ring); the script records what it printed.
 // go test -run TestScripts -rewrite rewrites the expected outputs.
+//
+// Every script runs twice: as written (pairwise unless a clients command
+// says proto=), and with every round forced to SecAgg+, which must print
+// the same, save the protocol named on the clients line: the same sums,
+// dropouts and refusals. A round marked only=pairwise (more dropouts than
+// SecAgg+'s graph is sized for) is skipped in the forced run.
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output of testdata scripts")
 
@@ -81,35 +87,70 @@ func TestScripts(t *testing.T) {
 		t.Fatal("no scripts in testdata")
 	}
 	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			blocks := parseScript(t, f)
-			if len(blocks) == 0 {
-				t.Fatalf("%s has no commands", f)
+		for _, force := range []Protocol{"", SecAggPlus} {
+			name := filepath.Base(f)
+			if force != "" {
+				name += "/" + string(force)
 			}
-			s := &script{t: t}
-			var out strings.Builder
-			for _, b := range blocks {
-				got := s.exec(b)
-				if *rewrite {
-					fmt.Fprintf(&out, "%s%s\n----\n%s\n", b.comments, b.cmd, got)
-					continue
-				}
-				if got != b.expected {
-					t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", f, b.line, b.cmd, got, b.expected)
-				}
-			}
-			if *rewrite {
-				if err := os.WriteFile(f, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+			t.Run(name, func(t *testing.T) { runScript(t, f, force) })
+		}
 	}
 }
 
+func runScript(t *testing.T, f string, force Protocol) {
+	blocks := parseScript(t, f)
+	if len(blocks) == 0 {
+		t.Fatalf("%s has no commands", f)
+	}
+	s := &script{t: t, force: force}
+	var out strings.Builder
+	skip := false
+	for _, b := range blocks {
+		if force != "" && strings.HasPrefix(b.cmd, "clients ") {
+			skip = strings.Contains(b.cmd, " only=pairwise")
+		}
+		if skip {
+			continue
+		}
+		got := s.exec(b)
+		if force != "" {
+			if *rewrite {
+				return
+			}
+			if scriptProto(b.cmd) != force {
+				got = strings.Replace(got, ", protocol "+string(force), ", protocol "+string(scriptProto(b.cmd)), 1)
+				got, _, _ = strings.Cut(got, "masking graph:")
+			}
+		}
+		if *rewrite {
+			fmt.Fprintf(&out, "%s%s\n----\n%s\n", b.comments, b.cmd, got)
+			continue
+		}
+		if got != b.expected {
+			t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", f, b.line, b.cmd, got, b.expected)
+		}
+	}
+	if *rewrite && force == "" {
+		if err := os.WriteFile(f, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// scriptProto is the protocol a clients command asks for.
+func scriptProto(cmd string) Protocol {
+	for _, a := range strings.Fields(cmd) {
+		if v, ok := strings.CutPrefix(a, "proto="); ok {
+			return Protocol(v)
+		}
+	}
+	return Pairwise
+}
+
 type script struct {
-	t *testing.T
-	h *harness
+	t     *testing.T
+	h     *harness
+	force Protocol // run every round with this protocol
 }
 
 // exec runs one command and returns what it printed.
@@ -164,6 +205,10 @@ func (s *script) exec(b scriptBlock) string {
 			p.MaxWeight = num("maxweight", 0)
 		}
 		p.PRG = PRG(opts["prg"])
+		p.Protocol = scriptProto(b.cmd)
+		if s.force != "" {
+			p.Protocol = s.force
+		}
 		hh, err := newHarness(s.t, p)
 		if err != nil {
 			s.h = nil
@@ -172,7 +217,11 @@ func (s *script) exec(b scriptBlock) string {
 		s.h = hh
 		hh.wire = len(args) == 2
 		r, _ := newRound(p)
-		return fmt.Sprintf("round %q: %d clients, threshold %d, dim %d, frac bits %d, prg %s\n", p.Round, n, r.t, p.Dim, r.fracBits, r.prg)
+		out := fmt.Sprintf("round %q: %d clients, threshold %d, dim %d, frac bits %d, prg %s, protocol %s\n", p.Round, n, r.t, p.Dim, r.fracBits, r.prg, r.proto)
+		if p.Protocol == SecAggPlus {
+			out += fmt.Sprintf("masking graph: degree %d, shares %d-of-neighbourhood\n", r.k, r.st)
+		}
+		return out
 	case "input":
 		if len(args) != len(h.inputs[args[0]])+1 {
 			return fail("want input cX and %d values", h.p.Dim)

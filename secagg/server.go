@@ -185,7 +185,7 @@ func (s *Server) AddAdvert(a *Advert) error {
 	if err := s.sender("key advert", a.Client, func(id string) bool { return s.r.members[id] != nil }, s.adverts.byID[a.Client] != nil); err != nil {
 		return err
 	}
-	return s.adverts.add(s.r, s.subject(), a)
+	return s.adverts.add(s.r, s.subject(), a, true)
 }
 
 // EndAdvertise closes advertising and returns the key set (U1) to relay to
@@ -227,13 +227,13 @@ func (s *Server) AddShares(m *Shares) error {
 	}
 	to := make(map[string]bool, len(m.Boxes))
 	for _, b := range m.Boxes {
-		if b.From != m.From || b.To == m.From || s.adverts.byID[b.To] == nil || to[b.To] {
+		if b.From != m.From || b.To == m.From || s.adverts.byID[b.To] == nil || !s.r.neighbour(m.From, b.To) || to[b.To] {
 			return malformed("shares from "+m.From, "box from %q to %q is not one of the boxes the client owes", b.From, b.To)
 		}
 		to[b.To] = true
 	}
-	if len(to) != len(s.adverts.byID)-1 {
-		return malformed("shares from "+m.From, "%d boxes for %d other clients", len(to), len(s.adverts.byID)-1)
+	if owed := len(s.advertisedNeighbours(m.From)); len(to) != owed {
+		return malformed("shares from "+m.From, "%d boxes for %d neighbours that advertised", len(to), owed)
 	}
 	c := *m
 	s.shares[m.From] = &c
@@ -342,7 +342,10 @@ func (s *Server) AddUnmasking(m *Unmasking) error {
 	if err := s.sender("unmasking", m.From, func(id string) bool { return s.masked[id] }, s.unmaskings[m.From] != nil); err != nil {
 		return err
 	}
-	if !sameIDs(m.Seeds, s.survivors) || !sameIDs(m.Keys, s.dropped) {
+	held := func(ids []string) []string { // of ids, those whose shares m.From holds
+		return slices.DeleteFunc(slices.Clone(ids), func(v string) bool { return v != m.From && !s.r.neighbour(m.From, v) })
+	}
+	if !sameIDs(m.Seeds, held(s.survivors)) || !sameIDs(m.Keys, held(s.dropped)) {
 		return malformed("unmasking from "+m.From, "shares do not match the request (seeds of the survivors, keys of the dropped)")
 	}
 	c := *m
@@ -355,6 +358,17 @@ func weightNote(weighted bool) string {
 		return ", then the weight in Z_2^64"
 	}
 	return ""
+}
+
+// advertisedNeighbours returns u's neighbours that advertised (U1).
+func (s *Server) advertisedNeighbours(u string) []string {
+	var out []string
+	for _, v := range s.r.nbrs[u] {
+		if s.adverts.byID[v] != nil {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // sameIDs reports whether shares are of exactly ids, in order.
@@ -420,26 +434,58 @@ func (s *Server) Finish() (*Result, error) {
 
 // unmask removes every mask from acc: it reconstructs and checks all the
 // secrets first, so that it either fails before touching acc or succeeds.
+// Each secret is interpolated from every share received from its holders
+// (the owner's neighbours, and the owner itself for its seed); fewer than
+// the sharing threshold ends the round.
 func (s *Server) unmask(acc []byte) error {
-	ids := sortedKeys(s.unmaskings)
-	xs := make([]byte, len(ids))
-	for i, id := range ids {
-		xs[i] = s.r.xs[id]
+	lagrange := map[string][]byte{} // by the holders' x coordinates
+	// Index every share by its owner, with the holder's x coordinate,
+	// holders in sorted order (AddUnmasking checked who holds what).
+	type held struct {
+		xs []byte
+		ys [][]byte
 	}
-	ls, err := lagrangeAtZero(xs)
-	if err != nil {
-		panic("secagg: survivors' Shamir coordinates are not distinct: " + err.Error())
-	}
-	collect := func(pick func(*Unmasking) []Share, j int) [][]byte {
-		ys := make([][]byte, len(ids))
-		for i, id := range ids {
-			ys[i] = pick(s.unmaskings[id])[j].Value
+	seeds, keys := map[string]*held{}, map[string]*held{}
+	index := func(into map[string]*held, w string, sh Share) {
+		h := into[sh.Of]
+		if h == nil {
+			h = &held{}
+			into[sh.Of] = h
 		}
-		return ys
+		h.xs, h.ys = append(h.xs, s.r.holderX[sh.Of][w]), append(h.ys, sh.Value)
+	}
+	for _, w := range sortedKeys(s.unmaskings) {
+		for _, sh := range s.unmaskings[w].Seeds {
+			index(seeds, w, sh)
+		}
+		for _, sh := range s.unmaskings[w].Keys {
+			index(keys, w, sh)
+		}
+	}
+	shares := func(in map[string]*held, owner string) ([]byte, [][]byte) {
+		if h := in[owner]; h != nil {
+			return h.xs, h.ys
+		}
+		return nil, nil
+	}
+	combine := func(xs []byte, ys [][]byte) ([]byte, error) {
+		ls, ok := lagrange[string(xs)]
+		if !ok {
+			var err error
+			if ls, err = lagrangeAtZero(xs); err != nil {
+				panic("secagg: holders' Shamir coordinates are not distinct: " + err.Error())
+			}
+			lagrange[string(xs)] = ls
+		}
+		return combineWith(ls, ys)
 	}
 	inconsistent := func(what, u string) error {
 		return diag.New(diag.SecAggInconsistent, s.subject(), "reconstructed %s of %q does not match its commitment", what, u).
 			WithHelp("a survivor returned a corrupted share; the round ends without a result — run it again")
+	}
+	tooFew := func(what, u string, have int) error {
+		return diag.New(diag.SecAggBelowThreshold, s.subject(), "%d shares of the %s of %q came back; it is shared %d-of-neighbourhood", have, what, u, s.r.st).
+			WithHelp("too many of its neighbours dropped out; the round ends without a result — run it again")
 	}
 	// Self-mask seeds of the survivors.
 	var masks []mask
@@ -448,8 +494,12 @@ func (s *Server) unmask(acc []byte) error {
 			clear(mk.key)
 		}
 	}()
-	for j, u := range s.survivors {
-		seed, err := combineWith(ls, collect(func(m *Unmasking) []Share { return m.Seeds }, j))
+	for _, u := range s.survivors {
+		xs, ys := shares(seeds, u)
+		if len(xs) < s.r.st {
+			return tooFew("self-mask seed", u, len(xs))
+		}
+		seed, err := combine(xs, ys)
 		if err != nil {
 			return inconsistent("self-mask seed", u)
 		}
@@ -462,9 +512,14 @@ func (s *Server) unmask(acc []byte) error {
 			return inconsistent("self-mask seed", u)
 		}
 	}
-	// Pairwise mask keys between each dropped client and each survivor.
-	for j, v := range s.dropped {
-		sk, err := combineWith(ls, collect(func(m *Unmasking) []Share { return m.Keys }, j))
+	// Pairwise mask keys between each dropped client and each surviving
+	// neighbour.
+	for _, v := range s.dropped {
+		xs, ys := shares(keys, v)
+		if len(xs) < s.r.st {
+			return tooFew("mask key", v, len(xs))
+		}
+		sk, err := combine(xs, ys)
 		if err != nil {
 			return inconsistent("mask key", v)
 		}
@@ -474,6 +529,9 @@ func (s *Server) unmask(acc []byte) error {
 			return inconsistent("mask key", v)
 		}
 		for _, u := range s.survivors {
+			if !s.r.neighbour(u, v) {
+				continue
+			}
 			shared, err := agree(priv, s.adverts.byID[u].MaskKey)
 			if err != nil {
 				return inconsistent("mask key", v)

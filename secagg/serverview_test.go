@@ -2,6 +2,7 @@ package secagg
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"runtime"
 	"testing"
@@ -15,10 +16,25 @@ import (
 // differs from the plaintext encoding everywhere, decodes to numbers
 // uncorrelated with the input, has balanced bits and a flat byte histogram, and
 // no stretch of any plaintext encoding appears anywhere in what the server
-// received.
+// received. It runs for pairwise masking (5 sites) and for SecAgg+ on a
+// sparse graph (10 sites, 6 neighbours each), and for a DP round's grid
+// whose sum fits the 32-bit ring.
 func TestServerViewLooksUniform(t *testing.T) {
-	const n, dim = 5, 4096
-	p := testParams("view", n, 3, dim, 1)
+	for _, c := range []struct {
+		proto  Protocol
+		n, thr int
+		grid   int
+	}{{Pairwise, 5, 3, 0}, {SecAggPlus, 10, 6, 0}, {SecAggPlus, 10, 6, 16}} {
+		t.Run(fmt.Sprintf("%s/n=%d/grid=%d", c.proto, c.n, c.grid), func(t *testing.T) {
+			serverViewLooksUniform(t, c.proto, c.n, c.thr, c.grid)
+		})
+	}
+}
+
+func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
+	const dim = 4096
+	p := testParams("view", n, thr, dim, 1)
+	p.Protocol, p.GridBits = proto, grid
 	h, err := newHarness(t, p)
 	if err != nil {
 		t.Fatal(err)
@@ -35,33 +51,46 @@ func TestServerViewLooksUniform(t *testing.T) {
 	if !h.run() {
 		t.Fatalf("round refused:\n%s", h.out.String())
 	}
+	r, _ := newRound(p)
+	if proto == SecAggPlus && r.k >= n-1 {
+		t.Fatalf("SecAgg+ round of %d sites on a complete graph; the test wants a sparse one", n)
+	}
+	if want := map[int]int{0: 64, 16: 32}[grid]; r.ringBits != want {
+		t.Fatalf("ring Z_2^%d, want %d", r.ringBits, want)
+	}
+	w := r.lay.width
 
 	// Every 16-byte window of everything the server received.
 	const win = 16
 	seen := map[[win]byte]bool{}
-	masked := map[string][]uint64{}
+	masked := map[string][]uint64{} // the ring coordinates, zero-extended
+	packed := map[string][]uint64{} // the bytes as 64-bit words, for the uniformity tests
 	for _, b := range h.recv {
 		for i := 0; i+win <= len(b); i++ {
 			seen[[win]byte(b[i:i+win])] = true
 		}
 		if m, err := ParseMaskedInput(b); err == nil {
-			w := make([]uint64, len(m.Masked)/8)
-			for i := range w {
-				w[i] = binary.LittleEndian.Uint64(m.Masked[8*i:])
+			packed[m.From] = words(m.Masked)
+			y := make([]uint64, dim)
+			for i := range y {
+				if w == 8 {
+					y[i] = binary.LittleEndian.Uint64(m.Masked[8*i:])
+				} else {
+					y[i] = uint64(binary.LittleEndian.Uint32(m.Masked[4*i:]))
+				}
 			}
-			masked[m.From] = w
+			masked[m.From] = y
 		}
 	}
 	if len(masked) != n-1 {
 		t.Fatalf("server received %d masked inputs, want %d", len(masked), n-1)
 	}
-	r, _ := newRound(p)
 	for u, enc := range h.encoded {
-		b := make([]byte, 8*len(enc))
-		for i, w := range enc {
-			binary.LittleEndian.PutUint64(b[8*i:], w)
+		b := make([]byte, w*len(enc))
+		for i, e := range enc {
+			putWord(b[w*i:], w, e)
 		}
-		for i := 0; i+win <= len(b); i += 8 {
+		for i := 0; i+win <= len(b); i += w {
 			if seen[[win]byte(b[i:i+win])] {
 				t.Fatalf("plaintext encoding of %s (bytes %d…) appears in what the server received", u, i)
 			}
@@ -72,7 +101,7 @@ func TestServerViewLooksUniform(t *testing.T) {
 			}
 			same := 0
 			for i := range y {
-				if y[i] == enc[i] {
+				if y[i] == enc[i]&(1<<(8*w)-1) {
 					same++
 				}
 			}
@@ -85,23 +114,36 @@ func TestServerViewLooksUniform(t *testing.T) {
 		y := masked[u]
 		dec := make([]float64, len(y))
 		for i := range y {
-			dec[i] = decodeValue(y[i], r.fracBits)
+			dec[i] = math.Ldexp(float64(wordAt(binary.LittleEndian.AppendUint64(nil, y[i]), w)), -r.fracBits)
 		}
 		if c := uniformity.Correlation(dec, h.inputs[u]); math.Abs(c) > 6/math.Sqrt(dim) {
 			t.Errorf("decoded masked vector of %s correlates with its input: r = %.3f", u, c)
 		}
 	}
-	for k, y := range masked {
+	for k, y := range packed {
 		for _, problem := range uniformity.Problems(y) {
 			t.Errorf("masked vector of %s: %s", k, problem)
 		}
 	}
 	// Negative control: the same tests reject the plaintext encodings.
 	for u, enc := range h.encoded {
-		if len(uniformity.Problems(enc)) == 0 {
+		b := make([]byte, w*len(enc))
+		for i, e := range enc {
+			putWord(b[w*i:], w, e)
+		}
+		if len(uniformity.Problems(words(b))) == 0 {
 			t.Errorf("the uniformity tests accept %s's plaintext encoding; they test nothing", u)
 		}
 	}
+}
+
+// words reads bytes as little-endian 64-bit words.
+func words(b []byte) []uint64 {
+	y := make([]uint64, len(b)/8)
+	for i := range y {
+		y[i] = binary.LittleEndian.Uint64(b[8*i:])
+	}
+	return y
 }
 
 // TestServerMemoryIsLinearInDimension checks that the server accumulates
