@@ -1,6 +1,8 @@
 package secagg
 
 import (
+	"crypto/ecdh"
+	"crypto/rand"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -324,5 +326,109 @@ func BenchmarkKernel(b *testing.B) {
 					map[string]func(){"floor": fastestKeystream(n, l.size())})
 			})
 		}
+	}
+}
+
+// BenchmarkPlusClient is one site's cost in a round of n sites, SecAgg+
+// against pairwise masking: a fresh advert, key sharing (agreements with
+// its neighbours, Shamir shares, boxes) and masking its d-vector with its
+// neighbours. x-pairwise divides by the same site's cost under pairwise
+// masking, measured in the same run; above MaxSites, where pairwise
+// cannot run, by what it would have to do at least: 2(n−1) X25519
+// agreements and n masks of the vector.
+func BenchmarkPlusClient(b *testing.B) {
+	const d = 100_000
+	for _, n := range []int{10, 100, 1000} {
+		b.Run(fmt.Sprintf("d=%d/n=%d", d, n), func(b *testing.B) {
+			plus := newClientBench(b, n, d, SecAggPlus)
+			base := map[string]func(){}
+			if n <= MaxSites {
+				pw := newClientBench(b, n, d, Pairwise)
+				base["pairwise"] = pw.run
+			} else {
+				base["pairwise"] = pairwiseFloor(b, n, d)
+			}
+			_, k, st, _ := plus.p.Degree()
+			measure(b, plus.run, base)
+			b.ReportMetric(float64(k), "neighbours")
+			b.ReportMetric(float64(st), "threshold")
+		})
+	}
+}
+
+// clientBench holds a round of n sites through advertising, so that one
+// site can run key sharing and masking again and again.
+type clientBench struct {
+	b  *testing.B
+	p  Params
+	ks *KeySet
+	x  []float64
+}
+
+func newClientBench(b *testing.B, n, d int, proto Protocol) *clientBench {
+	p := testParams("plus-bench", n, 0, d, 1)
+	p.PRG, p.Protocol = DefaultPRG(), proto
+	s, err := NewServer(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range clientIDs(n) {
+		c, err := NewClient(p, id, identity(id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		a, _ := c.Advertise()
+		if err := s.AddAdvert(a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ks, err := s.EndAdvertise()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &clientBench{b: b, p: p, ks: ks, x: benchInput(d)}
+}
+
+// run is c1's part: advertise afresh, share keys, mask.
+func (cb *clientBench) run() {
+	c, err := NewClient(cb.p, "c1", identity("c1"))
+	if err != nil {
+		cb.b.Fatal(err)
+	}
+	a, _ := c.Advertise()
+	ks := &KeySet{Round: cb.ks.Round, Adverts: slices.Clone(cb.ks.Adverts)}
+	for i := range ks.Adverts {
+		if ks.Adverts[i].Client == "c1" {
+			ks.Adverts[i] = *a
+		}
+	}
+	if _, err := c.ShareKeys(ks); err != nil {
+		cb.b.Fatal(err)
+	}
+	u2 := append([]string{"c1"}, c.r.nbrs["c1"]...)
+	slices.Sort(u2)
+	if _, err := c.maskedVector(cb.x, nil, 0, u2); err != nil {
+		cb.b.Fatal(err)
+	}
+}
+
+// pairwiseFloor is the least a pairwise site of n would do: 2(n−1)
+// X25519 agreements and n masks over d coordinates.
+func pairwiseFloor(b *testing.B, n, d int) func() {
+	priv, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	peer, _ := ecdh.X25519().GenerateKey(rand.Reader)
+	l := layout{vals: d, width: 8}
+	vec := make([]byte, l.size())
+	masks := make([]mask, n)
+	for i := range masks {
+		masks[i] = mask{selfMaskKey([]byte{byte(i), byte(i >> 8)}, make([]byte, 32), "u"), 1}
+	}
+	return func() {
+		for range 2 * (n - 1) {
+			if _, err := priv.ECDH(peer.PublicKey()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		applyMasks(DefaultPRG(), vec, l, masks, nil)
 	}
 }
