@@ -74,18 +74,23 @@ func BenchmarkFLRound(b *testing.B) {
 	alice := p.client("alice")
 
 	var fed, goDP, goPlain time.Duration
+	var split flBenchSplit
+	events, unsub := p.node.hub.Subscribe("")
+	defer unsub()
 	iter := 0
 	for b.Loop() {
 		iter++
 		spec := flBenchSpec(iter, sites[0].Dims())
 
 		start := time.Now()
+		watched := split.watch(events, start)
 		run, err := flBenchLaunch(ctx, alice, cat, spec)
 		if err != nil {
 			b.Fatal(err)
 		}
 		st := p.waitRun(run, time.Minute)
 		fed += time.Since(start)
+		watched()
 		if st.State != coordinator.RunDone || len(st.Models) != 1 {
 			b.Fatalf("run %d ended %+v", iter, st)
 		}
@@ -93,7 +98,8 @@ func BenchmarkFLRound(b *testing.B) {
 		b.StopTimer()
 		if iter == 1 {
 			r, _ := p.roundResult(st.Models[0])
-			if len(r.Participants) != flBenchSites || r.Metrics["examples"] != float64(flBenchSites*flBenchRows) {
+			// Under DP a round sums no metrics (they would leave unnoised).
+			if len(r.Participants) != flBenchSites || len(r.Metrics) != 0 {
 				b.Fatalf("round: participants %v, metrics %v", r.Participants, r.Metrics)
 			}
 		}
@@ -142,6 +148,69 @@ func BenchmarkFLRound(b *testing.B) {
 	b.ReportMetric(goMS, "go-ms/round")
 	b.ReportMetric(fedMS/goDPMS, "fed/go-dp")
 	b.ReportMetric(fedMS/goMS, "fed/go")
+	split.report(b, iter)
+	// The secure-aggregation phases as the host timed them (advertise
+	// includes the silos' local training and ledger charge).
+	if mfs, err := p.node.metrics.reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if mf.GetName() != "scellis_secagg_phase_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				if h := m.GetHistogram(); h.GetSampleCount() > 0 {
+					b.ReportMetric(1e3*h.GetSampleSum()/float64(h.GetSampleCount()), "secagg-"+m.GetLabel()[0].GetValue()+"-ms")
+				}
+			}
+		}
+	}
+}
+
+// flBenchSplit splits the federated rounds' wall time by the replicated
+// events the leader published: launch to the last silo's lease (start:
+// spec upload, run start, planning, bundle, round job), the last lease
+// to the last verified report (silos: fetch, checks, training, DP,
+// ledger, secure aggregation, upload, report), and the last report to
+// the run done (reduce: unmasked sum, server step, result stored).
+type flBenchSplit struct{ start, silos, reduce time.Duration }
+
+// watch records one round's events until the returned stop is called.
+func (s *flBenchSplit) watch(events <-chan coordinator.Event, start time.Time) (stop func()) {
+	done, quit := make(chan struct{}), make(chan struct{})
+	var leased, reported time.Time
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case e := <-events:
+				switch e.(type) {
+				case coordinator.ShardLeased:
+					leased = time.Now()
+				case coordinator.ShardVerified:
+					reported = time.Now()
+				}
+			case <-quit:
+				return
+			}
+		}
+	}()
+	return func() {
+		end := time.Now()
+		close(quit)
+		<-done
+		if leased.IsZero() || reported.IsZero() {
+			return // events dropped: leave this round out of the split
+		}
+		s.start += leased.Sub(start)
+		s.silos += reported.Sub(leased)
+		s.reduce += end.Sub(reported)
+	}
+}
+
+func (s *flBenchSplit) report(b *testing.B, rounds int) {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(rounds) }
+	b.ReportMetric(ms(s.start), "start-ms")
+	b.ReportMetric(ms(s.silos), "silos-ms")
+	b.ReportMetric(ms(s.reduce), "reduce-ms")
 }
 
 // flBenchLaunch resolves and uploads a run spec and starts the run through
