@@ -19,7 +19,7 @@ import (
 // reduce — with a trivial program, so what is measured is the pool's
 // per-shard overhead. Everything is real and in this process: a one-node
 // Raft on disk, mutual TLS on loopback, pool.Workers running one shard at a
-// time each. The baseline is the solo executor (pool.Local, one shard per
+// time each (and, in one case, eight). The baseline is the solo executor (pool.Local, one shard per
 // CPU) on the same jobs, measured in the same run; each pool figure is also
 // reported as a ratio to it (vs-solo).
 //
@@ -49,15 +49,23 @@ func BenchmarkPoolShards(b *testing.B) {
 	b.Run("solo", func(b *testing.B) { solo = benchSolo(b, false) })
 	b.Run("solo-verify", func(b *testing.B) { benchSolo(b, true) })
 	for _, c := range []struct {
-		regime  trust.Regime
-		workers int
+		regime   trust.Regime
+		workers  int
+		parallel int
 	}{
-		{trust.Own, 1}, {trust.Own, 2}, {trust.Own, 4}, // replicas 1: the main figure
-		{trust.Consortium, 2}, {trust.Consortium, 4}, // replicas 2: every shard runs twice
+		{trust.Own, 1, 1}, {trust.Own, 2, 1}, {trust.Own, 4, 1}, // replicas 1: the main figure
+		// Workers that keep several shards in flight (worker.yaml
+		// parallel): their uploads share blob fsyncs (group commit) and
+		// their leases and reports share log entries.
+		{trust.Own, 4, 8},
+		{trust.Consortium, 2, 1}, {trust.Consortium, 4, 1}, // replicas 2: every shard runs twice
 	} {
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
+		if c.parallel > 1 {
+			name += fmt.Sprintf("/parallel=%d", c.parallel)
+		}
 		b.Run(name, func(b *testing.B) {
-			rate := benchPool(b, c.regime, c.workers, Options{})
+			rate := benchPool(b, c.regime, c.workers, Options{}, c.parallel)
 			if solo > 0 {
 				b.ReportMetric(rate/solo, "vs-solo")
 			}
@@ -83,10 +91,10 @@ func BenchmarkPoolCommitReveal(b *testing.B) {
 		var off float64
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
 		b.Run(name+"/commit-reveal=off", func(b *testing.B) {
-			off = benchPool(b, c.regime, c.workers, Options{NoCommitReveal: true})
+			off = benchPool(b, c.regime, c.workers, Options{NoCommitReveal: true}, 1)
 		})
 		b.Run(name+"/commit-reveal=on", func(b *testing.B) {
-			if rate := benchPool(b, c.regime, c.workers, Options{}); off > 0 {
+			if rate := benchPool(b, c.regime, c.workers, Options{}, 1); off > 0 {
 				b.ReportMetric(rate/off, "vs-no-commit")
 			}
 		})
@@ -123,9 +131,10 @@ func benchSolo(b *testing.B, verify bool) float64 {
 // returns shards/s. It also reports how long the job took from its last
 // shard decided to done (the reducer peer's latency: the leader looks for
 // decided jobs every 200ms), and the rate without it.
-func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options) float64 {
+func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options, parallel int) float64 {
 	opt.LeaseTTL = benchTTL
 	p := newTestPool(b, regime, workers, opt)
+	p.parallel = parallel
 	p.startWorkers(workers, benchPoll)
 	alice := p.client("alice")
 	jobs := 0

@@ -42,6 +42,8 @@ type testPool struct {
 	// and Logf.
 	shardTimeout time.Duration
 	workerLog    func(format string, args ...any)
+	// parallel is each worker's Parallel (0: 1).
+	parallel int
 	// p2p: workers move their blobs over data channels (dataplane) on
 	// loopback; the node needs Options.P2PLoopback.
 	p2p bool
@@ -195,7 +197,7 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 			NoCommit: p.noCommit,
 			Catalog:  p.cat,
 			CacheDir: filepath.Join(p.dir, name),
-			Parallel: 1,
+			Parallel: max(p.parallel, 1),
 			Poll:     poll,
 
 			ShardTimeout: p.shardTimeout,
