@@ -194,6 +194,7 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 		w := &pool.Worker{
 			Client:   p.client(name),
 			Name:     name,
+			Identity: p.ids[name],
 			NoCommit: p.noCommit,
 			Catalog:  p.cat,
 			CacheDir: filepath.Join(p.dir, name),

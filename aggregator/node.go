@@ -217,7 +217,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	machine, err := coordinator.New(coordinator.Config{Regime: fed.Regime, DefaultLeaseTTL: ttl.Milliseconds(), CommitReveal: !opt.NoCommitReveal})
+	machine, err := coordinator.New(coordinator.Config{Regime: fed.Regime, DefaultLeaseTTL: ttl.Milliseconds(), CommitReveal: !opt.NoCommitReveal, SignedReports: true})
 	if err != nil {
 		return nil, err
 	}

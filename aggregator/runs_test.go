@@ -195,7 +195,7 @@ func (p *runPool) round(ctx context.Context, c *api.Client, hc *http.Client, nam
 		return err
 	}
 	// Commit, upload and reveal, as a silo does.
-	_, err = (&pool.Worker{Client: c, Name: name, Poll: 20 * time.Millisecond}).Deliver(ctx, g, rec, content.Hash(rec))
+	_, err = (&pool.Worker{Client: c, Name: name, Identity: id, Poll: 20 * time.Millisecond}).Deliver(ctx, g, rec, content.Hash(rec))
 	return err
 }
 

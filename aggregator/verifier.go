@@ -90,12 +90,10 @@ func (n *Node) verifyShard(ctx context.Context, t coordinator.VerdictTask) error
 		return err
 	}
 	v := coordinator.ReportVerdict{
-		Job: t.Job, Shard: t.Shard, Verifier: n.Self.Name, Judged: t.Judged,
+		Job: t.Job, Shard: t.Shard, Verifier: n.Self.Name, Key: n.id.Public().String(), Judged: t.Judged,
 		Agreeing: rep.Agreeing, Canonical: rep.Canonical, Detail: rep.Detail,
 	}
-	if v.Sig, err = identity.SignValue(n.id, identity.PurposeVerdict, v); err != nil {
-		return err
-	}
+	v.Sig = identity.Sign(n.id, identity.PurposeVerdict, coordinator.VerdictBytes(v))
 	v.Now = time.Now().UnixMilli()
 	res, err := n.Apply(ctx, v)
 	if err != nil {

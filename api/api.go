@@ -142,6 +142,11 @@ type ResultReport struct {
 	Shard  int         `json:"shard"`
 	Result content.Ref `json:"result"`
 	Nonce  string      `json:"nonce,omitempty"`
+	// Sig is the peer's signature of its result: coordinator.StatementOf
+	// signed with its identity key for purpose scellis/result/v1. The
+	// coordinator refuses an unsigned report (SC7305) and puts the
+	// agreeing peers' signatures in the receipt.
+	Sig []byte `json:"sig,omitempty"`
 }
 
 // ReducedReport reports a job's reduced result document.

@@ -469,7 +469,11 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	s.apply(w, r, coordinator.ReportResult{Peer: peerOf(r).Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Nonce: req.Nonce, Now: s.now()})
+	// The key is the one the caller authenticated with; the state machine
+	// checks the signature with it (and against the replicated membership).
+	peer := peerOf(r)
+	s.apply(w, r, coordinator.ReportResult{Peer: peer.Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Nonce: req.Nonce,
+		Key: peer.PublicKey.String(), Sig: req.Sig, Now: s.now()})
 }
 
 func (s *Server) commit(w http.ResponseWriter, r *http.Request) {

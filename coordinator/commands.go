@@ -150,7 +150,15 @@ type ReportResult struct {
 	Result content.Ref `cbor:"result" json:"result"`
 	// Nonce opens the peer's commitment (CommitResult), in hex.
 	Nonce string `cbor:"nonce,omitempty" json:"nonce,omitempty"`
-	Now   int64  `cbor:"now" json:"now"`
+	// Key is the peer's public key as the proposing server authenticated
+	// it (identity's text form), and Sig the peer's signature of its
+	// receipt.Statement (job, shard, result, the job's tier) with it. In
+	// a machine configured with SignedReports both are required and
+	// checked on apply (signed.go); the agreeing peers' signatures go
+	// into the receipt.
+	Key string `cbor:"key,omitempty" json:"key,omitempty"`
+	Sig []byte `cbor:"sig,omitempty" json:"sig,omitempty"`
+	Now int64  `cbor:"now" json:"now"`
 }
 
 // ReportReduced records the hash of a job's reduced result, reported by a
@@ -172,14 +180,15 @@ type ReportReduced struct {
 // agree (within the tolerance, or passing the Freivalds check) and the
 // canonical result among them. The verifier ran the content's compare or
 // verify function on the result bytes; the coordinator sees only hashes
-// and peer names. Sig is the verifier's Ed25519 signature over
-// VerdictBytes (identity purpose scellis/verdict/v1), kept for audit: the
-// state machine cannot check it (it imports no identity code), the node
-// that proposes the verdict signs it with its own key.
+// and peer names. Sig is the verifier's Ed25519ctx signature (purpose
+// scellis/verdict/v1) of the verdict's canonical encoding without Now and
+// Sig, made with Key, the verifier's identity key; a machine configured
+// with SignedReports checks it on apply (signed.go) and keeps it.
 type ReportVerdict struct {
 	Job       content.Ref `cbor:"job" json:"job"`
 	Shard     int         `cbor:"shard" json:"shard"`
 	Verifier  string      `cbor:"verifier" json:"verifier"`
+	Key       string      `cbor:"key,omitempty" json:"key,omitempty"`
 	Judged    int         `cbor:"judged" json:"judged"`
 	Agreeing  []string    `cbor:"agreeing,omitempty" json:"agreeing,omitempty"`
 	Canonical content.Ref `cbor:"canonical,omitempty" json:"canonical,omitempty"`

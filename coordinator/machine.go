@@ -29,6 +29,9 @@ type Config struct {
 	// commitment of the same peer (commit.go). Aggregators always set it;
 	// a pool without it exists to measure what it costs.
 	CommitReveal bool
+	// SignedReports refuses any result report or verdict that is not
+	// signed by its peer's key (signed.go). Aggregators always set it.
+	SignedReports bool
 }
 
 // Machine is the coordinator state machine. Apply changes it; the query
@@ -59,7 +62,7 @@ func New(cfg Config) (*Machine, error) {
 		cfg.DefaultLeaseTTL = DefaultLeaseTTL
 	}
 	m := &Machine{}
-	m.st = state{Format: snapshotFormat, Regime: cfg.Regime, DefaultLeaseTTL: cfg.DefaultLeaseTTL, CommitReveal: cfg.CommitReveal}
+	m.st = state{Format: snapshotFormat, Regime: cfg.Regime, DefaultLeaseTTL: cfg.DefaultLeaseTTL, CommitReveal: cfg.CommitReveal, SignedReports: cfg.SignedReports}
 	m.jobs = map[string]*jobState{}
 	m.nextExpiry = math.MaxInt64
 	return m, nil

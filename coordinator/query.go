@@ -181,7 +181,7 @@ func (s *shardState) status() ShardStatus {
 		ss.Commits = append(ss.Commits, CommitInfo{Peer: c.Peer, At: c.At})
 	}
 	for _, r := range s.Reports {
-		ss.Reports = append(ss.Reports, ReportInfo(r))
+		ss.Reports = append(ss.Reports, r.info())
 	}
 	for _, v := range s.Verdicts {
 		ss.Verdicts = append(ss.Verdicts, VerdictInfo{v.Verifier, v.Judged, clone(v.Agreeing), v.Canonical, v.Detail, hex.EncodeToString(v.Sig), v.At})

@@ -43,6 +43,9 @@ func (m *Machine) report(c ReportResult) Result {
 	if d := m.checkReveal(c, j, s, now); d != nil {
 		return refuse(d)
 	}
+	if d := m.checkReportSig(c, j, s); d != nil {
+		return refuse(d)
+	}
 	i, has := s.leaseOf(c.Peer)
 	live := has && s.Leases[i].Expiry > now
 	if !live && !s.held(c.Peer) {
@@ -60,7 +63,7 @@ func (m *Machine) report(c ReportResult) Result {
 	if !live {
 		rec.Late++
 	}
-	s.Reports = append(s.Reports, report{Peer: c.Peer, Result: c.Result, Late: !live, At: now})
+	s.Reports = append(s.Reports, report{Peer: c.Peer, Result: c.Result, Late: !live, At: now, Key: c.Key, Sig: bytesClone(c.Sig)})
 	rep := &s.Reports[len(s.Reports)-1]
 	var decision []Event
 	switch s.State {

@@ -33,6 +33,9 @@ type state struct {
 	// CommitReveal requires every report to open an earlier commitment
 	// (commit.go).
 	CommitReveal bool `cbor:"commit_reveal,omitempty"`
+	// SignedReports requires every report and verdict to be signed by its
+	// peer (signed.go).
+	SignedReports bool `cbor:"signed_reports,omitempty"`
 	// Membership is the federation's membership once a change went
 	// through the log (membership.go); nil: the federation file's.
 	Membership *membershipState `cbor:"membership,omitempty"`
@@ -143,6 +146,9 @@ type report struct {
 	Late    bool        `cbor:"late"`
 	Outcome Outcome     `cbor:"outcome"`
 	At      int64       `cbor:"at"`
+	// Key and Sig: the peer's signature of its result (signed.go).
+	Key string `cbor:"key,omitempty"`
+	Sig []byte `cbor:"sig,omitempty"`
 }
 
 // PeerRecord is what the pool knows of one peer's work.

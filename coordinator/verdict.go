@@ -42,6 +42,7 @@ const maxDetail = 512
 // verdictRecord is a recorded verdict.
 type verdictRecord struct {
 	Verifier  string      `cbor:"verifier"`
+	Key       string      `cbor:"key,omitempty"`
 	Judged    int         `cbor:"judged"`
 	Agreeing  []string    `cbor:"agreeing,omitempty"`
 	Canonical content.Ref `cbor:"canonical,omitempty"`
@@ -191,6 +192,8 @@ func (m *Machine) verdict(c ReportVerdict) Result {
 		return bad("verdict detail of %d bytes; at most %d", len(c.Detail), maxDetail)
 	case len(c.Sig) > 128:
 		return bad("verdict signature of %d bytes", len(c.Sig))
+	case len(c.Key) > maxName:
+		return bad("verifier key of %d bytes", len(c.Key))
 	case j.Policy.Check == CheckFreivalds && len(c.Agreeing) > 1:
 		return bad("a Freivalds verdict accepts one execution, not %d", len(c.Agreeing))
 	case len(c.Agreeing) > 0 && !content.IsRef(string(c.Canonical)):
@@ -212,10 +215,13 @@ func (m *Machine) verdict(c ReportVerdict) Result {
 	if !canonicalSeen {
 		return bad("no agreeing peer reported the canonical result %s", c.Canonical.Short())
 	}
+	if d := m.checkVerdictSig(c, j); d != nil {
+		return refuse(d)
+	}
 	now := m.clock(c.Now)
 	events := m.advance(now)
 	s.Verdicts = append(s.Verdicts, verdictRecord{
-		Verifier: c.Verifier, Judged: c.Judged, Agreeing: clone(c.Agreeing), Canonical: c.Canonical,
+		Verifier: c.Verifier, Key: c.Key, Judged: c.Judged, Agreeing: clone(c.Agreeing), Canonical: c.Canonical,
 		Detail: c.Detail, Sig: slices.Clone(c.Sig), At: now,
 	})
 	r, a, n, lead := j.Policy.Replicas, j.Policy.Attempts, c.Judged, len(c.Agreeing)
@@ -292,7 +298,7 @@ func (m *Machine) VerdictsDue() []VerdictTask {
 			}
 			t := VerdictTask{Job: j.ID, Shard: s.Index, Check: j.Policy.Check, Judged: len(s.Reports)}
 			for _, r := range s.Reports {
-				t.Reports = append(t.Reports, ReportInfo(r))
+				t.Reports = append(t.Reports, r.info())
 			}
 			out = append(out, t)
 		}

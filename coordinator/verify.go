@@ -102,9 +102,11 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	if method == "" {
 		method = j.Method
 	}
+	tier, sigs := signaturesOf(j, s)
 	rc := m.chain.Next(receipt.Receipt{
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: h, Peers: s.Agreeing,
 		Method: method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
+		Tier: tier, Signatures: sigs,
 	})
 	if err := m.chain.AppendSealed(rc); err != nil {
 		panic("coordinator: receipt chain: minted receipt does not append: " + err.Error())

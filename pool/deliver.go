@@ -10,6 +10,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
 )
 
 // Deliver hands a result to the pool by commit–reveal (law 13): it commits
@@ -23,9 +24,18 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := api.ResultReport{Job: g.Job, Shard: g.Shard, Result: hash}
+	pol, known := w.policyOf(rctx, g.Job)
+	if w.Identity != nil {
+		// The signature binds the result to this peer, the shard and the
+		// job's tier; the receipt keeps it (coordinator/signed.go).
+		if !known {
+			return coordinator.ReportResponse{}, fmt.Errorf("pool: cannot learn job %s's verification policy to sign the result", g.Job.Short())
+		}
+		req.Sig = identity.Sign(w.Identity, identity.PurposeResult, coordinator.StatementOf(g.Job, g.Shard, hash, pol, w.Name).Bytes())
+	}
 	// A shard of a one-replica job is decided by its first report: there
 	// is no second result to copy, and the pool takes the report outright.
-	direct := w.NoCommit || w.replicasOf(rctx, g.Job) == 1
+	direct := w.NoCommit || (known && pol.Replicas == 1)
 	if !direct {
 		var nonce [coordinator.NonceBytes]byte
 		if _, err := rand.Read(nonce[:]); err != nil {
@@ -90,29 +100,30 @@ func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte) 
 	return w.Client.Report(ctx, req)
 }
 
-// setReplicas remembers a job's replicas (0 is unknown).
-func (w *Worker) setReplicas(job content.Ref, n int) {
+// setPolicy remembers a job's verification policy.
+func (w *Worker) setPolicy(job content.Ref, p coordinator.Policy) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.replicas == nil {
-		w.replicas = map[content.Ref]int{}
+	if w.policies == nil {
+		w.policies = map[content.Ref]coordinator.Policy{}
 	}
-	w.replicas[job] = n
+	w.policies[job] = p
 }
 
-// replicasOf returns how many agreeing peers job's shards need, asking the
-// pool once per job; 0 when it cannot tell (then Deliver commits).
-func (w *Worker) replicasOf(ctx context.Context, job content.Ref) int {
+// policyOf returns job's verification policy (how many agreeing peers its
+// shards need, its tier), asking the pool once per job; false when it
+// cannot tell (then Deliver commits, and cannot sign).
+func (w *Worker) policyOf(ctx context.Context, job content.Ref) (coordinator.Policy, bool) {
 	w.mu.Lock()
-	n, ok := w.replicas[job]
+	p, ok := w.policies[job]
 	w.mu.Unlock()
 	if ok {
-		return n
+		return p, true
 	}
 	st, err := w.Client.Job(ctx, job)
 	if err != nil {
-		return 0
+		return coordinator.Policy{}, false
 	}
-	w.setReplicas(job, st.Policy.Replicas)
-	return st.Policy.Replicas
+	w.setPolicy(job, st.Policy)
+	return st.Policy, true
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/verify"
 )
@@ -33,7 +34,10 @@ type Worker struct {
 	Blobs BlobMover
 	// Name is the worker's member name in the federation: commitments
 	// bind a result to it (Deliver).
-	Name        string
+	Name string
+	// Identity is the worker's federation identity: it signs every result
+	// the worker reports (Deliver). Aggregators refuse unsigned reports.
+	Identity    *identity.Identity
 	Catalog     *catalog.Catalog // the worker's built-ins; other content is fetched by ref
 	CacheDir    string
 	Parallel    int
@@ -75,8 +79,8 @@ type Worker struct {
 
 	mu       sync.Mutex
 	plans    map[content.Ref]*job.Plan
-	isolated map[content.Ref]*isolatedJob // bundles kept for child processes
-	replicas map[content.Ref]int          // each job's policy replicas (Deliver)
+	isolated map[content.Ref]*isolatedJob       // bundles kept for child processes
+	policies map[content.Ref]coordinator.Policy // each job's verification policy (Deliver)
 }
 
 // isolatedJob is what a shard's child process needs of its job.
@@ -244,7 +248,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	w.plans[id] = p
 	w.isolated[id] = &isolatedJob{bundle: raw, dir: dir}
 	w.mu.Unlock()
-	w.setReplicas(id, st.Policy.Replicas)
+	w.setPolicy(id, st.Policy)
 	return p, nil
 }
 

@@ -263,7 +263,7 @@ func (a *Appliance) Worker() *pool.Worker {
 			par = 4
 		}
 		a.worker = &pool.Worker{
-			Client: a.Client, Name: a.Name, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
+			Client: a.Client, Name: a.Name, Identity: a.ID, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
 			Parallel: par, Poll: poll, LongPoll: a.LongPoll, Logf: a.Logf, Dispatch: a.Dispatch,
 		}
 	})

@@ -141,13 +141,21 @@ func TestCopyAttackFails(t *testing.T) {
 	if _, err := lazy.PutBlob(ctx, []byte("a guess")); err != nil {
 		t.Fatal(err)
 	}
+	// Its reveal unsigned is refused by the state machine (SC7305); signed
+	// with its identity key, as a worker signs, it is accepted.
+	reveal := api.ResultReport{Job: id, Shard: 1, Result: guess, Nonce: hex.EncodeToString(nonce)}
 	waitFor(t, "shard 1's reveal to open", time.Minute, func() bool {
-		_, err := lazy.Report(ctx, api.ResultReport{Job: id, Shard: 1, Result: guess, Nonce: hex.EncodeToString(nonce)})
-		if err != nil && !hasCode(err, diag.PoolRevealEarly) {
-			t.Fatalf("lazy's reveal: %v", err)
+		_, err := lazy.Report(ctx, reveal)
+		if err == nil || (!hasCode(err, diag.PoolRevealEarly) && !hasCode(err, diag.VerifyBadSignature)) {
+			t.Fatalf("lazy's unsigned reveal: %v", err)
 		}
-		return err == nil
+		return hasCode(err, diag.VerifyBadSignature)
 	})
+	lazyID, _ := c.memberKeys("lazy")
+	reveal.Sig = identity.Sign(lazyID, identity.PurposeResult, coordinator.StatementOf(id, 1, guess, coordinator.Policy{}, "lazy").Bytes())
+	if _, err := lazy.Report(ctx, reveal); err != nil {
+		t.Fatalf("lazy's signed reveal: %v", err)
+	}
 	c.startWorker("w2")
 	waitFor(t, "the job to complete", 2*time.Minute, func() bool { return c.status("alice", id.String()).State == "done" })
 

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/receipt"
 )
@@ -116,7 +119,13 @@ keys in another case and repeated keys are SC7014.
 
 A chain whose last receipts were removed is still consistent: give a head
 hash recorded earlier (--head, e.g. from 'scellis aggregator status') to
-detect that; the chain must hold that receipt.`,
+detect that; the chain must hold that receipt.
+
+With a federation file (--federation, $SCELLIS_FEDERATION or
+$SCELLIS_HOME/federation.yaml) it also checks, offline, that every
+receipt carries a valid signature of its result by each peer it credits,
+made with that peer's key in the file; a missing, foreign or forged
+signature is SC7306. Without one it says the signatures were not checked.`,
 		Example: `  scellis receipts verify
   scellis receipts verify --file receipts.json --head sha256:4f1c…`,
 		Args: cobra.NoArgs,
@@ -156,9 +165,19 @@ detect that; the chain must hold that receipt.`,
 						WithHelp("compare with another aggregator node's copy; the given head was recorded from a longer chain")
 				}
 			}
+			fedPath, sigsChecked := "", false
+			if bad == nil {
+				var sigBad *diag.Diagnostic
+				var err error
+				fedPath, sigBad, err = s.checkSignatures(rs)
+				if err != nil {
+					return err
+				}
+				sigsChecked, bad = fedPath != "", sigBad
+			}
 			out := cmd.OutOrStdout()
 			if jsonOutput {
-				res := map[string]any{"intact": bad == nil, "receipts": len(rs), "head": head}
+				res := map[string]any{"intact": bad == nil, "receipts": len(rs), "head": head, "signatures_checked": sigsChecked}
 				if wantHead != "" {
 					res["given_head"] = wantHead
 					res["holds_given_head"] = after >= 0
@@ -179,6 +198,11 @@ detect that; the chain must hold that receipt.`,
 			}
 			if !jsonOutput {
 				fmt.Fprintf(out, "receipt chain intact: %d receipts, head %s\n", len(rs), head)
+				if sigsChecked {
+					fmt.Fprintf(out, "every receipt is signed by the peers it credits (keys from %s)\n", fedPath)
+				} else {
+					fmt.Fprintln(out, "peer signatures not checked: no federation file (give --federation)")
+				}
 				if after > 0 {
 					fmt.Fprintf(out, "it holds the given head; %d receipts follow it\n", after)
 				}
@@ -189,6 +213,35 @@ detect that; the chain must hold that receipt.`,
 	s.register(cmd)
 	cmd.Flags().StringVar(&wantHead, "head", "", "a chain head recorded earlier: the chain must hold it (detects receipts removed from the end)")
 	return cmd
+}
+
+// checkSignatures checks every receipt's peer signatures against the
+// federation file's keys (receipt.VerifySignatures). It returns the file
+// used ("" when there is none to use: none given and none at the default
+// places) and the first bad receipt's diagnostic.
+func (s *receiptSource) checkSignatures(rs []receipt.Receipt) (string, *diag.Diagnostic, error) {
+	path := firstNonEmpty(s.federation, os.Getenv("SCELLIS_FEDERATION"))
+	if path == "" {
+		path = filepath.Join(scellisHome(), "federation.yaml")
+		if _, err := os.Stat(path); err != nil {
+			return "", nil, nil
+		}
+	}
+	fed, err := identity.LoadFederation(path)
+	if err != nil {
+		return "", nil, err
+	}
+	keyOf := func(peer string) (string, bool) {
+		m, ok := fed.Member(peer)
+		return m.PublicKey.String(), ok
+	}
+	for i := range rs {
+		if err := rs[i].VerifySignatures(keyOf); err != nil {
+			d, _ := diag.As(err)
+			return path, d[0], nil
+		}
+	}
+	return path, nil, nil
 }
 
 // receiptKeys are the JSON keys of an exported receipt, exactly.

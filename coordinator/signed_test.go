@@ -1,0 +1,106 @@
+package coordinator
+
+import (
+	"testing"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/trust"
+)
+
+// Signed reports and verdicts on two replicas (state hashes compared after
+// every command): an unsigned report, one signed by another key, for
+// another result or another tier, and an unsigned or forged verdict are
+// refused with SC7305; the accepted convergent shard's receipt carries
+// both peers' signatures of their own (different) results, which verify
+// offline; once the membership is in the log, a key it does not list is
+// refused.
+func TestSignedReportsAndVerdicts(t *testing.T) {
+	if PurposeVerdict != string(identity.PurposeVerdict) {
+		t.Fatal("PurposeVerdict drifted from identity's")
+	}
+	r := &rig{t: t, now: 10}
+	for range 2 {
+		m, err := New(Config{Regime: trust.Consortium, DefaultLeaseTTL: 1000, CommitReveal: true, SignedReports: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.ms = append(r.ms, m)
+	}
+	ids := map[string]*identity.Identity{}
+	for i, p := range []string{"w1", "w2", "agg", "mallory"} {
+		ids[p] = identity.NewFromSeed([32]byte{byte(i + 7)})
+	}
+	key := func(p string) string { return ids[p].Public().String() }
+	pol := Policy{Replicas: 2, Check: CheckCompare, Tolerance: "abs=0.1"}
+	job := content.Hash([]byte("signed"))
+	sub := SubmitJob{Job: job, Name: "signed", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: r.now,
+		Shards: []ShardPlan{{Index: 0, ID: content.Hash([]byte("s0")), Price: 3, PriceBasis: "flat"}, {Index: 1, ID: content.Hash([]byte("s1")), Price: 3, PriceBasis: "flat"}}}
+	if res := r.apply(sub); res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	r.job = job
+	res1, res2 := result("1.00"), result("1.01")
+	r.lease("w1")
+	r.lease("w2")
+	r.commit("w1", 0, res1)
+	r.commit("w2", 0, res2)
+	report := func(peer, signer string, res content.Ref, tier string) ReportResult {
+		n, _ := nonceOf(byte(len(peer)))
+		st := receipt.Statement{Job: job, Shard: 0, Result: res, Tier: tier, Peer: peer}
+		return ReportResult{Peer: peer, Job: job, Shard: 0, Result: res, Nonce: n, Key: key(peer), Sig: identity.Sign(ids[signer], identity.PurposeResult, st.Bytes()), Now: r.now}
+	}
+	unsigned := report("w1", "w1", res1, receipt.TierConvergent)
+	unsigned.Sig = nil
+	wantCode(t, r.apply(unsigned), diag.VerifyBadSignature)
+	wantCode(t, r.apply(report("w1", "mallory", res1, receipt.TierConvergent)), diag.VerifyBadSignature) // w1's key, signed by another
+	if res := r.apply(report("w1", "w1", res2, receipt.TierConvergent)); !res.Refused() {
+		t.Fatal("w1 revealed another result than it committed to") // the commitment refuses it first
+	}
+	wrongTier := report("w1", "w1", res1, receipt.TierReplayable)
+	wantCode(t, r.apply(wrongTier), diag.VerifyBadSignature)
+	if res := r.apply(report("w1", "w1", res1, receipt.TierConvergent)); res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	if res := r.apply(report("w2", "w2", res2, receipt.TierConvergent)); res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	// The verdict: unsigned, forged, then signed by the verifier.
+	v := ReportVerdict{Job: job, Shard: 0, Verifier: "agg", Key: key("agg"), Judged: 2, Agreeing: []string{"w1", "w2"}, Canonical: res1}
+	wantCode(t, r.apply(v), diag.VerifyBadSignature)
+	v.Sig = identity.Sign(ids["agg"], identity.PurposeVerdict, VerdictBytes(ReportVerdict{Job: job, Shard: 0, Verifier: "agg", Key: key("agg"), Judged: 2, Agreeing: []string{"w1"}, Canonical: res1}))
+	wantCode(t, r.apply(v), diag.VerifyBadSignature)
+	v.Sig = identity.Sign(ids["agg"], identity.PurposeVerdict, VerdictBytes(v))
+	v.Now = r.now
+	if res := r.apply(v); res.Refused() || res.Response.(*VerdictResponse).Outcome != OutcomeVerified {
+		t.Fatalf("signed verdict: %+v", res)
+	}
+	rc := r.ms[0].chain.All()
+	if len(rc) != 1 || rc[0].Tier != receipt.TierConvergent || len(rc[0].Signatures) != 2 || rc[0].Signatures[1].Result != res2 {
+		t.Fatalf("receipt %+v", rc)
+	}
+	keyOf := func(p string) (string, bool) { id, ok := ids[p]; return id.Public().String(), ok }
+	if err := rc[0].VerifySignatures(keyOf); err != nil {
+		t.Fatalf("the minted receipt does not verify: %v", err)
+	}
+
+	// Once the membership is in the log, only its keys sign.
+	base := []MemberEntry{{Name: "agg", Role: "aggregator", PublicKey: key("agg"), Address: "a:1", RaftAddress: "a:2"}, {Name: "ops", Role: "operator", PublicKey: "k-ops"},
+		{Name: "w1", Role: "worker", PublicKey: key("mallory")}, {Name: "w2", Role: "worker", PublicKey: key("w2")}}
+	if res := r.apply(ChangeMembership{Base: base, Seq: 0, Op: "add", Member: MemberEntry{Name: "w9", Role: "worker", PublicKey: "k-w9"}, Operator: "ops", Signed: []byte{1}, Now: r.now}); res.Refused() {
+		t.Fatal(res.Refusal)
+	}
+	r.lease("w1")
+	r.lease("w2")
+	r.commit("w1", 1, res1)
+	r.commit("w2", 1, res1)
+	rep := report("w1", "w1", res1, receipt.TierConvergent)
+	rep.Shard = 1
+	wantCode(t, r.apply(rep), diag.VerifyBadSignature) // w1's key in the log is another
+	rep.Key, rep.Sig = key("mallory"), identity.Sign(ids["mallory"], identity.PurposeResult, StatementOf(job, 1, res1, pol, "w1").Bytes())
+	if res := r.apply(rep); res.Refused() {
+		t.Fatalf("w1 signing with its key in the log: %v", res.Refusal)
+	}
+}
