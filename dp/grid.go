@@ -221,14 +221,24 @@ func (g GridGaussian) Release(x []float64, noise *Noise) ([]int64, error) {
 	ClipL2(x, g.Clip)
 	c := g.norm()
 	v := make([]float64, len(x))
-	for i, xi := range x {
-		v[i] = math.Ldexp(xi, g.FracBits)
+	if g.FracBits >= 0 {
+		// Scaling up by 2^f is exact (c ≤ 2^28: nothing overflows), so
+		// ‖v‖ = 2^f·‖x‖ ≤ c already.
+		scale := math.Ldexp(1, g.FracBits)
+		for i, xi := range x {
+			v[i] = xi * scale
+		}
+	} else {
+		for i, xi := range x {
+			v[i] = math.Ldexp(xi, g.FracBits)
+		}
+		// Scaling down can round in the subnormal range; re-clip on the
+		// grid so ‖v‖ ≤ c holds in floating point whatever happened.
+		ClipL2(v, c)
 	}
-	// Scaling by 2^f is exact unless it left the normal range; re-clip on
-	// the grid so ‖v‖ ≤ c holds in floating point whatever happened.
-	ClipL2(v, c)
-	rng := noise.fork()
-	y, err := roundConditional(v, g.Bound(), rng)
+	// (The sensitivity never rests on this: the rounding below checks
+	// the integer vector's norm exactly.)
+	y, err := roundConditional(v, g.Bound(), noise.forkChaCha8())
 	if err != nil {
 		return nil, g.bad("%v", err)
 	}
@@ -249,15 +259,15 @@ const parallelFrom = 1 << 15
 func addIntGaussian(y []int64, t uint64, noise *Noise) {
 	workers := min(runtime.GOMAXPROCS(0), len(y)/parallelFrom+1)
 	if workers <= 1 {
-		newIntGaussian(t, noise.forkChaCha8()).addTo(y)
+		addGridGaussian(y, t, noise.forkChaCha8())
 		return
 	}
 	var wg sync.WaitGroup
 	chunk := (len(y) + workers - 1) / workers
 	for lo := 0; lo < len(y); lo += chunk {
 		part := y[lo:min(lo+chunk, len(y))]
-		g := newIntGaussian(t, noise.forkChaCha8())
-		wg.Go(func() { g.addTo(part) })
+		src := noise.forkChaCha8()
+		wg.Go(func() { addGridGaussian(part, t, src) })
 	}
 	wg.Wait()
 }
@@ -288,7 +298,7 @@ func ReleaseOnGrid(x []float64, clip, sigma float64, fracBits int, noise *Noise)
 // roundConditional rounds v (finite, ‖v‖ small enough for 64-bit squares)
 // to integers, each coordinate up with probability its fractional part,
 // redrawing the whole vector until its squared norm is at most bound.
-func roundConditional(v []float64, bound uint64, rng *rand.Rand) ([]int64, error) {
+func roundConditional(v []float64, bound uint64, rng *rand.ChaCha8) ([]int64, error) {
 	y := make([]int64, len(v))
 	for range roundingTries {
 		var hi, lo uint64
