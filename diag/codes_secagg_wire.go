@@ -12,4 +12,5 @@ var (
 	SecAggWireUnavailable = define("SC6107", "secure aggregation host closed or at its round limit")
 	SecAggWireGaveUp      = define("SC6108", "site gave up on the round before it completed")
 	SecAggWireTooLate     = define("SC6109", "site's message arrived after its phase ended")
+	SecAggWireBusy        = define("SC6110", "site holds too many requests on the round at once")
 )

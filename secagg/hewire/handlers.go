@@ -8,6 +8,7 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/scellis/scellis/diag"
@@ -26,8 +27,9 @@ import (
 //	POST v1/rounds/{round}/decshare     he.DecryptShare  → 204
 //
 // Bodies are canonical CBOR; refusals are JSON diagnostics as in
-// secagg/wire (401/403 SC6101, 404 SC6102, 409 phase over or round failed,
-// 410 SC6103, 413/415 SC6105, 503 SC6107).
+// secagg/wire (401/403 SC6101, 404 SC6102, 409 phase over, round failed or
+// a second, different message (SC6006), 410 SC6103, 413/415 SC6105, 429
+// SC6110 for a site holding more than maxPolls GETs, 503 SC6107).
 const (
 	pathRounds  = Prefix + "v1/rounds/"
 	contentCBOR = "application/cbor"
@@ -183,6 +185,13 @@ func (h *Host) post(s stage) http.HandlerFunc {
 			return
 		}
 		rd, key, sum := c.rd, c.site+"/"+s.path, digestOf(body)
+		// One post of a site's stage at a time: a retry that arrives while
+		// the first copy is still being added (a ciphertext's decoding
+		// takes a while) waits for it, and is then recognised as a retry
+		// instead of refused as a second message.
+		kl := rd.postLock(key)
+		kl.Lock()
+		defer kl.Unlock()
 		rd.mu.Lock()
 		prev, seen := rd.accepted[key]
 		rd.mu.Unlock()
@@ -191,12 +200,16 @@ func (h *Host) post(s stage) http.HandlerFunc {
 			return
 		}
 		if err := add(); err != nil {
-			ph := rd.agg.Phase()
+			ph, code := rd.agg.Phase(), codeOf(err)
 			switch {
 			case ph == he.PhaseFailed:
 				refuse(w, http.StatusConflict, err)
-			case ph > s.phase || codeOf(err) == diag.SecAggOutOfOrder || codeOf(err) == diag.SecAggDuplicate:
+			case code == diag.SecAggDuplicate:
+				refuse(w, http.StatusConflict, err) // another message than the one accepted
+			case ph > s.phase:
 				refuse(w, http.StatusConflict, tooLate(c, "its %s arrived after the %s phase ended", s.path, s.phase))
+			case code == diag.SecAggOutOfOrder:
+				refuse(w, http.StatusConflict, err) // before its phase, or for an earlier decryption attempt
 			default:
 				refuse(w, http.StatusBadRequest, err)
 			}
@@ -243,6 +256,12 @@ func (h *Host) get(ready func(*call, *http.Request) reply) http.HandlerFunc {
 		if !ok {
 			return
 		}
+		if !c.rd.enterPoll(c.site) {
+			refuse(w, http.StatusTooManyRequests, diag.New(diag.SecAggWireBusy, c.subject(), "site %q already holds %d requests on the round", c.site, maxPolls).
+				WithHelp("a site long-polls one phase at a time; close the stale connections"))
+			return
+		}
+		defer c.rd.leavePoll(c.site)
 		t := time.NewTimer(h.opt.LongPoll)
 		defer t.Stop()
 		for {
@@ -273,6 +292,41 @@ func (h *Host) get(ready func(*call, *http.Request) reply) http.HandlerFunc {
 			}
 		}
 	}
+}
+
+// maxPolls bounds the GETs one site holds open on a round: Participate
+// holds one; a few more cover connections the site gave up on that the
+// host has not seen close yet.
+const maxPolls = 4
+
+func (rd *hround) enterPoll(site string) bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.polls[site] >= maxPolls {
+		return false
+	}
+	rd.polls[site]++
+	return true
+}
+
+func (rd *hround) leavePoll(site string) {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.polls[site]--; rd.polls[site] <= 0 {
+		delete(rd.polls, site)
+	}
+}
+
+// postLock returns the lock of one site's stage (bounded: sites × stages).
+func (rd *hround) postLock(key string) *sync.Mutex {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	m := rd.posting[key]
+	if m == nil {
+		m = new(sync.Mutex)
+		rd.posting[key] = m
+	}
+	return m
 }
 
 func codeOf(err error) diag.Code {

@@ -93,7 +93,9 @@ type hround struct {
 	res        *he.Result
 	err        error
 	taken      bool
-	accepted   map[string][32]byte // site/stage → digest of the accepted body
+	accepted   map[string][32]byte    // site/stage → digest of the accepted body
+	posting    map[string]*sync.Mutex // site/stage → held while a post of it is added
+	polls      map[string]int         // site → GETs it holds open
 	// excused are sites known not to take part (they declined, or their
 	// lease lapsed): a phase does not wait for them until its deadline.
 	excused map[string]bool
@@ -182,7 +184,7 @@ func (h *Host) Open(p he.Params, dl wire.Deadlines) error {
 	}
 	rd := &hround{id: p.Round, p: p, digest: digest, agg: agg, dl: dl, keys: keys,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), abort: make(chan string, 1),
-		changed: make(chan struct{}), accepted: map[string][32]byte{}, excused: map[string]bool{}}
+		changed: make(chan struct{}), accepted: map[string][32]byte{}, posting: map[string]*sync.Mutex{}, polls: map[string]int{}, excused: map[string]bool{}}
 	h.rounds[p.Round] = rd
 	h.wg.Add(1)
 	go h.drive(rd)
