@@ -534,6 +534,7 @@ func (n *Node) leaderDuties(ctx context.Context) {
 type readerOf struct{ f *fsm }
 
 func (r readerOf) Job(id content.Ref) (coordinator.JobStatus, error) { return r.f.machine().Job(id) }
+func (r readerOf) HasJob(id content.Ref) error                       { return r.f.machine().HasJob(id) }
 func (r readerOf) Jobs() []coordinator.JobStatus                     { return r.f.machine().Jobs() }
 func (r readerOf) Receipts(since uint64) []receipt.Receipt           { return r.f.machine().Receipts(since) }
 func (r readerOf) Contributions() map[string]int64                   { return r.f.machine().Contributions() }

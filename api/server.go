@@ -449,7 +449,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An unknown job is refused as such (404), before any wait for bytes.
-	if _, err := s.Read.Job(req.Job); err != nil {
+	if err := s.knownJob(req.Job); err != nil {
 		if ds, ok := diag.As(err); ok {
 			writeDiags(w, http.StatusNotFound, ds)
 			return
@@ -474,6 +474,17 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	peer := peerOf(r)
 	s.apply(w, r, coordinator.ReportResult{Peer: peer.Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Nonce: req.Nonce,
 		Key: peer.PublicKey.String(), Sig: req.Sig, Now: s.now()})
+}
+
+// knownJob returns nil when the pool holds job id, else why not. A
+// Reader that can answer without building the job's status (O(shards),
+// once per report) says so with HasJob.
+func (s *Server) knownJob(id content.Ref) error {
+	if h, ok := s.Read.(interface{ HasJob(content.Ref) error }); ok {
+		return h.HasJob(id)
+	}
+	_, err := s.Read.Job(id)
+	return err
 }
 
 func (s *Server) commit(w http.ResponseWriter, r *http.Request) {

@@ -59,3 +59,24 @@ func TestCancelJob(t *testing.T) {
 		t.Fatalf("restore: %v", err)
 	}
 }
+
+// TestHasJob: HasJob refuses an unknown job as Job does and accepts a
+// submitted one.
+func TestHasJob(t *testing.T) {
+	m, err := New(Config{Regime: trust.Own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := content.Hash([]byte("has-job"))
+	if ds, ok := diag.As(m.HasJob(id)); !ok || ds[0].Code != diag.PoolUnknownJob {
+		t.Fatalf("unknown job: %v", m.HasJob(id))
+	}
+	sub := SubmitJob{Job: id, Name: "j", Bundle: content.Hash([]byte("b")), Policy: Policy{Replicas: 1}, Now: 1,
+		Shards: []ShardPlan{{Index: 0, ID: content.Hash([]byte("s0")), Price: 1, PriceBasis: "flat"}}}
+	if r := m.Apply(sub); r.Refused() {
+		t.Fatal(r.Err())
+	}
+	if err := m.HasJob(id); err != nil {
+		t.Fatalf("submitted job: %v", err)
+	}
+}

@@ -127,6 +127,18 @@ func (m *Machine) Job(id content.Ref) (JobStatus, error) {
 	return js, nil
 }
 
+// HasJob returns nil when the machine holds job id, else the refusal Job
+// gives. Unlike Job it copies nothing: the result endpoint asks it on
+// every report, and a job's full status is O(shards).
+func (m *Machine) HasJob(id content.Ref) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.jobs[string(id)] == nil {
+		return unknownJob(id)
+	}
+	return nil
+}
+
 // Jobs returns every job's status without shard detail, in submission order.
 func (m *Machine) Jobs() []JobStatus {
 	m.mu.RLock()
