@@ -42,7 +42,7 @@ import (
 //
 // The acceptance test compares a uniform U with A(y). In a core block
 // A(y) = c_b·exp(−z) with c_b = K·e(b·w)·w/W_b ∈ (0, 1] and
-// z = (2bw·i + i²)/(2T²) ∈ [0, 1/2]. c_b is bracketed by certified
+// z = (2bw·i + i²)/(2T²) ∈ [0, 0.51). c_b is bracketed by certified
 // bounds (big-integer arithmetic rounded outward, stored as float64
 // rounded outward), and 1 − z + z²/2 − z³/6 ≤ exp(−z) ≤ 1 − z + z²/2 for
 // z ≥ 0 (Taylor with remainder). U's first 32 bits x decide when

@@ -85,6 +85,15 @@ func TestGridTableInvariants(t *testing.T) {
 			if tab.ymax < core*T || tab.ymax < T {
 				t.Fatalf("T=%d: the core ends at %d", T, tab.ymax)
 			}
+			// The tail's first block, where its acceptance is largest,
+			// accepts with probability at most 1.
+			qn := new(big.Int).SetUint64(tab.ymax)
+			qn.Mul(qn, qn)
+			rn := new(big.Int).Mul(tab.k.Num(), new(big.Int).SetUint64(2*tab.ymax))
+			rd := new(big.Int).Mul(tab.k.Denom(), new(big.Int).SetUint64(tab.weights[tab.n]))
+			if lo, _ := aBounds(qn, tab.twoT2, rn, rd, 64); lo.Cmp(new(big.Int).Lsh(big.NewInt(1), 64)) > 0 {
+				t.Fatalf("T=%d: the tail accepts with probability above 1", T)
+			}
 			for b := range tab.n {
 				if !(0 < tab.cLo[b] && tab.cLo[b] <= tab.cHi[b] && tab.cHi[b] <= 1 && tab.cHi[b]-tab.cLo[b] < 1e-12) {
 					t.Fatalf("T=%d block %d: c bounds [%v, %v]", T, b, tab.cLo[b], tab.cHi[b])
