@@ -13,6 +13,9 @@ import (
 	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/secagg/hewire"
+	"github.com/scellis/scellis/secagg/transport"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 // The node's end of the peer-to-peer data plane (docs/dataplane.md): a
@@ -80,7 +83,11 @@ func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
 			}
 			return nil
 		},
-		Logf: func(format string, args ...any) { n.log.Info(fmt.Sprintf(format, args...)) },
+		// Secure-aggregation exchanges that come over a data channel go
+		// through the same hosts, as the member the channel
+		// authenticated (secagg/transport).
+		Services: map[string]dataplane.Service{transport.Service: transport.Serve(n.secaggHosts(), wire.Prefix, hewire.Prefix)},
+		Logf:     func(format string, args ...any) { n.log.Info(fmt.Sprintf(format, args...)) },
 	})
 	if err != nil {
 		return err
@@ -93,6 +100,15 @@ func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
 		peer.Run(ctx)
 	}()
 	return nil
+}
+
+// secaggHosts is the node's two secure-aggregation hosts, as the API
+// listener mounts them.
+func (n *Node) secaggHosts() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(wire.Prefix, n.metrics.countPlane("secagg", n.sagg))
+	mux.Handle(hewire.Prefix, n.metrics.countPlane("secagg", n.hesagg))
+	return mux
 }
 
 func (n *Node) closeDataPlane() {

@@ -32,6 +32,14 @@ type Silo struct {
 	LogLevel       string    // off, error, warn, info, debug
 	LogFormat      string    // text (default) or json
 	MetricsListen  string    // /metrics in plain HTTP (empty: off)
+	// The data plane (docs/dataplane.md), as a worker's: round bundles,
+	// models and secure-aggregation messages go over data channels to
+	// the aggregators (ICEPolicy all, the default, or relay), HTTPS
+	// being the last fallback, or over HTTPS only (https).
+	ICEPolicy   string
+	STUN        []string
+	P2PVia      string
+	P2PLoopback bool
 	// Poll is how long the leader may hold the silo's lease request when
 	// there is nothing to lease (a long poll: a new round reaches the silo
 	// at once). The polls are the silo's heartbeat: keep it well below
@@ -126,7 +134,7 @@ var datasetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // dataset CSV that cannot be read (SC3001), has no header (SC3005) or lacks
 // the label column (SC3003).
 func LoadSilo(file string) (*Silo, error) {
-	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites}}
+	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites}, ICEPolicy: "all"}
 	strategies := DefaultStrategies()
 	var datasets []*Dataset
 	p := &c.Policy
@@ -148,6 +156,10 @@ func LoadSilo(file string) (*Silo, error) {
 		}, logLevels...)),
 		mk("log_format", false, "", logFormat(&c.LogFormat)),
 		mk("metrics_listen", false, "", str(&c.MetricsListen)),
+		mk("ice_policy", false, "", icePolicy(&c.ICEPolicy)),
+		mk("stun", false, "", strs(&c.STUN, stunURL)),
+		mk("p2p_via", false, "", str(&c.P2PVia)),
+		mk("p2p_loopback", false, "", boolean(&c.P2PLoopback)),
 		mk("datasets", true, "list the datasets the silo holds (name, path, label, class, budget)",
 			sections("dataset", func(name string) []field {
 				ds := &Dataset{Name: name, Unit: fl.UnitRecord}

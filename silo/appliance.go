@@ -15,6 +15,7 @@ import (
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/identity"
@@ -50,6 +51,10 @@ type Appliance struct {
 	// HTTP is the client secure aggregation runs over (mutual TLS as the
 	// silo, pinned to the federation's aggregators).
 	HTTP *http.Client
+	// DataPlane, when set, moves the silo's blobs and secure-aggregation
+	// messages over data channels, HTTPS being the last fallback
+	// (dataplane.go); nil: HTTPS only.
+	DataPlane *dataplane.Blobs
 	// RoundTimeout bounds one round at the silo (client step and secure
 	// aggregation); default 10 minutes.
 	RoundTimeout time.Duration
@@ -78,6 +83,7 @@ type Appliance struct {
 	metrics *siloMetrics
 	// declinedJobs are generic jobs already handed back (generic shards off).
 	declinedJobs sync.Map
+	transports   sync.Map // aggregator member → its secure-aggregation transport (dataplane.go)
 }
 
 // Options tune Open.
@@ -265,6 +271,9 @@ func (a *Appliance) Worker() *pool.Worker {
 		a.worker = &pool.Worker{
 			Client: a.Client, Name: a.Name, Identity: a.ID, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
 			Parallel: par, Poll: poll, LongPoll: a.LongPoll, Logf: a.Logf, Dispatch: a.Dispatch,
+		}
+		if a.DataPlane != nil {
+			a.worker.Blobs = a.DataPlane // contribution records, generic shards' blobs
 		}
 	})
 	return a.worker

@@ -44,14 +44,14 @@ func (a *Appliance) checkHE(b fl.RoundBundle, in wire.Input) error {
 // ledger charge (law 6): the input leaves during the call.
 func (a *Appliance) participate(ctx context.Context, base string, b fl.RoundBundle, in wire.Input) error {
 	if b.HE == nil {
-		return wire.ParticipateWith(ctx, a.HTTP, base, b.SecAgg, a.ID.PrivateKey(), in)
+		return wire.ParticipateOver(ctx, a.roundTransport(base), b.SecAgg, a.ID.PrivateKey(), in)
 	}
 	y, err := b.HE.Encode(in.Values, in.Encoded, in.Weight, b.SecAgg.Weighted)
 	if err != nil {
 		return err
 	}
 	defer clear(y)
-	var t transport.Transport = transport.HTTPS{Client: a.HTTP, Base: base}
+	t := a.roundTransport(base)
 	if testfault.Armed(testfault.KillAfterHECiphertext) {
 		t = dieAfterCiphertext{t, a.logf}
 	}

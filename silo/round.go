@@ -2,12 +2,10 @@ package silo
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,7 +127,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			WithHelp("the round job does not fit its run; the silo takes no part in it")
 	}
 
-	raw, err := a.Client.GetBlob(ctx, st.Bundle)
+	raw, err := a.blobs().GetBlob(ctx, st.Bundle)
 	if err != nil {
 		return rec, fmt.Errorf("fetching the round bundle: %w", err)
 	}
@@ -141,7 +139,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if b.Format != fl.RoundFormat || b.Run != st.Run || b.Round != st.Round {
 		return decline(bad("the round bundle (format %q, run %s, round %d) is not this job's round", b.Format, b.Run.Short(), b.Round))
 	}
-	if raw, err = a.Client.GetBlob(ctx, b.Run); err != nil {
+	if raw, err = a.blobs().GetBlob(ctx, b.Run); err != nil {
 		return rec, fmt.Errorf("fetching the run spec: %w", err)
 	}
 	var spec fl.Canonical
@@ -231,7 +229,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if staleness < 0 {
 		return decline(bad("staleness %d is negative", staleness))
 	}
-	if raw, err = a.Client.GetBlob(ctx, from); err != nil {
+	if raw, err = a.blobs().GetBlob(ctx, from); err != nil {
 		return rec, fmt.Errorf("fetching the global model: %w", err)
 	}
 	global, err := fl.DecodeGlobal(raw)
@@ -589,7 +587,7 @@ func (a *Appliance) strategy(ctx context.Context, spec fl.Canonical) (*fl.Strate
 	if e, ok := a.Catalog.Lookup(string(spec.Strategy)); ok {
 		return fl.NewStrategy(e, spec.Params())
 	}
-	src, err := a.Client.GetBlob(ctx, spec.Strategy)
+	src, err := a.blobs().GetBlob(ctx, spec.Strategy)
 	if err != nil {
 		return nil, retryable{fmt.Errorf("fetching strategy %s: %w", spec.Strategy.Short(), err)}
 	}
@@ -626,10 +624,10 @@ func (a *Appliance) secaggHost(ctx context.Context, b fl.RoundBundle) (string, e
 	if len(a.SecAgg) == 0 {
 		return "", errors.New("no aggregator address to take part in secure aggregation on")
 	}
-	round := base64.RawURLEncoding.EncodeToString([]byte(b.SecAgg.Round))
+	path := wire.RoundPath(b.SecAgg.Round) + "keyset"
 	for {
 		for _, base := range a.SecAgg {
-			if a.hosts(ctx, base+wire.Prefix+"v1/rounds/"+round+"/keyset") {
+			if a.hosts(ctx, base, path) {
 				return base, nil
 			}
 		}
@@ -641,25 +639,6 @@ func (a *Appliance) secaggHost(ctx context.Context, b fl.RoundBundle) (string, e
 		case <-t.C:
 		}
 	}
-}
-
-// hosts probes one aggregator: a GET of the key set is refused at once
-// where the round is not open (404); where it is, the host answers or
-// holds the long poll.
-func (a *Appliance) hosts(ctx context.Context, url string) bool {
-	pctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(pctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	req.Header.Set("Accept", "application/cbor")
-	resp, err := a.HTTP.Do(req)
-	if err != nil {
-		return errors.Is(pctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil // held: the round is here
-	}
-	resp.Body.Close()
-	return resp.StatusCode != http.StatusNotFound && resp.StatusCode != http.StatusServiceUnavailable
 }
 
 // report uploads the signed record and reports its hash for the shard.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/silo"
 )
 
@@ -92,6 +93,17 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			go api.FollowMembership(ctx, a.Client, fed, membershipPoll, logf)
+			if c.ICEPolicy != "https" {
+				// Round blobs and secure-aggregation messages go over
+				// data channels, HTTPS being the fallback
+				// (docs/dataplane.md); the silo opens no port.
+				if a.DataPlane, err = dataplane.StartMember(ctx, dataplane.MemberConfig{
+					Identity: id, Fed: fed, Name: c.Name, Policy: c.ICEPolicy, Via: c.P2PVia, STUN: c.STUN, Loopback: c.P2PLoopback,
+					HTTPS: a.Client, Logf: logf,
+				}); err != nil {
+					return err
+				}
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "silo %s: datasets %s; ledger %s; accepts %s; pool %s\n", c.Name,
 				strings.Join(names, ", "), c.Ledger, strings.Join(c.Policy.Strategies, ", "), strings.Join(a.Client.Endpoints(), ", "))
 			return a.Run(ctx)

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A federated round through NATs, in network namespaces, with the
+// aggregator on a public address whose firewall lets in only its API
+// (TCP) and its STUN/TURN port (UDP), as in TestP2PThroughNATs:
+//   - h1 and h2, each behind a symmetric NAT, get no direct path to the
+//     aggregator: their round bundles, models, contribution records and
+//     secure-aggregation messages go through the TURN relay (their logs
+//     say so, aggregator status shows the pairs relayed, with bytes);
+//   - h3's site lets out nothing but TCP to the aggregator's API port:
+//     everything goes over the HTTPS fallback, and its log says so;
+//   - the round, with its three-site minimum, completes.
+//
+// About 30 s, run beside the other tests: h3 waits out one ICE attempt
+// (ConnectTimeout, 12 s) before it falls back, which is what the
+// fallback case costs a site.
+func TestFLRoundThroughNATs(t *testing.T) {
+	t.Parallel() // its own namespaces, processes and directories
+	skipUnlessNetLab(t)
+	lab := newNetLab(t)
+	aggNS, aggIP := lab.public("agg")
+	const turnPort = "3478"
+	// The round waits for h3's first fetch, held by its ICE attempt.
+	c, silos := survivalCluster(t, 1, 3, "turn_listen: "+aggIP+":"+turnPort+"\nround_join_timeout: 1m\n")
+	fed, err := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fedSrc := strings.ReplaceAll(string(fed), "127.0.0.1:", aggIP+":")
+	c.write("federation.yaml", fedSrc)
+	var apiPort string
+	for _, line := range strings.Split(fedSrc, "\n") {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "address: "+aggIP+":"); ok {
+			apiPort = p
+		}
+	}
+	wanAgg := fmt.Sprintf("v%s%db", lab.tag, 1)
+	for _, r := range []string{
+		"-A INPUT -i " + wanAgg + " -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+		"-A INPUT -i " + wanAgg + " -p tcp --dport " + apiPort + " -j ACCEPT",
+		"-A INPUT -i " + wanAgg + " -p udp --dport " + turnPort + " -j ACCEPT",
+		"-A INPUT -i " + wanAgg + " -j DROP",
+	} {
+		lab.sh("agg", "iptables "+r)
+	}
+	c.netns = map[string]string{
+		"agg-1": aggNS,
+		"alice": lab.site("alice", "cone"),
+		"h1":    lab.site("h1", "symmetric"),
+		"h2":    lab.site("h2", "symmetric"),
+		"h3": lab.site("h3", "cone",
+			"-m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
+			"-p tcp -d "+aggIP+" --dport "+apiPort+" -j ACCEPT",
+			"-j DROP"),
+	}
+	c.runSpec("nat.yaml", 1)
+	c.startAggregators()
+	for _, s := range silos {
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "nat.yaml"))
+	waitFor(t, "the run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })
+
+	for _, s := range []string{"h1", "h2"} {
+		l := c.log(s)
+		for _, want := range []string{
+			"p2p: blobs with agg-1 go over a relayed data channel",
+			"p2p: secure aggregation with agg-1 goes over a relayed data channel",
+			"round 0: reported contributed contribution",
+		} {
+			if !strings.Contains(l, want) {
+				t.Errorf("%s's log lacks %q:\n%s", s, want, l)
+			}
+		}
+		if strings.Contains(l, "https fallback") {
+			t.Errorf("%s (symmetric NAT, TURN reachable) fell back to https:\n%s", s, l)
+		}
+	}
+	l := c.log("h3")
+	for _, want := range []string{
+		"p2p: blobs with agg-1 go over the https fallback",
+		"p2p: secure aggregation with agg-1 goes over the https fallback",
+		"round 0: reported contributed contribution",
+	} {
+		if !strings.Contains(l, want) {
+			t.Errorf("h3's log lacks %q:\n%s", want, l)
+		}
+	}
+	st := c.mustCLI("alice", "aggregator", "status")
+	for _, want := range []string{"p2p agg-1 ↔ h1: path relayed", "p2p agg-1 ↔ h2: path relayed", "turn " + aggIP + ":" + turnPort} {
+		if !strings.Contains(st, want) {
+			t.Errorf("aggregator status lacks %q:\n%s", want, st)
+		}
+	}
+}
