@@ -51,7 +51,7 @@ func (a *Appliance) roundTransport(base string) transport.Transport {
 	}
 	peer := a.DataPlane.Peer
 	t := &transport.DataChannel{
-		Peer: peer, Member: host, Fallback: https, FellBack: peer.RecordHTTPS,
+		Peer: peer, Member: host, Fallback: https, FellBack: peer.RecordHTTPS, Moved: a.metrics.countSecAgg,
 		PathOf: func(member string) string {
 			for _, s := range peer.Stats() {
 				if s.Peer == member && s.Path != dataplane.PathHTTPS {

@@ -37,6 +37,13 @@ func (m *siloMetrics) countTransport(rt http.RoundTripper) http.RoundTripper {
 	return obs.CountTransport(rt, m.bytes.WithLabelValues("secagg", "in"), m.bytes.WithLabelValues("secagg", "out"))
 }
 
+// countSecAgg counts secure-aggregation bodies moved over a data channel
+// (those over HTTPS are counted by countTransport).
+func (m *siloMetrics) countSecAgg(sent, received int) {
+	m.bytes.WithLabelValues("secagg", "out").Add(float64(sent))
+	m.bytes.WithLabelValues("secagg", "in").Add(float64(received))
+}
+
 // Metrics returns the silo's registry (what /metrics serves).
 func (a *Appliance) Metrics() *prometheus.Registry { return a.metrics.reg }
 

@@ -54,7 +54,11 @@ type DataChannel struct {
 	// Fell back counts the bytes of an exchange that went over the
 	// fallback (dataplane.Peer.RecordHTTPS); nil counts nothing.
 	FellBack func(member string, n int64)
-	Path     func(path string, err error)
+	// Moved, if set, hears of the bodies each exchange over the data
+	// channel sent and received (the member's metrics; the fallback
+	// counts its own).
+	Moved func(sent, received int)
+	Path  func(path string, err error)
 
 	mu   sync.Mutex
 	last string
@@ -76,6 +80,9 @@ func (d *DataChannel) RoundTrip(ctx context.Context, req Request) (Response, err
 		var w wireResponse
 		if err = content.Decode(out, &w); err == nil {
 			d.used(d.pathOf(), nil)
+			if d.Moved != nil {
+				d.Moved(len(req.Body), len(w.Body))
+			}
 			return Response{Status: w.Status, Type: w.Type, Body: w.Body}, nil
 		}
 		err = fmt.Errorf("the host's answer cannot be decoded: %v", err)
