@@ -220,25 +220,21 @@ func (g GridGaussian) Release(x []float64, noise *Noise) ([]int64, error) {
 	}
 	ClipL2(x, g.Clip)
 	c := g.norm()
-	v := make([]float64, len(x))
-	if g.FracBits >= 0 {
-		// Scaling up by 2^f is exact (c ≤ 2^28: nothing overflows), so
-		// ‖v‖ = 2^f·‖x‖ ≤ c already.
-		scale := math.Ldexp(1, g.FracBits)
-		for i, xi := range x {
-			v[i] = xi * scale
-		}
-	} else {
+	// The rounding scales x onto the grid as it goes: scaling up by 2^f
+	// is exact (c ≤ 2^28: nothing overflows), so ‖x·2^f‖ = 2^f·‖x‖ ≤ c.
+	v, scale := x, math.Ldexp(1, g.FracBits)
+	if g.FracBits < 0 {
+		// Scaling down can round in the subnormal range; re-clip on the
+		// grid so ‖v‖ ≤ c holds in floating point whatever happened.
+		v, scale = make([]float64, len(x)), 1
 		for i, xi := range x {
 			v[i] = math.Ldexp(xi, g.FracBits)
 		}
-		// Scaling down can round in the subnormal range; re-clip on the
-		// grid so ‖v‖ ≤ c holds in floating point whatever happened.
 		ClipL2(v, c)
 	}
 	// (The sensitivity never rests on this: the rounding below checks
 	// the integer vector's norm exactly.)
-	y, err := roundConditional(v, g.Bound(), noise.forkChaCha8())
+	y, err := roundConditional(v, scale, g.Bound(), noise.forkChaCha8())
 	if err != nil {
 		return nil, g.bad("%v", err)
 	}
@@ -295,14 +291,16 @@ func ReleaseOnGrid(x []float64, clip, sigma float64, fracBits int, noise *Noise)
 	return y, g.Mechanisms(), nil
 }
 
-// roundConditional rounds v (finite, ‖v‖ small enough for 64-bit squares)
-// to integers, each coordinate up with probability its fractional part,
+// roundConditional rounds v·scale (finite, its norm small enough for
+// 64-bit squares; scale a power of two under which v·scale is exact) to
+// integers, each coordinate up with probability its fractional part,
 // redrawing the whole vector until its squared norm is at most bound.
-func roundConditional(v []float64, bound uint64, rng *rand.ChaCha8) ([]int64, error) {
+func roundConditional(v []float64, scale float64, bound uint64, rng *rand.ChaCha8) ([]int64, error) {
 	y := make([]int64, len(v))
 	for range roundingTries {
 		var hi, lo uint64
 		for i, x := range v {
+			x *= scale // a power of two that overflows nothing: exact
 			fl := math.Floor(x)
 			n := int64(fl)
 			// frac·2^64 is exact: frac has at most 53 significant bits.
