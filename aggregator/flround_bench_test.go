@@ -83,12 +83,18 @@ func BenchmarkFLRound(b *testing.B) {
 		spec := flBenchSpec(iter, sites[0].Dims())
 
 		start := time.Now()
-		watched := split.watch(events, start)
+		ended, watched := split.watch(events, start)
 		run, err := flBenchLaunch(ctx, alice, cat, spec)
 		if err != nil {
 			b.Fatal(err)
 		}
-		st := p.waitRun(run, time.Minute)
+		// The run's end is its RunComplete event, not the next poll of the
+		// machine: a poll would add up to its period to every round.
+		select {
+		case <-ended:
+		case <-time.After(time.Minute):
+		}
+		st := p.waitRun(run, time.Minute) // at once, unless events were dropped
 		fed += time.Since(start)
 		watched()
 		if st.State != coordinator.RunDone || len(st.Models) != 1 {
@@ -173,28 +179,45 @@ func BenchmarkFLRound(b *testing.B) {
 // the run done (reduce: unmasked sum, server step, result stored).
 type flBenchSplit struct{ start, silos, reduce time.Duration }
 
-// watch records one round's events until the returned stop is called.
-func (s *flBenchSplit) watch(events <-chan coordinator.Event, start time.Time) (stop func()) {
-	done, quit := make(chan struct{}), make(chan struct{})
+// watch records one round's events until the returned stop is called;
+// ended is closed when a run completes.
+func (s *flBenchSplit) watch(events <-chan coordinator.Event, start time.Time) (ended <-chan struct{}, stop func()) {
+	done, quit, end := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var leased, reported time.Time
 	go func() {
 		defer close(done)
 		for {
 			select {
-			case e := <-events:
+			case e, ok := <-events:
+				if !ok {
+					// Dropped for falling behind: the caller polls instead.
+					events = nil
+					select {
+					case <-end:
+					default:
+						close(end)
+					}
+					continue
+				}
 				switch e.(type) {
 				case coordinator.ShardLeased:
 					leased = time.Now()
 				case coordinator.ShardVerified:
 					reported = time.Now()
+				case coordinator.RunComplete:
+					select {
+					case <-end:
+					default:
+						close(end)
+					}
 				}
 			case <-quit:
 				return
 			}
 		}
 	}()
-	return func() {
-		end := time.Now()
+	return end, func() {
+		now := time.Now()
 		close(quit)
 		<-done
 		if leased.IsZero() || reported.IsZero() {
@@ -202,7 +225,7 @@ func (s *flBenchSplit) watch(events <-chan coordinator.Event, start time.Time) (
 		}
 		s.start += leased.Sub(start)
 		s.silos += reported.Sub(leased)
-		s.reduce += end.Sub(reported)
+		s.reduce += now.Sub(reported)
 	}
 }
 
