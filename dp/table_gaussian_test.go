@@ -262,7 +262,7 @@ func TestGridSamplerIsDiscreteGaussian(t *testing.T) {
 // reference sampler (CKS 2020, intGaussian) at the d = 10^6 benchmark's
 // scale, T = 65537, one goroutine each: reported as ref/table.
 func BenchmarkGridSampler(b *testing.B) {
-	const T, batch = 65537, 20000
+	const T, batch = 65537, 200000
 	tab := newGridSampler(gaussTableFor(T), newNoiseFromSeed([32]byte{1}).forkChaCha8())
 	ref := newIntGaussian(T, newNoiseFromSeed([32]byte{2}).forkChaCha8())
 	v := make([]int64, batch)
