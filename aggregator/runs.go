@@ -435,6 +435,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			Round: roundID(st.ID, r, len(st.Jobs)), Members: members, Dim: dims + len(metricNames),
 			Threshold: roundThreshold(len(members), spec.MinCohort),
 			Clip:      clip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: grid,
+			Protocol: secagg.Protocol(spec.Masking), // empty: by cohort size
 		},
 	}
 	if spec.AggregationMode() == fl.AggThresholdHE {

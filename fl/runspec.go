@@ -11,6 +11,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
+	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -25,6 +26,7 @@ import (
 //	privacy: {clip: 1.0, sigma: 1.1, q: 0.05, steps: 20}
 //	secure_aggregation: true
 //	aggregation: masking         # or threshold-he
+//	masking: secagg+             # or pairwise; default by cohort size
 //	seed: 7
 type RunSpec struct {
 	Name     string `cbor:"name" json:"name"`
@@ -68,7 +70,11 @@ type RunSpec struct {
 	// empty, so a spec that names the default hashes as one that does
 	// not) or AggThresholdHE (package secagg/he).
 	Aggregation string `cbor:"aggregation,omitempty" json:"aggregation,omitempty"`
-	Seed        int64  `cbor:"seed" json:"seed"`
+	// Masking is the masking protocol of an aggregation: masking run:
+	// secagg.Pairwise or secagg.SecAggPlus; empty lets each round pick
+	// by its cohort size (secagg.DefaultProtocol).
+	Masking string `cbor:"masking,omitempty" json:"masking,omitempty"`
+	Seed    int64  `cbor:"seed" json:"seed"`
 	// FeatureBounds are public bounds B_j on |x_j| (a data dictionary's
 	// ranges), one per model input: under DP the statistics step clips
 	// each value to [−B_j, B_j] and releases Σx/B, Σx²/B², which bounds a
@@ -171,7 +177,7 @@ func LoadRunSpec(path string) (*RunSpec, error) {
 	return ParseRunSpec(path, data)
 }
 
-var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "aggregation", "seed", "standardize", "evaluation"}
+var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "aggregation", "masking", "seed", "standardize", "evaluation"}
 
 // ParseRunSpec parses a run spec, reporting every problem at once.
 func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
@@ -323,6 +329,19 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		default:
 			d.Errorf(n, diag.InvalidValue, "aggregation", "use masking (pairwise masks, the default) or threshold-he (threshold homomorphic encryption; docs/secagg.md says which to pick)",
 				"unknown aggregation mode %q", v)
+		}
+	}
+	if n := f["masking"]; n != nil {
+		switch v := d.Str(n, "masking"); secagg.Protocol(v) {
+		case secagg.Pairwise, secagg.SecAggPlus:
+			s.Masking = v
+			if !s.SecureAgg || s.AggregationMode() != AggMasking {
+				d.Errorf(n, diag.InvalidValue, "masking", "drop masking, or run secure_aggregation: true with aggregation: masking",
+					"masking: %s without masked secure aggregation", v)
+			}
+		default:
+			d.Errorf(n, diag.InvalidValue, "masking", "use pairwise (every pair of sites) or secagg+ (k = O(log n) neighbours; docs/secagg.md, \"SecAgg+\")",
+				"unknown masking protocol %q", v)
 		}
 	}
 	if n := f["seed"]; n != nil {

@@ -219,3 +219,35 @@ func TestRunSpecAggregation(t *testing.T) {
 		}
 	}
 }
+
+// masking: pairwise|secagg+ is kept (and changes the run ID); it needs
+// masked secure aggregation, and an unknown protocol is refused with the
+// line it is on.
+func TestRunSpecMasking(t *testing.T) {
+	cat, _ := catalog.Builtin()
+	base, err := ParseRunSpec("run.yaml", []byte(goodRun))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, idDefault, _, _ := base.Resolve(cat, ".")
+	for _, p := range []string{"pairwise", "secagg+"} {
+		s, err := ParseRunSpec("run.yaml", []byte(goodRun+"masking: "+p+"\n"))
+		if err != nil || s.Masking != p {
+			t.Fatalf("masking: %s: %v %+v", p, err, s)
+		}
+		if _, id, _, _ := s.Resolve(cat, "."); id == idDefault {
+			t.Fatalf("masking: %s kept the default run's ID", p)
+		}
+	}
+	for _, bad := range []string{"masking: secagg++\n", "aggregation: threshold-he\nmasking: secagg+\n"} {
+		_, err := ParseRunSpec("run.yaml", []byte(goodRun+bad))
+		ds, ok := diag.As(err)
+		if !ok || ds[0].Code != diag.InvalidValue || !strings.Contains(err.Error(), "masking") {
+			t.Fatalf("%q: want SC1005 on masking, got %v", bad, err)
+		}
+	}
+	src := strings.Replace(goodRun, "secure_aggregation: true", "secure_aggregation: false", 1) + "masking: pairwise\n"
+	if _, err := ParseRunSpec("run.yaml", []byte(src)); err == nil {
+		t.Fatal("masking without secure aggregation accepted")
+	}
+}

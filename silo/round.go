@@ -167,6 +167,9 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if want := spec.Spec.AggregationMode(); want != req.Aggregation {
 		return decline(bad("the round forms its sum by %s but its run asks for %s", req.Aggregation, want))
 	}
+	if want := spec.Spec.Masking; want != "" && b.HE == nil && string(b.SecAgg.Protocol) != want {
+		return decline(bad("the round masks by %q but its run asks for %s", b.SecAgg.Protocol, want))
+	}
 	if f, err := b.SecAgg.FracBits(); err != nil {
 		return decline(err)
 	} else {

@@ -167,7 +167,11 @@ func runSummary(s *fl.RunSpec) string {
 		b.WriteString(", no DP")
 	}
 	if s.SecureAgg {
-		fmt.Fprintf(&b, ", secure aggregation (%s)", s.AggregationMode())
+		mode := s.AggregationMode()
+		if s.Masking != "" {
+			mode += ", " + s.Masking
+		}
+		fmt.Fprintf(&b, ", secure aggregation (%s)", mode)
 	}
 	return b.String()
 }

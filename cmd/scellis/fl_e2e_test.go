@@ -259,7 +259,12 @@ func TestFLFedAvgMatchesCentralised(t *testing.T) {
 			"  - {name: patients, path: data/%s-train.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n"+
 			"  - {name: patients-test, path: data/%s-test.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n", s, s, s, s, s))
 	}
-	run := func(name, std string) string {
+	// The local run also asks for SecAgg+ masking: its rounds of four
+	// mask every pair (too few sites for a sparse graph), and a silo
+	// declines a round whose params do not carry the protocol its run
+	// asks for, so the run completing shows the choice reaching the silos
+	// through the round bundle.
+	run := func(name, std, extra string) string {
 		return fmt.Sprintf(`name: %s
 strategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}
 model:
@@ -274,10 +279,13 @@ rounds: 12
 privacy: {dp: false}
 secure_aggregation: true
 seed: 1
-`, name, std)
+%s`, name, std, extra)
 	}
-	c.write("federated.yaml", run("fedavg-federated", "federated"))
-	c.write("local.yaml", run("fedavg-local", "local"))
+	c.write("federated.yaml", run("fedavg-federated", "federated", ""))
+	c.write("local.yaml", run("fedavg-local", "local", "masking: secagg+\n"))
+	if out := mustRun(t, scellisCmd(t, c.dir, "config", "check", "local.yaml")); !strings.Contains(out, "secure aggregation (masking, secagg+)") {
+		t.Fatalf("config check does not show the masking protocol:\n%s", out)
+	}
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
