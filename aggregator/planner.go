@@ -351,7 +351,8 @@ func submitCommand(pl *job.Plan, bundleRef content.Ref, builtin *catalog.Catalog
 		SecurityCritical: pl.Spec.SecurityCritical,
 		Inputs:           req.Inputs,
 		Models:           req.Models,
-		Policy:           coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts, Mode: pl.Spec.Verification.Mode},
+		Policy: coordinator.Policy{Replicas: pl.Spec.Verification.Replicas, Attempts: pl.Spec.Verification.Attempts, Mode: pl.Spec.Verification.Mode,
+			TrustAfter: pl.Spec.Verification.TrustAfter, AuditOneIn: pl.Spec.Verification.AuditOneIn},
 	}
 	// A check other than exact match is judged by a verifier peer
 	// (verifier.go); the coordinator records its verdicts.

@@ -44,6 +44,14 @@ type Policy struct {
 	Tolerance string `cbor:"tolerance,omitempty" json:"tolerance,omitempty"`
 	// Rounds is the k of a Freivalds check (error probability 2^-k).
 	Rounds int `cbor:"rounds,omitempty" json:"rounds,omitempty"`
+	// TrustAfter and AuditOneIn are an adaptive job's spot-check knobs
+	// (spotcheck.go): a peer runs the job's shards alone once its streak
+	// of valid checks reaches TrustAfter, and is then audited with
+	// probability 1/AuditOneIn. 0: SpotParams' (filled in on submission).
+	// Exclusion and the re-check window stay pool-wide (SpotParams): they
+	// act on a peer's record across jobs.
+	TrustAfter int `cbor:"trust_after,omitempty" json:"trust_after,omitempty"`
+	AuditOneIn int `cbor:"audit_one_in,omitempty" json:"audit_one_in,omitempty"`
 }
 
 // ShardPlan is one shard as the planner made it: priced before execution.

@@ -59,7 +59,26 @@ const (
 )
 
 // SpotParams are the adaptive-replication knobs every replica applies.
+// A job may set its own TrustAfter and AuditOneIn (Policy); ExcludeAfter
+// and Window are the pool's, since they act on a peer across jobs.
 var SpotParams = spot.DefaultParams
+
+// MaxSpotKnob bounds a job's TrustAfter and AuditOneIn.
+const MaxSpotKnob = 1000
+
+// spotParams are the knobs that apply to j: its own trust threshold and
+// audit rate (the pool's for a job submitted without them), the pool's
+// exclusion and window.
+func spotParams(j *jobState) spot.Params {
+	p := SpotParams
+	if j.Policy.TrustAfter > 0 {
+		p.TrustAfter = j.Policy.TrustAfter
+	}
+	if j.Policy.AuditOneIn > 0 {
+		p.AuditOneIn = j.Policy.AuditOneIn
+	}
+	return p
+}
 
 // Canary is a shard's known answer, computed by the planner. It is never
 // shown to peers.
@@ -276,7 +295,7 @@ func (m *Machine) draw(c DrawAudit) Result {
 	if s.Audit != auditAudited {
 		primary := s.Commits[len(s.Commits)-1].Peer
 		s.Audit = auditAlone
-		if spot.ShouldAudit(m.peer(primary).Record, SpotParams, c.Seed) {
+		if spot.ShouldAudit(m.peer(primary).Record, spotParams(j), c.Seed) {
 			s.Audit = auditAudited
 		}
 		s.Draws = len(s.Commits)
@@ -402,7 +421,7 @@ func verdictOf(s *shardState, i int, h content.Ref) spot.Verdict {
 // judge applies one verdict to peer's record and what follows from it.
 func (m *Machine) judge(j *jobState, s *shardState, peer string, v spot.Verdict, now int64) []Event {
 	rec := m.peer(peer)
-	a := spot.Observe(&rec.Record, v, SpotParams)
+	a := spot.Observe(&rec.Record, v, spotParams(j))
 	if v == spot.Valid {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/scellis/scellis/content"
@@ -612,5 +613,53 @@ func TestRecheckReopensReducedJob(t *testing.T) {
 	}
 	if res := r.apply(ReportReduced{Job: first, Peer: "agg", Reduced: result("reduced-again"), Now: r.now}); res.Refused() {
 		t.Fatal(res.Refusal)
+	}
+}
+
+// A job's own spot-check knobs (Policy.TrustAfter, AuditOneIn) replace the
+// pool's for its draws and show in its method; they are refused outside
+// their range and on a quorum job.
+func TestSpotKnobsPerJob(t *testing.T) {
+	r := newRig(t, 2)
+	r.apply(Lease{Peer: "w1", Now: r.now})
+	r.apply(Lease{Peer: "w2", Now: r.now})
+	pol := Policy{Mode: ModeAdaptive, TrustAfter: 1, AuditOneIn: 1000}
+	sub := SubmitJob{Job: content.Hash([]byte("knobs")), Name: "knobs", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: r.now}
+	for i := range 2 {
+		sub.Shards = append(sub.Shards, ShardPlan{Index: i, ID: content.Hash([]byte(fmt.Sprintf("knobs/%d", i))), Price: 3, PriceBasis: "flat"})
+	}
+	for _, bad := range []Policy{{Mode: ModeAdaptive, AuditOneIn: MaxSpotKnob + 1}, {TrustAfter: 2}} {
+		b := sub
+		b.Policy = bad
+		wantCode(t, r.apply(b), diag.PoolBadJob)
+	}
+	res := r.apply(sub)
+	if res.Refused() || !strings.Contains(res.Response.(*SubmitResponse).Method, "trusted after 1 valid checks, then audited 1 in 1000") {
+		t.Fatalf("submission: %+v", res)
+	}
+	r.job = sub.Job
+	// One valid audited check makes w1 trusted for this job (the pool's
+	// threshold is 5).
+	s := r.lease("w1")
+	r.commit("w1", s, result("a"))
+	if d := r.draw(s, r.seedNext()); !d.Audited {
+		t.Fatal("an untrusted peer's shard was not audited")
+	}
+	r.lease("w2")
+	r.commit("w2", s, result("a"))
+	r.reveal("w1", s, result("a"))
+	r.reveal("w2", s, result("a"))
+	rec := r.record("w1").Record
+	if rec.Streak != 1 || rec.Trusted(SpotParams) {
+		t.Fatalf("w1 after one check: %+v", rec)
+	}
+	seed := seedFor(rec, true) // audited under the pool's knobs (w1 is untrusted there)…
+	for spot.ShouldAudit(rec, spot.Params{TrustAfter: 1, AuditOneIn: 1000}, seed) {
+		seed[0]++ // …but not under the job's
+	}
+	s = r.lease("w1")
+	r.commit("w1", s, result("b"))
+	if d := r.draw(s, seed); d.Audited {
+		t.Fatal("the job's trust threshold and audit rate were not applied")
 	}
 }

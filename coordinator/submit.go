@@ -108,6 +108,10 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 			c.Policy.Replicas, maxReplicas, c.Policy.Attempts, maxReplicas*4)
 	case checkPolicy(c.Policy) != "":
 		return bad("verification check: %s", checkPolicy(c.Policy))
+	case c.Policy.TrustAfter < 0 || c.Policy.TrustAfter > MaxSpotKnob || c.Policy.AuditOneIn < 0 || c.Policy.AuditOneIn > MaxSpotKnob:
+		return bad("spot-check knobs outside 1 to %d (trust after %d, audit 1 in %d)", MaxSpotKnob, c.Policy.TrustAfter, c.Policy.AuditOneIn)
+	case c.Policy.Mode != ModeAdaptive && (c.Policy.TrustAfter != 0 || c.Policy.AuditOneIn != 0):
+		return bad("spot-check knobs (trust after, audit 1 in) belong to adaptive jobs")
 	case c.Policy.LeaseTTL < 0 || c.Policy.LeaseTTL > MaxLeaseTTL:
 		return bad("lease TTL %d ms outside 0 to %d", c.Policy.LeaseTTL, MaxLeaseTTL)
 	}
@@ -163,6 +167,14 @@ func (m *Machine) resolvePolicy(p Policy, subject string) (Policy, *diag.Diagnos
 	if p.LeaseTTL == 0 {
 		p.LeaseTTL = m.st.DefaultLeaseTTL
 	}
+	if p.Mode == ModeAdaptive {
+		if p.TrustAfter == 0 {
+			p.TrustAfter = SpotParams.TrustAfter
+		}
+		if p.AuditOneIn == 0 {
+			p.AuditOneIn = SpotParams.AuditOneIn
+		}
+	}
 	return p, nil
 }
 
@@ -173,7 +185,7 @@ func jobMethod(p Policy) string {
 	}
 	if p.Mode == ModeAdaptive {
 		return fmt.Sprintf("adaptive: spot checks (trusted after %d valid checks, then audited 1 in %d), canaries, quorum-%d-exact when audited",
-			SpotParams.TrustAfter, SpotParams.AuditOneIn, p.Replicas)
+			p.TrustAfter, p.AuditOneIn, p.Replicas)
 	}
 	return fmt.Sprintf("quorum-%d-exact", p.Replicas)
 }

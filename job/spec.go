@@ -89,6 +89,11 @@ type Verification struct {
 	// Canaries is the share of an adaptive job's shards the planner
 	// computes beforehand as known answers (0: the default, 5%).
 	Canaries float64 `cbor:",omitempty"`
+	// TrustAfter and AuditOneIn tune an adaptive job's spot checks: a
+	// peer runs shards alone after this many consecutive valid checks,
+	// then is audited one shard in AuditOneIn (0: the pool's, 5 and 5).
+	TrustAfter int `cbor:",omitempty"`
+	AuditOneIn int `cbor:",omitempty"`
 }
 
 // EffectiveTier is the tier the job runs under: the declared one, or
@@ -146,7 +151,7 @@ var (
 	ClassKeys  = []string{"content", "model"}
 	useKeys    = []string{"use", "params"}
 	inputKeys  = []string{"path", "label", "class"}
-	verifyKeys = []string{"tier", "replicas", "tolerance", "attempts", "freivalds", "mode", "canaries"}
+	verifyKeys = []string{"tier", "replicas", "tolerance", "attempts", "freivalds", "mode", "canaries", "trust_after", "audit_one_in"}
 	tolKeys    = []string{"abs", "rel", "per"}
 	limitKeys  = []string{"steps", "memory_mb"}
 )
@@ -291,6 +296,19 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 			s.Verification.Canaries = d.Number(v, "verification.canaries", 0, 0.5)
 			if s.Verification.Mode != "adaptive" {
 				d.Errorf(v, diag.InvalidValue, "verification.canaries", "set verification.mode: adaptive, or remove canaries", "canaries are mixed into adaptive jobs only")
+			}
+		}
+		for _, k := range []struct {
+			key string
+			to  *int
+		}{{"trust_after", &s.Verification.TrustAfter}, {"audit_one_in", &s.Verification.AuditOneIn}} {
+			v := vf[k.key]
+			if v == nil {
+				continue
+			}
+			*k.to = int(d.Integer(v, "verification."+k.key, 1, 1000))
+			if s.Verification.Mode != "adaptive" {
+				d.Errorf(v, diag.InvalidValue, "verification."+k.key, "set verification.mode: adaptive, or remove "+k.key, "spot-check knobs tune adaptive jobs only")
 			}
 		}
 	}

@@ -54,6 +54,8 @@ func TestParseSpecErrors(t *testing.T) {
 		{"duplicate key", "name: x\nname: y\nprogram: p\npartitioner: grid\n", diag.ConfigDuplicate, 2},
 		{"nan param", "name: x\nprogram: p\npartitioner: grid\nparams: {a: .nan}\n", diag.InvalidValue, 4},
 		{"replicas range", "name: x\nprogram: p\npartitioner: grid\nverification: {replicas: 0}\n", diag.InvalidValue, 4},
+		{"audit rate range", "name: x\nprogram: p\npartitioner: grid\nverification:\n  mode: adaptive\n  audit_one_in: 1001\n", diag.InvalidValue, 6},
+		{"trust knob on a quorum job", "name: x\nprogram: p\npartitioner: grid\nverification: {trust_after: 3}\n", diag.InvalidValue, 4},
 		{"empty", "", diag.MissingField, 1},
 		{"unknown class target", "name: x\nprogram: p\npartitioner: grid\nclasses: {dataset: confidential}\n", diag.UnknownKey, 4},
 		{"bad content class", "name: x\nprogram: p\npartitioner: grid\nclasses:\n  model: secret\n", diag.UnknownInputClass, 5},

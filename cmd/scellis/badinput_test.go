@@ -68,6 +68,7 @@ func TestBadInputCorpus(t *testing.T) {
 	write("job-fifo-input.yaml", strings.Replace(string(job), "path: nan.csv", "path: fifo", 1))
 	write("job-devzero-input.yaml", strings.Replace(string(job), "path: nan.csv", "path: /dev/zero", 1))
 	writeReceiptVariants(t, dir)
+	write("job-audit-rate.yaml", "name: x\nprogram: montecarlo_pi\npartitioner: seeds\nverification:\n  mode: adaptive\n  audit_one_in: 0\n")
 
 	cases := []struct {
 		name string
@@ -102,6 +103,7 @@ func TestBadInputCorpus(t *testing.T) {
 		{"receipt with an unknown key", []string{"receipts", "verify", "--file", "receipts-unknown-key.json"}, 2, "SC7014"},
 		{"receipt with a case-changed key", []string{"receipts", "verify", "--file", "receipts-case.json"}, 2, "SC7014"},
 		{"receipt with a repeated key", []string{"receipts", "verify", "--file", "receipts-dup.json"}, 2, "SC7014"},
+		{"spot-check audit rate out of range", []string{"run", "job-audit-rate.yaml"}, 2, "SC1005"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -53,7 +53,7 @@ func TestPoolCanaryCatchesLiarAndRubberStamp(t *testing.T) {
 program: ./sq.star
 partitioner: {use: items, params: {items: [{x: 1}, {x: 2}, {x: 3}, {x: 4}, {x: 5}, {x: 6}]}}
 reducer: concat
-verification: {mode: adaptive, canaries: 0.34}
+verification: {mode: adaptive, canaries: 0.34, trust_after: 7, audit_one_in: 3}
 `)
 	mustRun(t, scellisCmd(t, c.dir, "run", "sq.yaml", "--out", "solo"))
 	c.startAggregators()
@@ -80,12 +80,17 @@ verification: {mode: adaptive, canaries: 0.34}
 		t.Fatalf("pool result %s, solo %s", pool["result"], solo["result"])
 	}
 	var doc struct {
-		Shards []struct {
+		Verification struct{ Method string }
+		Shards       []struct {
 			Index int
 			Check *struct{ Method string }
 		}
 	}
 	readJSON(t, filepath.Join(c.dir, "pool", "result.json"), &doc)
+	// The job's own spot-check knobs are the ones in force, and say so.
+	if !strings.Contains(doc.Verification.Method, "trusted after 7 valid checks, then audited 1 in 3") {
+		t.Fatalf("result.json verification method %q", doc.Verification.Method)
+	}
 	methods := map[string]int{}
 	for _, s := range doc.Shards {
 		if s.Check == nil || s.Check.Method == "" {
@@ -116,7 +121,9 @@ verification: {mode: adaptive, canaries: 0.34}
 			}
 		}
 	}
-	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact") {
+	// The chain, compensating entries included, verifies with every
+	// credited peer's signature (SC7306 otherwise).
+	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact") || !strings.Contains(out, "signed by the peers it credits") {
 		t.Fatalf("receipts verify: %s", out)
 	}
 	var contrib map[string]int64
