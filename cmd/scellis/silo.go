@@ -103,6 +103,7 @@ Check a config first with 'scellis config check FILE'; see docs/silo.md.`,
 				}); err != nil {
 					return err
 				}
+				a.Metrics().MustRegister(a.DataPlane.Peer.Collector()) // scellis_p2p_* on the silo's /metrics
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "silo %s: datasets %s; ledger %s; accepts %s; pool %s\n", c.Name,
 				strings.Join(names, ", "), c.Ledger, strings.Join(c.Policy.Strategies, ", "), strings.Join(a.Client.Endpoints(), ", "))
