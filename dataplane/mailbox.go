@@ -3,6 +3,8 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -22,13 +24,22 @@ type Mailbox struct {
 	TTL time.Duration
 	// PerPair bounds the unread messages from one member to another
 	// (default 8); PerRecipient all unread messages to one member
-	// (default 128). A post beyond either is refused (SC7202).
-	PerPair, PerRecipient int
+	// (default 128); PerSender all unread messages from one member, to
+	// anyone (default 64: a member cannot hold more than 64 × 32 KiB of
+	// the node's memory however many members it writes to). A post beyond
+	// any is refused (SC7202).
+	PerPair, PerRecipient, PerSender int
 
-	mu    sync.Mutex
-	boxes map[string][]mail
-	wake  map[string]chan struct{}
+	mu      sync.Mutex
+	boxes   map[string][]mail
+	wake    map[string]chan struct{}
+	waiting map[string]int // member → its polls waiting in Take
 }
+
+// MaxWaiting bounds the polls one member holds waiting in Take at once:
+// a peer polls one at a time; a poll beyond the bound returns at once,
+// without waiting, so a member cannot pile up waiting requests.
+const MaxWaiting = 4
 
 // MaxSignalBytes bounds one signalling message (an SDP with its
 // candidates is a few kilobytes).
@@ -55,14 +66,15 @@ func (m *Mailbox) Post(from string, s Signal) error {
 	if s.From != from {
 		return diag.New(diag.P2PSignalRefused, from, "%s posted a signal claiming to be from %q", from, s.From)
 	}
-	if size := len(s.SDP) + len(s.Session) + len(s.Fingerprint) + len(s.Sig) + len(s.To); size > MaxSignalBytes {
+	if s.Kind != KindOffer && s.Kind != KindAnswer {
+		return diag.New(diag.P2PSignalRefused, from, "a signal of kind %.40q: only offers and answers are relayed", s.Kind)
+	}
+	if size := s.size(); size > MaxSignalBytes {
 		return diag.New(diag.P2PMailboxFull, from, "signal of %d bytes exceeds %d", size, MaxSignalBytes)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.boxes == nil {
-		m.boxes, m.wake = map[string][]mail{}, map[string]chan struct{}{}
-	}
+	m.init()
 	box := m.expire(s.To)
 	pair := 0
 	for _, e := range box {
@@ -74,12 +86,35 @@ func (m *Mailbox) Post(from string, s Signal) error {
 		return diag.New(diag.P2PMailboxFull, s.To, "%s's signalling mailbox is full", s.To).
 			WithHelp("the peer is not reading its mail (down, or not running the data plane); transfers fall back to HTTPS")
 	}
-	m.boxes[s.To] = append(box, mail{s: s, at: time.Now()})
+	sent := 0
+	for to := range m.boxes {
+		for _, e := range m.expire(to) {
+			if e.s.From == from {
+				sent++
+			}
+		}
+	}
+	if sent >= cmpOr(m.PerSender, 64) {
+		return diag.New(diag.P2PMailboxFull, from, "%s has %d unread signals waiting on this node", from, sent).
+			WithHelp("the peers it signals are not reading their mail; transfers fall back to HTTPS")
+	}
+	m.boxes[s.To] = append(m.boxes[s.To], mail{s: s, at: time.Now()})
 	if w, ok := m.wake[s.To]; ok {
 		close(w)
 		delete(m.wake, s.To)
 	}
 	return nil
+}
+
+// size is what a signal costs the mailbox.
+func (s *Signal) size() int {
+	return len(s.SDP) + len(s.Session) + len(s.Fingerprint) + len(s.Sig) + len(s.To) + len(s.Kind)
+}
+
+func (m *Mailbox) init() {
+	if m.boxes == nil {
+		m.boxes, m.wake, m.waiting = map[string][]mail{}, map[string]chan struct{}{}, map[string]int{}
+	}
 }
 
 // expire drops to's expired mail and returns the rest; m.mu is held.
@@ -103,11 +138,23 @@ func (m *Mailbox) expire(to string) []mail {
 func (m *Mailbox) Take(ctx context.Context, to string, wait time.Duration) []Signal {
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
+	m.mu.Lock()
+	m.init()
+	if m.waiting[to] >= MaxWaiting {
+		wait = 0 // enough of its polls wait already: answer this one at once
+	} else {
+		m.waiting[to]++
+		defer func() {
+			m.mu.Lock()
+			if m.waiting[to]--; m.waiting[to] <= 0 {
+				delete(m.waiting, to)
+			}
+			m.mu.Unlock()
+		}()
+	}
+	m.mu.Unlock()
 	for {
 		m.mu.Lock()
-		if m.boxes == nil {
-			m.boxes, m.wake = map[string][]mail{}, map[string]chan struct{}{}
-		}
 		if box := m.expire(to); len(box) > 0 {
 			delete(m.boxes, to)
 			m.mu.Unlock()
@@ -116,6 +163,10 @@ func (m *Mailbox) Take(ctx context.Context, to string, wait time.Duration) []Sig
 				out[i] = e.s
 			}
 			return out
+		}
+		if wait <= 0 {
+			m.mu.Unlock()
+			return nil
 		}
 		w, ok := m.wake[to]
 		if !ok {
@@ -155,7 +206,7 @@ const MaxWait = 25 * time.Second
 // aggregator's mutual-TLS listener:
 //
 //	POST /p2p/signal        leave a Signal (JSON) for its recipient
-//	GET  /p2p/signal?wait=  the caller's mail, long-polled up to wait
+//	GET  /p2p/signal?wait_ms=  the caller's mail, long-polled up to wait_ms
 //	GET  /p2p/ice           ICE servers for the caller (short-lived TURN credentials)
 //
 // ice may be nil (no STUN/TURN on this node).
@@ -169,8 +220,19 @@ func Handler(fed *identity.Federation, box *Mailbox, ice func(member string) []I
 		}
 		var s Signal
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 2*MaxSignalBytes))
-		if err := dec.Decode(&s); err != nil {
-			refuse(w, http.StatusBadRequest, diag.New(diag.P2PMailboxFull, peer.Name, "unreadable signal: %v", err))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&s)
+		if _, terr := dec.Token(); err == nil && terr != io.EOF {
+			err = errors.New("trailing data after the signal")
+		}
+		if err != nil {
+			status, code := http.StatusBadRequest, diag.P2PSignalRefused
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				status, code = http.StatusRequestEntityTooLarge, diag.P2PMailboxFull
+			}
+			refuse(w, status, diag.New(code, peer.Name, "unreadable signal: %v", err).
+				WithHelp("a signal is one JSON object with the fields of dataplane.Signal"))
 			return
 		}
 		if _, ok := fed.Member(s.To); !ok {
@@ -181,6 +243,8 @@ func Handler(fed *identity.Federation, box *Mailbox, ice func(member string) []I
 			status := http.StatusTooManyRequests
 			if ds, ok := diag.As(err); ok && ds[0].Code == diag.P2PSignalRefused {
 				status = http.StatusForbidden
+			} else if s.size() > MaxSignalBytes {
+				status = http.StatusRequestEntityTooLarge
 			}
 			refuse(w, status, err)
 			return

@@ -233,7 +233,9 @@ func TestMailboxBounds(t *testing.T) {
 		t.Fatal("an oversized signal was accepted")
 	}
 	short := &Mailbox{TTL: time.Nanosecond}
-	short.Post("a", Signal{From: "a", To: "b"})
+	if err := short.Post("a", Signal{From: "a", To: "b", Kind: KindOffer}); err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(time.Millisecond) // the TTL is the thing under test
 	if n := short.Pending(); n != 0 {
 		t.Fatalf("%d expired signals still pending", n)

@@ -4,7 +4,7 @@ package diag
 // signalling through the aggregators' mailboxes, data-channel transfers
 // and the TURN relay.
 var (
-	P2PSignalRefused = define("SC7201", "data-plane signalling refused: bad signature or fingerprint")
+	P2PSignalRefused = define("SC7201", "data-plane signalling refused: malformed, bad signature or fingerprint")
 	P2PMailboxFull   = define("SC7202", "data-plane signalling mailbox full or message too large")
 	P2PConfig        = define("SC7203", "data-plane (ICE, STUN, TURN) config problem")
 	P2PTransfer      = define("SC7204", "blob transfer over a data channel refused")
