@@ -66,7 +66,9 @@ func (s *Server) changeMembership(w http.ResponseWriter, r *http.Request) {
 
 // CheckChange checks what a change says before it is proposed: a valid
 // name, and for an addition a known role, a well-formed key and addresses
-// where the role needs them (the checks of the federation file).
+// where the role needs them (the checks of the federation file); a
+// rotation or revocation carries nothing it does not apply, so what an
+// operator signed is exactly what changes.
 func CheckChange(c identity.Change) diag.List {
 	var ds diag.List
 	add := func(err error) {
@@ -101,7 +103,15 @@ func CheckChange(c identity.Change) diag.List {
 	case identity.OpRotate:
 		_, err := identity.ParsePublicKey(c.PublicKey)
 		add(err)
+		if c.Role != "" || c.Address != "" || c.RaftAddress != "" {
+			ds = append(ds, diag.New(diag.PoolBadRequest, c.Name, "a rotation carries the member's name and new key only, not a role or addresses").
+				WithHelp("a rotation changes the key alone; revoke and add the member to change anything else"))
+		}
 	case identity.OpRevoke:
+		if c.Role != "" || c.PublicKey != "" || c.Address != "" || c.RaftAddress != "" {
+			ds = append(ds, diag.New(diag.PoolBadRequest, c.Name, "a revocation carries the member's name only, not a role, key or addresses").
+				WithHelp("revoke the member by its name: scellis federation revoke NAME"))
+		}
 	default:
 		ds = append(ds, diag.New(diag.PoolBadRequest, c.Name, "unknown membership operation %q", c.Op).
 			WithHelp("use add, revoke or rotate"))

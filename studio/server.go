@@ -64,7 +64,16 @@ type Server struct {
 	kick    chan struct{}
 	// secret, for a solo run, is the one viewer token (no federation).
 	secret []byte
+
+	streamsMu sync.Mutex
+	streams   map[string]int // member → its open event streams
 }
+
+// MaxStreams bounds the event streams one member holds open at once (a
+// tab holds one; a few tabs and reconnects fit). Each stream costs a
+// goroutine and an encoding of every picture, so a member past the bound
+// is refused (SC7404, 429) rather than let it grow the node's work.
+const MaxStreams = 8
 
 // NewServer returns a Studio over src, admitting the members of fed.
 func NewServer(src Source, fed *identity.Federation, log *slog.Logger) *Server {
@@ -360,6 +369,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	vc := viewerOf(r)
+	if !s.enterStream(vc.v.Member) {
+		writeDiag(w, r, http.StatusTooManyRequests, diag.New(diag.StudioBusy, vc.v.Member, "%s already holds %d Studio event streams", vc.v.Member, MaxStreams).
+			WithHelp("close other Studio tabs of this member; every tab needs one stream"))
+		return
+	}
+	defer s.leaveStream(vc.v.Member)
 	s.viewers.Add(1)
 	defer s.viewers.Add(-1)
 	select { // wake Run: there is someone to draw for now
@@ -391,6 +406,27 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			flusher.Flush()
 		case <-changed:
 		}
+	}
+}
+
+func (s *Server) enterStream(member string) bool {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams == nil {
+		s.streams = map[string]int{}
+	}
+	if s.streams[member] >= MaxStreams {
+		return false
+	}
+	s.streams[member]++
+	return true
+}
+
+func (s *Server) leaveStream(member string) {
+	s.streamsMu.Lock()
+	defer s.streamsMu.Unlock()
+	if s.streams[member]--; s.streams[member] <= 0 {
+		delete(s.streams, member)
 	}
 }
 

@@ -268,3 +268,61 @@ func TestStudioHidesOpenPoolValues(t *testing.T) {
 		t.Fatal("cutting a viewer's picture changed the full one")
 	}
 }
+
+// A member holds at most MaxStreams event streams at once: the next is
+// refused (SC7404), another member is not, and a stream that ends gives
+// its place back.
+func TestStudioBoundsStreamsPerMember(t *testing.T) {
+	w := newWorld(t)
+	srv := NewServer(newFake(t), w.fed, nil)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	now := time.Now()
+	open := func(ctx context.Context, member string) *http.Response {
+		req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/api/events", nil)
+		req.Header.Set("Authorization", "Bearer "+w.token(t, member, time.Hour, now))
+		res, err := ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var held []*http.Response
+	for range MaxStreams {
+		res := open(ctx, "h1")
+		if res.StatusCode != 200 {
+			t.Fatalf("stream %d: %d", len(held), res.StatusCode)
+		}
+		held = append(held, res)
+	}
+	res := open(context.Background(), "h1")
+	var b strings.Builder
+	bufio.NewReader(res.Body).WriteTo(&b)
+	res.Body.Close()
+	if res.StatusCode != 429 || !strings.Contains(b.String(), "SC7404") {
+		t.Fatalf("a stream beyond the bound: %d %s", res.StatusCode, b.String())
+	}
+	other := open(ctx, "alice")
+	if other.StatusCode != 200 {
+		t.Fatalf("another member's stream: %d", other.StatusCode)
+	}
+	held[0].Body.Close()
+	waitFor := time.Now().Add(20 * time.Second)
+	for {
+		srv.streamsMu.Lock()
+		n := srv.streams["h1"]
+		srv.streamsMu.Unlock()
+		if n < MaxStreams {
+			break
+		}
+		if time.Now().After(waitFor) {
+			t.Fatal("a closed stream kept its place")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if res := open(ctx, "h1"); res.StatusCode != 200 {
+		t.Fatalf("a stream after one closed: %d", res.StatusCode)
+	}
+	cancel()
+}
