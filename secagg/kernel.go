@@ -223,15 +223,23 @@ func sub64x8(d, k *[64]byte) {
 	}
 }
 
+// The 32-bit ring adds two lanes per 64-bit word (SWAR, Hacker's Delight
+// 2-18): the low 31 bits of each lane add without reaching the next lane,
+// and the top bit of each lane is the XOR of the operands' top bits and
+// that carry. So Z_2^32 costs the same per byte as Z_2^64.
+const lanesHigh = 0x8000000080000000
+
 func add32x16(d, k *[64]byte) {
-	for i := 0; i < 64; i += 4 {
-		le.PutUint32(d[i:i+4], le.Uint32(d[i:i+4])+le.Uint32(k[i:i+4]))
+	for i := 0; i < 64; i += 8 {
+		a, b := le.Uint64(d[i:i+8]), le.Uint64(k[i:i+8])
+		le.PutUint64(d[i:i+8], ((a&^lanesHigh)+(b&^lanesHigh))^((a^b)&lanesHigh))
 	}
 }
 
 func sub32x16(d, k *[64]byte) {
-	for i := 0; i < 64; i += 4 {
-		le.PutUint32(d[i:i+4], le.Uint32(d[i:i+4])-le.Uint32(k[i:i+4]))
+	for i := 0; i < 64; i += 8 {
+		a, b := le.Uint64(d[i:i+8]), le.Uint64(k[i:i+8])
+		le.PutUint64(d[i:i+8], ((a|lanesHigh)-(b&^lanesHigh))^((a^^b)&lanesHigh))
 	}
 }
 
