@@ -67,6 +67,10 @@ func TestSignedReportsAndVerdicts(t *testing.T) {
 	if res := r.apply(report("w2", "w2", res2, receipt.TierConvergent)); res.Refused() {
 		t.Fatal(res.Refusal)
 	}
+	// A producer may not judge its own result.
+	self := ReportVerdict{Job: job, Shard: 0, Verifier: "w1", Key: key("w1"), Judged: 2, Agreeing: []string{"w1", "w2"}, Canonical: res1}
+	self.Sig = identity.Sign(ids["w1"], identity.PurposeVerdict, VerdictBytes(self))
+	wantCode(t, r.apply(self), diag.VerifyBadVerdict)
 	// The verdict: unsigned, forged, then signed by the verifier.
 	v := ReportVerdict{Job: job, Shard: 0, Verifier: "agg", Key: key("agg"), Judged: 2, Agreeing: []string{"w1", "w2"}, Canonical: res1}
 	wantCode(t, r.apply(v), diag.VerifyBadSignature)

@@ -204,6 +204,10 @@ func (m *Machine) verdict(c ReportVerdict) Result {
 	if !sort.StringsAreSorted(c.Agreeing) || len(slices.Compact(slices.Clone(c.Agreeing))) != len(c.Agreeing) {
 		return bad("agreeing peers must be sorted and distinct")
 	}
+	if s.reportOf(c.Verifier) != nil {
+		// A producer judging its own result would vouch for itself.
+		return bad("%s reported a result on shard %d and cannot judge it", c.Verifier, s.Index)
+	}
 	canonicalSeen := len(c.Agreeing) == 0
 	for _, p := range c.Agreeing {
 		rep := s.reportOf(p)
