@@ -66,3 +66,46 @@ func TestEveryCodeDocumented(t *testing.T) {
 		}
 	}
 }
+
+// The converse of TestEveryCodeDocumented: every code docs/diagnostics.md
+// tabulates is defined, is tabulated once, and its row's meaning starts with
+// the code's title — so a renamed, renumbered or removed code cannot leave a
+// stale row behind for users to look up.
+func TestDocumentedCodesExist(t *testing.T) {
+	doc, err := os.ReadFile("../docs/diagnostics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[Code]int{}
+	for i, line := range strings.Split(string(doc), "\n") {
+		// A table row: | `SCnnnn` | meaning | what to do |
+		if !strings.HasPrefix(line, "| `SC") {
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 {
+			t.Errorf("docs/diagnostics.md:%d: malformed row %q", i+1, line)
+			continue
+		}
+		c := Code(strings.Trim(strings.TrimSpace(cells[1]), "`"))
+		seen[c]++
+		title := Title(c)
+		if title == "" {
+			t.Errorf("docs/diagnostics.md:%d: %s is documented but not defined in diag/", i+1, c)
+			continue
+		}
+		if meaning := strings.TrimSpace(cells[2]); !strings.HasPrefix(meaning, title) {
+			t.Errorf("docs/diagnostics.md:%d: %s's meaning %q does not start with its title %q", i+1, c, meaning, title)
+		}
+	}
+	for c, n := range seen {
+		if n > 1 {
+			t.Errorf("docs/diagnostics.md: %s is tabulated %d times", c, n)
+		}
+	}
+	for _, c := range Codes() {
+		if seen[c] == 0 {
+			t.Errorf("%s (%s) has no row in docs/diagnostics.md's tables", c, Title(c))
+		}
+	}
+}
