@@ -539,3 +539,61 @@ func TestRefuseFewerSurvivorsThanRequired(t *testing.T) {
 		t.Fatalf("five survivors refused by a site requiring five: %v", err)
 	}
 }
+
+// In a SecAgg+ round a site shares only with its neighbours: the server
+// refuses shares that leave one out or add a box to a site off the
+// graph, and a client aborts on a delivery holding a box from a site
+// that is not its neighbour.
+func TestRefuseBoxesOffTheGraph(t *testing.T) {
+	p := testParams("plus", 12, 0, 2, 1)
+	p.Protocol = SecAggPlus
+	h, err := newHarness(t, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.advertise() {
+		t.Fatal(h.out.String())
+	}
+	ks, err := h.server.EndAdvertise()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.server.r
+	var far string // a site that is not c1's neighbour
+	for _, id := range h.ids {
+		if id != "c1" && !r.neighbour("c1", id) {
+			far = id
+			break
+		}
+	}
+	if far == "" || len(r.nbrs["c1"]) != r.k {
+		t.Fatalf("c1 has neighbours %v of %d sites: no sparse graph", r.nbrs["c1"], r.n)
+	}
+	sh, err := h.clients["c1"].ShareKeys(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sh.Boxes) != r.k {
+		t.Fatalf("c1 sent %d boxes, want one per neighbour (%d)", len(sh.Boxes), r.k)
+	}
+	extra := *sh
+	extra.Boxes = append(slices.Clone(sh.Boxes), Box{From: "c1", To: far, Sealed: sh.Boxes[0].Sealed})
+	wantCode(t, h.server.AddShares(&extra), diag.SecAggMalformed)
+	short := *sh
+	short.Boxes = sh.Boxes[1:]
+	wantCode(t, h.server.AddShares(&short), diag.SecAggMalformed)
+	swapped := *sh // as many boxes as owed, one of them off the graph
+	swapped.Boxes = append([]Box{{From: "c1", To: far, Sealed: sh.Boxes[0].Sealed}}, sh.Boxes[1:]...)
+	wantCode(t, h.server.AddShares(&swapped), diag.SecAggMalformed)
+	if err := h.server.AddShares(sh); err != nil {
+		t.Fatal(err)
+	}
+	// The far site's box, relayed to c1 as if it were a neighbour's.
+	fsh, err := h.clients[far].ShareKeys(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &ShareDelivery{Round: p.Round, To: "c1", Boxes: []Box{{From: far, To: "c1", Sealed: fsh.Boxes[0].Sealed}}}
+	_, err = h.clients["c1"].MaskInput(d, h.inputs["c1"], 0)
+	wantCode(t, err, diag.SecAggUnknownSite)
+}
