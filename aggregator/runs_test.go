@@ -16,6 +16,7 @@ import (
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/datagen"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
@@ -23,6 +24,7 @@ import (
 	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/pool"
 	"github.com/scellis/scellis/script"
+	"github.com/scellis/scellis/secagg/transport"
 	"github.com/scellis/scellis/secagg/wire"
 	"github.com/scellis/scellis/trust"
 )
@@ -41,6 +43,10 @@ type runPool struct {
 
 	mu      sync.Mutex
 	updates [][]float64 // every silo's unmasked input, for the law-3 check
+	// p2pSilo, when set before startSilos, takes part in secure
+	// aggregation over a data channel to the host (the node needs
+	// Options.P2PLoopback).
+	p2pSilo string
 }
 
 func newRunPool(tb testing.TB, silos int, opt Options) *runPool {
@@ -118,6 +124,17 @@ func (p *runPool) runSilo(ctx context.Context, name string, drop func(round int)
 		return
 	}
 	hc := &http.Client{Transport: api.Transport(tlsCfg)}
+	// overDC, when set, carries the silo's secure aggregation over a data
+	// channel to the host (p2pSilo).
+	var overDC *dataplane.Peer
+	if name == p.p2pSilo {
+		b, err := dataplane.StartMember(ctx, dataplane.MemberConfig{Identity: id, Fed: p.fed, Name: name, Loopback: true, HTTPS: c})
+		if err != nil {
+			p.tb.Error(err)
+			return
+		}
+		overDC = b.Peer
+	}
 	for ctx.Err() == nil {
 		lr, err := c.Lease(ctx, api.LeaseRequest{Max: 1})
 		if err != nil || len(lr.Grants) == 0 {
@@ -128,13 +145,13 @@ func (p *runPool) runSilo(ctx context.Context, name string, drop func(round int)
 			continue
 		}
 		g := lr.Grants[0]
-		if err := p.round(ctx, c, hc, name, id, g, drop); err != nil && ctx.Err() == nil {
+		if err := p.round(ctx, c, hc, overDC, name, id, g, drop); err != nil && ctx.Err() == nil {
 			p.tb.Logf("silo %s: %v", name, err)
 		}
 	}
 }
 
-func (p *runPool) round(ctx context.Context, c *api.Client, hc *http.Client, name string, id *identity.Identity, g coordinator.LeaseGrant, drop func(int) bool) error {
+func (p *runPool) round(ctx context.Context, c *api.Client, hc *http.Client, overDC *dataplane.Peer, name string, id *identity.Identity, g coordinator.LeaseGrant, drop func(int) bool) error {
 	js, err := c.Job(ctx, g.Job)
 	if err != nil {
 		return err
@@ -187,7 +204,13 @@ func (p *runPool) round(ctx context.Context, c *api.Client, hc *http.Client, nam
 	if !ok {
 		return fmt.Errorf("no reducer %q", b.Reducer)
 	}
-	if err := wire.Participate(ctx, hc, "https://"+reducer.Address, b.SecAgg, id.PrivateKey(), input, out.Weight); err != nil {
+	var t transport.Transport = transport.HTTPS{Client: hc, Base: "https://" + reducer.Address}
+	if overDC != nil {
+		// No fallback: this silo's secure aggregation must go over the
+		// data channel.
+		t = &transport.DataChannel{Peer: overDC, Member: reducer.Name}
+	}
+	if err := wire.ParticipateOver(ctx, t, b.SecAgg, id.PrivateKey(), wire.Input{Values: input, Weight: out.Weight}); err != nil {
 		return err
 	}
 	rec, err := content.Encode(contribution{Run: b.Run, Round: b.Round, Silo: name})
@@ -250,7 +273,10 @@ func fedavgSpec(rounds int) fl.RunSpec {
 
 func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 	rec := &apiRecorder{}
-	p := newRunPool(t, 3, Options{WrapAPI: rec.wrap})
+	p := newRunPool(t, 3, Options{WrapAPI: rec.wrap, P2PLoopback: true})
+	// s1's secure aggregation goes over a data channel (its signalling
+	// through the recorded API listener), the others' over HTTPS.
+	p.p2pSilo = "s1"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	spec := fedavgSpec(2)
@@ -318,6 +344,18 @@ func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 				t.Errorf("round job %s shard %d (%s) is %s", js.Name, s.Index, s.Peer, s.State)
 			}
 		}
+	}
+
+	// s1's masked inputs went over its data channel (the node counts the
+	// pair's bytes), and its secure aggregation took part in both rounds.
+	var s1 dataplane.PairStats
+	for _, ps := range p.node.dataPlaneStatus().Pairs {
+		if ps.Peer == "s1" {
+			s1 = ps
+		}
+	}
+	if s1.Path != dataplane.PathDirect || s1.DirectBytes < int64(2*8*p.data["s1"].Dims()) {
+		t.Errorf("agg-1's data-plane pair with s1: %+v, want direct with both rounds' masked inputs", s1)
 	}
 
 	// Law 3: no silo's update crossed the control-plane API, in any form.
