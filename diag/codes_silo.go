@@ -15,4 +15,5 @@ var (
 	SiloStateUnavailable = define("SC9210", "silo's ledger or round log cannot be read")
 	SiloAggregationMode  = define("SC9211", "round's secure-aggregation mode not allowed by the silo's policy")
 	SiloRoundFailed      = define("SC9230", "silo could not complete the round (details in the silo's log)")
+	SiloRestarted        = define("SC9231", "silo stopped after paying for the round, before the round completed")
 )

@@ -279,9 +279,11 @@ func (a *Appliance) Worker() *pool.Worker {
 	return a.worker
 }
 
-// Run leases and works until ctx ends (SIGINT), then hands every lease
-// back and returns nil.
+// Run delivers the records left in the outbox (outbox.go), then leases
+// and works until ctx ends (SIGINT), hands every lease back and returns nil.
 func (a *Appliance) Run(ctx context.Context) error {
+	a.Worker() // sets Poll
+	a.flushOutbox(ctx)
 	return a.Worker().Run(ctx)
 }
 

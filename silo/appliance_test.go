@@ -372,6 +372,10 @@ func TestRoundAgainstSecAggHost(t *testing.T) {
 		if math.Abs(stt.Spent-want) > 1e-9 {
 			t.Errorf("%s ledger spent ε = %v, want %v", n, stt.Spent, want)
 		}
+		// The charge's outbox entry is gone once its record was delivered.
+		if left, err := os.ReadDir(filepath.Join(w.silos[n].Config.DataDir, "outbox")); err != nil || len(left) != 0 {
+			t.Errorf("%s's outbox after the round: %d entries (%v)", n, len(left), err)
+		}
 	}
 	d := w.contribution("hospital-d")
 	if d.Record.Status != silo.Declined || len(d.Record.Refusals) == 0 || d.Record.Refusals[0].Code != "SC9201" || d.Record.LedgerEntry != "" {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/internal/safefile"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 // A silo pays for a round once (law 12). It keeps what it released for a
@@ -122,4 +123,21 @@ func writeDurable(path string, b []byte, mode os.FileMode) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// releaseDigest names a release in the silo's own log: the hash of exactly
+// what secure aggregation receives (input and weight). The log line of the
+// first release and that of a re-send must name the same digest (law 12);
+// a hash of a noised release says nothing the release does not, and the
+// log stays on the site.
+func releaseDigest(in wire.Input) content.Ref {
+	b, err := content.Encode(struct {
+		Values  []float64 `cbor:"values,omitempty"`
+		Encoded []int64   `cbor:"encoded,omitempty"`
+		Weight  float64   `cbor:"weight"`
+	}{in.Values, in.Encoded, in.Weight})
+	if err != nil {
+		return ""
+	}
+	return content.Hash(b)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/internal/safefile"
+	"github.com/scellis/scellis/internal/testfault"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/secagg/wire"
@@ -360,6 +362,14 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes}); err != nil {
 		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
 	}
+	a.logf("%s: cached the round's release %s", subject, releaseDigest(in))
+	if len(out.Mechanism.Mechanisms) > 0 {
+		// The charge's record goes to the outbox first: if the silo dies
+		// between the charge and its report, it reports it when it starts.
+		if err := a.outboxPut(outboxEntry{Consumer: consumer, Record: rec}); err != nil {
+			return rec, fmt.Errorf("writing the round's outbox entry: %w", err) // nothing charged: retry
+		}
+	}
 	if len(evalMechs) > 0 {
 		if spec.Spec.Eval.Dataset == "" {
 			out.Mechanism.Mechanisms = append(out.Mechanism.Mechanisms, evalMechs...)
@@ -381,6 +391,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		}
 		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = e.Hash, e.Charge.Mechanisms, e.Charge.Epsilon
 		a.logf("%s: charged dataset %s ε = %.6g (cumulative %.6g), ledger entry %s", subject, req.Dataset, e.Charge.Epsilon, e.Charge.Cumulative, e.Hash.Short())
+		if testfault.Armed(testfault.KillAfterCharge) {
+			a.logf("%s: test fault %s: the charge is durable; killing the process", subject, testfault.KillAfterCharge)
+			testfault.Kill()
+		}
 	}
 	release() // paid (or nothing to pay): a retry now finds the charge
 	if ctx.Err() != nil {
@@ -540,6 +554,7 @@ func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBund
 			b.SecAgg.Dim, b.SecAgg.GridBits, len(rel.Values), len(rel.Encoded)))
 	}
 	in := wire.Input{Values: rel.Values, Encoded: rel.Encoded, Weight: rel.Weight, MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)}
+	digest := releaseDigest(in)
 	// The retried round may have another cohort: the release must still
 	// fit its ring (the same checks as before the charge).
 	c, err := secagg.NewClient(b.SecAgg, a.Name, a.ID.PrivateKey())
@@ -578,8 +593,8 @@ func (a *Appliance) resend(ctx context.Context, rec Contribution, b fl.RoundBund
 	}
 	rec.Status = Contributed
 	a.countRound("resent")
-	a.logf("%s: re-sent the update already paid for (ledger entry %s; nothing charged) to secure aggregation round %s on %s",
-		subject, paid.Hash.Short(), b.SecAgg.Round, base)
+	a.logf("%s: re-sent the update already paid for (release %s, ledger entry %s; nothing charged) to secure aggregation round %s on %s",
+		subject, digest, paid.Hash.Short(), b.SecAgg.Round, base)
 	return rec, nil
 }
 
@@ -645,6 +660,10 @@ func (a *Appliance) secaggHost(ctx context.Context, b fl.RoundBundle) (string, e
 }
 
 // report uploads the signed record and reports its hash for the shard.
+// A round that charged has an outbox entry: the signed record goes into it
+// (durably) before it is delivered, and the entry is removed once the pool
+// has it; a record the pool could not be reached for stays there, and is
+// delivered when the silo next starts (outbox.go).
 func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	a.anchor(&rec)
 	signed, err := Sign(a.ID, rec)
@@ -655,15 +674,21 @@ func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ref := content.Hash(b)
-	out, err := a.Worker().Deliver(ctx, g, b, ref)
-	if err != nil {
-		return err
+	e, err := a.outboxGet(g.Job, g.Shard)
+	queued := err == nil
+	if queued {
+		e.Record, e.Signed = rec, b
+		if err := a.outboxPut(e); err != nil {
+			a.logf("run %s round %d: writing the record into the outbox: %v", rec.Run.Short(), rec.Round, err)
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		a.logf("run %s round %d: reading the outbox: %v", rec.Run.Short(), rec.Round, err)
 	}
-	a.logf("run %s round %d: reported %s contribution %s (%s)", rec.Run.Short(), rec.Round, rec.Status, ref.Short(), out.Outcome)
-	return nil
+	err = a.deliverSigned(context.Background(), g, rec, b)
+	if queued && (err == nil || finalRefusal(err)) {
+		a.outboxDone(g.Job, g.Shard)
+	}
+	return err
 }
 
 // anchor records the ledger's head and the dataset's bookkeeping in rec.

@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/internal/testfault"
 )
 
 // Runs that survive their cluster (law 12), through the real binary:
@@ -289,9 +292,10 @@ func TestFLChaos(t *testing.T) {
 	}
 	// Rounds take milliseconds, so a round a silo paid for may be reduced
 	// before the leader's kill lands, and no restarted round then needs a
-	// re-send: a figure, not an assertion. (Known gap: no other test
-	// forces the re-send path; the ledger check above still proves no
-	// round was paid twice.)
+	// re-send: a figure, not an assertion. The re-send path is forced,
+	// and asserted byte for byte, by the crash part of
+	// TestFLRoundRetriedPausedResumed (crashAfterCharge); the ledger
+	// check above still proves no round was paid twice.
 	t.Logf("%d paid updates re-sent into restarted rounds", resent)
 	c.converged("alice", c.aggs...)
 	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact") {
@@ -469,6 +473,143 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	c.mustCLI("alice", "fl", "cancel", long, "--reason", "enough")
 	if st := c.run(long); st.State != "stopped" || !strings.Contains(st.Reason, "cancelled by alice: enough") {
 		t.Fatalf("cancelled run: %+v", st)
+	}
+
+	crashAfterCharge(t, c, silos)
+}
+
+// crashAfterCharge: a silo dies right after paying for a round, before it
+// sent or reported anything — SIGKILLed by itself at that exact point, a
+// test build's fault (testfault.KillAfterCharge): rounds take milliseconds,
+// no signal from outside hits that point reliably. h2 dies at its round 0
+// charge of a new run; with three sites the minimum, the round cannot
+// complete without it and is tried again. Restarted, h2 delivers the
+// record of its charge from its outbox (to the attempt it died in) before
+// it leases anything, then re-sends into the retried round exactly the
+// release it cached before paying: one charge, the same release digest,
+// the round completes with h2 in its sum, and the run's privacy report
+// lists exactly the charges of every silo's ledger.
+func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
+	c.kill("h2", syscall.SIGKILL)
+	c.waitExit("h2")
+	if c.env == nil {
+		c.env = map[string][]string{}
+	}
+	c.env["h2"] = []string{testfault.Env + "=" + testfault.KillAfterCharge}
+	c.start("h2", "silo", "--config", "h2.yaml")
+	delete(c.env, "h2") // its restart runs without the fault
+	c.runSpec("crash.yaml", 2)
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "crash.yaml"))
+	short := content.Ref(id).Short()
+	// A round planned before h2's first lease request leaves it out and
+	// fails (two sites): after round_attempts the run pauses; resume it.
+	resumePaused := func() {
+		if c.run(id).State == "paused" {
+			c.cli("alice", "fl", "resume", id)
+		}
+	}
+	waitFor(t, "h2 to die at its round 0 charge", 3*time.Minute, func() bool {
+		select {
+		case <-c.exits["h2"]:
+			return true
+		default:
+			resumePaused()
+			return false
+		}
+	})
+	before, _ := os.ReadFile(filepath.Join(c.dir, "h2.log"))
+	m := regexp.MustCompile(`run ` + short + ` round 0: cached the round's release (sha256:[0-9a-f]{64})`).FindSubmatch(before)
+	if m == nil || !regexp.MustCompile(`run `+short+` round 0: charged dataset`).Match(before) || !strings.Contains(string(before), "test fault "+testfault.KillAfterCharge) {
+		t.Fatalf("h2 did not die right after its round 0 charge:\n%s", before)
+	}
+	cached := string(m[1])
+	c.start("h2", "silo", "--config", "h2.yaml")
+	waitFor(t, "the run to complete", 3*time.Minute, func() bool {
+		resumePaused()
+		return c.run(id).State == "done"
+	})
+
+	after, _ := os.ReadFile(filepath.Join(c.dir, "h2.log"))
+	delivered := regexp.MustCompile(`run ` + short + ` round 0: outbox: delivered the record of ledger entry (\w+) to job (\w+)`).FindSubmatch(after)
+	if delivered == nil {
+		t.Fatalf("the restarted h2 did not deliver its round 0 record from its outbox:\n%s", after)
+	}
+	var job struct {
+		State  string
+		Shards []struct{ Reports []struct{ Peer string } }
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI("alice", "--json", "job", "status", string(delivered[2]))), &job); err != nil {
+		t.Fatal(err)
+	}
+	reported := slices.ContainsFunc(job.Shards, func(s struct{ Reports []struct{ Peer string } }) bool {
+		return slices.ContainsFunc(s.Reports, func(r struct{ Peer string }) bool { return r.Peer == "h2" })
+	})
+	if job.State != "abandoned" || !reported {
+		t.Errorf("job %s, which h2 died in, is %s and holds h2's report: %v", delivered[2], job.State, reported)
+	}
+	resent := regexp.MustCompile(`run `+short+` round 0: re-sent the update already paid for \(release (sha256:[0-9a-f]{64}), ledger entry (\w+)`).FindAllSubmatch(after, -1)
+	if len(resent) == 0 {
+		t.Fatalf("the restarted h2 did not re-send its paid round 0 update:\n%s", after)
+	}
+	for _, r := range resent {
+		if string(r[1]) != cached || string(r[2]) != string(delivered[1]) {
+			t.Errorf("h2 re-sent release %s (ledger entry %s); it cached %s before paying, entry %s", r[1], r[2], cached, delivered[1])
+		}
+	}
+	t.Logf("h2 died after paying round 0 (release %s); restarted, it delivered its record to job %s and re-sent the release %d time(s)", cached[:19], delivered[2], len(resent))
+	if rows := c.rounds(id); len(rows) != 2 || !slices.Contains(rows[0].Participants, "h2") {
+		t.Errorf("rounds of the run: %+v, want round 0 summed with h2's re-sent update", rows)
+	}
+	if n := checkLedger(t, c, "h2")[id+"/round-0"]; n != 1 {
+		t.Errorf("h2's ledger charges round 0 %d times", n)
+	}
+	if left, _ := os.ReadDir(filepath.Join(c.dir, "h2", "data", "outbox")); len(left) != 0 {
+		t.Errorf("h2's outbox still holds %d entries", len(left))
+	}
+	reportMatchesLedgers(t, c, id, silos)
+}
+
+// reportMatchesLedgers checks that the run's privacy report lists, for
+// every silo, exactly the ledger entries that charged the run's rounds.
+func reportMatchesLedgers(t *testing.T, c *cluster, id string, silos []string) {
+	t.Helper()
+	var report struct {
+		Silos []struct {
+			Silo    string
+			Charges []struct {
+				LedgerEntry string `json:"ledger_entry"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI("alice", "--json", "privacy", "report", id)), &report); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range silos {
+		var ledger struct {
+			Charges []struct{ Consumer, Hash string }
+		}
+		out := mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join(s, "data", "privacy.ledger")))
+		if err := json.Unmarshal([]byte(out), &ledger); err != nil {
+			t.Fatal(err)
+		}
+		var charged, listed []string
+		for _, ch := range ledger.Charges {
+			if strings.HasPrefix(ch.Consumer, id+"/round-") {
+				charged = append(charged, ch.Hash)
+			}
+		}
+		for _, row := range report.Silos {
+			for _, ch := range row.Charges {
+				if row.Silo == s {
+					listed = append(listed, ch.LedgerEntry)
+				}
+			}
+		}
+		slices.Sort(charged)
+		slices.Sort(listed)
+		if len(charged) == 0 || !slices.Equal(charged, listed) {
+			t.Errorf("%s: its ledger charged the run with entries %v, the privacy report lists %v", s, charged, listed)
+		}
 	}
 }
 

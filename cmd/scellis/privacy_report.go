@@ -39,6 +39,11 @@ type reportCharge struct {
 	// attempt the aggregator abandoned (no receipt: the attempt was never
 	// reduced); the record is in that job's replicated shard reports.
 	AbandonedJob content.Ref `json:"abandoned_job,omitempty"`
+	// LateJob: the charge is proved by a record reported late to a round
+	// job reduced without it (the silo stopped after paying, and its
+	// outbox delivered the record when it started again): no receipt; the
+	// record is in that job's replicated shard reports.
+	LateJob content.Ref `json:"late_job,omitempty"`
 }
 
 // reportRow is one silo's dataset in a run's privacy report.
@@ -76,8 +81,12 @@ number, and in JSON the receipt, contribution and ledger entry hashes).
 A charge made in a round attempt the aggregator abandoned (a leader change,
 a failed secure aggregation that was retried) has no receipt: the silo's
 signed record of it is read from the abandoned job's replicated reports and
-listed as "abandoned:JOB". A charge is counted once, however many records
-name it (a retried round re-sends the update that attempt paid for).
+listed as "abandoned:JOB". A silo stopped after paying for a round and
+before reporting it delivers the round's record from its outbox when it
+starts again; a record that reached a round already reduced without it has
+no receipt either, and is listed as "late:JOB". A charge is counted once,
+however many records name it (a retried round re-sends the update that
+attempt paid for).
 
 The chain is verified first, and every record must carry a valid signature
 of the silo named in it (federation file). The run's ε is composed on the
@@ -117,6 +126,7 @@ receipts, run 'scellis ledger audit' at the silo.`,
 				return err
 			}
 			var recs []citedRecord
+			cited := map[content.Ref]bool{}
 			for _, r := range rs {
 				if !slices.Contains(run.Jobs, r.Job) {
 					continue
@@ -136,11 +146,14 @@ receipts, run 'scellis ledger audit' at the silo.`,
 					return diag.New(diag.ReceiptMalformed, fmt.Sprintf("receipt %d", r.Seq), "the contribution record it cites does not verify: %v", err)
 				}
 				recs = append(recs, citedRecord{r: r, rec: sc.Record})
+				cited[r.Result] = true
 			}
 			// Abandoned attempts mint no receipts, but a silo that was
 			// charged in one reports its record to the abandoned job all
-			// the same: read those from the jobs' replicated reports.
-			abandoned, err := abandonedRecords(ctx, cl, fed, id, run.Jobs)
+			// the same, and a silo that reports late (from its outbox) to
+			// a reduced job gets none: read those from the jobs'
+			// replicated reports.
+			abandoned, err := unreceiptedRecords(ctx, cl, fed, id, run.Jobs, cited)
 			if err != nil {
 				return err
 			}
@@ -167,29 +180,35 @@ receipts, run 'scellis ledger audit' at the silo.`,
 }
 
 // citedRecord is a contribution record and the receipt that cites it, or
-// the abandoned round job it was reported to (then r is zero).
+// the round job it was reported to without a receipt (then r is zero).
 type citedRecord struct {
 	r   receipt.Receipt
 	rec silo.Contribution
 	// abandoned and result: the job and record hash of a record reported
-	// to an abandoned attempt.
+	// to an abandoned attempt; late: to a job reduced without it.
 	abandoned, result content.Ref
+	late              bool
 }
 
-// abandonedRecords returns the signed contribution records reported to the
-// run's abandoned round jobs that name a ledger charge.
-func abandonedRecords(ctx context.Context, cl *api.Client, fed *identity.Federation, run content.Ref, jobs []content.Ref) ([]citedRecord, error) {
+// unreceiptedRecords returns the signed contribution records that name a
+// ledger charge and no receipt cites: those reported to the run's abandoned
+// round jobs, and those reported late to its reduced ones. Running jobs
+// are left out: their reports are not all readable yet (law 13).
+func unreceiptedRecords(ctx context.Context, cl *api.Client, fed *identity.Federation, run content.Ref, jobs []content.Ref, cited map[content.Ref]bool) ([]citedRecord, error) {
 	var out []citedRecord
 	for _, j := range jobs {
 		js, err := cl.Job(ctx, j)
 		if err != nil {
 			return nil, err
 		}
-		if js.State != coordinator.JobAbandoned {
+		if js.State != coordinator.JobAbandoned && js.State != coordinator.JobDone {
 			continue
 		}
 		for _, s := range js.Shards {
 			for _, r := range s.Reports {
+				if cited[r.Result] {
+					continue
+				}
 				b, err := cl.GetBlob(ctx, r.Result)
 				if err != nil || content.Hash(b) != r.Result {
 					continue // never uploaded (the silo died reporting): nothing to prove
@@ -201,7 +220,7 @@ func abandonedRecords(ctx context.Context, cl *api.Client, fed *identity.Federat
 				if err := sc.Verify(fed); err != nil {
 					return nil, diag.New(diag.ReceiptMalformed, fmt.Sprintf("job %s shard %d", j.Short(), s.Index), "the contribution record reported to it does not verify: %v", err)
 				}
-				out = append(out, citedRecord{rec: sc.Record, abandoned: j, result: r.Result})
+				out = append(out, citedRecord{rec: sc.Record, abandoned: j, result: r.Result, late: js.State == coordinator.JobDone})
 			}
 		}
 	}
@@ -243,7 +262,10 @@ func privacyRows(recs []citedRecord) ([]reportRow, error) {
 		row.Rounds++
 		ch := reportCharge{Round: rec.Round, Status: rec.Status, Mechanisms: rec.Mechanisms, Epsilon: rec.Epsilon,
 			LedgerEntry: rec.LedgerEntry, Receipt: cr.r.Seq, ReceiptHash: cr.r.Hash, Contribution: cr.r.Result}
-		if cr.abandoned != "" {
+		switch {
+		case cr.late:
+			ch.Status, ch.LateJob, ch.Contribution = rec.Status+" (late record)", cr.abandoned, cr.result
+		case cr.abandoned != "":
 			ch.Status, ch.AbandonedJob, ch.Contribution = rec.Status+" (abandoned attempt)", cr.abandoned, cr.result
 		}
 		row.Charges = append(row.Charges, ch)
@@ -315,6 +337,9 @@ func receiptList(cs []reportCharge, sep string) string {
 		s[i] = strconv.FormatUint(c.Receipt, 10)
 		if c.AbandonedJob != "" {
 			s[i] = "abandoned:" + c.AbandonedJob.Short() // no receipt: the attempt's job holds the record
+		}
+		if c.LateJob != "" {
+			s[i] = "late:" + c.LateJob.Short() // no receipt: the reduced job holds the late record
 		}
 	}
 	return strings.Join(s, sep)

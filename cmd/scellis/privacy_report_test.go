@@ -38,3 +38,25 @@ func TestPrivacyRowsAbandonedAttempts(t *testing.T) {
 		t.Errorf("round 1: %+v (%s), want the abandoned job as proof", c1, receiptList(rows[0].Charges, ","))
 	}
 }
+
+// A record a silo delivered from its outbox after the round was reduced
+// without it has no receipt: its charge is listed with the job as late.
+func TestPrivacyRowsLateRecord(t *testing.T) {
+	m := []dp.Mechanism{dp.SubsampledGaussian(2, 1, 1)}
+	e := content.Hash([]byte("entry"))
+	job := content.Hash([]byte("reduced job"))
+	rows, err := privacyRows([]citedRecord{
+		{rec: silo.Contribution{Silo: "h1", Dataset: "patients", Round: 3, Status: silo.Failed, LedgerEntry: e, Mechanisms: m, Epsilon: 0.5, Delta: 1e-5},
+			abandoned: job, result: content.Hash([]byte("r")), late: true},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Rounds != 1 || rows[0].RunEps <= 0 {
+		t.Fatalf("rows %+v", rows)
+	}
+	c := rows[0].Charges[0]
+	if c.LateJob != job || c.AbandonedJob != "" || c.Status != "failed (late record)" || receiptList(rows[0].Charges, ",") != "late:"+job.Short() {
+		t.Errorf("charge %+v (%s), want the reduced job as proof of a late record", c, receiptList(rows[0].Charges, ","))
+	}
+}

@@ -27,6 +27,10 @@ const (
 	// the aggregator accepted its threshold-he ciphertext — paid for,
 	// sent and summed, but never asked to decrypt.
 	KillAfterHECiphertext = "kill-after-he-ciphertext"
+	// KillAfterCharge: a silo kills itself (SIGKILL) as soon as its
+	// ledger charge for a round is durable — paid for, nothing sent,
+	// nothing reported (its outbox holds the round's record).
+	KillAfterCharge = "kill-after-charge"
 )
 
 // enabled is "yes" in test builds only (set by the linker).
