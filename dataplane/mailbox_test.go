@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -135,4 +136,29 @@ func FuzzMailboxPost(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A peer answers an offer once (the same session relayed again is a
+// replay) and holds at most maxAnswering offers of one member at once.
+func TestPeerTakesOffersOnceAndBounded(t *testing.T) {
+	p := &Peer{}
+	offer := func(from, session string) Signal { return Signal{From: from, Session: session, Kind: KindOffer} }
+	if !p.takeOffer(offer("a", "s0")) || p.takeOffer(offer("a", "s0")) {
+		t.Fatal("an offer was not taken once and only once")
+	}
+	for i := 1; i < maxAnswering; i++ {
+		if !p.takeOffer(offer("a", fmt.Sprint("s", i))) {
+			t.Fatalf("offer %d of a refused under the bound", i)
+		}
+	}
+	if p.takeOffer(offer("a", "late")) {
+		t.Fatalf("a %dth offer of a being answered at once was taken", maxAnswering+1)
+	}
+	if !p.takeOffer(offer("b", "s0")) {
+		t.Fatal("b's offer was refused for a's")
+	}
+	p.doneOffer("a")
+	if !p.takeOffer(offer("a", "late")) {
+		t.Fatal("an offer after one was answered was refused")
+	}
 }

@@ -126,6 +126,57 @@ type Peer struct {
 	down    map[string]time.Time    // remote member → no new dial before
 	open    map[*conn]struct{}      // connected, either side dialing, until gone
 	closed  bool
+	// answering: remote member → its offers being answered now;
+	// answered: remote/session → when the offer was taken, so a replayed
+	// offer (the same signed bytes, relayed again) is not answered twice.
+	answering map[string]int
+	answered  map[string]time.Time
+}
+
+// Bounds on the offers a peer answers: each costs a PeerConnection (ICE
+// gathering, sockets), so one member cannot make a peer hold more than
+// maxAnswering of them, and an offer is answered once.
+const (
+	maxAnswering = 4
+	answeredTTL  = 10 * time.Minute
+	maxAnswered  = 4096
+)
+
+// takeOffer reports whether to answer s, counting it as being answered
+// (doneOffer gives its place back): not a replay, and its sender within
+// maxAnswering.
+func (p *Peer) takeOffer(s Signal) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.answering == nil {
+		p.answering, p.answered = map[string]int{}, map[string]time.Time{}
+	}
+	now := time.Now()
+	key := s.From + "/" + s.Session
+	if at, ok := p.answered[key]; ok && now.Sub(at) < answeredTTL {
+		return false
+	}
+	if len(p.answered) >= maxAnswered {
+		for k, at := range p.answered {
+			if now.Sub(at) >= answeredTTL {
+				delete(p.answered, k)
+			}
+		}
+	}
+	if p.answering[s.From] >= maxAnswering || len(p.answered) >= maxAnswered {
+		return false
+	}
+	p.answering[s.From]++
+	p.answered[key] = now
+	return true
+}
+
+func (p *Peer) doneOffer(from string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.answering[from]--; p.answering[from] <= 0 {
+		delete(p.answering, from)
+	}
 }
 
 // ErrNoPath is returned when no data-channel connection could be set up
@@ -243,7 +294,14 @@ func (p *Peer) Run(ctx context.Context) error {
 					}
 				}
 			case KindOffer:
-				go p.answer(ctx, s)
+				if !p.takeOffer(s) {
+					p.logf("p2p: ignored an offer from %s (a replay, or %d of its offers are being answered)", s.From, maxAnswering)
+					continue
+				}
+				go func() {
+					defer p.doneOffer(s.From)
+					p.answer(ctx, s)
+				}()
 			}
 		}
 	}
