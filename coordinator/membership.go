@@ -14,7 +14,8 @@ import (
 // Base, which seeds the replicated membership, so that every replica decides
 // every later change against the same list whatever file it was started
 // with. The signature was checked by the server that proposed the change
-// (the machine does no cryptography); the machine keeps the signed bytes in
+// (the machine verifies no membership signature; it checks only result and
+// verdict signatures, against these keys: signed.go); it keeps the signed bytes in
 // order for members to fetch and verify themselves, and decides the rules
 // here: names, keys and addresses unique, keys never reused, an operator
 // and an aggregator always left.
