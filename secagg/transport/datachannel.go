@@ -83,7 +83,7 @@ func (d *DataChannel) RoundTrip(ctx context.Context, req Request) (Response, err
 			if d.Moved != nil {
 				d.Moved(len(req.Body), len(w.Body))
 			}
-			return Response{Status: w.Status, Type: w.Type, Body: w.Body}, nil
+			return Response(w), nil
 		}
 		err = fmt.Errorf("the host's answer cannot be decoded: %v", err)
 	}
