@@ -13,8 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 
 	"github.com/scellis/scellis/diag"
 )
@@ -29,25 +28,6 @@ import (
 // description: two Ledgers opened on one file in one process exclude each
 // other just as two processes do. flock is reliable on local filesystems
 // only; do not keep a ledger on NFS.
-
-// lockFile takes a flock on f and returns the function that releases it.
-func lockFile(f *os.File, exclusive bool) (func(), error) {
-	how := unix.LOCK_SH
-	if exclusive {
-		how = unix.LOCK_EX
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), how)
-		if err == nil {
-			break
-		}
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		return nil, fmt.Errorf("dp: locking %s: %w", f.Name(), err)
-	}
-	return func() { unix.Flock(int(f.Fd()), unix.LOCK_UN) }, nil
-}
 
 // readRange reads bytes [from, to) of f.
 func readRange(f *os.File, from, to int64) ([]byte, error) {
@@ -166,7 +146,7 @@ func syncDir(path string) error {
 		return err
 	}
 	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
 		return err
 	}
 	return nil

@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -102,21 +101,6 @@ func (f *Federation) Peer(cs *tls.ConnectionState) (Member, bool) {
 	}
 	m, err := f.verifyPeer(*cs, "", nil)
 	return m, err == nil
-}
-
-// PeerFromRequest returns the authenticated member that sent r, or false
-// when r did not arrive over TLS with a member's key (which a server made by
-// ServerTLSConfig never lets happen). It looks the key up in f again, so a
-// federation re-read since the handshake is what counts.
-//
-// A request that arrived over another authenticated channel carries its
-// sender in its context instead (WithPeer): its key is looked up the same
-// way.
-func (f *Federation) PeerFromRequest(r *http.Request) (Member, bool) {
-	if k, ok := r.Context().Value(peerKey{}).(PublicKey); ok {
-		return f.Lookup(k)
-	}
-	return f.Peer(r.TLS)
 }
 
 type peerKey struct{}

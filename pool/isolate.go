@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/sandboxproc"
@@ -25,18 +24,6 @@ const ChildOverhead = 256 << 20
 
 func init() { sandboxproc.Register(shardHandler, childShard) }
 
-// shardRequest carries everything the child needs without a network
-// client: the bundle, the sources of its content, and the cache folder that
-// already holds its inputs (re-hashed by the child before use).
-type shardRequest struct {
-	Bundle      []byte                 `cbor:"bundle"`
-	Sources     map[content.Ref][]byte `cbor:"sources"`
-	CacheDir    string                 `cbor:"cache_dir"`
-	Job         content.Ref            `cbor:"job"`
-	Shard       int                    `cbor:"shard"`
-	MemoryBytes uint64                 `cbor:"memory_bytes"`
-}
-
 // executeIsolated runs shard sh of p in a child process and returns its
 // result, checked like any result received from elsewhere (DecodeResult).
 func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard) (*job.Result, error) {
@@ -47,7 +34,7 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 		return nil, errors.New("no bundle kept for the isolated run")
 	}
 	sources, _ := p.Blobs()
-	req, err := content.Encode(shardRequest{
+	req, err := content.Encode(job.ShardRequest{
 		Bundle: in.bundle, Sources: sources, CacheDir: in.dir, Job: p.ID, Shard: sh.Index, MemoryBytes: w.MemoryBytes,
 	})
 	if err != nil {
@@ -66,37 +53,14 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 	return job.DecodeResult(sh, out)
 }
 
+// childShard runs in the child process: the request carries the bundle,
+// its sources and the cache folder that already holds its inputs.
 func childShard(ctx context.Context, raw []byte) ([]byte, error) {
-	var req shardRequest
+	var req job.ShardRequest
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	var b job.Bundle
-	if err := content.Decode(req.Bundle, &b); err != nil {
-		return nil, err
-	}
-	builtin, err := catalog.Builtin()
-	if err != nil {
-		return nil, err
-	}
-	fetch := func(_ context.Context, ref content.Ref) ([]byte, error) {
-		if s, ok := req.Sources[ref]; ok {
-			return s, nil
-		}
-		return nil, fmt.Errorf("blob %s was not handed to the shard's process", ref.Short())
-	}
-	p, err := job.CompileBundle(ctx, &b, builtin, fetch, req.CacheDir)
-	if err != nil {
-		return nil, err
-	}
-	if p.ID != req.Job {
-		return nil, fmt.Errorf("bundle compiles to job %s, not %s", p.ID.Short(), req.Job.Short())
-	}
-	if req.Shard < 0 || req.Shard >= len(p.Shards) {
-		return nil, fmt.Errorf("job %s has no shard %d", p.ID.Short(), req.Shard)
-	}
-	p.CapMemory(req.MemoryBytes)
-	res, err := p.Execute(ctx, p.Shards[req.Shard])
+	res, err := req.Execute(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -21,19 +20,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/browsertest"
 	"github.com/scellis/scellis/studio"
 )
-
-// chromiumPath finds Debian's chromium (or another Chrome) for the
-// browser tests; "" when none is installed.
-func chromiumPath() string {
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // studioArtefacts is where the browser tests write their screenshots:
 // $SCELLIS_STUDIO_ARTEFACTS when set (CI keeps them), else the test's
@@ -71,8 +60,7 @@ func TestStudioInBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process browser test")
 	}
-	chrome := chromiumPath()
-	if chrome == "" {
+	if browsertest.Chromium() == "" {
 		t.Skip("no chromium on this machine: apt-get install -y chromium (.ci/run installs it) to run the Studio's browser tests")
 	}
 	began := time.Now()
@@ -136,11 +124,7 @@ verification: {replicas: 2}
 	checkStudioRefusals(t, c, base, strings.TrimPrefix(h1URL, base+"/?token="))
 
 	phase("tokens issued, refusals checked")
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), chromedp.ExecPath(chrome), chromedp.Headless, chromedp.NoSandbox,
-		chromedp.Flag("ignore-certificate-errors", true), chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1280, 1100))
-	defer cancelAlloc()
-	tabA, cancelA := chromedp.NewContext(alloc)
-	defer cancelA()
+	tabA := browsertest.Start(t, chromedp.WindowSize(1280, 1100))
 	if err := chromedp.Do(tabA, chromedp.Navigate(aliceURL)); err != nil {
 		t.Fatalf("navigating: %v", err)
 	}

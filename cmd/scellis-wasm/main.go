@@ -1,0 +1,81 @@
+//go:build js && wasm
+
+// Command scellis-wasm is the shard executor compiled to WebAssembly for a
+// browser tab: the same catalog, Starlark sandbox, native modules and
+// canonical encoding as a native worker, so a shard run in a tab gives the
+// same result bytes as on a native peer and exact-match verification can
+// pair the two.
+//
+// Build it with
+//
+//	GOOS=js GOARCH=wasm go build -o scellis.wasm ./cmd/scellis-wasm
+//
+// and load it with Go's $(go env GOROOT)/lib/wasm/wasm_exec.js. It defines
+// one function, scellisRunShard(request), where request is a
+// job.ShardRequest in canonical encoding (a Uint8Array: the job's bundle,
+// its content sources, the job ID and the shard index). It returns a
+// Promise of {result: Uint8Array, hash: "sha256:…"}, the shard's canonical
+// result bytes and their hash, and rejects with the error's text.
+//
+// Content gets nothing from the page: the sandbox has no builtins for
+// files, network, clocks or the environment, and this program adds none
+// (it imports no net, os/exec or syscall/js beyond the one function).
+// Jobs with input tables are refused for now: a tab has no folder to hold
+// them.
+package main
+
+import (
+	"context"
+
+	"syscall/js"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/job"
+)
+
+func main() {
+	js.Global().Set("scellisRunShard", js.FuncOf(runShard))
+	select {} // serve calls for the life of the page
+}
+
+// runShard answers with a Promise and computes in a goroutine: a
+// js.FuncOf callback runs on the page's event loop and must not block it.
+func runShard(_ js.Value, args []js.Value) any {
+	if len(args) != 1 || args[0].Type() != js.TypeObject {
+		return js.Global().Get("Promise").Call("reject", "scellisRunShard takes one Uint8Array")
+	}
+	raw := make([]byte, args[0].Get("length").Int())
+	js.CopyBytesToGo(raw, args[0])
+	var resolve, reject js.Value
+	executor := js.FuncOf(func(_ js.Value, cb []js.Value) any {
+		resolve, reject = cb[0], cb[1]
+		return nil
+	})
+	defer executor.Release()
+	promise := js.Global().Get("Promise").New(executor)
+	go func() {
+		res, err := execute(raw)
+		if err != nil {
+			reject.Invoke(err.Error())
+			return
+		}
+		out := js.Global().Get("Uint8Array").New(len(res.Bytes))
+		js.CopyBytesToJS(out, res.Bytes)
+		v := js.Global().Get("Object").New()
+		v.Set("result", out)
+		v.Set("hash", string(res.Hash))
+		resolve.Invoke(v)
+	}()
+	return promise
+}
+
+func execute(raw []byte) (*job.Result, error) {
+	var req job.ShardRequest
+	if err := content.Decode(raw, &req); err != nil {
+		return nil, err
+	}
+	// A tab has no files: CacheDir stays empty, so a job with inputs is
+	// refused rather than written anywhere.
+	req.CacheDir = ""
+	return req.Execute(context.Background())
+}

@@ -1,0 +1,65 @@
+package job
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/scellis/scellis/catalog"
+	"github.com/scellis/scellis/content"
+)
+
+// ShardRequest is one shard of a bundled job with everything needed to
+// run it and nothing else: no network client, no store. A worker's
+// isolated child process (pool) and the browser worker compiled to
+// WebAssembly (cmd/scellis-wasm) both take it in canonical encoding, so
+// the two run exactly the same code path from the same bytes.
+type ShardRequest struct {
+	// Bundle is the job's bundle in canonical encoding.
+	Bundle []byte `cbor:"bundle"`
+	// Sources are the bundle's content sources by ref (re-hashed before use).
+	Sources map[content.Ref][]byte `cbor:"sources"`
+	// CacheDir is the folder that holds the job's inputs (re-hashed before
+	// use); empty when the job has none, as in a browser, which has no files.
+	CacheDir string `cbor:"cache_dir"`
+	// Job is the ID the bundle must compile to.
+	Job content.Ref `cbor:"job"`
+	// Shard is the index of the shard to run.
+	Shard int `cbor:"shard"`
+	// MemoryBytes caps the content's memory budget (0: the job's own).
+	MemoryBytes uint64 `cbor:"memory_bytes"`
+}
+
+// Execute compiles the bundle against the builtin catalog, checks that it
+// is the job the request names, and runs the one shard under the same
+// step and memory budgets as any other worker.
+func (r *ShardRequest) Execute(ctx context.Context) (*Result, error) {
+	var b Bundle
+	if err := content.Decode(r.Bundle, &b); err != nil {
+		return nil, err
+	}
+	if len(b.Inputs) > 0 && r.CacheDir == "" {
+		return nil, fmt.Errorf("job %s has inputs and the request gives no folder to hold them", r.Job.Short())
+	}
+	builtin, err := catalog.Builtin()
+	if err != nil {
+		return nil, err
+	}
+	fetch := func(_ context.Context, ref content.Ref) ([]byte, error) {
+		if s, ok := r.Sources[ref]; ok {
+			return s, nil
+		}
+		return nil, fmt.Errorf("blob %s was not handed to the shard's executor", ref.Short())
+	}
+	p, err := CompileBundle(ctx, &b, builtin, fetch, r.CacheDir)
+	if err != nil {
+		return nil, err
+	}
+	if p.ID != r.Job {
+		return nil, fmt.Errorf("bundle compiles to job %s, not %s", p.ID.Short(), r.Job.Short())
+	}
+	if r.Shard < 0 || r.Shard >= len(p.Shards) {
+		return nil, fmt.Errorf("job %s has no shard %d", p.ID.Short(), r.Shard)
+	}
+	p.CapMemory(r.MemoryBytes)
+	return p.Execute(ctx, p.Shards[r.Shard])
+}
