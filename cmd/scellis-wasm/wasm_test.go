@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -42,11 +43,19 @@ window.runB64 = async (b64) => {
     return {error: String(e)};
   }
 };
+// benchB64 runs one request k times in a row and gives the milliseconds
+// (the benchmark's timing, not the content's: content has no clock).
+window.benchB64 = async (b64, k) => {
+  const req = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const t0 = performance.now();
+  for (let i = 0; i < k; i++) await scellisRunShard(req);
+  return performance.now() - t0;
+};
 </script>`
 
 // buildWorker builds the WebAssembly worker into dir, beside Go's
 // wasm_exec.js of the same toolchain, and returns the .wasm's size.
-func buildWorker(t *testing.T, dir string) int64 {
+func buildWorker(t testing.TB, dir string) int64 {
 	t.Helper()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "scellis.wasm"), ".")
 	cmd.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
@@ -95,7 +104,7 @@ func buildWorker(t *testing.T, dir string) int64 {
 
 // compile compiles a job spec against the builtin catalog, as a native
 // worker does.
-func compile(t *testing.T, yaml string) *job.Plan {
+func compile(t testing.TB, yaml string) *job.Plan {
 	t.Helper()
 	spec, err := job.ParseSpec(filepath.Join(t.TempDir(), "job.yaml"), []byte(yaml))
 	if err != nil {
@@ -113,7 +122,7 @@ func compile(t *testing.T, yaml string) *job.Plan {
 }
 
 // request is shard i of p as the tab receives it.
-func request(t *testing.T, p *job.Plan, i int) string {
+func request(t testing.TB, p *job.Plan, i int) string {
 	t.Helper()
 	bundle, err := content.Encode(p.Bundle())
 	if err != nil {
@@ -133,7 +142,7 @@ type tabResult struct {
 	Error  string `json:"error"`
 }
 
-func runInTab(t *testing.T, tab context.Context, req string) tabResult {
+func runInTab(t testing.TB, tab context.Context, req string) tabResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(tab, 2*time.Minute)
 	defer cancel()
@@ -219,5 +228,57 @@ limits: {steps: 1000}
 	}
 	if got := runInTab(t, tab, request(t, tight, 0)); !strings.Contains(got.Error, "SC2004") {
 		t.Errorf("in the tab, a 1000-step budget gave %+v, want SC2004", got)
+	}
+}
+
+// BenchmarkWasmVsNative times shards of a trivial program (Monte Carlo,
+// mostly native rng calls) and of matmul in the tab and natively, both
+// through job.ShardRequest.Execute (the bundle is recompiled on every
+// shard on both sides), and reports shards/s of each and their ratio
+// (tab/native: 1 would be native speed).
+//
+//	go test -run '^$' -bench WasmVsNative -benchtime 20x ./cmd/scellis-wasm
+func BenchmarkWasmVsNative(b *testing.B) {
+	tab := browsertest.Start(b)
+	dir := b.TempDir()
+	size := buildWorker(b, dir)
+	srv := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer srv.Close()
+	if _, err := chromedp.Run(tab, chromedp.Navigate(srv.URL+"/index.html")); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := chromedp.Run(tab, chromedp.Evaluate[chromedp.Void](`window.ready`, chromedp.EvalAwaitPromise)); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct{ name, yaml string }{
+		{"montecarlo", "name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 400000, chunks: 4}}\nreducer: {use: mean, params: {weight: samples}}\n"},
+		{"matmul", "name: mm\nprogram: matmul\npartitioner: {use: range, params: {start: 0, count: 128, chunks: 4}}\nreducer: concat\nparams: {n: 128, seed: 1}\n"},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			p := compile(b, c.yaml)
+			req := request(b, p, 0)
+			raw, _ := base64.StdEncoding.DecodeString(req)
+			var r job.ShardRequest
+			if err := content.Decode(raw, &r); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				if _, err := r.Execute(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			native := time.Since(start)
+			ms, err := chromedp.Run(tab, chromedp.Evaluate[float64](fmt.Sprintf("benchB64(%q, %d)", req, b.N), chromedp.EvalAwaitPromise))
+			if err != nil {
+				b.Fatal(err)
+			}
+			inTab := time.Duration(ms * float64(time.Millisecond))
+			b.ReportMetric(float64(b.N)/native.Seconds(), "native-shards/s")
+			b.ReportMetric(float64(b.N)/inTab.Seconds(), "tab-shards/s")
+			b.ReportMetric(native.Seconds()/inTab.Seconds(), "tab/native")
+			b.ReportMetric(float64(size), "wasm-bytes")
+		})
 	}
 }
