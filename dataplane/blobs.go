@@ -18,55 +18,79 @@ type HTTPSBlobs interface {
 }
 
 // Blobs moves a member's blobs to and from the pool: over a data channel
-// to the aggregator Via when one can be set up, else over HTTPS. It is
-// what a worker or silo uses in place of the API client's blob calls;
-// each change of path is logged once, so the log says which path the
-// member's blobs take.
+// to the aggregator Via — or, when there is no path to it, to the first of
+// Others that has one — else over HTTPS. It is what a worker or silo uses
+// in place of the API client's blob calls; each change of path is logged
+// once, so the log says which path the member's blobs take.
 type Blobs struct {
-	Peer  *Peer
-	Via   string // the aggregator member to move blobs with
-	HTTPS HTTPSBlobs
-	Logf  func(format string, args ...any)
+	Peer *Peer
+	Via  string // the aggregator member to move blobs with
+	// Others are the aggregators to move blobs with when Via has no data
+	// channel path (down, or avoided), in order.
+	Others []string
+	HTTPS  HTTPSBlobs
+	Logf   func(format string, args ...any)
 
 	mu   sync.Mutex
-	last string // the path of the last transfer, for logging changes
+	last string // the path and aggregator of the last transfer, for logging changes
+	cur  string // the aggregator the last data-channel transfer went to
 }
 
-func (b *Blobs) used(path string, err error) {
+func (b *Blobs) used(via, path string, err error) {
 	b.mu.Lock()
-	changed := b.last != path
-	b.last = path
+	changed := b.last != via+" "+path
+	b.last = via + " " + path
+	if path != PathHTTPS {
+		b.cur = via
+	}
 	b.mu.Unlock()
 	if !changed || b.Logf == nil {
 		return
 	}
 	if path == PathHTTPS {
-		b.Logf("p2p: blobs with %s go over the https fallback (data channel: %v)", b.Via, err)
+		b.Logf("p2p: blobs with %s go over the https fallback (data channel: %v)", via, err)
 	} else {
-		b.Logf("p2p: blobs with %s go over a %s data channel", b.Via, path)
+		b.Logf("p2p: blobs with %s go over a %s data channel", via, path)
 	}
 }
 
-func (b *Blobs) pathOf() string {
+func (b *Blobs) pathOf(via string) string {
 	for _, s := range b.Peer.Stats() {
-		if s.Peer == b.Via {
+		if s.Peer == via {
 			return s.Path
 		}
 	}
 	return PathDirect
 }
 
+// over runs op with Via, then with each of Others while the error is that
+// there is no path; it returns the aggregator the last attempt went to.
+func (b *Blobs) over(ctx context.Context, op func(via string) error) (string, error) {
+	via, err := b.Via, op(b.Via)
+	for _, o := range b.Others {
+		if err == nil || !errors.Is(err, ErrNoPath) || ctx.Err() != nil {
+			break
+		}
+		via, err = o, op(o)
+	}
+	return via, err
+}
+
 // GetBlob fetches ref (hash-checked on either path).
 func (b *Blobs) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
-	data, err := b.Peer.Get(ctx, b.Via, ref)
+	var data []byte
+	via, err := b.over(ctx, func(via string) (err error) {
+		data, err = b.Peer.Get(ctx, via, ref)
+		return err
+	})
 	if err == nil {
-		b.used(b.pathOf(), nil)
+		b.used(via, b.pathOf(via), nil)
 		return data, nil
 	}
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	b.used(PathHTTPS, err)
+	b.used(b.Via, PathHTTPS, err)
 	data, herr := b.HTTPS.GetBlob(ctx, ref)
 	if herr == nil {
 		b.Peer.RecordHTTPS(b.Via, int64(len(data)))
@@ -76,15 +100,19 @@ func (b *Blobs) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 
 // PutBlob stores data in the pool and returns its ref.
 func (b *Blobs) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
-	ref, err := b.Peer.Put(ctx, b.Via, data)
+	var ref content.Ref
+	via, err := b.over(ctx, func(via string) (err error) {
+		ref, err = b.Peer.Put(ctx, via, data)
+		return err
+	})
 	if err == nil {
-		b.used(b.pathOf(), nil)
+		b.used(via, b.pathOf(via), nil)
 		return ref, nil
 	}
 	if ctx.Err() != nil {
 		return ref, ctx.Err()
 	}
-	b.used(PathHTTPS, err)
+	b.used(b.Via, PathHTTPS, err)
 	ref, herr := b.HTTPS.PutBlob(ctx, data)
 	if herr == nil {
 		b.Peer.RecordHTTPS(b.Via, int64(len(data)))
@@ -92,13 +120,17 @@ func (b *Blobs) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
 	return ref, herr
 }
 
-// NotDurable says that bytes put over the data channel to Via were not
-// found on a majority of aggregators when the pool looked for them: Via is
-// cut off from the others (or died after the upload). Blobs go over HTTPS,
-// to whichever aggregators answer, for the Peer's RetryAfter window.
+// NotDurable says that bytes put over a data channel were not found on a
+// majority of aggregators when the pool looked for them: the aggregator
+// they went to is cut off from the others (or died after the upload). It
+// is avoided for the Peer's RetryAfter window: blobs go to the next of
+// Others, or over HTTPS to whichever aggregators answer.
 func (b *Blobs) NotDurable() {
-	b.Peer.Avoid(b.Via)
-	b.used(PathHTTPS, errors.New("the pool could not find a result put over the data channel on a majority"))
+	b.mu.Lock()
+	via := cmpOr(b.cur, b.Via)
+	b.mu.Unlock()
+	b.Peer.Avoid(via)
+	b.used(via, PathHTTPS, errors.New("the pool could not find a result put over the data channel on a majority"))
 }
 
 // MemberConfig sets up the data plane of a member that is not an
@@ -126,7 +158,13 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Blobs, error) {
 		peer.Run(ctx)
 		peer.Close()
 	}()
-	return &Blobs{Peer: peer, Via: via, HTTPS: cfg.HTTPS, Logf: cfg.Logf}, nil
+	var others []string
+	for _, a := range cfg.Fed.ByRole(identity.Aggregator) {
+		if a.Name != via {
+			others = append(others, a.Name)
+		}
+	}
+	return &Blobs{Peer: peer, Via: via, Others: others, HTTPS: cfg.HTTPS, Logf: cfg.Logf}, nil
 }
 
 // NewMember returns a member's data-plane peer (not yet running) and the

@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -135,6 +136,9 @@ func (c *conn) describe() {
 // finish ends a dial.
 func (c *conn) finish(p *Peer, err error) {
 	if err != nil {
+		if !errors.Is(err, ErrNoPath) {
+			err = fmt.Errorf("%w: %w", ErrNoPath, err) // callers try another aggregator, or HTTPS
+		}
 		c.err = err
 		c.close()
 		p.mu.Lock()

@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -72,5 +74,36 @@ func TestP2PPoolJobOverDataChannels(t *testing.T) {
 	probe := c.mustCLI("alice", "p2p", "probe", "agg-1", "--loopback", "--bytes", "65536")
 	if !strings.Contains(probe, "alice → agg-1: path direct") {
 		t.Errorf("probe: %s", probe)
+	}
+}
+
+// The data plane does not hang on the first-listed aggregator: with agg-1
+// down, worker w1's blobs go over a data channel to agg-2 or agg-3, and
+// alice's probe of w1 connects — their signals are posted to the first
+// aggregator that takes them, and each member long-polls every
+// aggregator's mailbox. About 20 s (50 s at load average 30): three
+// aggregators (the pool needs a majority with one down), one worker, a
+// two-shard job. It runs also where the namespace lab runs: no other
+// test kills the first aggregator.
+func TestP2PWithoutFirstAggregator(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
+	if testing.Short() {
+		t.Skip("multi-process pool test")
+	}
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "researcher"})
+	for _, m := range append([]string{"w1"}, c.aggs...) {
+		c.write(m+".yaml", c.read(m+".yaml")+"p2p_loopback: true\n")
+	}
+	c.startAggregators()
+	c.kill("agg-1", syscall.SIGKILL)
+	c.waitExit("agg-1")
+	c.startWorker("w1")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-p2p", 2)))
+	waitFor(t, "the job to complete without agg-1", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	if l := c.log("w1"); !regexp.MustCompile(`p2p: blobs with agg-[23] go over a direct data channel`).MatchString(l) {
+		t.Errorf("w1's log does not say its blobs went over a data channel to agg-2 or agg-3:\n%s", l)
+	}
+	if out := c.mustCLI("alice", "p2p", "probe", "w1", "--loopback", "--bytes", "65536"); !strings.Contains(out, "alice → w1: path direct") {
+		t.Errorf("probe of w1 with agg-1 down: %s", out)
 	}
 }
