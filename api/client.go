@@ -945,43 +945,87 @@ func Transport(cfg *tls.Config) *http.Transport {
 	}
 }
 
+// hedgeAfter is how long GetBlobFrom waits on one node before it asks the
+// next as well.
+const hedgeAfter = 500 * time.Millisecond
+
 // GetBlobFrom fetches a blob from the first of bases that has it. Each
-// node gets its own attempt: one that falls silent costs one attempt's
-// deadline, then the next is asked.
+// node gets its own attempt; a node that says no (or fails) hands over to
+// the next at once, and one that has not answered within hedgeAfter is
+// joined by the next: a silent node in front of the one holding the blob
+// (a data-plane upload sits on one node until it is reported) costs half
+// a second, not one attempt's deadline. The first good copy wins.
 func (c *Client) GetBlobFrom(ctx context.Context, bases []string, ref content.Ref) ([]byte, error) {
-	var lastErr error = errors.New("no node to ask")
-	for _, base := range bases {
-		at := c.newAttempts()
-		var b []byte
-		err := at.try(ctx, func(actx context.Context, kick func()) error {
-			req, err := http.NewRequestWithContext(actx, "GET", base+"/blobs/"+string(ref), nil)
-			if err != nil {
-				return err
+	if len(bases) == 0 {
+		return nil, errors.New("no node to ask")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the slower asks stop once one copy is here
+	type got struct {
+		b   []byte
+		err error
+	}
+	results := make(chan got, len(bases))
+	started := 0
+	startNext := func() {
+		if started < len(bases) {
+			base := bases[started]
+			started++
+			go func() {
+				b, err := c.getBlobAt(ctx, base, ref)
+				results <- got{b, err}
+			}()
+		}
+	}
+	startNext()
+	hedge := time.NewTicker(hedgeAfter)
+	defer hedge.Stop()
+	var lastErr error
+	for done := 0; done < len(bases); {
+		select {
+		case r := <-results:
+			done++
+			if r.err == nil {
+				return r.b, nil
 			}
-			resp, err := c.http.Do(req)
-			if err != nil {
-				return err
-			}
-			resp.Body = progressBody{progress{resp.Body, kick}, resp.Body}
-			return readResponse(resp, &b)
-		})
-		if err != nil {
 			if ctx.Err() != nil {
-				return nil, err
+				return nil, r.err
 			}
-			if at.timedOutNow {
-				err = fmt.Errorf("%s: no answer within %v", base, at.timeout)
-			}
-			lastErr = err
-			continue
+			lastErr = r.err
+			startNext()
+		case <-hedge.C:
+			startNext()
 		}
-		if content.Hash(b) != ref {
-			lastErr = fmt.Errorf("%s served bytes that do not hash to %s", base, ref.Short())
-			continue
-		}
-		return b, nil
 	}
 	return nil, lastErr
+}
+
+// getBlobAt fetches ref from one node, within one attempt.
+func (c *Client) getBlobAt(ctx context.Context, base string, ref content.Ref) ([]byte, error) {
+	at := c.newAttempts()
+	var b []byte
+	err := at.try(ctx, func(actx context.Context, kick func()) error {
+		req, err := http.NewRequestWithContext(actx, "GET", base+"/blobs/"+string(ref), nil)
+		if err != nil {
+			return err
+		}
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return err
+		}
+		resp.Body = progressBody{progress{resp.Body, kick}, resp.Body}
+		return readResponse(resp, &b)
+	})
+	if err != nil {
+		if at.timedOutNow && ctx.Err() == nil {
+			err = fmt.Errorf("%s: no answer within %v", base, at.timeout)
+		}
+		return nil, err
+	}
+	if content.Hash(b) != ref {
+		return nil, fmt.Errorf("%s served bytes that do not hash to %s", base, ref.Short())
+	}
+	return b, nil
 }
 
 // PutBlobTo stores a blob on one given node. The attempt's deadline is a

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 )
 
@@ -199,5 +200,32 @@ func TestClientWaitsLongerForASlowLeader(t *testing.T) {
 	defer cancel()
 	if _, err := c.Jobs(ctx); err != nil {
 		t.Fatalf("a slow leader was never given the time: %v", err)
+	}
+}
+
+// A blob held by the second node is fetched even when the first is silent
+// and one attempt's deadline is an hour: the next node is asked after a
+// short hedge (a node that says no hands over at once).
+func TestGetBlobFromHedgesPastSilentNode(t *testing.T) {
+	data := []byte("the result, on the data plane's node only")
+	ref := content.Hash(data)
+	holder := answering(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/blobs/"+string(ref) {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(data)
+	})
+	lacks := answering(t, http.NotFound)
+	c := NewClientTLS(http.DefaultTransport, nil)
+	c.AttemptTimeout = time.Hour
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := c.GetBlobFrom(ctx, []string{silentNode(t), lacks, holder}, ref)
+	if err != nil || string(b) != string(data) {
+		t.Fatalf("GetBlobFrom past a silent node: %q, %v", b, err)
+	}
+	if _, err := c.GetBlobFrom(ctx, []string{lacks}, ref); err == nil {
+		t.Fatal("a blob no node holds was found")
 	}
 }

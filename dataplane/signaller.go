@@ -215,22 +215,35 @@ func (s *Signalling) poll(ctx context.Context, a identity.Member, wait time.Dura
 	}
 }
 
-// ICE fetches the ICE servers (with short-lived TURN credentials) that an
-// aggregator hands out: this node's own, or the first that answers.
+// ICE fetches the ICE servers (with short-lived TURN credentials) that the
+// aggregators hand out: every aggregator is asked at once, and the first
+// answer is used, so a silent node costs nothing.
 func (s *Signalling) ICE(ctx context.Context) ([]ICEServer, error) {
+	aggs := s.order()
+	if len(aggs) == 0 {
+		return nil, fmt.Errorf("dataplane: the federation has no aggregator")
+	}
+	ctx, cancel := context.WithTimeout(ctx, attempt)
+	defer cancel() // the slower asks stop
+	type got struct {
+		servers []ICEServer
+		err     error
+	}
+	results := make(chan got, len(aggs))
+	for _, a := range aggs {
+		go func() {
+			var out []ICEServer
+			err := s.get(ctx, "https://"+a.Address+"/p2p/ice", &out)
+			results <- got{out, err}
+		}()
+	}
 	var errs []error
-	for _, a := range s.order() {
-		var out []ICEServer
-		actx, cancel := context.WithTimeout(ctx, attempt)
-		err := s.get(actx, "https://"+a.Address+"/p2p/ice", &out)
-		cancel()
-		if err == nil {
-			return out, nil
+	for range aggs {
+		r := <-results
+		if r.err == nil {
+			return r.servers, nil
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		errs = append(errs, err)
+		errs = append(errs, r.err)
 	}
 	return nil, errors.Join(errs...)
 }

@@ -53,8 +53,9 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 	if _, err := w.blobs().PutBlob(rctx, data); err != nil {
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
 	}
+	var https bool // the result went over HTTPS too
 	if direct {
-		return w.report(rctx, req, data)
+		return w.report(rctx, req, data, &https)
 	}
 	// Wait for the reveal with the lease renewed, so the shard is not
 	// leased to a third peer while the second is still computing.
@@ -65,7 +66,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		poll = 500 * time.Millisecond
 	}
 	for {
-		out, err := w.report(ctx, req, data)
+		out, err := w.report(ctx, req, data, &https)
 		if ds, ok := diag.As(err); !ok || ds[0].Code != diag.PoolRevealEarly {
 			return out, err
 		}
@@ -80,24 +81,117 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 	}
 }
 
+// DurableWithin bounds how long a report of a result moved over the data
+// plane may go unanswered before the worker also uploads it over HTTPS
+// and reports again (the first good answer wins). The node answering a
+// report checks that the bytes are on a majority before it proposes the
+// hash; when they sit only on a data-plane aggregator that is silent or
+// cut off, that check waits on the silent node — and the worker with it —
+// for the clients' attempt timeouts, several seconds each.
+const DurableWithin = time.Second
+
 // report reports req. When the bytes went over a data channel to the
-// member's data-plane aggregator but the node answering the report cannot
-// find them on a majority (that aggregator is cut off from the others, or
-// died after the upload), the result is uploaded again over HTTPS to the
-// nodes that answer — the last fallback — and reported once more.
-func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte) (coordinator.ReportResponse, error) {
-	out, err := w.Client.Report(ctx, req)
-	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.BlobMissing || w.Blobs == nil {
-		return out, err
+// member's data-plane aggregator and that aggregator is cut off from the
+// others (or died after the upload), the node answering cannot find them
+// on a majority: it says so (SC BlobMissing), or it is still waiting on
+// the cut-off node after DurableWithin. Then the result is uploaded again
+// over HTTPS to the nodes that answer — the last fallback — and reported
+// once more, racing the first report. Durability is unchanged: every
+// report is accepted only once its bytes are on a majority. *https records
+// that the bytes went over HTTPS, so the reveal polls of Deliver do not
+// upload them again.
+func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, https *bool) (coordinator.ReportResponse, error) {
+	if w.Blobs == nil || *https {
+		return w.Client.Report(ctx, req)
 	}
-	w.logf("shard %d of %s: the result uploaded over the data plane is not durable yet; uploading it over https", req.Shard, req.Job.Short())
-	if nd, ok := w.Blobs.(interface{ NotDurable() }); ok {
-		nd.NotDurable() // later blobs skip the cut-off path for a while
+	type answer struct {
+		out coordinator.ReportResponse
+		err error
 	}
-	if _, perr := w.Client.PutBlob(ctx, data); perr != nil {
-		return out, err
+	missing := func(err error) bool {
+		ds, ok := diag.As(err)
+		return ok && ds[0].Code == diag.BlobMissing
 	}
-	return w.Client.Report(ctx, req)
+	notDurable := func() {
+		if nd, ok := w.Blobs.(interface{ NotDurable() }); ok {
+			nd.NotDurable() // later blobs skip the cut-off path for a while
+		}
+	}
+	// The first report runs to its end even when the HTTPS one wins (and
+	// Deliver has returned): its verdict says whether the data-plane
+	// aggregator is cut off (the bytes are missing) or was only slow to
+	// answer. Reporting one result twice is harmless: the pool answers the
+	// second from the first.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	first := make(chan answer, 1)
+	go func() {
+		defer fcancel()
+		out, err := w.Client.Report(fctx, req)
+		first <- answer{out, err}
+	}()
+	bound := time.NewTimer(DurableWithin)
+	defer bound.Stop()
+	var why string
+	select {
+	case a := <-first:
+		if !missing(a.err) {
+			w.outraced.Store(0)
+			return a.out, a.err
+		}
+		notDurable()
+		first = nil // answered: only the HTTPS report is left
+		why = "is not durable yet"
+	case <-bound.C:
+		why = fmt.Sprintf("is not reported durable within %v", DurableWithin)
+	}
+	w.logf("shard %d of %s: the result uploaded over the data plane %s; uploading it over https", req.Shard, req.Job.Short(), why)
+	*https = true
+	sctx, scancel := context.WithCancel(ctx)
+	defer scancel() // the HTTPS report stops when the first one wins
+	second := make(chan answer, 1)
+	go func() {
+		if _, err := w.Client.PutBlob(sctx, data); err != nil {
+			second <- answer{err: fmt.Errorf("uploading result over https: %w", err)}
+			return
+		}
+		out, err := w.Client.Report(sctx, req)
+		second <- answer{out, err}
+	}()
+	var last answer
+	for first != nil || second != nil {
+		select {
+		case a := <-first:
+			first = nil
+			if !missing(a.err) {
+				w.outraced.Store(0)
+				return a.out, a.err // durable after all (or a verdict on the report itself)
+			}
+			notDurable()
+			last = a
+		case a := <-second:
+			second = nil
+			if a.err == nil || first == nil {
+				if first != nil {
+					// The pool's verdict on the data-plane copy can take
+					// the clients' attempt timeouts to come back; two
+					// reports in a row won over HTTPS while it had not are
+					// taken as the same sign.
+					if a.err == nil && w.outraced.Add(1) >= 2 {
+						w.outraced.Store(0)
+						notDurable()
+					}
+					go func(first chan answer) {
+						if a := <-first; missing(a.err) {
+							notDurable()
+						}
+					}(first)
+				}
+				return a.out, a.err
+			}
+			last = a
+		}
+	}
+	return last.out, last.err
 }
 
 // setPolicy remembers a job's verification policy.

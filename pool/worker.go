@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/scellis/scellis/api"
@@ -81,6 +82,9 @@ type Worker struct {
 	plans    map[content.Ref]*job.Plan
 	isolated map[content.Ref]*isolatedJob       // bundles kept for child processes
 	policies map[content.Ref]coordinator.Policy // each job's verification policy (Deliver)
+	// outraced counts the reports in a row that the HTTPS upload won
+	// while the report of the data-plane copy had no answer (report).
+	outraced atomic.Int32
 }
 
 // isolatedJob is what a shard's child process needs of its job.
