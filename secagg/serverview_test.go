@@ -174,7 +174,11 @@ func TestServerMemoryIsLinearInDimension(t *testing.T) {
 	}
 	runtime.ReadMemStats(&after)
 	vec := uint64(8 * dim)
-	if got := after.TotalAlloc - before.TotalAlloc; got > vec/4 {
+	// Keeping or copying the inputs would allocate n·vec. The bound is one
+	// vector: the kernel's per-core scratch tiles come from a sync.Pool,
+	// which a GC empties and which, under -race, drops Puts on purpose,
+	// so a few tiles may be allocated again during the loop.
+	if got := after.TotalAlloc - before.TotalAlloc; got > vec {
 		t.Errorf("adding %d masked inputs of %d bytes allocated %d bytes; want streaming accumulation", n, vec, got)
 	}
 	inputs = nil
