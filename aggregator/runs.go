@@ -393,15 +393,17 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	// poll, the heartbeat, is recent). A silo that is not is left out
 	// until it polls again, and rejoins at the next round.
 	var members []secagg.Member
-	var absent []string
+	var absent, absentNames []string
 	for _, s := range st.Silos {
 		m, ok := n.fed.Member(s)
 		if !ok || m.Role != identity.Silo {
 			absent = append(absent, s+" (no longer a silo of the federation)")
+			absentNames = append(absentNames, s)
 			continue
 		}
 		if !n.alive(s) {
 			absent = append(absent, s)
+			absentNames = append(absentNames, s)
 			continue
 		}
 		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
@@ -563,7 +565,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		Format: fl.RoundResultFormat, Run: st.ID, Round: r, Job: jobID, Bundle: bref, Strategy: rc.canon.Strategy,
 		Previous: gref, Model: content.Hash(nb), Global: nb, Metrics: metrics, Weight: sum.Weight,
 		Participants: contributors, Dropped: dropped, ErrorBound: sum.ErrorBound, SecAggRound: bundle.SecAgg.Round,
-		Step: step, Std: std,
+		Step: step, Std: std, Absent: slices.Sorted(slices.Values(absentNames)),
 	}
 	for _, p := range contributors {
 		if b, ok := bundle.Base[p]; ok {

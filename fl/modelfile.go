@@ -66,6 +66,7 @@ type RoundSummary struct {
 	Step         string             `json:"step"`
 	Participants []string           `json:"participants"`
 	Dropped      []string           `json:"dropped"`
+	Absent       []string           `json:"absent,omitempty"` // left out of the cohort: not alive when the round was planned
 	TrainLoss    float64            `json:"train_loss,omitempty"`
 	TrainAcc     float64            `json:"train_accuracy,omitempty"`
 	EvalLoss     float64            `json:"eval_loss,omitempty"`

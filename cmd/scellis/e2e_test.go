@@ -150,10 +150,16 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"run done", "dropped: hospital-4", "is intact", "receipt chain intact", "verified 9/9 shards", "processes stopped"} {
+	for _, want := range []string{"run done", "is intact", "receipt chain intact", "verified 9/9 shards", "processes stopped"} {
 		if !strings.Contains(string(out), want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	// hospital-4 dies after the first round: a round that had it in its
+	// cohort shows it dropped; one planned after its death shows it
+	// absent. Which comes first depends on when the kill lands.
+	if !strings.Contains(string(out), "dropped: hospital-4") && !strings.Contains(string(out), "absent: hospital-4") {
+		t.Fatalf("no round shows hospital-4 dropped or absent:\n%s", out)
 	}
 	// The DP-SGD model beats the majority-class baseline clearly on
 	// held-out hospitals (AUC 0.5 for any constant prediction).

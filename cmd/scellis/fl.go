@@ -179,6 +179,7 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (f
 	}
 	row := fl.NewRoundSummary(rr.Round, rr.Step, rr.Participants, rr.Dropped, rr.Metrics, rr.Model)
 	row.Staleness = rr.Staleness
+	row.Absent = rr.Absent
 	st, err := c.Job(ctx, jobID)
 	if err != nil {
 		return row, rr, g, nil
@@ -213,7 +214,7 @@ func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (f
 // and fl simulate.
 func printRoundHeader(w io.Writer) {
 	fmt.Fprintln(w, "train: the incoming model on the silos' training rows; held-out: on rows no silo trains on (secure sums)")
-	fmt.Fprintf(w, "%5s  %-5s %-5s %8s %8s %8s %8s  %s\n", "round", "step", "sites", "train-ls", "train-ac", "held-ls", "held-ac", "ε charged this round per silo (each silo's ledger composes them) · dropouts · declines")
+	fmt.Fprintf(w, "%5s  %-5s %-5s %8s %8s %8s %8s  %s\n", "round", "step", "sites", "train-ls", "train-ac", "held-ls", "held-ac", "ε charged this round per silo (each silo's ledger composes them) · dropped · absent · declines")
 }
 
 func printRoundRow(w io.Writer, row fl.RoundSummary) {
@@ -234,6 +235,9 @@ func printRoundRow(w io.Writer, row fl.RoundSummary) {
 	extra := ""
 	if len(row.Dropped) > 0 {
 		extra = " · dropped: " + strings.Join(row.Dropped, ",")
+	}
+	if len(row.Absent) > 0 {
+		extra += " · absent: " + strings.Join(row.Absent, ",")
 	}
 	for _, s := range sortedKeys(row.Declined) {
 		extra += fmt.Sprintf(" · %s declined: %s", s, row.Declined[s])
