@@ -137,8 +137,8 @@ type RoundResult struct {
 	// Absent are the run's silos left out of the round's cohort because
 	// they were not alive (no recent lease poll) when it was planned: a
 	// silo that died between rounds is absent, not dropped (sorted).
-	Absent []string `cbor:"absent,omitempty" json:"absent,omitempty"`
-	ErrorBound   float64  `cbor:"error_bound" json:"error_bound"`
+	Absent     []string `cbor:"absent,omitempty" json:"absent,omitempty"`
+	ErrorBound float64  `cbor:"error_bound" json:"error_bound"`
 	// SecAggRound is the secure-aggregation round ID the sum came from.
 	SecAggRound string `cbor:"secagg_round" json:"secagg_round"`
 	// Step is the bundle's step kind (empty: training); Std the run's
