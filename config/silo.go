@@ -34,8 +34,11 @@ type Silo struct {
 	MetricsListen  string    // /metrics in plain HTTP (empty: off)
 	// The data plane (docs/dataplane.md), as a worker's: round bundles,
 	// models and secure-aggregation messages go over data channels to
-	// the aggregators (ICEPolicy all, the default, or relay), HTTPS
-	// being the last fallback, or over HTTPS only (https).
+	// the aggregators (ICEPolicy all or relay), HTTPS being the last
+	// fallback, or over HTTPS only (https, a silo's default: a data
+	// channel to a round host that dies is noticed only after ICE gives
+	// up and a redial times out, longer than a round's join timeout, so
+	// rounds across leader changes failed until the run paused).
 	ICEPolicy   string
 	STUN        []string
 	P2PVia      string
@@ -134,7 +137,7 @@ var datasetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // dataset CSV that cannot be read (SC3001), has no header (SC3005) or lacks
 // the label column (SC3003).
 func LoadSilo(file string) (*Silo, error) {
-	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites}, ICEPolicy: "all"}
+	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites}, ICEPolicy: "https"}
 	strategies := DefaultStrategies()
 	var datasets []*Dataset
 	p := &c.Policy

@@ -37,6 +37,13 @@ func TestFLRoundThroughNATs(t *testing.T) {
 	}
 	fedSrc := strings.ReplaceAll(string(fed), "127.0.0.1:", aggIP+":")
 	c.write("federation.yaml", fedSrc)
+	for _, s := range silos { // silos default to https
+		cfg, err := os.ReadFile(filepath.Join(c.dir, s+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.write(s+".yaml", string(cfg)+"ice_policy: all\n")
+	}
 	var apiPort string
 	for _, line := range strings.Split(fedSrc, "\n") {
 		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "address: "+aggIP+":"); ok {
