@@ -117,12 +117,7 @@ func writeDurable(path string, b []byte, mode os.FileMode) error {
 	if err := os.Rename(tmp, path); err != nil {
 		return err
 	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return syncDir(dir)
 }
 
 // releaseDigest names a release in the silo's own log: the hash of exactly
