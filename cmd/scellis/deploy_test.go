@@ -62,7 +62,14 @@ func TestSystemdUnitsVerify(t *testing.T) {
 // first (federation init numbers the aggregators' ports from one base).
 func consecutivePorts(t *testing.T, n int) int {
 	for range 500 {
-		base := lowPortBase + int(lowPort.Add(int64(n)))%(lowPortSpan-n)
+		// The counter values this call owns are first..first+n-1 (ports.next
+		// hands out the values after them): the run maps onto them exactly.
+		first := lowPort.Add(int64(n)) - int64(n) + 1
+		off := int(first % lowPortSpan)
+		if off+n > lowPortSpan {
+			continue
+		}
+		base := lowPortBase + off
 		var ls []net.Listener
 		for i := range n {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
