@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -56,6 +58,9 @@ func (p *ports) next() string {
 	// cannot listen on it.
 	for range 2000 {
 		port := lowPortBase + int(lowPort.Add(1))%lowPortSpan
+		if !claimPort(port) {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			p.ls = append(p.ls, l)
@@ -82,6 +87,37 @@ var lowPort = func() *atomic.Int64 {
 	n.Store(int64(os.Getpid()*997) % lowPortSpan)
 	return &n
 }()
+
+// claimPort reserves port for the rest of this test process against every
+// other test process on the machine: an flock on a file named after the
+// port, held until the process exits (the kernel drops it then, so a
+// crashed run leaves nothing behind). A listener alone cannot do this: a
+// node's port is free while the node is down for a restart, or between
+// release and the node's own bind, and a second `go test` of this package
+// (CI's fault-survival rerun, a developer's loop) could take it then.
+func claimPort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "scellis-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no shared folder: fall back to the listener check
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false // another test process holds it
+	}
+	claimed.Lock()
+	claimed.files = append(claimed.files, f) // kept open: the lock lives as long as the process
+	claimed.Unlock()
+	return true
+}
+
+var claimed struct {
+	sync.Mutex
+	files []*os.File
+}
 
 func (p *ports) release() {
 	for _, l := range p.ls {

@@ -72,6 +72,9 @@ func consecutivePorts(t *testing.T, n int) int {
 		base := lowPortBase + off
 		var ls []net.Listener
 		for i := range n {
+			if !claimPort(base + i) {
+				break
+			}
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+i))
 			if err != nil {
 				break
