@@ -40,7 +40,8 @@ const Prefix = "/secagg/"
 // ({"diagnostics": [...]}) with 400 (malformed or refused by the protocol),
 // 401/403 (not this site), 404 (round not open here: SC6102), 409 (phase
 // over: SC6109, or the round failed: its diagnostic), 410 (round over:
-// SC6103), 413/415 (SC6105) or 503 (host closed: SC6107).
+// SC6103), 413/415 (SC6105), 429 (the caller already holds maxPolls
+// GETs on the round: SC6110) or 503 (host closed: SC6107).
 const (
 	pathRounds   = Prefix + "v1/rounds/"
 	contentCBOR  = "application/cbor"
@@ -316,6 +317,16 @@ func (h *Host) get(aggregators bool, ready func(*call, *http.Request) reply) htt
 			return
 		}
 		rd := c.rd
+		holder := c.site
+		if holder == "" {
+			holder = "aggregator " + c.peer.Name
+		}
+		if !rd.enterPoll(holder) {
+			refuse(w, http.StatusTooManyRequests, diag.New(diag.SecAggWireBusy, c.subject(), "%s already holds %d requests on the round", holder, maxPolls).
+				WithHelp("a site long-polls one phase at a time; close the stale connections"))
+			return
+		}
+		defer rd.leavePoll(holder)
 		timer := time.NewTimer(h.opt.LongPoll)
 		defer timer.Stop()
 		for {
@@ -339,6 +350,30 @@ func (h *Host) get(aggregators bool, ready func(*call, *http.Request) reply) htt
 				return
 			}
 		}
+	}
+}
+
+// maxPolls bounds the GETs one caller holds open on a round, so a member
+// cannot pin the host's memory and goroutines with held polls: Participate
+// holds one; a few more cover connections the site gave up on that the
+// host has not seen close yet.
+const maxPolls = 4
+
+func (rd *hostRound) enterPoll(holder string) bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.polls[holder] >= maxPolls {
+		return false
+	}
+	rd.polls[holder]++
+	return true
+}
+
+func (rd *hostRound) leavePoll(holder string) {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.polls[holder]--; rd.polls[holder] <= 0 {
+		delete(rd.polls, holder)
 	}
 }
 

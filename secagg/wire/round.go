@@ -58,6 +58,9 @@ type hostRound struct {
 	// excused are sites known not to take part (they declined the round):
 	// a phase does not wait for them until its deadline.
 	excused map[string]bool
+	// polls counts the GETs each caller (site, or aggregator peer) holds
+	// open on the round, bounded by maxPolls.
+	polls map[string]int
 }
 
 // waiting reports whether the current phase still waits for a site that
@@ -86,7 +89,7 @@ func newHostRound(p secagg.Params, digest []byte, srv *secagg.Server, dl Deadlin
 	return &hostRound{
 		id: p.Round, digest: digest, srv: srv, dl: dl, keys: keys, n: len(p.Members), dim: dim,
 		kick: make(chan struct{}, 1), done: make(chan struct{}), taken: make(chan struct{}), aborted: make(chan struct{}),
-		changed: make(chan struct{}), accepted: map[acceptKey][32]byte{},
+		changed: make(chan struct{}), accepted: map[acceptKey][32]byte{}, polls: map[string]int{},
 	}
 }
 

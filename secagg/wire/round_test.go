@@ -601,3 +601,58 @@ func TestExcusedSite(t *testing.T) {
 		}
 	}
 }
+
+// TestLongPollsBoundedPerSite: a site holds at most maxPolls GETs open on
+// a round (a member cannot pin the host's goroutines and memory with held
+// polls); the next is refused with SC6110, and the places come back when
+// the polls end.
+func TestLongPollsBoundedPerSite(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, 4)
+	th := startHost(t, w, HostOptions{LongPoll: time.Hour})
+	p := w.params("poll-bound", 16, w.silos[:3]...)
+	if err := th.Open(p, generous()); err != nil {
+		t.Fatal(err)
+	}
+	th.mu.Lock()
+	rd := th.rounds[p.Round]
+	th.mu.Unlock()
+	held := func() int {
+		rd.mu.Lock()
+		defer rd.mu.Unlock()
+		return rd.polls["hospital-a"]
+	}
+	waitHeld := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); held() != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d long polls held, want %d", held(), n)
+			}
+		}
+	}
+	a := w.silo("hospital-a")
+	ctx, cancel := context.WithCancel(t.Context())
+	ended := make(chan struct{}, maxPolls)
+	for range maxPolls {
+		go func() {
+			defer func() { ended <- struct{}{} }()
+			req, _ := http.NewRequestWithContext(ctx, "GET", roundURL(th, p.Round, "keyset"), nil)
+			if resp, err := a.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+	waitHeld(maxPolls)
+	if status, code := exchange(t, a, "GET", roundURL(th, p.Round, "keyset"), "", nil); status != 429 || code != diag.SecAggWireBusy {
+		t.Errorf("a long poll beyond the site's bound: %d %s", status, code)
+	}
+	// Another site is not held back by hospital-a's polls.
+	if status, code := exchange(t, w.silo("hospital-b"), "GET", roundURL(th, p.Round, "deliveries/hospital-a"), "", nil); code == diag.SecAggWireBusy {
+		t.Errorf("hospital-b refused for hospital-a's polls: %d %s", status, code)
+	}
+	cancel()
+	for range maxPolls {
+		<-ended
+	}
+	waitHeld(0)
+}
