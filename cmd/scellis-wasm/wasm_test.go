@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,7 @@ func buildWorker(t testing.TB, dir string) int64 {
 			t.Errorf("the wasm worker links %s: content could reach it", d)
 		}
 	}
+	checkNoPageAccess(t)
 	root, err := exec.Command("go", "env", "GOROOT").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -102,11 +104,53 @@ func buildWorker(t testing.TB, dir string) int64 {
 	return fi.Size()
 }
 
-// compile compiles a job spec against the builtin catalog, as a native
-// worker does.
-func compile(t testing.TB, yaml string) *job.Plan {
+// checkNoPageAccess checks, on the import graph of the js/wasm build,
+// that the shim (package main) is the only package of this module or its
+// dependencies that imports syscall/js: the sandbox, the catalog, the
+// native modules and the encoding cannot touch the page (DOM, fetch,
+// timers) whatever content asks of them, because nothing they link can.
+// The standard library's syscall and time import it to implement files
+// and clocks on js; content has no builtin that reaches either.
+func checkNoPageAccess(t testing.TB) {
 	t.Helper()
-	spec, err := job.ParseSpec(filepath.Join(t.TempDir(), "job.yaml"), []byte(yaml))
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}} {{.Standard}} {{join .Imports " "}}`, ".")
+	cmd.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	var self string
+	if b, err := exec.Command("go", "list", ".").Output(); err == nil {
+		self = strings.TrimSpace(string(b))
+	}
+	nonStd := 0
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] == "true" {
+			continue
+		}
+		nonStd++
+		if f[0] != self && slices.Contains(f[2:], "syscall/js") {
+			t.Errorf("%s imports syscall/js in the wasm build: content running through it could reach the page", f[0])
+		}
+	}
+	if nonStd < 10 {
+		t.Fatalf("go list found %d non-standard packages in the wasm build: the import graph was not read", nonStd)
+	}
+}
+
+// compile compiles a job spec against the builtin catalog, as a native
+// worker does; files are written beside the spec first (a program of
+// the job's own, program: ./x.star).
+func compile(t testing.TB, yaml string, files ...string) *job.Plan {
+	t.Helper()
+	dir := t.TempDir()
+	for i := 0; i+1 < len(files); i += 2 {
+		if err := os.WriteFile(filepath.Join(dir, files[i]), []byte(files[i+1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec, err := job.ParseSpec(filepath.Join(dir, "job.yaml"), []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,6 +273,102 @@ limits: {steps: 1000}
 	if got := runInTab(t, tab, request(t, tight, 0)); !strings.Contains(got.Error, "SC2004") {
 		t.Errorf("in the tab, a 1000-step budget gave %+v, want SC2004", got)
 	}
+
+	// Content that reaches for the page (DOM, fetch, timers, eval) or the
+	// machine (files, clock, environment) finds no such builtin in the
+	// tab, and is refused with the same diagnostic, at the same
+	// file:line, as natively; so is a load of anything outside the
+	// bundle. The memory budget stops the same shard at the same point
+	// in both: a native's reservation (exact) and an audit of what the
+	// content's own lists hold (estimated, on a schedule that depends
+	// only on the program). Each case is one shard that fails at once.
+	const one = "partitioner: {use: range, params: {start: 0, count: 2, chunks: 1}}\nreducer: concat\n"
+	for _, c := range []struct{ what, call string }{
+		{"DOM", "document.getElementById(\"x\")"},
+		{"window", "window.location"},
+		{"fetch", "fetch(\"https://example.com/\")"},
+		{"XMLHttpRequest", "XMLHttpRequest()"},
+		{"timers", "setTimeout(run, 0)"},
+		{"eval", "eval(\"1\")"},
+		{"files", "open(\"/etc/passwd\").read()"},
+		{"clock", "time.now()"},
+		{"environment", "os.environ[\"HOME\"]"},
+	} {
+		p := compile(t, "name: reach\nprogram: ./p.star\n"+one, "p.star", "def run(params, inputs):\n    return "+c.call+"\n")
+		name, _, _ := strings.Cut(c.call, "(")
+		name, _, _ = strings.Cut(name, ".")
+		sameRefusal(t, tab, c.what, request(t, p, 0), "SC2002", "p.star:2:12", "undefined: "+name)
+	}
+	base := compile(t, "name: reach\nprogram: ./p.star\n"+one, "p.star", "def run(params, inputs):\n    return 1\n")
+	sameRefusal(t, tab, "load", withProgram(t, base, "load(\"http\", \"get\")\n\ndef run(params, inputs):\n    return get(\"x\")\n"),
+		"SC2010", "p.star:1:1", `load("http")`)
+	for _, c := range []struct{ what, src, pos string }{
+		{"a native's reservation", "def run(params, inputs):\n    return tensor.zeros(100000000)\n", "p.star:2:24"},
+		{"an audit of lists", "def run(params, inputs):\n    kept = []\n    for k in range(1000000):\n        kept.append([k, k + 1])\n    return len(kept)\n", "p.star:"},
+	} {
+		p := compile(t, "name: mem\nprogram: ./p.star\nlimits: {memory_mb: 8}\n"+one, "p.star", c.src)
+		sameRefusal(t, tab, "memory budget, "+c.what, request(t, p, 0), "SC2005", c.pos, "over the budget of 8.0 MiB")
+	}
+}
+
+// sameRefusal runs req natively, through the same job.ShardRequest path
+// as the tab, and in the tab: both must fail with the same message,
+// which must carry code and every one of wants.
+func sameRefusal(t *testing.T, tab context.Context, what, req, code string, wants ...string) {
+	t.Helper()
+	raw, err := base64.StdEncoding.DecodeString(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r job.ShardRequest
+	if err := content.Decode(raw, &r); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Execute(context.Background())
+	if err == nil {
+		t.Fatalf("%s: natively the shard ran", what)
+	}
+	native := err.Error()
+	got := runInTab(t, tab, req)
+	if got.Error != native {
+		t.Errorf("%s: the tab gave %+v, natively %q", what, got, native)
+	}
+	for _, w := range append([]string{code}, wants...) {
+		if !strings.Contains(native, w) {
+			t.Errorf("%s: natively %q, which lacks %q", what, native, w)
+		}
+	}
+}
+
+// withProgram is shard 0 of p with its program replaced by src: a
+// request job.Compile would refuse to build (a load outside the
+// catalog), as a hostile submitter could hand-craft it. The executor
+// refuses it while compiling the bundle, before the job's ID is checked.
+func withProgram(t *testing.T, p *job.Plan, src string) string {
+	t.Helper()
+	e, err := catalog.Parse("p.star", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := p.Bundle()
+	sources, _ := p.Blobs()
+	delete(sources, b.Program)
+	for name, ref := range b.Content {
+		if ref == b.Program {
+			b.Content[name] = e.Ref
+		}
+	}
+	b.Program = e.Ref
+	sources[e.Ref] = e.Source
+	bundle, err := content.Encode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := content.Encode(job.ShardRequest{Bundle: bundle, Sources: sources, Job: p.ID, Shard: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.StdEncoding.EncodeToString(raw)
 }
 
 // BenchmarkWasmVsNative times shards of a trivial program (Monte Carlo,
