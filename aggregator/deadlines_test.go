@@ -2,11 +2,16 @@ package aggregator
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/scellis/scellis/diag"
 
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/trust"
@@ -58,6 +63,71 @@ func TestSlowBodyIsCutOff(t *testing.T) {
 			}
 		case <-time.After(2 * time.Minute): // hang detector only
 			t.Fatal("the server never cut the slow client off")
+		}
+	}
+}
+
+// A member holds at most a few long polls at once: more are refused with
+// SC7109 (429) instead of each pinning a goroutine and an event
+// subscription on the node, and a place comes back when a poll ends.
+func TestLeasePollsBoundedPerMember(t *testing.T) {
+	p := newTestPool(t, trust.Own, 1, Options{SiloLease: 20 * time.Minute}) // held polls last up to 10 min
+	cfg, err := identity.ClientTLSConfig(p.ids["w1"], p.fed, "agg-1", identity.Aggregator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, MaxConnsPerHost: 64}}
+	defer hc.CloseIdleConnections()
+	agg, _ := p.fed.Member("agg-1")
+	poll := func(ctx context.Context) (int, diag.Code) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", "https://"+agg.Address+"/v1/lease", strings.NewReader(`{"wait_ms":30000}`))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, ""
+		}
+		defer resp.Body.Close()
+		var d struct{ Diagnostics diag.List }
+		if json.NewDecoder(resp.Body).Decode(&d) == nil && len(d.Diagnostics) > 0 {
+			return resp.StatusCode, d.Diagnostics[0].Code
+		}
+		return resp.StatusCode, ""
+	}
+	held, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	for range 4 {
+		go poll(held)
+	}
+	// Probe until the node refuses: a probe that gets in before the four
+	// held polls do is itself held, until its own short deadline gives its
+	// place back.
+	deadline := time.Now().Add(2 * time.Minute) // hang detector only
+	for {
+		ctx, stop := context.WithTimeout(t.Context(), time.Second)
+		status, code := poll(ctx)
+		stop()
+		if status == http.StatusTooManyRequests {
+			if code != diag.PoolBusy {
+				t.Fatalf("refused with %s, want %s", code, diag.PoolBusy)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a fifth held lease poll was never refused")
+		}
+	}
+	cancel()
+	// The places come back: a poll is answered (held, then let go by its
+	// own deadline) rather than refused.
+	for {
+		ctx, stop := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		status, _ := poll(ctx)
+		stop()
+		if status != http.StatusTooManyRequests {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the member's places never came back")
 		}
 	}
 }

@@ -84,6 +84,11 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
 		return
 	}
+	leave, ok := s.holds.enter(w, "event stream", peerOf(r).Name, maxEventStreams)
+	if !ok {
+		return
+	}
+	defer leave()
 	events, cancel := s.Events.Subscribe(id)
 	defer cancel()
 	var status any

@@ -65,6 +65,10 @@ type Server struct {
 	// heartbeat, so it must end, and be renewed, before the lease lapses,
 	// whatever poll the silo's config asks for.
 	MaxHold time.Duration
+
+	// holds counts the long-lived requests (held lease polls, event
+	// streams) each member has open, bounded per member (hold.go).
+	holds holds
 }
 
 // ReadInfo says where a read was answered and how fresh it is; the
@@ -397,6 +401,11 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		if s.MaxHold > 0 {
 			wait = min(wait, s.MaxHold)
 		}
+		leave, ok := s.holds.enter(w, "lease", peer, maxLeaseHolds)
+		if !ok {
+			return
+		}
+		defer leave()
 		if !s.holdLease(r, peer, wait) {
 			if s.Gone != nil {
 				s.Gone(peer)

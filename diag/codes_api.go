@@ -10,4 +10,5 @@ var (
 	WorkerConfig    = define("SC7106", "worker or aggregator config problem")
 	PoolStaleRead   = define("SC7107", "aggregator cut off from the cluster; its state may be stale")
 	PoolForbidden   = define("SC7108", "the caller's role, or ownership, does not allow the request")
+	PoolBusy        = define("SC7109", "caller holds too many long-lived requests at once")
 )
