@@ -143,7 +143,13 @@ func Members(es []coordinator.MemberEntry) []identity.Member {
 	return out
 }
 
-// changes serves GET /v1/federation/changes?after=N.
+// ChangesPage is the most changes one GET /v1/federation/changes answers:
+// a long-lived federation's history is fetched in pages (Total says how
+// many there are), so one request's response stays bounded.
+const ChangesPage = 256
+
+// changes serves GET /v1/federation/changes?after=N: the changes after the
+// first N, at most ChangesPage of them.
 func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 	after := 0
 	if a := r.URL.Query().Get("after"); a != "" {
@@ -159,7 +165,9 @@ func (s *Server) changes(w http.ResponseWriter, r *http.Request) {
 		all = s.Changes()
 	}
 	out := ChangesResponse{Federation: s.Fed.Name, Total: len(all), Changes: []identity.SignedChange{}}
-	for _, b := range all[min(after, len(all)):] {
+	page := all[min(after, len(all)):]
+	page = page[:min(len(page), ChangesPage)]
+	for _, b := range page {
 		var sc identity.SignedChange
 		if err := content.Decode(b, &sc); err != nil {
 			s.logError("membership change", err)
@@ -183,15 +191,22 @@ func diagsOf(err error) diag.List {
 // follows what operators signed, whatever the aggregator that answers.
 // It returns how many changes it applied.
 func SyncMembership(ctx context.Context, c *Client, fed *identity.Federation) (int, error) {
-	resp, err := c.MembershipChanges(ctx, fed.Applied())
-	if err != nil {
-		return 0, err
+	applied := 0
+	for {
+		resp, err := c.MembershipChanges(ctx, fed.Applied())
+		if err != nil {
+			return applied, err
+		}
+		if resp.Federation != fed.Name {
+			return applied, diag.New(diag.MembershipSignature, "federation", "the aggregators serve federation %q, not %q", resp.Federation, fed.Name).
+				WithHelp("check the federation file")
+		}
+		n, err := fed.ApplyChanges(resp.Changes)
+		applied += n
+		if err != nil || n == 0 || fed.Applied() >= resp.Total {
+			return applied, err // done, or a page that moved nothing: no loop
+		}
 	}
-	if resp.Federation != fed.Name {
-		return 0, diag.New(diag.MembershipSignature, "federation", "the aggregators serve federation %q, not %q", resp.Federation, fed.Name).
-			WithHelp("check the federation file")
-	}
-	return fed.ApplyChanges(resp.Changes)
 }
 
 // FollowMembership keeps fed's membership up to date: at once, then every
