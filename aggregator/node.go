@@ -57,7 +57,12 @@ type Node struct {
 	studioAddr        net.Addr
 	studioFingerprint string
 	studioStop        func()
-	ln                net.Listener
+	// volunteerAddr and volunteerStop: the volunteer page, when
+	// volunteer_listen is set (volunteer.go).
+	volunteerAddr        net.Addr
+	volunteerFingerprint string
+	volunteerStop        func()
+	ln                   net.Listener
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
@@ -114,6 +119,13 @@ type Options struct {
 	// StudioListen, if set, serves the Studio, the live web view (package
 	// studio), over TLS on this address.
 	StudioListen string
+	// VolunteerListen, if set, serves the volunteer page (package
+	// volunteer) over TLS on this address; VolunteerWasm is the path of
+	// the operator's scellis.wasm build (wasm_exec.js beside it) and
+	// VolunteerDifficulty the join proof of work in bits (0: the default).
+	VolunteerListen     string
+	VolunteerWasm       string
+	VolunteerDifficulty int
 	// Raft timeouts (0: the consensus defaults, the LAN profile).
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 
@@ -370,6 +382,12 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 			return nil, err
 		}
 	}
+	if opt.VolunteerListen != "" {
+		if err := n.startVolunteer(opt.VolunteerListen); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
 	return n, nil
 }
 
@@ -394,6 +412,9 @@ func (n *Node) Close() error {
 	}
 	if n.studioStop != nil {
 		n.studioStop()
+	}
+	if n.volunteerStop != nil {
+		n.volunteerStop()
 	}
 	n.sagg.Close()
 	n.hesagg.Close()

@@ -55,6 +55,13 @@ type Aggregator struct {
 	// StudioListen serves the Studio, the live web view, over TLS (empty:
 	// off, the default).
 	StudioListen string
+	// VolunteerListen serves the volunteer page over TLS (empty: off, the
+	// default); VolunteerWasm is the operator's scellis.wasm build, with
+	// Go's wasm_exec.js beside it; VolunteerDifficulty the join proof of
+	// work in bits (0: the default, 18).
+	VolunteerListen     string
+	VolunteerWasm       string
+	VolunteerDifficulty int
 	// Caps on the submitters' content this node runs (partition, cost,
 	// reduce) and on the prices it sets; a job's own limits may only lower
 	// them. Zero: the aggregator's defaults (aggregator.DefaultContentCaps).
@@ -134,6 +141,9 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("raft_listen", false, "", str(&c.RaftListen)),
 		mk("health_listen", false, "", str(&c.HealthListen)),
 		mk("studio_listen", false, "", str(&c.StudioListen)),
+		mk("volunteer_listen", false, "", str(&c.VolunteerListen)),
+		mk("volunteer_wasm", false, "", str(&c.VolunteerWasm)),
+		mk("volunteer_difficulty", false, "", integer(&c.VolunteerDifficulty, 1, 32)),
 		mk("content_steps", false, "", integer(&c.ContentSteps, 1000, 1<<50)),
 		mk("content_memory_mb", false, "", integer(&c.ContentMemoryMB, 16, 1<<20)),
 		mk("content_timeout", false, "", duration(&c.ContentTimeout)),
@@ -177,6 +187,13 @@ func LoadAggregator(file string) (*Aggregator, error) {
 	c.PassphraseFile = resolve(file, c.PassphraseFile)
 	c.Federation = resolve(file, c.Federation)
 	c.DataDir = resolve(file, c.DataDir)
+	if c.VolunteerWasm != "" {
+		c.VolunteerWasm = resolve(file, c.VolunteerWasm)
+	}
+	if c.VolunteerListen != "" && c.VolunteerWasm == "" {
+		return nil, c.Pos.At(diag.New(diag.MissingField, "volunteer_wasm", "volunteer_listen is set but volunteer_wasm is not: the page needs the worker compiled to WebAssembly"), file, "volunteer_listen").
+			WithHelp("build it with `GOOS=js GOARCH=wasm go build -o scellis.wasm ./cmd/scellis-wasm`, copy $(go env GOROOT)/lib/wasm/wasm_exec.js beside it, and set volunteer_wasm: scellis.wasm")
+	}
 	return c, nil
 }
 

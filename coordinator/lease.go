@@ -7,6 +7,8 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/trust"
 	"github.com/scellis/scellis/verify/spot"
 )
 
@@ -92,6 +94,9 @@ func (m *Machine) lease(c Lease) Result {
 // advancing the clock). An excluded peer gets no generic shard; in
 // adaptive mode an audit goes only to the peer the draw reserved it for.
 func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) bool {
+	if !volunteerMay(j, peer) {
+		return false
+	}
 	if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil || (s.Peer != "" && s.Peer != peer) {
 		return false
 	}
@@ -289,6 +294,15 @@ func unknownJob(id content.Ref) *diag.Diagnostic {
 
 func shardSubject(j *jobState, index int) string {
 	return fmt.Sprintf("job %s shard %d", j.Name, index)
+}
+
+// volunteerMay reports whether peer may execute j's shards: any member
+// may (the API's roles decide), a browser volunteer (receipt.IsVolunteer)
+// only shards of an open job that is not a training round. Admission
+// keeps an open job's inputs public (trust.Admit), so a volunteer is
+// never handed a job with confidential inputs, whatever pool it reached.
+func volunteerMay(j *jobState, peer string) bool {
+	return !receipt.IsVolunteer(peer) || (j.Regime == trust.Open && j.Run == "")
 }
 
 func checkPeer(p string) *diag.Diagnostic {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/receipt"
 )
 
 // Membership through the log. The federation file is the bootstrap; the
@@ -217,6 +218,9 @@ func (m *Machine) Membership() (members []MemberEntry, changes [][]byte, seeded 
 // revokedPeer reports a peer that is not a member of the seeded
 // membership: its requests are refused even if they reach the machine.
 func (m *Machine) revokedPeer(peer string) *diag.Diagnostic {
+	if receipt.IsVolunteer(peer) {
+		return nil // not a member at all: see volunteerMay
+	}
 	if ms := m.st.Membership; ms != nil {
 		if _, ok := ms.member(peer); !ok {
 			return diag.New(diag.MemberRefused, peer, "%q is not a member of the federation (revoked, or never added)", peer).

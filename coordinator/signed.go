@@ -62,6 +62,14 @@ func (m *Machine) signerKey(peer, key string) string {
 	if key == "" {
 		return "carries no key"
 	}
+	if receipt.IsVolunteer(peer) {
+		// A browser volunteer is no member: its name is derived from
+		// its key (receipt/volunteer.go), so the name says which key.
+		if !receipt.VolunteerKey(peer, key) {
+			return "is signed with a key the volunteer's name was not derived from"
+		}
+		return ""
+	}
 	if ms := m.st.Membership; ms != nil {
 		e, ok := ms.member(peer)
 		switch {

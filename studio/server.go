@@ -468,6 +468,18 @@ func TLSConfig(id *identity.Identity, fed *identity.Federation, host string) (cf
 	return cfg, fingerprint(browser), nil
 }
 
+// BrowserTLSConfig is a TLS 1.3 configuration for a page served to
+// browsers only (the volunteer page): the ECDSA certificate the Studio
+// gives browsers, since they do not accept Ed25519 ones, and no client
+// certificates. It returns the certificate's SHA-256 fingerprint too.
+func BrowserTLSConfig(name, host string) (*tls.Config, string, error) {
+	c, err := browserCert(name, host)
+	if err != nil {
+		return nil, "", err
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{*c}}, fingerprint(c), nil
+}
+
 func fingerprint(c *tls.Certificate) string {
 	sum := sha256.Sum256(c.Certificate[0])
 	return fmt.Sprintf("%X", sum[:])

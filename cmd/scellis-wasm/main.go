@@ -17,6 +17,15 @@
 // Promise of {result: Uint8Array, hash: "sha256:…"}, the shard's canonical
 // result bytes and their hash, and rejects with the error's text.
 //
+// For the volunteer page (package volunteer) it also defines the tab's
+// identity functions, so the page does no crypto in JavaScript:
+// scellisVolunteerKey(seed?) makes (or restores) an Ed25519 key from
+// crypto/rand and returns {public, seed, peer}; scellisSolveJoin(seed,
+// challenge, bits) solves the join endpoint's proof of work and signs the
+// join message, returning {nonce, sig}; scellisSignResult(seed, job,
+// shard, result, tier, peer) signs a result statement (the signature the
+// coordinator checks, SC7305).
+//
 // Content gets nothing from the page: the sandbox has no builtins for
 // files, network, clocks or the environment, and this program adds none
 // (it imports no net, os/exec or syscall/js beyond the one function).
@@ -35,6 +44,9 @@ import (
 
 func main() {
 	js.Global().Set("scellisRunShard", js.FuncOf(runShard))
+	js.Global().Set("scellisVolunteerKey", js.FuncOf(volunteerKey))
+	js.Global().Set("scellisSolveJoin", js.FuncOf(solveJoin))
+	js.Global().Set("scellisSignResult", js.FuncOf(signResult))
 	select {} // serve calls for the life of the page
 }
 

@@ -48,6 +48,11 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
   # listen: 0.0.0.0:7400      # bind here instead of the federation address
   # raft_listen: 0.0.0.0:7401 # (NAT, containers); the federation's stay advertised
   # studio_listen: 127.0.0.1:7480  # the Studio, the live web view (off by default)
+  # volunteer_listen: 0.0.0.0:7490  # the volunteer page for browsers (open pools; off by default)
+  # volunteer_wasm: scellis.wasm    # its worker, built with (wasm_exec.js beside it):
+  #   GOOS=js GOARCH=wasm go build -o scellis.wasm ./cmd/scellis-wasm
+  #   cp "$(go env GOROOT)/lib/wasm/wasm_exec.js" .
+  # volunteer_difficulty: 18        # the join proof of work, in bits
   raft_timing: lan            # lan (default: 1s heartbeat and election, 500ms
                               # leader lease) or wan (3s, 3s, 1.5s: links of
                               # ~150 ms round trip); or set each of
@@ -72,6 +77,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen, MetricsListen: c.MetricsListen, StudioListen: c.StudioListen,
+				VolunteerListen: c.VolunteerListen, VolunteerWasm: c.VolunteerWasm, VolunteerDifficulty: c.VolunteerDifficulty,
 				TURNListen: c.TURNListen, TURNRelayIP: c.TURNRelayIP, TURNMaxAllocations: c.TURNMaxAllocations,
 				TURNBandwidth: int64(c.TURNBandwidthMB) << 20, P2PLoopback: c.P2PLoopback,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
@@ -100,6 +106,9 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 			fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s serving https://%s (raft %s), data in %s\n", c.Name, n.Self.Address, n.Self.RaftAddress, c.DataDir)
 			if a, fp := n.StudioAddr(); a != nil {
 				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s studio at https://%s/ (sign in: scellis studio token --member NAME; browsers get a certificate made at start, SHA-256 %s)\n", c.Name, a, fp)
+			}
+			if a, fp := n.VolunteerAddr(); a != nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s volunteer page at https://%s/ (certificate made at start, SHA-256 %s)\n", c.Name, a, fp)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()

@@ -1,0 +1,94 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/obs"
+	"github.com/scellis/scellis/studio"
+	"github.com/scellis/scellis/trust"
+	"github.com/scellis/scellis/volunteer"
+)
+
+// The volunteer page (package volunteer) is served by a node on its own
+// address when volunteer_listen is set, over TLS with the certificate the
+// Studio gives browsers. Its work goes through this node: commands
+// through Raft (so a follower's page says SC7508 until it leads), blobs
+// through the node's store, replicated to a majority before a report.
+
+type volunteerBackend struct{ n *Node }
+
+var _ volunteer.Backend = volunteerBackend{}
+
+func (b volunteerBackend) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied, error) {
+	return b.n.Apply(ctx, cmd)
+}
+func (b volunteerBackend) Regime() trust.Regime          { return b.n.fsm.machine().Regime() }
+func (b volunteerBackend) Jobs() []coordinator.JobStatus { return b.n.fsm.machine().Jobs() }
+func (b volunteerBackend) Job(id content.Ref) (coordinator.JobStatus, error) {
+	return b.n.fsm.machine().Job(id)
+}
+func (b volunteerBackend) RevealOpen(job content.Ref, shard int, now int64) (bool, int64) {
+	return b.n.fsm.machine().RevealOpen(job, shard, now)
+}
+func (b volunteerBackend) Blob(ctx context.Context, ref content.Ref) ([]byte, error) {
+	return b.n.fetchBlob(ctx, ref)
+}
+func (b volunteerBackend) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
+	ref, err := b.n.blobs.PutBytes(data)
+	if err != nil {
+		return "", err
+	}
+	return ref, b.n.durable(ctx, ref)
+}
+
+// startVolunteer serves the volunteer page on addr until the node closes.
+func (n *Node) startVolunteer(addr string) error {
+	srv, err := volunteer.New(volunteerBackend{n}, volunteer.Options{
+		Wasm: n.opt.VolunteerWasm, Difficulty: n.opt.VolunteerDifficulty,
+		CommitReveal: !n.opt.NoCommitReveal, Pool: n.fed.Name,
+	}, n.log.With("part", "volunteer"))
+	if err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	cfg, fp, err := studio.BrowserTLSConfig(n.Self.Name, host)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return diag.New(diag.WorkerConfig, "volunteer_listen", "the volunteer page cannot listen on %s: %v", addr, err).
+			WithHelp("another process holds the port, or the address is not this machine's")
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: obs.HTTPErrorLog(n.log)}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := hs.Serve(tls.NewListener(ln, cfg)); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error("volunteer server", "err", err)
+		}
+	}()
+	n.volunteerAddr, n.volunteerFingerprint = ln.Addr(), fp
+	n.volunteerStop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		hs.Shutdown(ctx)
+		cancel()
+		hs.Close()
+		<-done
+	}
+	return nil
+}
+
+// VolunteerAddr is the address the volunteer page listens on (nil when
+// it is off) and the SHA-256 fingerprint of its certificate.
+func (n *Node) VolunteerAddr() (net.Addr, string) { return n.volunteerAddr, n.volunteerFingerprint }

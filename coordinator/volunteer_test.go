@@ -1,0 +1,77 @@
+package coordinator
+
+import (
+	"testing"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/trust"
+)
+
+// A browser volunteer (a peer named after its own key, receipt.VolunteerPeer)
+// leases open jobs only, never a consortium job or a training round's; its
+// report must be signed by the key its name was derived from (SC7305
+// otherwise); the receipt credits it and verifies offline with a key
+// lookup that knows only the members.
+func TestVolunteerPeers(t *testing.T) {
+	vol := identity.NewFromSeed([32]byte{42})
+	mallory := identity.NewFromSeed([32]byte{43})
+	w1 := identity.NewFromSeed([32]byte{44})
+	name := receipt.VolunteerPeer(vol.Public().String())
+	if !receipt.IsVolunteer(name) || receipt.IsVolunteer("w1") || receipt.VolunteerKey(name, mallory.Public().String()) {
+		t.Fatalf("volunteer names: %q", name)
+	}
+	shards := []ShardPlan{{Index: 0, ID: content.Hash([]byte("s0")), Price: 2, PriceBasis: "flat"}}
+
+	// A consortium pool: the worker gets the shard, the volunteer nothing.
+	cm, _ := New(Config{Regime: trust.Consortium, DefaultLeaseTTL: 1000, SignedReports: true})
+	cjob := content.Hash([]byte("consortium"))
+	applyEncoded(t, cm, SubmitJob{Job: cjob, Name: "c", Bundle: content.Hash([]byte("b")), Submitter: "alice", Shards: shards, Now: 1})
+	if g := applyEncoded(t, cm, Lease{Peer: name, Now: 2, Max: 4}).Response.(*LeaseResponse).Grants; len(g) != 0 {
+		t.Fatalf("a volunteer got %d grants in a consortium pool", len(g))
+	}
+	if g := applyEncoded(t, cm, Lease{Peer: "w1", Now: 2, Max: 4}).Response.(*LeaseResponse).Grants; len(g) != 1 {
+		t.Fatalf("a worker got %d grants", len(g))
+	}
+
+	// An open pool: a training round's job gives the volunteer nothing;
+	// an ordinary job's shard it leases, and reports signed.
+	om, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: 1000, SignedReports: true})
+	round := content.Hash([]byte("round"))
+	applyEncoded(t, om, SubmitJob{Job: round, Name: "r", Run: content.Hash([]byte("run")), Round: 1, Bundle: content.Hash([]byte("b")), Submitter: "alice",
+		Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
+	job := content.Hash([]byte("open"))
+	applyEncoded(t, om, SubmitJob{Job: job, Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
+	g := applyEncoded(t, om, Lease{Peer: name, Now: 2, Max: 4}).Response.(*LeaseResponse).Grants
+	if len(g) != 1 || g[0].Job != job {
+		t.Fatalf("volunteer grants in an open pool: %+v (want only the job that is no round)", g)
+	}
+	res := content.Hash([]byte("result"))
+	report := func(peer string, signer *identity.Identity) ReportResult {
+		st := StatementOf(job, 0, res, Policy{Replicas: 2}, peer)
+		return ReportResult{Peer: peer, Job: job, Shard: 0, Result: res, Key: signer.Public().String(), Sig: identity.Sign(signer, identity.PurposeResult, st.Bytes()), Now: 3}
+	}
+	wantCode(t, applyEncoded(t, om, report(name, mallory)), diag.VerifyBadSignature)
+	if r := applyEncoded(t, om, report(name, vol)); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	applyEncoded(t, om, Lease{Peer: "w1", Now: 3, Max: 1, Job: job})
+	if r := applyEncoded(t, om, report("w1", w1)); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	rs := om.Receipts(0)
+	if len(rs) != 1 || len(rs[0].Peers) != 2 {
+		t.Fatalf("receipts: %+v", rs)
+	}
+	members := func(p string) (string, bool) {
+		if p == "w1" {
+			return w1.Public().String(), true
+		}
+		return "", false
+	}
+	if err := rs[0].VerifySignatures(members); err != nil {
+		t.Fatalf("the receipt crediting a volunteer does not verify: %v", err)
+	}
+}
