@@ -29,6 +29,9 @@ const (
 	benchShards = 200
 	benchPoll   = 20 * time.Millisecond
 	benchTTL    = 2 * time.Second
+	// benchBatch is a batching worker's Batch: a worker's share of a
+	// 200-shard job among four.
+	benchBatch = 50
 )
 
 // benchProgram does almost nothing; its result carries the job's salt so
@@ -52,20 +55,30 @@ func BenchmarkPoolShards(b *testing.B) {
 		regime   trust.Regime
 		workers  int
 		parallel int
+		batch    int
 	}{
-		{trust.Own, 1, 1}, {trust.Own, 2, 1}, {trust.Own, 4, 1}, // replicas 1: the main figure
+		{trust.Own, 1, 1, 0}, {trust.Own, 2, 1, 0}, {trust.Own, 4, 1, 0}, // replicas 1: the main figure
 		// Workers that keep several shards in flight (worker.yaml
 		// parallel): their uploads share blob fsyncs (group commit) and
 		// their leases and reports share log entries.
-		{trust.Own, 4, 8},
-		{trust.Consortium, 2, 1}, {trust.Consortium, 4, 1}, // replicas 2: every shard runs twice
+		{trust.Own, 4, 8, 0},
+		// Batching workers (worker.yaml batch): each leases up to batch
+		// shards at once, runs them parallel at a time, and sends their
+		// commitments and reports batch at a time (one request, one log
+		// entry for many shards).
+		{trust.Own, 1, 1, benchBatch}, {trust.Own, 4, 1, benchBatch}, {trust.Own, 4, 2, benchBatch},
+		{trust.Consortium, 2, 1, 0}, {trust.Consortium, 4, 1, 0}, // replicas 2: every shard runs twice
+		{trust.Consortium, 4, 1, benchBatch},
 	} {
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
 		if c.parallel > 1 {
 			name += fmt.Sprintf("/parallel=%d", c.parallel)
 		}
+		if c.batch > 1 {
+			name += fmt.Sprintf("/batch=%d", c.batch)
+		}
 		b.Run(name, func(b *testing.B) {
-			rate := benchPool(b, c.regime, c.workers, Options{}, c.parallel)
+			rate := benchPool(b, c.regime, c.workers, Options{}, c.parallel, c.batch)
 			if solo > 0 {
 				b.ReportMetric(rate/solo, "vs-solo")
 			}
@@ -91,10 +104,10 @@ func BenchmarkPoolCommitReveal(b *testing.B) {
 		var off float64
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
 		b.Run(name+"/commit-reveal=off", func(b *testing.B) {
-			off = benchPool(b, c.regime, c.workers, Options{NoCommitReveal: true}, 1)
+			off = benchPool(b, c.regime, c.workers, Options{NoCommitReveal: true}, 1, 0)
 		})
 		b.Run(name+"/commit-reveal=on", func(b *testing.B) {
-			if rate := benchPool(b, c.regime, c.workers, Options{}, 1); off > 0 {
+			if rate := benchPool(b, c.regime, c.workers, Options{}, 1, 0); off > 0 {
 				b.ReportMetric(rate/off, "vs-no-commit")
 			}
 		})
@@ -131,10 +144,11 @@ func benchSolo(b *testing.B, verify bool) float64 {
 // returns shards/s. It also reports how long the job took from its last
 // shard decided to done (the reducer peer's latency: the leader looks for
 // decided jobs every 200ms), and the rate without it.
-func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options, parallel int) float64 {
+func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options, parallel, batch int) float64 {
 	opt.LeaseTTL = benchTTL
 	p := newTestPool(b, regime, workers, opt)
 	p.parallel = parallel
+	p.batch = batch
 	p.startWorkers(workers, benchPoll)
 	alice := p.client("alice")
 	jobs := 0

@@ -44,6 +44,8 @@ type testPool struct {
 	workerLog    func(format string, args ...any)
 	// parallel is each worker's Parallel (0: 1).
 	parallel int
+	// batch is each worker's Batch (0: one request per shard).
+	batch int
 	// p2p: workers move their blobs over data channels (dataplane) on
 	// loopback; the node needs Options.P2PLoopback.
 	p2p bool
@@ -199,6 +201,7 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 			Catalog:  p.cat,
 			CacheDir: filepath.Join(p.dir, name),
 			Parallel: max(p.parallel, 1),
+			Batch:    p.batch,
 			Poll:     poll,
 
 			ShardTimeout: p.shardTimeout,

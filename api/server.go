@@ -120,7 +120,7 @@ func (s *Server) auth(h http.HandlerFunc, e Endpoint) http.HandlerFunc {
 			writeDiag(w, http.StatusForbidden, Forbidden(m, e))
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, MaxRequestBytes)
+		r.Body = http.MaxBytesReader(w, r.Body, bodyLimit(e))
 		h(w, r.WithContext(context.WithValue(r.Context(), peerKey{}, m)))
 	}
 }
@@ -213,6 +213,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 // with diagnostics when refused, 307 to the leader from a follower.
 func (s *Server) apply(w http.ResponseWriter, r *http.Request, cmd coordinator.Command) {
 	res, err := s.Apply.Apply(r.Context(), cmd)
+	s.writeApplied(w, r, res, err)
+}
+
+// writeApplied writes the outcome of a proposed command, as apply says.
+func (s *Server) writeApplied(w http.ResponseWriter, r *http.Request, res Applied, err error) {
 	if err != nil {
 		var nl *NotLeaderError
 		if errors.As(err, &nl) {

@@ -206,14 +206,18 @@ type Worker struct {
 	Identity       string
 	PassphraseFile string
 	Federation     string
-	CacheDir       string        // job bundles and inputs fetched from the pool
-	Parallel       int           // shards at once
-	MemoryMB       int           // per-shard memory budget for content
-	ShardTimeout   time.Duration // CPU/wall budget per shard
-	Poll           time.Duration // wait between lease requests when idle
-	LogLevel       string        // off, error, warn (default: progress lines too), info, debug
-	LogFormat      string        // text (default) or json
-	MetricsListen  string        // /metrics in plain HTTP (empty: off)
+	CacheDir       string // job bundles and inputs fetched from the pool
+	Parallel       int    // shards at once
+	// Batch: up to this many shards leased at once, their commitments
+	// and reports sent in one request each (pool.Worker.Batch); 1: one
+	// request per shard (the default).
+	Batch         int
+	MemoryMB      int           // per-shard memory budget for content
+	ShardTimeout  time.Duration // CPU/wall budget per shard
+	Poll          time.Duration // wait between lease requests when idle
+	LogLevel      string        // off, error, warn (default: progress lines too), info, debug
+	LogFormat     string        // text (default) or json
+	MetricsListen string        // /metrics in plain HTTP (empty: off)
 	// Isolate runs each shard in a child process under RLIMIT_AS
 	// (memory_mb + 256 MiB) and kills it at shard_timeout. Default true.
 	Isolate bool
@@ -256,7 +260,7 @@ func stunURL(s string) error {
 
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true, ICEPolicy: "all"}
+	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true, ICEPolicy: "all"}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -264,6 +268,7 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("federation", true, "the federation file listing every member", str(&c.Federation)),
 		mk("cache_dir", true, "a folder for job bundles and inputs fetched from the pool", str(&c.CacheDir)),
 		mk("parallel", false, "", integer(&c.Parallel, 1, 256)),
+		mk("batch", false, "", integer(&c.Batch, 1, 256)),
 		mk("memory_mb", false, "", integer(&c.MemoryMB, 16, 1<<20)),
 		mk("shard_timeout", false, "", duration(&c.ShardTimeout)),
 		mk("poll", false, "", duration(&c.Poll)),

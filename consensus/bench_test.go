@@ -51,6 +51,11 @@ func BenchmarkCommit(b *testing.B) {
 // measure runs b.N calls of fn from writers goroutines and reports the rate
 // and the p50/p99 latency of one call. It returns the rate.
 func measure(b *testing.B, writers int, fn func() error) float64 {
+	return measureN(b, writers, b.N, fn)
+}
+
+// measureN is measure with n calls of fn in place of b.N.
+func measureN(b *testing.B, writers, n int, fn func() error) float64 {
 	lat := make([][]time.Duration, writers)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -61,7 +66,7 @@ func measure(b *testing.B, writers int, fn func() error) float64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				t0 := time.Now()
 				if err := fn(); err != nil {
 					failed.Store(err)
@@ -85,7 +90,7 @@ func measure(b *testing.B, writers int, fn func() error) float64 {
 	pct := func(p float64) float64 {
 		return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000
 	}
-	rate := float64(b.N) / elapsed.Seconds()
+	rate := float64(n) / elapsed.Seconds()
 	b.ReportMetric(rate, "cmds/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")

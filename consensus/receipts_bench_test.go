@@ -30,6 +30,11 @@ import (
 // peers with a long TTL. After the run every node's receipt-chain head and
 // state hash must match and the receipts must equal the reports.
 //
+// The receipts-batched runs propose coordinator.Batch commands of per-cmd
+// reports each (what a batching worker's POST /v1/results/batch
+// proposes): many receipts per command and per log entry. Their x-raw is
+// receipts/s over raw no-op entries/s, each entry one report's size.
+//
 //	go test -run '^$' -bench Receipts -benchtime 2000x ./consensus/
 func BenchmarkReceipts(b *testing.B) {
 	c, sms := newCoordCluster(b, 3)
@@ -74,6 +79,53 @@ func BenchmarkReceipts(b *testing.B) {
 		}
 		checkReplicas(b, sms, leader, reports)
 	})
+
+	// Many receipts per command: each writer proposes a coordinator.Batch
+	// of perCmd reports (what POST /v1/results/batch proposes for a
+	// batching worker), so one log entry carries many receipts and the
+	// batcher still packs several writers' batches per entry.
+	for _, perCmd := range []int{16, 64} {
+		b.Run(fmt.Sprintf("receipts-batched/writers=%d/per-cmd=%d", writers, perCmd), func(b *testing.B) {
+			jobs++
+			reps := leaseAllReports(b, n, jobs, b.N)
+			var cmds [][]byte
+			for first := 0; first < len(reps); first += perCmd {
+				var batch coordinator.Batch
+				for _, r := range reps[first:min(first+perCmd, len(reps))] {
+					batch.Commands = append(batch.Commands, r)
+				}
+				cmd, err := coordinator.EncodeCommand(batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cmds = append(cmds, cmd)
+			}
+			seq0, _ := sms[leader].m.Head()
+			start := n.raft.LastIndex()
+			var next atomic.Int64
+			measureN(b, writers, len(cmds), func() error {
+				resp, err := n.Apply(context.Background(), cmds[next.Add(1)-1])
+				if err != nil {
+					return err
+				}
+				if len(resp) == 0 || resp[0] != 0 || bytes.Contains(resp, []byte(`"refusal"`)) {
+					return fmt.Errorf("a report refused: %.300s", resp)
+				}
+				return nil
+			})
+			reports += b.N
+			rate := float64(b.N) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "receipts/s")
+			if rawRate > 0 {
+				b.ReportMetric(rate/rawRate, "x-raw")
+			}
+			b.ReportMetric(float64(b.N)/float64(max(1, n.raft.LastIndex()-start)), "receipts/entry")
+			if seq, _ := sms[leader].m.Head(); seq != seq0+uint64(b.N) {
+				b.Fatalf("leader's chain grew by %d receipts for %d reports", seq-seq0, b.N)
+			}
+			checkReplicas(b, sms, leader, reports)
+		})
+	}
 }
 
 // receiptsJobShards bounds the shards of one job, so a SubmitJob command
@@ -92,8 +144,23 @@ func receiptsPeer(i int) string { return fmt.Sprintf("peer-%d", i) }
 // one of four peers, and returns one encoded ReportResult per shard.
 func leaseAll(b *testing.B, n *Node, salt, count int) [][]byte {
 	b.Helper()
+	reps := leaseAllReports(b, n, salt, count)
+	cmds := make([][]byte, len(reps))
+	for i, r := range reps {
+		cmd, err := coordinator.EncodeCommand(r)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	return cmds
+}
+
+// leaseAllReports is leaseAll returning the ReportResult commands.
+func leaseAllReports(b *testing.B, n *Node, salt, count int) []coordinator.ReportResult {
+	b.Helper()
 	const peers = 4
-	cmds := make([][]byte, 0, count)
+	cmds := make([]coordinator.ReportResult, 0, count)
 	for first := 0; first < count; first += receiptsJobShards {
 		shards := min(receiptsJobShards, count-first)
 		job := content.Hash(fmt.Appendf(nil, "receipts-bench-%d-%d", salt, first))
@@ -118,7 +185,7 @@ func leaseAll(b *testing.B, n *Node, salt, count int) [][]byte {
 				b.Fatal(err)
 			}
 			for _, g := range lr.Grants {
-				cmds = append(cmds, reportCmd(b, job, receiptsPeer(p), g.Shard))
+				cmds = append(cmds, coordinator.ReportResult{Peer: receiptsPeer(p), Job: job, Shard: g.Shard, Result: receiptsResult, Now: receiptsNow})
 			}
 			leased += len(lr.Grants)
 		}

@@ -10,7 +10,7 @@ import (
 // A refused command changed nothing; Response is then nil.
 type Result struct {
 	Response any       `json:"response,omitempty"`
-	Events   []Event   `json:"events,omitempty"`
+	Events   []Event   `json:"-"` // published to the event hub, not sent back
 	Refusal  diag.List `json:"refusal,omitempty"`
 }
 

@@ -45,7 +45,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 			return coordinator.ReportResponse{}, fmt.Errorf("pool: a worker needs its member name to commit to results")
 		}
 		commit := coordinator.Commitment(hash, w.Name, g.Job, g.Shard, nonce[:])
-		if _, err := w.Client.Commit(rctx, api.CommitRequest{Job: g.Job, Shard: g.Shard, Commitment: commit}); err != nil {
+		if _, err := w.commitOne(rctx, api.CommitRequest{Job: g.Job, Shard: g.Shard, Commitment: commit}); err != nil {
 			return coordinator.ReportResponse{}, fmt.Errorf("committing: %w", err)
 		}
 		req.Nonce = fmt.Sprintf("%x", nonce)
@@ -102,7 +102,7 @@ const DurableWithin = time.Second
 // upload them again.
 func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, https *bool) (coordinator.ReportResponse, error) {
 	if w.Blobs == nil || *https {
-		return w.Client.Report(ctx, req)
+		return w.reportOne(ctx, req)
 	}
 	type answer struct {
 		out coordinator.ReportResponse
@@ -126,7 +126,7 @@ func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, 
 	first := make(chan answer, 1)
 	go func() {
 		defer fcancel()
-		out, err := w.Client.Report(fctx, req)
+		out, err := w.reportOne(fctx, req)
 		first <- answer{out, err}
 	}()
 	bound := time.NewTimer(DurableWithin)
@@ -154,7 +154,7 @@ func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, 
 			second <- answer{err: fmt.Errorf("uploading result over https: %w", err)}
 			return
 		}
-		out, err := w.Client.Report(sctx, req)
+		out, err := w.reportOne(sctx, req)
 		second <- answer{out, err}
 	}()
 	var last answer

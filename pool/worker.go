@@ -50,7 +50,15 @@ type Worker struct {
 	// plan itself (partition, cost) still runs in this process.
 	ProcessMemoryBytes uint64
 	ShardTimeout       time.Duration
-	Poll               time.Duration
+	// Batch, when above 1, lets the worker hold up to Batch leased shards
+	// at once (leased in one request, run Parallel at a time) and send
+	// their commitments and reports to the pool Batch at a time (POST
+	// /v1/commits/batch and /v1/results/batch): one request and one log
+	// entry for many shards, each still checked and decided alone. For
+	// short shards, where the per-shard round trips dominate. 0 or 1: one
+	// request per shard.
+	Batch int
+	Poll  time.Duration
 	// LongPoll, when set, makes every lease request a long poll: the
 	// leader holds an empty request up to LongPoll and answers as soon as
 	// a shard is leasable, so new work (the next training round) starts
@@ -77,6 +85,17 @@ type Worker struct {
 	// goroutine, at most Parallel at once, and must report or release the
 	// grant before it returns; ctx ends when the worker stops.
 	Dispatch func(ctx context.Context, g coordinator.LeaseGrant)
+
+	// planning serialises compiling a job's bundle, so the shards of a
+	// new job leased together compile it once.
+	planning sync.Mutex
+	// exec bounds the shards running at once to Parallel when Batch lets
+	// more wait leased (Run).
+	exec chan struct{}
+	// courierOnce makes the couriers of a batching worker (courier.go).
+	courierOnce sync.Once
+	commits     *courier[api.CommitRequest]
+	reports     *courier[api.ResultReport]
 
 	mu       sync.Mutex
 	plans    map[content.Ref]*job.Plan
@@ -123,6 +142,11 @@ func (w *Worker) logf(format string, args ...any) {
 // Run works until ctx ends, then releases its leases and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
 	parallel := max(w.Parallel, 1)
+	if w.Dispatch == nil && w.Batch > parallel {
+		// Up to Batch shards leased and waiting, Parallel running.
+		w.exec = make(chan struct{}, parallel)
+		parallel = w.Batch
+	}
 	poll := w.Poll
 	if poll <= 0 {
 		poll = 500 * time.Millisecond
@@ -219,6 +243,14 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 		return p, nil
 	}
 	w.mu.Unlock()
+	w.planning.Lock()
+	defer w.planning.Unlock()
+	w.mu.Lock()
+	if p, ok := w.plans[id]; ok { // compiled while this call waited
+		w.mu.Unlock()
+		return p, nil
+	}
+	w.mu.Unlock()
 	st, err := w.Client.Job(ctx, id)
 	if err != nil {
 		return nil, err
@@ -301,12 +333,35 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 	}
 	sh := p.Shards[g.Shard]
 
-	runCtx, stop := w.Renewing(ctx, g, w.ShardTimeout)
+	timeout := w.ShardTimeout
+	if w.exec != nil {
+		timeout = 0 // counted from when the shard starts running, below
+	}
+	runCtx, stop := w.Renewing(ctx, g, timeout)
+	if w.exec != nil {
+		// Leased ahead (Batch): wait for a free run slot, the lease
+		// renewed meanwhile.
+		select {
+		case w.exec <- struct{}{}:
+		case <-runCtx.Done():
+			stop()
+			release(fmt.Errorf("no run slot before the lease ended: %w", runCtx.Err()))
+			return
+		}
+		if w.ShardTimeout > 0 {
+			var cancel context.CancelFunc
+			runCtx, cancel = context.WithTimeout(runCtx, w.ShardTimeout)
+			defer cancel()
+		}
+	}
 	var res *job.Result
 	if w.ProcessMemoryBytes > 0 {
 		res, err = w.executeIsolated(runCtx, p, sh)
 	} else {
 		res, err = p.Execute(runCtx, sh)
+	}
+	if w.exec != nil {
+		<-w.exec // the next leased shard may run while this one is delivered
 	}
 	stop()
 	if err != nil {
