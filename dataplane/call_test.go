@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,43 @@ func TestCall(t *testing.T) {
 	}
 	if st := statsOf(a.Peer, "b"); st.Path != PathDirect || st.DirectBytes != int64(len("hi")+len("a said hi")) {
 		t.Errorf("a's view of b: %+v", st)
+	}
+}
+
+// A connection that was up and broke (the remote died: a killed host) is
+// redialled in the background: calls meanwhile fail over at once with
+// ErrNoPath, for the caller's fallback, instead of each waiting out a
+// connection attempt to a member that may be gone for good (ConnectTimeout
+// here is far longer than the test's own deadline, so a call that waited
+// for the redial would fail the test with a timeout instead).
+func TestBrokenConnectionRedialsInBackground(t *testing.T) {
+	fed, ids := testFed(t, "a", "b")
+	box := &Mailbox{}
+	a := startPeer(t, fed, ids, box, "a", func(c *Config) { c.ConnectTimeout = 10 * time.Minute })
+	echo := map[string]Service{"echo": func(_ context.Context, _ identity.Member, req []byte) ([]byte, error) { return req, nil }}
+	b := startPeer(t, fed, ids, box, "b", func(c *Config) { c.Services = echo })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := a.Call(ctx, "b", "echo", []byte("hi"), 100); err != nil || string(out) != "hi" {
+		t.Fatalf("call: %q, %v", out, err)
+	}
+	b.Close() // b's data channels close; b answers no more offers
+	for {
+		_, err := a.Call(ctx, "b", "echo", []byte("hi"), 100)
+		if err == nil {
+			continue // not noticed yet
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a call waited for the redial: %v", err)
+		}
+		if errors.Is(err, ErrNoPath) && strings.Contains(err.Error(), "redialling in the background") {
+			break
+		}
+		// The call that was in flight when the connection died fails
+		// with the broken transfer: the next one meets the redial.
+	}
+	// While the redial runs, every call fails over at once.
+	if _, err := a.Call(ctx, "b", "echo", []byte("hi"), 100); !errors.Is(err, ErrNoPath) {
+		t.Fatalf("a call during the background redial: %v", err)
 	}
 }

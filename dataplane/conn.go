@@ -24,6 +24,12 @@ type conn struct {
 	gone   chan struct{} // closed when the connection fails or closes
 	err    error
 
+	// background: a redial after a live connection to remote broke.
+	// Callers do not wait for it (connTo answers ErrNoPath while it runs):
+	// the remote may be gone for good (a killed host), and waiting
+	// ConnectTimeout for it would stall every exchange that has a fallback.
+	background bool
+
 	mu   sync.Mutex
 	pc   *webrtc.PeerConnection
 	dead bool
@@ -54,6 +60,16 @@ func (c *conn) markDead() {
 	if !c.dead {
 		c.dead = true
 		close(c.gone)
+	}
+}
+
+// isReady reports whether the connection attempt has ended (either way).
+func (c *conn) isReady() bool {
+	select {
+	case <-c.ready:
+		return true
+	default:
+		return false
 	}
 }
 

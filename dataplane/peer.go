@@ -69,8 +69,8 @@ type Config struct {
 	// nil answers none.
 	Services map[string]Service
 	// ConnectTimeout bounds one connection attempt, signalling and ICE
-	// (default 12 s: ICE itself gives up after 10 s without a working
-	// pair).
+	// (default 12 s). A first attempt is waited for; a redial after a
+	// live connection broke runs in the background (connTo).
 	ConnectTimeout time.Duration
 	// RetryAfter: after a failed connection attempt to a member, no new
 	// one for this long (default 1 min): callers fall back at once
@@ -246,7 +246,10 @@ func New(cfg Config) (*Peer, error) {
 	se.SetSCTPFastRtxWnd(tuning.fastRtxWnd)
 	se.SetSCTPRTOMax(tuning.rtoMax)
 
-	se.SetICETimeouts(5*time.Second, 10*time.Second, time.Second)
+	// A host that dies (a killed leader) is noticed after 3 s without an
+	// answer to the keepalives; a false alarm under load only sends some
+	// exchanges over the fallback until the background redial succeeds.
+	se.SetICETimeouts(3*time.Second, 6*time.Second, 500*time.Millisecond)
 	if cfg.Loopback {
 		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
 	} else {
@@ -401,9 +404,11 @@ func (p *Peer) connTo(ctx context.Context, member string) (*conn, error) {
 		return nil, ErrNoPath
 	}
 	c, ok := p.conns[member]
+	broke := false
 	if ok && c.failed() {
 		delete(p.conns, member)
 		ok = false
+		broke = c.err == nil // it was up, and died
 	}
 	if !ok {
 		if until, ok := p.down[member]; ok && time.Now().Before(until) {
@@ -411,11 +416,15 @@ func (p *Peer) connTo(ctx context.Context, member string) (*conn, error) {
 			return nil, fmt.Errorf("%w: %s (the last attempt failed; next try after %s)", ErrNoPath, member, until.Format(time.TimeOnly))
 		}
 		c = newConn(member)
+		c.background = broke
 		p.conns[member] = c
 		p.mu.Unlock()
 		go p.dial(ctx, c)
 	} else {
 		p.mu.Unlock()
+	}
+	if c.background && !c.isReady() {
+		return nil, fmt.Errorf("%w: the connection to %s broke; redialling in the background", ErrNoPath, member)
 	}
 	select {
 	case <-c.ready:
@@ -481,6 +490,8 @@ func (p *Peer) dial(parent context.Context, c *conn) {
 		case ans = <-answers:
 		case <-ctx.Done():
 			return fmt.Errorf("%s did not answer: %w", c.remote, ctx.Err())
+		case <-c.gone:
+			return fmt.Errorf("closed while waiting for %s's answer", c.remote)
 		}
 		if ans.From != c.remote || ans.To != p.cfg.Name {
 			return diag.New(diag.P2PSignalRefused, ans.From, "an answer for %s came from %s", c.remote, ans.From)
