@@ -1,0 +1,307 @@
+package aggregator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/browsertest"
+	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/trust"
+)
+
+var (
+	volunteerWasmOnce sync.Once
+	volunteerWasmDir  string
+	volunteerWasmErr  error
+)
+
+// volunteerWasm builds the worker compiled to WebAssembly once per test
+// process, with Go's wasm_exec.js of the same toolchain beside it, as an
+// operator does (volunteer.BuildCommand).
+func volunteerWasm(t *testing.T) string {
+	t.Helper()
+	volunteerWasmOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "scellis-volunteer-wasm-")
+		if err != nil {
+			volunteerWasmErr = err
+			return
+		}
+		volunteerWasmDir = dir
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "scellis.wasm"), "../cmd/scellis-wasm")
+		cmd.Env = append(os.Environ(), "GOOS=js", "GOARCH=wasm")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			volunteerWasmErr = fmt.Errorf("GOOS=js GOARCH=wasm go build: %v\n%s", err, out)
+			return
+		}
+		root, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			volunteerWasmErr = err
+			return
+		}
+		shim, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(root)), "lib", "wasm", "wasm_exec.js"))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, "wasm_exec.js"), shim, 0o644)
+		}
+		volunteerWasmErr = err
+	})
+	if volunteerWasmErr != nil {
+		t.Fatal(volunteerWasmErr)
+	}
+	return filepath.Join(volunteerWasmDir, "scellis.wasm")
+}
+
+// emulation replaces, before the page's scripts run, the two browser
+// facts the page reacts to: the Battery Status API (a battery at 90%,
+// discharging) and the Page Visibility API, so the test can hide the tab
+// and drain the battery.
+const emulation = `
+window.__battery = Object.assign(new EventTarget(), {level: 0.9, charging: false, chargingTime: Infinity, dischargingTime: Infinity});
+navigator.getBattery = () => Promise.resolve(window.__battery);
+window.__hidden = false;
+Object.defineProperty(document, "visibilityState", {get: () => window.__hidden ? "hidden" : "visible", configurable: true});
+Object.defineProperty(document, "hidden", {get: () => window.__hidden, configurable: true});
+window.__setHidden = (h) => { window.__hidden = h; document.dispatchEvent(new Event("visibilitychange")); };
+window.__setBattery = (l) => { window.__battery.level = l; window.__battery.dispatchEvent(new Event("levelchange")); };
+`
+
+// pageState is what the test reads of the page's controller.
+type pageState struct {
+	State    string `json:"state"`
+	Why      string `json:"why"`
+	Held     int    `json:"held"`
+	Workers  int    `json:"workers"`
+	Releases int    `json:"releases"`
+	Peer     string `json:"peer"`
+	Done     []struct {
+		Job   content.Ref `json:"job"`
+		Shard int         `json:"shard"`
+		Hash  content.Ref `json:"hash"`
+	} `json:"done"`
+	Errors []string `json:"errors"`
+}
+
+const readState = `(() => { const V = window.scellisVolunteer; return {state: V.state, why: V.why, held: V.held.size, workers: V.workers.length,
+  releases: V.releases || 0, peer: V.session ? V.session.peer : "", done: V.done, errors: V.errors}; })()`
+
+// A real browser volunteers: headless Chromium opens the volunteer page
+// of a real aggregator (open pool, commit–reveal, signed reports), joins
+// with a key made in the tab and a proof of work, and computes shards of
+// a Monte Carlo job beside a native worker: each shard needs both, so
+// every shard is verified by exact match of the tab's result with the
+// native one, and the test checks those hashes against its own native
+// execution too. Then, on a second job with no native worker (so the
+// tab holds its lease through the reveal window): hiding the tab, Stop
+// (two clicks) and a battery below the floor each end the page's loops
+// and hand its lease back at once. A job with a confidential input never
+// reaches the page (admission, SC4002). About 15-30 s on two busy cores,
+// most of it the GOOS=js build (cached by go build after the first).
+func TestVolunteerPageInChromium(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the wasm worker and drives a browser")
+	}
+	if browsertest.Chromium() == "" {
+		browsertest.Start(t) // skips with the install hint
+	}
+	began := time.Now()
+	wasm := volunteerWasm(t)
+	t.Logf("wasm build: %v", time.Since(began).Round(time.Millisecond))
+	addr := freeAddrs(t, 1)[0]
+	p := newTestPool(t, trust.Open, 1, Options{VolunteerListen: addr, VolunteerWasm: wasm, VolunteerDifficulty: 8})
+	tab := browsertest.Start(t)
+	ctx, cancel := context.WithTimeout(tab, 2*time.Minute)
+	defer cancel()
+	eval := func(js string) {
+		t.Helper()
+		if _, err := chromedp.Run(ctx, chromedp.Evaluate[chromedp.Void](js)); err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+	}
+	state := func() pageState {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](readState))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: emulation}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate("https://"+addr+"/")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the page to load its worker", time.Minute, func() bool {
+		ready, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(window.scellisVolunteer && window.scellisVolunteer.ready)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ready
+	})
+
+	t.Logf("page loaded: %v", time.Since(began).Round(time.Millisecond))
+	// 1. Monte Carlo beside a native worker.
+	plan, err := p.compile(ctx, p.writeJob(map[string]string{
+		"job.yaml": "name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 40000, chunks: 4}}\nreducer: {use: mean, params: {weight: samples}}\n",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := submit(ctx, p.client("alice"), p.fed, plan); err != nil {
+		t.Fatal(err)
+	}
+	stopNative := p.startWorkers(1, 20*time.Millisecond)
+	if err := chromedp.Do(ctx, chromedp.Click("#start")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.waitDone(ctx, plan.ID); err != nil {
+		t.Fatalf("the job with the tab and a native worker: %v (page: %+v)", err, state())
+	}
+	st := state()
+	if !receipt.IsVolunteer(st.Peer) {
+		t.Fatalf("the page's peer %q is no volunteer name", st.Peer)
+	}
+	tabHash := map[int]content.Ref{}
+	for _, d := range st.Done {
+		if d.Job == plan.ID {
+			tabHash[d.Shard] = d.Hash
+		}
+	}
+	if len(tabHash) != len(plan.Shards) {
+		t.Fatalf("the tab computed shards %v of %d (page: %+v)", tabHash, len(plan.Shards), st)
+	}
+	for i, sh := range plan.Shards {
+		want, err := plan.Execute(ctx, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tabHash[i] != want.Hash {
+			t.Errorf("shard %d: the tab's result %s, natively %s", i, tabHash[i], want.Hash)
+		}
+	}
+	js, err := p.node.fsm.machine().Job(plan.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyOf := func(peer string) (string, bool) {
+		m, ok := p.fed.Member(peer)
+		return m.PublicKey.String(), ok
+	}
+	for _, sh := range js.Shards {
+		if sh.State != "verified" || len(sh.Agreeing) != 2 || !containsPeer(sh.Agreeing, st.Peer) || !containsPeer(sh.Agreeing, "w1") {
+			t.Fatalf("shard %d: %s, agreeing %v (want the tab %s and w1)", sh.Index, sh.State, sh.Agreeing, st.Peer)
+		}
+	}
+	credited := 0
+	for _, r := range p.node.fsm.machine().Receipts(0) {
+		if r.Job != plan.ID {
+			continue
+		}
+		if err := r.VerifySignatures(keyOf); err != nil {
+			t.Errorf("receipt %d: %v", r.Seq, err)
+		}
+		if containsPeer(r.Peers, st.Peer) {
+			credited++
+		}
+	}
+	if credited != len(plan.Shards) {
+		t.Errorf("%d receipts credit the tab's key, want %d", credited, len(plan.Shards))
+	}
+	stopNative()
+	t.Logf("Monte Carlo verified: %v", time.Since(began).Round(time.Millisecond))
+
+	// 2. A job no native worker runs: the tab holds each lease through
+	// the reveal window, so there is always one to hand back.
+	slow, err := p.compile(ctx, p.writeJob(map[string]string{
+		"job.yaml": "name: slow\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 8000, chunks: 8}}\nreducer: {use: mean, params: {weight: samples}}\n",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := submit(ctx, p.client("alice"), p.fed, slow); err != nil {
+		t.Fatal(err)
+	}
+	volLeases := func() int {
+		js, err := p.node.fsm.machine().Job(slow.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, now := 0, time.Now().UnixMilli()
+		for _, sh := range js.Shards {
+			for _, l := range sh.Leases {
+				if l.Peer == st.Peer && l.Expiry > now {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	// halted waits until the page is in state (and why), has no worker
+	// left and has handed back every lease (the server's view).
+	halted := func(what, want, why string, releasesBefore int) {
+		t.Helper()
+		waitUntil(t, what, 30*time.Second, func() bool {
+			s := state()
+			return s.State == want && s.Why == why && s.Workers == 0 && s.Held == 0 && s.Releases > releasesBefore && volLeases() == 0
+		})
+	}
+	holding := func(what string) int {
+		t.Helper()
+		waitUntil(t, what, 30*time.Second, func() bool { return volLeases() > 0 })
+		return state().Releases
+	}
+	before := holding("the tab to lease a shard of the second job")
+	eval(`window.__setHidden(true)`)
+	halted("the hidden tab to stop and hand its lease back", "paused", "hidden", before)
+
+	eval(`window.__setHidden(false)`)
+	before = holding("the visible tab to lease again")
+	if err := chromedp.Do(ctx, chromedp.Click("#stop"), chromedp.Click("#confirm-yes")); err != nil {
+		t.Fatal(err)
+	}
+	halted("Stop to hand the lease back", "stopped", "", before)
+
+	if err := chromedp.Do(ctx, chromedp.Click("#battery-on"), chromedp.SetValue("#battery-floor", "50"),
+		chromedp.Click("#start")); err != nil {
+		t.Fatal(err)
+	}
+	before = holding("the tab on a 90% battery to lease")
+	eval(`window.__setBattery(0.2)`)
+	halted("a battery under the floor to pause the tab", "paused", "battery", before)
+
+	t.Logf("hide, Stop, battery: %v", time.Since(began).Round(time.Millisecond))
+	// 3. A confidential input is refused at admission: no page sees it.
+	conf, err := p.compile(ctx, p.writeJob(map[string]string{
+		"data.csv": "a,x\n1,0\n2,1\n",
+		"job.yaml": "name: secret\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 10, chunks: 1}}\nreducer: {use: mean, params: {weight: samples}}\ninputs: {d: {path: data.csv, label: x, class: confidential}}\n",
+	}))
+	if err == nil {
+		_, err = submit(ctx, p.client("alice"), p.fed, conf)
+	}
+	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.OpenNonPublicInput {
+		t.Fatalf("a confidential input in an open pool: %v, want SC4002", err)
+	}
+	if errs := state().Errors; len(errs) > 0 {
+		t.Logf("the page's errors along the way: %q", errs)
+	}
+}
+
+func containsPeer(ps []string, p string) bool {
+	for _, q := range ps {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
