@@ -34,6 +34,9 @@ func documented(t *testing.T, file string) map[string][]string {
 	row := regexp.MustCompile("(?m)^\\| `(GET|POST|PUT) ([^`]+)` \\| ([^|]+) \\|")
 	out := map[string][]string{}
 	for _, m := range row.FindAllStringSubmatch(string(b), -1) {
+		if strings.HasPrefix(m[2], "/volunteer/") {
+			continue // the volunteer listener's (package volunteer checks its table)
+		}
 		out[m[1]+" "+m[2]] = rolesIn(m[3])
 	}
 	if len(out) == 0 {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -224,4 +225,18 @@ func TestJoinAndWorkRefusals(t *testing.T) {
 	// A consortium pool takes no volunteers.
 	_, csrv := rig(t, trust.Consortium, Options{})
 	wantCode(call(t, csrv, "POST", "/volunteer/v1/challenge", "", ChallengeRequest{Key: alice.key}, nil), diag.VolunteerClosed, "consortium pool")
+}
+
+// Every volunteer route is documented in docs/api.md.
+func TestRoutesDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range Routes {
+		method, path, _ := strings.Cut(r, " ")
+		if !strings.Contains(string(doc), "`"+method+" "+path+"`") {
+			t.Errorf("docs/api.md does not list %s", r)
+		}
+	}
 }
