@@ -10,12 +10,15 @@ import (
 
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/secagg/hewire"
 	"github.com/scellis/scellis/secagg/transport"
 	"github.com/scellis/scellis/secagg/wire"
+	"github.com/scellis/scellis/trust"
 )
 
 // The node's end of the peer-to-peer data plane (docs/dataplane.md): a
@@ -144,3 +147,62 @@ func (s nodeStore) Get(ref content.Ref) ([]byte, error) {
 }
 
 func (s nodeStore) Put(ref content.Ref, r io.Reader) error { return s.n.blobs.Put(ref, r) }
+
+// BrowserDataPlane is the handler that the listener serving volunteers'
+// pages mounts for their tabs' blobs (dataplane.BrowserHandler: the
+// module, signalling to this node's data-plane peer, and the HTTPS
+// fallback at /blobs/). check names the volunteer a request comes from,
+// from its session token (dataplane.BearerToken), or refuses it.
+func (n *Node) BrowserDataPlane(check func(r *http.Request) (volunteer string, err error)) http.Handler {
+	var ice func(member string) []dataplane.ICEServer
+	if n.turn != nil {
+		ice = n.turn.Credentials
+	}
+	return n.p2p.BrowserHandler(dataplane.BrowserAuth{Check: check, May: n.browserMay}, n.blobs, ice)
+}
+
+// browserMay is what a volunteer's tab may move. It may put any blob:
+// a shard result counts only once reported over the control API, and a
+// blob is stored only under its own hash. It may get only what a running
+// job of the open regime hands its workers — the job's bundle and the
+// content and inputs the bundle names, all public by admission — never a
+// shard result (law 13) and nothing of a job in another regime.
+func (n *Node) browserMay(volunteer, op string, ref content.Ref) error {
+	switch op {
+	case "put":
+		return nil
+	case "get":
+	default:
+		return fmt.Errorf("unknown operation %q", op)
+	}
+	for _, j := range n.fsm.machine().Jobs() {
+		if j.Regime != trust.Open || j.State != coordinator.JobRunning {
+			continue
+		}
+		if j.Bundle == ref {
+			return nil
+		}
+		raw, err := n.blobs.Get(j.Bundle)
+		if err != nil {
+			continue
+		}
+		var b job.Bundle
+		if content.Decode(raw, &b) != nil {
+			continue
+		}
+		if b.Program == ref || b.Partitioner.Ref == ref || b.Reducer.Ref == ref {
+			return nil
+		}
+		for _, r := range b.Content {
+			if r == ref {
+				return nil
+			}
+		}
+		for _, in := range b.Inputs {
+			if in.Ref == ref {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("volunteer %s may not read %s: a browser reads only the bundles, content and inputs of running open-pool jobs", volunteer, ref.Short())
+}

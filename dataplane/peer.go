@@ -131,6 +131,9 @@ type Peer struct {
 	// offer (the same signed bytes, relayed again) is not answered twice.
 	answering map[string]int
 	answered  map[string]time.Time
+	// browsers: volunteer → its browser connections open or being set
+	// up (browser.go).
+	browsers map[string]int
 }
 
 // Bounds on the offers a peer answers: each costs a PeerConnection (ICE
@@ -522,44 +525,11 @@ func (p *Peer) answer(parent context.Context, s Signal) {
 	defer cancel()
 	c := newConn(s.From)
 	err := func() error {
-		cfg, err := p.configuration(ctx)
+		sdp, err := p.answerOffer(ctx, parent, c, client{Member: remote}, s.SDP, false)
 		if err != nil {
 			return err
 		}
-		pc, err := p.api.NewPeerConnection(cfg)
-		if err != nil {
-			return err
-		}
-		c.setPC(pc)
-		pc.OnDataChannel(func(dc *webrtc.DataChannel) {
-			dc.OnOpen(func() {
-				if dc.Label() == "ctl" {
-					return
-				}
-				rw, err := dc.DetachWithDeadline()
-				if err != nil {
-					return
-				}
-				go p.serve(parent, remote, c, newChannel(dc, rw))
-			})
-		})
-		if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: s.SDP}); err != nil {
-			return err
-		}
-		ans, err := pc.CreateAnswer(nil)
-		if err != nil {
-			return err
-		}
-		gathered := webrtc.GatheringCompletePromise(pc)
-		if err := pc.SetLocalDescription(ans); err != nil {
-			return err
-		}
-		select {
-		case <-gathered:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: pc.LocalDescription().SDP, Fingerprint: p.fp}
+		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: sdp, Fingerprint: p.fp}
 		if err := out.sign(p.cfg.Identity); err != nil {
 			return err
 		}
@@ -584,4 +554,53 @@ func (p *Peer) answer(parent context.Context, s Signal) {
 		<-c.gone
 		c.close()
 	}()
+}
+
+// answerOffer makes c's PeerConnection from an offer and returns the
+// answer SDP, every candidate gathered; the data channels the remote
+// opens are served as remote until serveCtx ends. all ignores the
+// peer's relay-only policy (a browser's connection: the node's own
+// addresses are public anyway).
+func (p *Peer) answerOffer(ctx, serveCtx context.Context, c *conn, remote client, offer string, all bool) (string, error) {
+	cfg, err := p.configuration(ctx)
+	if err != nil {
+		return "", err
+	}
+	if all {
+		cfg.ICETransportPolicy = webrtc.ICETransportPolicyAll
+	}
+	pc, err := p.api.NewPeerConnection(cfg)
+	if err != nil {
+		return "", err
+	}
+	c.setPC(pc)
+	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
+		dc.OnOpen(func() {
+			if dc.Label() == "ctl" {
+				return
+			}
+			rw, err := dc.DetachWithDeadline()
+			if err != nil {
+				return
+			}
+			go p.serve(serveCtx, remote, c, newChannel(dc, rw))
+		})
+	})
+	if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeOffer, SDP: offer}); err != nil {
+		return "", diag.New(diag.P2PSignalRefused, remote.Name, "the offer is not a usable SDP: %v", err)
+	}
+	ans, err := pc.CreateAnswer(nil)
+	if err != nil {
+		return "", err
+	}
+	gathered := webrtc.GatheringCompletePromise(pc)
+	if err := pc.SetLocalDescription(ans); err != nil {
+		return "", err
+	}
+	select {
+	case <-gathered:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return pc.LocalDescription().SDP, nil
 }

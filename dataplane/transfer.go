@@ -252,8 +252,16 @@ func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, e
 	return ref, nil
 }
 
+// client is who opened a data channel: a federation member, or a
+// browser tab (browser.go), whose gets and puts go through may instead
+// of Config.Authorize and which reaches no service.
+type client struct {
+	identity.Member
+	may func(op string, ref content.Ref) error // set for a browser
+}
+
 // serve answers one data channel a connected member opened.
-func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channel) {
+func (p *Peer) serve(ctx context.Context, m client, c *conn, rw *channel) {
 	defer rw.Close()
 	defer watch(ctx, c, rw)()
 	buf := make([]byte, 64<<10)
@@ -270,7 +278,11 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channe
 		return
 	}
 	if req.Op == "call" {
-		p.answerCall(ctx, m, c, rw, req, refuse)
+		if m.may != nil {
+			refuse("a browser reaches no service")
+			return
+		}
+		p.answerCall(ctx, m.Member, c, rw, req, refuse)
 		return
 	}
 	if _, err := content.ParseRef(string(req.Ref)); err != nil {
@@ -281,8 +293,13 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channe
 		refuse("this peer serves no blobs")
 		return
 	}
-	if p.cfg.Authorize != nil {
-		if err := p.cfg.Authorize(m, req.Op, req.Ref); err != nil {
+	if m.may != nil {
+		if err := m.may(req.Op, req.Ref); err != nil {
+			refuse("%v", err)
+			return
+		}
+	} else if p.cfg.Authorize != nil {
+		if err := p.cfg.Authorize(m.Member, req.Op, req.Ref); err != nil {
 			refuse("%v", err)
 			return
 		}
@@ -331,7 +348,7 @@ func (p *Peer) serve(ctx context.Context, m identity.Member, c *conn, rw *channe
 
 // echo receives req.Size bytes and answers their hash: a probe of the
 // path that stores nothing (scellis p2p probe).
-func (p *Peer) echo(m identity.Member, c *conn, rw *channel, req request, refuse func(string, ...any)) {
+func (p *Peer) echo(m client, c *conn, rw *channel, req request, refuse func(string, ...any)) {
 	if req.Size < 0 || req.Size > blob.DefaultMaxSize {
 		refuse("probe of %d bytes exceeds %d", req.Size, blob.DefaultMaxSize)
 		return
