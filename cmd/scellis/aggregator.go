@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -123,12 +124,36 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "aggregator %s handed leadership to %s\n", c.Name, to)
 			}
 			cancel()
-			return n.Close()
+			return closeWithin(n.Close, stopBound, cmd.ErrOrStderr(), "aggregator "+c.Name)
 		},
 	}
 	cmd.Flags().StringVar(&cfgPath, "config", "", "aggregator config file (YAML)")
 	cmd.AddCommand(newAggregatorStatusCmd(), newAggregatorMemberCmd(true), newAggregatorMemberCmd(false))
 	return cmd
+}
+
+// stopBound is how long a stopping node may take to close once it has
+// handed over. Past it the node exits anyway: what it accepted is on disk
+// (the Raft log and the blob store sync before they acknowledge), so a
+// restart recovers as after a crash, and an operator's stop must not hang.
+const stopBound = 20 * time.Second
+
+// closeWithin runs close, and returns its error; if close has not
+// returned within bound it writes every goroutine's stack to w (what the
+// stop was stuck on, for a bug report) and returns an error instead.
+func closeWithin(close func() error, bound time.Duration, w io.Writer, what string) error {
+	done := make(chan error, 1)
+	go func() { done <- close() }()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		fmt.Fprintf(w, "%s: stopping took over %s; exiting anyway (what it accepted is on disk). Its goroutines:\n", what, bound)
+		pprof.Lookup("goroutine").WriteTo(w, 2)
+		return fmt.Errorf("%s did not close within %s", what, bound)
+	}
 }
 
 func newAggregatorStatusCmd() *cobra.Command {

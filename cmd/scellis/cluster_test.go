@@ -203,7 +203,18 @@ func (c *cluster) waitExit(name string) {
 	select {
 	case <-c.exits[name]:
 	case <-time.After(30 * time.Second):
-		c.t.Fatalf("%s did not exit", name)
+		// Ask the Go runtime for every goroutine's stack (SIGQUIT), so
+		// the failure shows what the process was stuck on.
+		c.kill(name, syscall.SIGQUIT)
+		select {
+		case <-c.exits[name]:
+		case <-time.After(10 * time.Second):
+		}
+		b, _ := os.ReadFile(filepath.Join(c.dir, name+".log"))
+		if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
+			b = b[i:]
+		}
+		c.t.Fatalf("%s did not exit within 30 s; its goroutines:\n%s", name, b)
 	}
 }
 
