@@ -3,7 +3,6 @@ package secagg
 import (
 	"crypto/ecdh"
 	"crypto/rand"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"testing"
@@ -88,27 +87,53 @@ func fastestKeystream(streams, bytes int) func() {
 // with it and off the timer, each baseline once per iteration. It reports
 // the fastest op over the fastest run of each baseline as "x-<name>":
 // interleaving and taking minima keep the ratios honest on a busy machine.
+// Where the process's CPU time can be read it also reports
+// "x-<name>-cpu": the least CPU time (all threads) of op over the least
+// of the baseline, the work done whatever the machine's load, which the
+// wall-time ratio only shows on idle cores (a baseline on one core, op on
+// all of them: on an idle machine of c cores x-floor approaches
+// x-floor-cpu / c).
 func measure(b *testing.B, op func(), baselines map[string]func()) {
-	best := map[string]time.Duration{}
-	opBest := time.Duration(1<<63 - 1)
+	measureWith(b, nil, op, baselines)
+}
+
+// measureWith is measure with prep (if any) run before each op, off the
+// timer and out of the op's figures.
+func measureWith(b *testing.B, prep, op func(), baselines map[string]func()) {
+	const never = time.Duration(1<<63 - 1)
+	type best struct{ wall, cpu time.Duration }
+	timed := func(f func(), into *best) {
+		c0, cpuOK := cpuTime()
+		t0 := time.Now()
+		f()
+		into.wall = min(into.wall, time.Since(t0))
+		if c1, _ := cpuTime(); cpuOK {
+			into.cpu = min(into.cpu, c1-c0)
+		}
+	}
+	base := map[string]*best{}
+	for name := range baselines {
+		base[name] = &best{never, never}
+	}
+	opBest := best{never, never}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
 		for name, f := range baselines {
-			t0 := time.Now()
-			f()
-			if d := time.Since(t0); best[name] == 0 || d < best[name] {
-				best[name] = d
-			}
+			timed(f, base[name])
+		}
+		if prep != nil {
+			prep()
 		}
 		b.StartTimer()
-		t0 := time.Now()
-		op()
-		opBest = min(opBest, time.Since(t0))
+		timed(op, &opBest)
 	}
 	b.StopTimer()
-	for name, d := range best {
-		b.ReportMetric(float64(opBest)/float64(d), "x-"+name)
+	for name, d := range base {
+		b.ReportMetric(float64(opBest.wall)/float64(d.wall), "x-"+name)
+		if d.cpu > 0 && d.cpu < never && opBest.cpu < never {
+			b.ReportMetric(float64(opBest.cpu)/float64(d.cpu), "x-"+name+"-cpu")
+		}
 	}
 }
 
@@ -120,8 +145,11 @@ func plainEncode(r *round, x []float64) []byte {
 		panic(err)
 	}
 	out := make([]byte, 8*r.dim)
-	for i, v := range x {
-		binary.LittleEndian.PutUint64(out[8*i:], encodeValue(v, r.scale, rd))
+	var draws [tileBytes / 8 * roundBytes]byte
+	for i := 0; i < len(x); i += tileBytes / 8 {
+		xs := x[i:min(i+tileBytes/8, len(x))]
+		rd.draws(draws[:roundBytes*len(xs)])
+		encodeTile(out[8*i:], 8, xs, r.scale, draws[:])
 	}
 	return out
 }
@@ -235,16 +263,21 @@ func BenchmarkClientMask(b *testing.B) {
 	}
 }
 
-var serverCache = map[[3]int]*Server{}
+var serverCache = map[[4]int]*Server{}
 
-// benchServer runs a round of n clients of dimension d, with the last
-// drops clients dropping after key sharing, up to the unmaskings.
-func benchServer(b *testing.B, n, d, drops int) *Server {
-	if s, ok := serverCache[[3]int{n, d, drops}]; ok {
+// benchServer runs a round of n clients of dimension d in the given ring
+// (as BenchmarkClientMask's), with the last drops clients dropping after
+// key sharing, up to the unmaskings.
+func benchServer(b *testing.B, n, d, drops, ring int) *Server {
+	key := [4]int{n, d, drops, ring}
+	if s, ok := serverCache[key]; ok {
 		return s
 	}
-	bc := newBenchClients(b, n, d, 64)
+	bc := newBenchClients(b, n, d, ring)
 	s := bc.server
+	if s.r.ringBits != ring {
+		b.Fatalf("round runs in Z_2^%d, want %d", s.r.ringBits, ring)
+	}
 	dels, err := s.EndShare()
 	if err != nil {
 		b.Fatal(err)
@@ -272,35 +305,42 @@ func benchServer(b *testing.B, n, d, drops int) *Server {
 			b.Fatal(err)
 		}
 	}
-	serverCache[[3]int{n, d, drops}] = s
+	serverCache[key] = s
 	return s
 }
 
 // BenchmarkServerUnmask is the server's unmasking: reconstruct the
 // survivors' seeds and the dropped clients' mask keys, and remove every
 // mask from the accumulated sum (held in one O(d) vector throughout).
-// With k dropped clients and m survivors it expands m + k·m masks.
+// With k dropped clients and m survivors it expands m + k·m masks;
+// x-floor divides by as many keystreams of the round's vector (its
+// width), x-floor64 (32-bit ring) by as many of 8-byte elements.
 func BenchmarkServerUnmask(b *testing.B) {
-	for _, d := range benchDims {
-		for _, n := range benchNs {
-			for _, drops := range []int{0, 2} {
-				if n-drops < MinSites || n-drops < n/2+1 {
-					continue
-				}
-				b.Run(fmt.Sprintf("d=%d/n=%d/dropped=%d", d, n, drops), func(b *testing.B) {
-					s := benchServer(b, n, d, drops)
-					m := n - drops
-					b.SetBytes(int64(8 * d))
-					b.ReportAllocs()
-					acc := make([]byte, len(s.acc))
-					measure(b, func() {
-						copy(acc, s.acc)
-						if err := s.unmask(acc); err != nil {
-							b.Fatal(err)
+	for _, ring := range []int{64, 32} {
+		for _, d := range benchDims {
+			for _, n := range benchNs {
+				for _, drops := range []int{0, 2} {
+					if n-drops < MinSites || n-drops < n/2+1 {
+						continue
+					}
+					b.Run(fmt.Sprintf("ring=%d/d=%d/n=%d/dropped=%d", ring, d, n, drops), func(b *testing.B) {
+						s := benchServer(b, n, d, drops, ring)
+						m := n - drops
+						b.SetBytes(int64(8 * d))
+						b.ReportAllocs()
+						acc := make([]byte, len(s.acc))
+						base := map[string]func(){"floor": fastestKeystream(m+drops*m, len(s.acc))}
+						if ring == 32 {
+							base["floor64"] = fastestKeystream(m+drops*m, 8*d)
 						}
-					}, map[string]func(){"floor": fastestKeystream(m+drops*m, 8*d)})
-					b.ReportMetric(float64(len(s.acc)), "server-acc-B")
-				})
+						measureWith(b, func() { copy(acc, s.acc) }, func() {
+							if err := s.unmask(acc); err != nil {
+								b.Fatal(err)
+							}
+						}, base)
+						b.ReportMetric(float64(len(s.acc)), "server-acc-B")
+					})
+				}
 			}
 		}
 	}

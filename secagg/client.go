@@ -493,18 +493,18 @@ func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []str
 	fill := func(sc *scratch, vec []byte, lo, hi, width int) {
 		if lo >= woff {
 			w := encodeValue(weight, c.r.wScale, rd.at(c.r.p.Dim))
-			putWord(vec[lo:], 8, w)
+			le.PutUint64(vec[lo:], w)
 			if rec != nil {
 				rec[c.r.p.Dim] = w
 			}
 			return
 		}
-		i := lo / width
+		i, cnt := lo/width, (hi-lo)/width
 		if enc != nil {
-			for j := lo; j < hi; j, i = j+width, i+1 {
-				putWord(vec[j:], width, uint64(enc[i])) // two's complement: the ring image of enc[i]
-				if rec != nil {
-					rec[i] = uint64(enc[i])
+			putCoords(vec[lo:hi], width, enc[i:i+cnt]) // two's complement: the ring image of enc
+			if rec != nil {
+				for j, v := range enc[i : i+cnt] {
+					rec[i+j] = uint64(v)
 				}
 			}
 			return
@@ -512,14 +512,15 @@ func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []str
 		if sc.rd == nil || sc.next != i {
 			sc.rd = rd.at(i)
 		}
-		for j := lo; j < hi; j, i = j+width, i+1 {
-			w := encodeValue(x[i], scale, sc.rd)
-			putWord(vec[j:], width, w)
-			if rec != nil {
-				rec[i] = w
+		draws := sc.rk[:roundBytes*cnt]
+		sc.rd.draws(draws)
+		encodeTile(vec[lo:hi], width, x[i:i+cnt], scale, draws)
+		if rec != nil {
+			for j := range cnt {
+				rec[i+j] = uint64(coordAt(vec, l, i+j))
 			}
 		}
-		sc.next = i
+		sc.next = i + cnt
 	}
 	masks := make([]mask, 0, len(u2))
 	defer func() {

@@ -20,14 +20,18 @@ import (
 // in place: no d-sized intermediate vector is ever made.
 //
 // A mask is the keystream of its key read as little-endian words of the
-// layout: bytes [o, o+w) of the keystream mask the coordinate at bytes
-// [o, o+w). The vector is cut into segments, one per core, aligned to the
-// keystream blocks so each segment seeks every keystream to its own
-// offset; within a segment the kernel works tile by tile, and each tile
-// (8 KiB, in L1) receives its encoding and every mask before the next:
-// the vector crosses the memory bus once, whatever the number of masks.
-// The keystream passes through one tile-sized scratch per core, because
-// crypto/cipher hands keystreams out as bytes.
+// layout: bytes [o, o+8) of the keystream mask the 8-byte word at bytes
+// [o, o+8) — a coordinate of Z_2^64, or a pair of 4-byte coordinates
+// carried as one element of Z_2^64 (see putCoords); a last odd 4-byte
+// coordinate takes bytes [o, o+4) in Z_2^32. The vector is cut into
+// segments, one per core, aligned to the keystream blocks so each segment
+// seeks every keystream to its own offset; within a segment the kernel
+// works tile by tile, and each tile (4 KiB) receives its encoding and
+// every mask before the next: the vector crosses the memory bus once,
+// whatever the number of masks. Masks go in batches of maskBatch: each
+// keystream of a batch is read out into its own tile of scratch (because
+// crypto/cipher hands keystreams out as bytes), then one pass adds them
+// all to the vector's tile.
 
 // layout is how a round's vector sits in the ring and on the wire.
 type layout struct {
@@ -52,7 +56,7 @@ const (
 	// tileBytes is the unit of work: a tile of the vector and its
 	// keystream fit in L1 together, and the per-call overhead of the
 	// keystream is amortised.
-	tileBytes = 8 << 10
+	tileBytes = 4 << 10
 	// segAlign aligns segments to whole keystream blocks (AES: 16 bytes,
 	// ChaCha20: 64), so a segment seeks a keystream without discarding.
 	segAlign = 64
@@ -112,12 +116,17 @@ func (g PRG) streamAt(key []byte, off int) cipher.Stream {
 	return s
 }
 
-// scratch is one core's working memory: the keystream tile, and what a
-// fill function keeps between the tiles of its segment.
+// maskBatch masks are added to a tile in one pass: the tile is loaded
+// and stored once per batch instead of once per mask.
+const maskBatch = 4
+
+// scratch is one core's working memory: a batch of keystream tiles, and
+// what a fill function keeps between the tiles of its segment.
 type scratch struct {
-	ks   [tileBytes]byte
-	rd   *rounder // the client's stochastic rounding, seeked per segment
-	next int      // coordinate index rd is positioned at
+	ks   [maskBatch][tileBytes]byte
+	rk   [tileBytes / 4 * roundBytes]byte // a tile's rounding draws (4-byte coordinates at most)
+	rd   *rounder                         // the client's stochastic rounding, seeked per segment
+	next int                              // coordinate index rd is positioned at
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -146,10 +155,17 @@ func applyMasks(g PRG, vec []byte, l layout, masks []mask, fill fillFunc) {
 	wg.Wait()
 }
 
+// applySegment masks one segment, tile by tile. A subtracted mask is
+// read out as the complement of its keystream (XORed onto all-ones
+// bytes), ^k = −k − 1 in every word, so a batch is a plain sum of words
+// plus one per subtracted mask: no sign is handled inside the loop.
 func applySegment(g PRG, vec []byte, sg segment, masks []mask, fill fillFunc) {
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
-		clear(sc.ks[:])
+		for i := range sc.ks {
+			clear(sc.ks[i][:])
+		}
+		clear(sc.rk[:])
 		sc.rd = nil
 		scratchPool.Put(sc)
 	}()
@@ -157,115 +173,207 @@ func applySegment(g PRG, vec []byte, sg segment, masks []mask, fill fillFunc) {
 	for i, mk := range masks {
 		streams[i] = g.streamAt(mk.key, sg.off)
 	}
+	var src [maskBatch][]byte
 	for lo := sg.off; lo < sg.end; lo += tileBytes {
 		hi := min(lo+tileBytes, sg.end)
 		tile := vec[lo:hi]
 		if fill != nil {
 			fill(sc, vec, lo, hi, sg.width)
 		}
-		ks := sc.ks[:len(tile)]
-		for i, s := range streams {
-			s.XORKeyStream(ks, zeroChunk[:len(ks)])
-			addWords(tile, ks, sg.width, masks[i].sign < 0)
+		for b := 0; b < len(masks); b += maskBatch {
+			batch := masks[b:min(b+maskBatch, len(masks))]
+			var neg uint64
+			for j, mk := range batch {
+				ks := sc.ks[j][:len(tile)]
+				if mk.sign < 0 {
+					streams[b+j].XORKeyStream(ks, onesChunk[:len(ks)])
+					neg++
+				} else {
+					streams[b+j].XORKeyStream(ks, zeroChunk[:len(ks)])
+				}
+				src[j] = ks
+			}
+			sumWords(tile, neg, &src, len(batch))
 		}
 	}
 }
 
-// addWords adds (or subtracts) the little-endian words of ks to those of
-// dst, word by word in Z_2^(8·width). The bulk goes 64 bytes at a time
-// through array pointers, so the loop carries one bounds check per 64
-// bytes instead of two per word.
-func addWords(dst, ks []byte, width int, sub bool) {
-	ks = ks[:len(dst)]
-	for len(dst) >= 64 {
-		d, k := (*[64]byte)(dst), (*[64]byte)(ks)
-		switch {
-		case width == 8 && !sub:
-			add64x8(d, k)
-		case width == 8:
-			sub64x8(d, k)
-		case !sub:
-			add32x16(d, k)
-		default:
-			sub32x16(d, k)
-		}
-		dst, ks = dst[64:], ks[64:]
+// onesChunk is the plaintext a subtracted mask's keystream is XORed onto.
+var onesChunk = func() (b [tileBytes]byte) {
+	for i := range b {
+		b[i] = 0xff
 	}
-	for len(dst) >= width {
-		if width == 8 {
-			a, b := binary.LittleEndian.Uint64(dst), binary.LittleEndian.Uint64(ks)
-			if sub {
-				b = -b
-			}
-			binary.LittleEndian.PutUint64(dst, a+b)
-		} else {
-			a, b := binary.LittleEndian.Uint32(dst), binary.LittleEndian.Uint32(ks)
-			if sub {
-				b = -b
-			}
-			binary.LittleEndian.PutUint32(dst, a+b)
+	return b
+}()
+
+// sumWords adds the first k tiles of src and c·(1, 1, …) to dst, in
+// 64-bit little-endian words, and a last 4-byte word (the odd value
+// coordinate of a 32-bit ring) in 32 bits. A pair of 4-byte coordinates
+// is one word of Z_2^64 (see putCoords), so both rings add the same way.
+func sumWords(dst []byte, c uint64, src *[maskBatch][]byte, k int) {
+	switch k {
+	case 1:
+		sum1(dst, c, src)
+	case 2:
+		sum2(dst, c, src)
+	case 3:
+		sum3(dst, c, src)
+	case 4:
+		sum4(dst, c, src)
+	}
+	o := len(dst) &^ 63
+	for ; o+8 <= len(dst); o += 8 {
+		v := le.Uint64(dst[o:]) + c
+		for _, s := range src[:k] {
+			v += le.Uint64(s[o:])
 		}
-		dst, ks = dst[width:], ks[width:]
+		le.PutUint64(dst[o:], v)
+	}
+	if o+4 <= len(dst) {
+		v := le.Uint32(dst[o:]) + uint32(c)
+		for _, s := range src[:k] {
+			v += le.Uint32(s[o:])
+		}
+		le.PutUint32(dst[o:], v)
+	}
+}
+
+// sum1 … sum4 are sumWords' bulk, 64 bytes at a time through array
+// pointers (no bounds checks inside), unrolled: the adds are a fifth of
+// the keystream's cost this way, against half with a loop per mask.
+
+func sum1(dst []byte, c uint64, src *[maskBatch][]byte) {
+	n := len(dst) &^ 63
+	k0 := src[0][:n]
+	for i := 0; i < n; i += 64 {
+		d := (*[64]byte)(dst[i:])
+		s0 := (*[64]byte)(k0[i:])
+		le.PutUint64(d[0:], le.Uint64(d[0:])+c+le.Uint64(s0[0:]))
+		le.PutUint64(d[8:], le.Uint64(d[8:])+c+le.Uint64(s0[8:]))
+		le.PutUint64(d[16:], le.Uint64(d[16:])+c+le.Uint64(s0[16:]))
+		le.PutUint64(d[24:], le.Uint64(d[24:])+c+le.Uint64(s0[24:]))
+		le.PutUint64(d[32:], le.Uint64(d[32:])+c+le.Uint64(s0[32:]))
+		le.PutUint64(d[40:], le.Uint64(d[40:])+c+le.Uint64(s0[40:]))
+		le.PutUint64(d[48:], le.Uint64(d[48:])+c+le.Uint64(s0[48:]))
+		le.PutUint64(d[56:], le.Uint64(d[56:])+c+le.Uint64(s0[56:]))
+	}
+}
+
+func sum2(dst []byte, c uint64, src *[maskBatch][]byte) {
+	n := len(dst) &^ 63
+	k0 := src[0][:n]
+	k1 := src[1][:n]
+	for i := 0; i < n; i += 64 {
+		d := (*[64]byte)(dst[i:])
+		s0, s1 := (*[64]byte)(k0[i:]), (*[64]byte)(k1[i:])
+		le.PutUint64(d[0:], le.Uint64(d[0:])+c+le.Uint64(s0[0:])+le.Uint64(s1[0:]))
+		le.PutUint64(d[8:], le.Uint64(d[8:])+c+le.Uint64(s0[8:])+le.Uint64(s1[8:]))
+		le.PutUint64(d[16:], le.Uint64(d[16:])+c+le.Uint64(s0[16:])+le.Uint64(s1[16:]))
+		le.PutUint64(d[24:], le.Uint64(d[24:])+c+le.Uint64(s0[24:])+le.Uint64(s1[24:]))
+		le.PutUint64(d[32:], le.Uint64(d[32:])+c+le.Uint64(s0[32:])+le.Uint64(s1[32:]))
+		le.PutUint64(d[40:], le.Uint64(d[40:])+c+le.Uint64(s0[40:])+le.Uint64(s1[40:]))
+		le.PutUint64(d[48:], le.Uint64(d[48:])+c+le.Uint64(s0[48:])+le.Uint64(s1[48:]))
+		le.PutUint64(d[56:], le.Uint64(d[56:])+c+le.Uint64(s0[56:])+le.Uint64(s1[56:]))
+	}
+}
+
+func sum3(dst []byte, c uint64, src *[maskBatch][]byte) {
+	n := len(dst) &^ 63
+	k0 := src[0][:n]
+	k1 := src[1][:n]
+	k2 := src[2][:n]
+	for i := 0; i < n; i += 64 {
+		d := (*[64]byte)(dst[i:])
+		s0, s1, s2 := (*[64]byte)(k0[i:]), (*[64]byte)(k1[i:]), (*[64]byte)(k2[i:])
+		le.PutUint64(d[0:], le.Uint64(d[0:])+c+le.Uint64(s0[0:])+le.Uint64(s1[0:])+le.Uint64(s2[0:]))
+		le.PutUint64(d[8:], le.Uint64(d[8:])+c+le.Uint64(s0[8:])+le.Uint64(s1[8:])+le.Uint64(s2[8:]))
+		le.PutUint64(d[16:], le.Uint64(d[16:])+c+le.Uint64(s0[16:])+le.Uint64(s1[16:])+le.Uint64(s2[16:]))
+		le.PutUint64(d[24:], le.Uint64(d[24:])+c+le.Uint64(s0[24:])+le.Uint64(s1[24:])+le.Uint64(s2[24:]))
+		le.PutUint64(d[32:], le.Uint64(d[32:])+c+le.Uint64(s0[32:])+le.Uint64(s1[32:])+le.Uint64(s2[32:]))
+		le.PutUint64(d[40:], le.Uint64(d[40:])+c+le.Uint64(s0[40:])+le.Uint64(s1[40:])+le.Uint64(s2[40:]))
+		le.PutUint64(d[48:], le.Uint64(d[48:])+c+le.Uint64(s0[48:])+le.Uint64(s1[48:])+le.Uint64(s2[48:]))
+		le.PutUint64(d[56:], le.Uint64(d[56:])+c+le.Uint64(s0[56:])+le.Uint64(s1[56:])+le.Uint64(s2[56:]))
+	}
+}
+
+func sum4(dst []byte, c uint64, src *[maskBatch][]byte) {
+	n := len(dst) &^ 63
+	k0 := src[0][:n]
+	k1 := src[1][:n]
+	k2 := src[2][:n]
+	k3 := src[3][:n]
+	for i := 0; i < n; i += 64 {
+		d := (*[64]byte)(dst[i:])
+		s0, s1, s2, s3 := (*[64]byte)(k0[i:]), (*[64]byte)(k1[i:]), (*[64]byte)(k2[i:]), (*[64]byte)(k3[i:])
+		le.PutUint64(d[0:], le.Uint64(d[0:])+c+le.Uint64(s0[0:])+le.Uint64(s1[0:])+le.Uint64(s2[0:])+le.Uint64(s3[0:]))
+		le.PutUint64(d[8:], le.Uint64(d[8:])+c+le.Uint64(s0[8:])+le.Uint64(s1[8:])+le.Uint64(s2[8:])+le.Uint64(s3[8:]))
+		le.PutUint64(d[16:], le.Uint64(d[16:])+c+le.Uint64(s0[16:])+le.Uint64(s1[16:])+le.Uint64(s2[16:])+le.Uint64(s3[16:]))
+		le.PutUint64(d[24:], le.Uint64(d[24:])+c+le.Uint64(s0[24:])+le.Uint64(s1[24:])+le.Uint64(s2[24:])+le.Uint64(s3[24:]))
+		le.PutUint64(d[32:], le.Uint64(d[32:])+c+le.Uint64(s0[32:])+le.Uint64(s1[32:])+le.Uint64(s2[32:])+le.Uint64(s3[32:]))
+		le.PutUint64(d[40:], le.Uint64(d[40:])+c+le.Uint64(s0[40:])+le.Uint64(s1[40:])+le.Uint64(s2[40:])+le.Uint64(s3[40:]))
+		le.PutUint64(d[48:], le.Uint64(d[48:])+c+le.Uint64(s0[48:])+le.Uint64(s1[48:])+le.Uint64(s2[48:])+le.Uint64(s3[48:]))
+		le.PutUint64(d[56:], le.Uint64(d[56:])+c+le.Uint64(s0[56:])+le.Uint64(s1[56:])+le.Uint64(s2[56:])+le.Uint64(s3[56:]))
 	}
 }
 
 var le = binary.LittleEndian
 
-func add64x8(d, k *[64]byte) {
-	for i := 0; i < 64; i += 8 {
-		le.PutUint64(d[i:i+8], le.Uint64(d[i:i+8])+le.Uint64(k[i:i+8]))
-	}
-}
+// A value vector of the 32-bit ring is carried as pairs: coordinates 2i
+// and 2i+1, the signed integers a and b, are the one element a + 2^32·b
+// of Z_2^64 at bytes [8i, 8i+8) (a last odd coordinate alone is a word of
+// Z_2^32). Masks add to the pair as one 64-bit word, so the 32-bit ring
+// costs what the 64-bit one does per byte. The sum stays exact under the
+// same bound: with |Σa| and |Σb| at most 2^31 − 1, the low half of the
+// summed word read as a signed 32-bit integer is Σa, and the high half
+// of (word − Σa) is Σb (coordAt). Both halves of a masked pair are
+// uniform, as a uniform element of Z_2^64 is.
 
-func sub64x8(d, k *[64]byte) {
-	for i := 0; i < 64; i += 8 {
-		le.PutUint64(d[i:i+8], le.Uint64(d[i:i+8])-le.Uint64(k[i:i+8]))
-	}
-}
-
-// The 32-bit ring adds two lanes per 64-bit word (SWAR, Hacker's Delight
-// 2-18): the low 31 bits of each lane add without reaching the next lane,
-// and the top bit of each lane is the XOR of the operands' top bits and
-// that carry. So Z_2^32 costs the same per byte as Z_2^64.
-const lanesHigh = 0x8000000080000000
-
-func add32x16(d, k *[64]byte) {
-	for i := 0; i < 64; i += 8 {
-		a, b := le.Uint64(d[i:i+8]), le.Uint64(k[i:i+8])
-		le.PutUint64(d[i:i+8], ((a&^lanesHigh)+(b&^lanesHigh))^((a^b)&lanesHigh))
-	}
-}
-
-func sub32x16(d, k *[64]byte) {
-	for i := 0; i < 64; i += 8 {
-		a, b := le.Uint64(d[i:i+8]), le.Uint64(k[i:i+8])
-		le.PutUint64(d[i:i+8], ((a|lanesHigh)-(b&^lanesHigh))^((a^^b)&lanesHigh))
-	}
-}
-
-// putWord writes the ring image of v (two's complement, truncated to the
-// coordinate's width) at dst.
-func putWord(dst []byte, width int, v uint64) {
+// putCoords writes the ring images of v (integers; two's complement) as
+// coordinates of width bytes at dst, the first of them at an even index.
+func putCoords[T int64 | uint64](dst []byte, width int, v []T) {
 	if width == 8 {
-		binary.LittleEndian.PutUint64(dst, v)
-	} else {
-		binary.LittleEndian.PutUint32(dst, uint32(v))
+		dst = dst[:8*len(v)]
+		for i, w := range v {
+			le.PutUint64(dst[8*i:], uint64(w))
+		}
+		return
+	}
+	dst = dst[:4*len(v)]
+	i := 0
+	for ; i+1 < len(v); i += 2 {
+		le.PutUint64(dst[4*i:], uint64(v[i])+uint64(v[i+1])<<32)
+	}
+	if i < len(v) {
+		le.PutUint32(dst[4*i:], uint32(v[i]))
 	}
 }
 
-// wordAt reads the coordinate at src as a signed integer: the exact sum
-// whenever the round's bound holds (|sum| < 2^(8·width−1)).
-func wordAt(src []byte, width int) int64 {
-	if width == 8 {
-		return int64(binary.LittleEndian.Uint64(src))
+// coordAt reads coordinate i of a summed vector of layout l as a signed
+// integer: the exact sum whenever the round's bound holds
+// (|sum| < 2^(8·width−1) in every coordinate).
+func coordAt(vec []byte, l layout, i int) int64 {
+	if l.width == 8 {
+		return int64(le.Uint64(vec[8*i:]))
 	}
-	return int64(int32(binary.LittleEndian.Uint32(src)))
+	if i%2 == 0 && i+1 == l.vals {
+		return int64(int32(le.Uint32(vec[4*i:])))
+	}
+	w := le.Uint64(vec[4*(i&^1):])
+	a := int64(int32(uint32(w)))
+	if i%2 == 0 {
+		return a
+	}
+	return int64(int32(uint32((w - uint64(a)) >> 32)))
 }
+
+// weightAt reads the weight coordinate of a summed vector.
+func weightAt(vec []byte, l layout) int64 { return int64(le.Uint64(vec[l.weightOff():])) }
 
 // addVectors adds the ring vector in to acc (both in layout l), on all
 // cores: the server's accumulation of a masked input.
 func addVectors(acc, in []byte, l layout) {
-	applyMasks(AESCTR, acc, l, nil, func(_ *scratch, vec []byte, lo, hi, width int) {
-		addWords(vec[lo:hi], in[lo:hi], width, false)
+	applyMasks(AESCTR, acc, l, nil, func(_ *scratch, vec []byte, lo, hi, _ int) {
+		src := [maskBatch][]byte{in[lo:hi]}
+		sumWords(vec[lo:hi], 0, &src, 1)
 	})
 }

@@ -149,15 +149,16 @@ func TestKernelMatchesReference(t *testing.T) {
 }
 
 // refAdd is the definition of a mask, word by word: the reference the
-// kernel is checked against.
+// kernel is checked against. 4-byte value coordinates go in pairs, one
+// word of Z_2^64 (putCoords), a last odd one alone in Z_2^32.
 func refAdd(v, ks []byte, l layout, sign int) {
-	for i := range l.vals {
-		o := i * l.width
-		if l.width == 4 {
-			binary.LittleEndian.PutUint32(v[o:], binary.LittleEndian.Uint32(v[o:])+uint32(sign)*binary.LittleEndian.Uint32(ks[o:]))
-		} else {
-			binary.LittleEndian.PutUint64(v[o:], binary.LittleEndian.Uint64(v[o:])+uint64(sign)*binary.LittleEndian.Uint64(ks[o:]))
-		}
+	vb := l.vals * l.width
+	o := 0
+	for ; o+8 <= vb; o += 8 {
+		binary.LittleEndian.PutUint64(v[o:], binary.LittleEndian.Uint64(v[o:])+uint64(sign)*binary.LittleEndian.Uint64(ks[o:]))
+	}
+	if o < vb {
+		binary.LittleEndian.PutUint32(v[o:], binary.LittleEndian.Uint32(v[o:])+uint32(sign)*binary.LittleEndian.Uint32(ks[o:]))
 	}
 	if l.weight {
 		o := l.weightOff()

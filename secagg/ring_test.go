@@ -1,8 +1,10 @@
 package secagg
 
 import (
+	"bytes"
 	"math"
 	"math/big"
+	"slices"
 	"testing"
 
 	"github.com/scellis/scellis/diag"
@@ -189,7 +191,9 @@ func TestNarrowRingOnlyWhenBoundHolds(t *testing.T) {
 			t.Errorf("n=%d, derived grid: ring Z_2^%d, want Z_2^64", n, got)
 		}
 	}
-	// Rounds at the boundary: the extreme sums come out exact.
+	// Rounds at the boundary: the extreme sums come out exact, in both
+	// halves of a 32-bit pair of like and of opposite signs, and in a last
+	// odd coordinate.
 	const n = 5
 	edge := int64(math.MaxInt32/n - 1)
 	for _, c := range []struct {
@@ -198,7 +202,7 @@ func TestNarrowRingOnlyWhenBoundHolds(t *testing.T) {
 		weighted bool
 	}{{edge, 32, false}, {edge, 32, true}, {edge + 1, 64, false}} {
 		for _, sign := range []int64{1, -1} {
-			p := testParams("ring-edge", n, 0, 3, math.Ldexp(float64(c.eb)+0.5, -f))
+			p := testParams("ring-edge", n, 0, 5, math.Ldexp(float64(c.eb)+0.5, -f))
 			p.GridBits = f
 			if c.weighted {
 				p.Weighted, p.MaxWeight = true, 1e9
@@ -212,9 +216,12 @@ func TestNarrowRingOnlyWhenBoundHolds(t *testing.T) {
 			}
 			h.enc = map[string][]int64{}
 			for _, id := range h.ids {
-				y := []int64{sign * c.eb, sign * c.eb, -sign * c.eb}
+				y := []int64{sign * c.eb, sign * c.eb, -sign * c.eb, sign * c.eb, -sign * c.eb}
 				h.enc[id] = y
-				h.inputs[id] = []float64{math.Ldexp(float64(y[0]), -f), math.Ldexp(float64(y[1]), -f), math.Ldexp(float64(y[2]), -f)}
+				h.inputs[id] = make([]float64, len(y))
+				for i, v := range y {
+					h.inputs[id][i] = math.Ldexp(float64(v), -f)
+				}
 				if c.weighted {
 					h.weights[id] = 1e9
 				}
@@ -222,7 +229,7 @@ func TestNarrowRingOnlyWhenBoundHolds(t *testing.T) {
 			if !h.run() {
 				t.Fatalf("round refused:\n%s", h.out.String())
 			}
-			if want := math.Ldexp(float64(n*sign*c.eb), -f); h.result.Sum[0] != want || h.result.Sum[2] != -want {
+			if want := math.Ldexp(float64(n*sign*c.eb), -f); !slices.Equal(h.result.Sum, []float64{want, want, -want, want, -want}) {
 				t.Fatalf("ring %d, bound %d: sum %v, want ±%v exactly", c.ring, c.eb, h.result.Sum, want)
 			}
 			if c.weighted && h.result.Weight != n*1e9 {
@@ -230,6 +237,145 @@ func TestNarrowRingOnlyWhenBoundHolds(t *testing.T) {
 			}
 			if got := len(h.dels); got != n {
 				t.Fatalf("%d deliveries", got)
+			}
+		}
+	}
+}
+
+// encodeWithDraw encodes x with the 16-bit draw d, through the client's
+// encoding loop.
+func encodeWithDraw(x, scale float64, d uint16) int64 {
+	var w [8]byte
+	var dr [roundBytes]byte
+	le.PutUint16(dr[:], d)
+	encodeTile(w[:], 8, []float64{x}, scale, dr[:])
+	return int64(le.Uint64(w[:]))
+}
+
+// TestRoundingDecisionIsExact goes through all 2^16 draws of the
+// stochastic rounding for a set of fractions, with the tie's 64 extra
+// bits fixed on either side of the threshold, and checks the decision
+// against the fraction computed in big floats: a draw below the top 16
+// bits h of the fraction rounds up, above it rounds down, and a tie rounds
+// up iff the extra bits are below ⌊r·2^64⌋. So the probability of
+// rounding up is ⌊frac·2^80⌋·2^-80, within 2^-80 of frac: the bound
+// docs/secagg.md states.
+func TestRoundingDecisionIsExact(t *testing.T) {
+	defer func(f func() uint64) { tieDraw = f }(tieDraw)
+	for _, c := range []struct {
+		x float64
+		f int
+	}{{0.1, 20}, {1.0 / 3, 40}, {-0.7, 59}, {3 * 0x1p-18, 0}, {-3 * 0x1p-18, 0}, {1 - 0x1p-40, 10}, {0x1p-30 + 0x1p-70, 0}, {0.5, 3}} {
+		scale := math.Ldexp(1, c.f)
+		v := new(big.Float).SetMantExp(big.NewFloat(c.x), c.f) // exact
+		fl, _ := v.Int(nil)
+		if v.Sign() < 0 && new(big.Float).SetInt(fl).Cmp(v) != 0 {
+			fl.Sub(fl, big.NewInt(1)) // Int truncates; the floor of a negative non-integer is one less
+		}
+		frac := new(big.Float).Sub(v, new(big.Float).SetInt(fl))
+		hb, _ := new(big.Float).SetMantExp(frac, 16).Int(nil)
+		h := hb.Int64()
+		rest := new(big.Float).Sub(new(big.Float).SetMantExp(frac, 16), new(big.Float).SetInt64(h))
+		thr, _ := new(big.Float).SetMantExp(rest, 64).Int(nil)
+		low := fl.Int64()
+		for _, tieUpWanted := range []bool{true, false} {
+			if tieUpWanted && thr.Sign() == 0 {
+				continue // the tie never rounds up: probability ⌊r·2^64⌋ = 0
+			}
+			u := new(big.Int).Set(thr)
+			if tieUpWanted {
+				u.Sub(u, big.NewInt(1))
+			}
+			tieDraw = func() uint64 { return u.Uint64() }
+			ups := int64(0)
+			for d := range 1 << 16 {
+				got := encodeWithDraw(c.x, scale, uint16(d))
+				want := low
+				if int64(d) < h || (int64(d) == h && tieUpWanted) {
+					want++
+				}
+				if got != want {
+					t.Fatalf("x=%v f=%d draw %d (h=%d, tie rounds up: %v): encoded %d, want %d", c.x, c.f, d, h, tieUpWanted, got, want)
+				}
+				ups += got - low
+			}
+			if !tieUpWanted && ups != h {
+				t.Fatalf("x=%v f=%d: %d of 2^16 draws round up, want h = %d", c.x, c.f, ups, h)
+			}
+		}
+		// P(up) = (h + thr·2^-64)·2^-16 is within 2^-80 below frac.
+		p := new(big.Float).SetPrec(200).SetInt(thr)
+		p.SetMantExp(p, -64)
+		p.Add(p, new(big.Float).SetInt64(h))
+		p.SetMantExp(p, -16)
+		gap := new(big.Float).SetPrec(200).Sub(frac, p)
+		if gap.Sign() < 0 || gap.Cmp(new(big.Float).SetMantExp(big.NewFloat(1), -80)) >= 0 {
+			t.Fatalf("x=%v f=%d: rounds up with probability %v, fraction %v", c.x, c.f, p, frac)
+		}
+	}
+}
+
+// TestStochasticRoundingTinyFraction: a fraction below 2^-16, which no
+// 16-bit draw can exceed, still rounds up at its rate, through the real
+// draws and crypto/rand ties: 3·2^-18 rounds up with probability
+// 0.75·2^-16, 48 times in 2^22 on average.
+func TestStochasticRoundingTinyFraction(t *testing.T) {
+	const n = 1 << 22
+	const x, p = 3 * 0x1p-18, 0.75 * 0x1p-16
+	r, err := newRounder(AESCTR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xs := make([]float64, tileBytes/8)
+	for i := range xs {
+		xs[i] = x
+	}
+	out := make([]byte, 8*len(xs))
+	draws := make([]byte, roundBytes*len(xs))
+	ups := 0
+	for range n / len(xs) {
+		r.draws(draws)
+		encodeTile(out, 8, xs, 1, draws)
+		for i := range xs {
+			ups += int(le.Uint64(out[8*i:]))
+		}
+	}
+	mean, sd := n*p, math.Sqrt(n*p*(1-p))
+	if math.Abs(float64(ups)-mean) > 6*sd {
+		t.Fatalf("%v rounded up %d times in %d, want %.0f ± %.0f", x, ups, n, mean, sd)
+	}
+}
+
+// TestEncodeTileMatchesOneByOne: the client's blocked encoding loop, in
+// both widths and for every length around its block of eight, gives what
+// encoding each value alone with its draw and laying the integers out
+// with putCoords gives.
+func TestEncodeTileMatchesOneByOne(t *testing.T) {
+	const scale = 0x1p20
+	for n := range 27 {
+		x := make([]float64, n)
+		draws := make([]byte, roundBytes*n)
+		for i := range x {
+			x[i] = float64((i*37)%19-9) / 7.3
+			le.PutUint16(draws[2*i:], uint16(i*40503))
+		}
+		want := make([]int64, n)
+		for i := range x {
+			want[i] = encodeWithDraw(x[i], scale, le.Uint16(draws[2*i:]))
+		}
+		for _, w := range []int{4, 8} {
+			got := make([]byte, w*n)
+			encodeTile(got, w, x, scale, draws)
+			ref := make([]byte, w*n)
+			putCoords(ref, w, want)
+			if !bytes.Equal(got, ref) {
+				t.Fatalf("%d values, width %d: blocked encoding differs from one by one", n, w)
+			}
+			l := layout{vals: n, width: w}
+			for i := range n {
+				if c := coordAt(got, l, i); c != want[i] {
+					t.Fatalf("%d values, width %d: coordinate %d reads back %d, want %d", n, w, i, c, want[i])
+				}
 			}
 		}
 	}

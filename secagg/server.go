@@ -406,10 +406,10 @@ func (s *Server) Finish() (*Result, error) {
 	if s.testRing != nil {
 		ring := make([]uint64, s.r.dim)
 		for i := range s.r.p.Dim {
-			ring[i] = uint64(wordAt(s.acc[i*l.width:], l.width))
+			ring[i] = uint64(coordAt(s.acc, l, i))
 		}
 		if l.weight {
-			ring[s.r.p.Dim] = uint64(wordAt(s.acc[l.weightOff():], 8))
+			ring[s.r.p.Dim] = uint64(weightAt(s.acc, l))
 		}
 		s.testRing(ring)
 	}
@@ -421,10 +421,10 @@ func (s *Server) Finish() (*Result, error) {
 		ErrorBound:   float64(len(s.survivors)) * s.r.errBound1,
 	}
 	for i := range res.Sum {
-		res.Sum[i] = math.Ldexp(float64(wordAt(s.acc[i*l.width:], l.width)), -s.r.fracBits)
+		res.Sum[i] = math.Ldexp(float64(coordAt(s.acc, l, i)), -s.r.fracBits)
 	}
 	if l.weight {
-		res.Weight = math.Ldexp(float64(wordAt(s.acc[l.weightOff():], 8)), -s.r.wFracBits)
+		res.Weight = math.Ldexp(float64(weightAt(s.acc, l)), -s.r.wFracBits)
 	}
 	clear(s.acc)
 	s.acc = nil

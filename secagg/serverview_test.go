@@ -63,7 +63,8 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 	// Every 16-byte window of everything the server received.
 	const win = 16
 	seen := map[[win]byte]bool{}
-	masked := map[string][]uint64{} // the ring coordinates, zero-extended
+	masked := map[string][]uint64{} // the bytes of each coordinate, zero-extended
+	maskedBytes := map[string][]byte{}
 	packed := map[string][]uint64{} // the bytes as 64-bit words, for the uniformity tests
 	for _, b := range h.recv {
 		for i := 0; i+win <= len(b); i++ {
@@ -71,15 +72,8 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 		}
 		if m, err := ParseMaskedInput(b); err == nil {
 			packed[m.From] = words(m.Masked)
-			y := make([]uint64, dim)
-			for i := range y {
-				if w == 8 {
-					y[i] = binary.LittleEndian.Uint64(m.Masked[8*i:])
-				} else {
-					y[i] = uint64(binary.LittleEndian.Uint32(m.Masked[4*i:]))
-				}
-			}
-			masked[m.From] = y
+			masked[m.From] = lanes(m.Masked[:w*dim], w)
+			maskedBytes[m.From] = m.Masked
 		}
 	}
 	if len(masked) != n-1 {
@@ -87,9 +81,8 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 	}
 	for u, enc := range h.encoded {
 		b := make([]byte, w*len(enc))
-		for i, e := range enc {
-			putWord(b[w*i:], w, e)
-		}
+		putCoords(b, w, enc)
+		plain := lanes(b, w)
 		for i := 0; i+win <= len(b); i += w {
 			if seen[[win]byte(b[i:i+win])] {
 				t.Fatalf("plaintext encoding of %s (bytes %d…) appears in what the server received", u, i)
@@ -101,7 +94,7 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 			}
 			same := 0
 			for i := range y {
-				if y[i] == enc[i]&(1<<(8*w)-1) {
+				if y[i] == plain[i] {
 					same++
 				}
 			}
@@ -111,10 +104,9 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 		}
 		// Decoding the client's own masked vector as if it were plain
 		// gives numbers uncorrelated with its input.
-		y := masked[u]
-		dec := make([]float64, len(y))
-		for i := range y {
-			dec[i] = math.Ldexp(float64(wordAt(binary.LittleEndian.AppendUint64(nil, y[i]), w)), -r.fracBits)
+		dec := make([]float64, dim)
+		for i := range dec {
+			dec[i] = math.Ldexp(float64(coordAt(maskedBytes[u], r.lay, i)), -r.fracBits)
 		}
 		if c := uniformity.Correlation(dec, h.inputs[u]); math.Abs(c) > 6/math.Sqrt(dim) {
 			t.Errorf("decoded masked vector of %s correlates with its input: r = %.3f", u, c)
@@ -128,13 +120,24 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 	// Negative control: the same tests reject the plaintext encodings.
 	for u, enc := range h.encoded {
 		b := make([]byte, w*len(enc))
-		for i, e := range enc {
-			putWord(b[w*i:], w, e)
-		}
+		putCoords(b, w, enc)
 		if len(uniformity.Problems(words(b))) == 0 {
 			t.Errorf("the uniformity tests accept %s's plaintext encoding; they test nothing", u)
 		}
 	}
+}
+
+// lanes reads bytes as little-endian words of width bytes, zero-extended.
+func lanes(b []byte, width int) []uint64 {
+	y := make([]uint64, len(b)/width)
+	for i := range y {
+		if width == 8 {
+			y[i] = binary.LittleEndian.Uint64(b[8*i:])
+		} else {
+			y[i] = uint64(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	}
+	return y
 }
 
 // words reads bytes as little-endian 64-bit words.
