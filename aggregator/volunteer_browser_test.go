@@ -281,6 +281,33 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	halted("a battery under the floor to pause the tab", "paused", "battery", before)
 
 	t.Logf("hide, Stop, battery: %v", time.Since(began).Round(time.Millisecond))
+
+	// The key travels: exported, a fresh key in its place, imported back,
+	// the tab is the same peer again (its credit keeps accruing to it).
+	if err := chromedp.Do(ctx, chromedp.Click("#stop"), chromedp.Click("#confirm-yes"), chromedp.Click("#export")); err != nil {
+		t.Fatal(err)
+	}
+	exported, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("key-text").value`))
+	if err != nil || !strings.HasPrefix(exported, "scellis-volunteer-key:v1:") {
+		t.Fatalf("exported key %q: %v", exported, err)
+	}
+	peerNow := func() string {
+		p, err := chromedp.Run(ctx, chromedp.Evaluate[string](`window.scellisVolunteer.key.peer`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	eval(`setKey(null)`)
+	if fresh := peerNow(); fresh == st.Peer || !receipt.IsVolunteer(fresh) {
+		t.Fatalf("a fresh key gave peer %q (was %q)", fresh, st.Peer)
+	}
+	if err := chromedp.Do(ctx, chromedp.SetValue("#key-text", exported), chromedp.Click("#import")); err != nil {
+		t.Fatal(err)
+	}
+	if back := peerNow(); back != st.Peer {
+		t.Fatalf("the imported key is peer %q, want %q", back, st.Peer)
+	}
 	// 3. A confidential input is refused at admission: no page sees it.
 	conf, err := p.compile(ctx, p.writeJob(map[string]string{
 		"data.csv": "a,x\n1,0\n2,1\n",

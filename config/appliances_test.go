@@ -44,3 +44,32 @@ func TestAggregatorRaftTiming(t *testing.T) {
 		}
 	}
 }
+
+// The volunteer page is off by default; on, it needs the operator's wasm
+// build (resolved beside the config), and its difficulty is bounded.
+func TestAggregatorVolunteer(t *testing.T) {
+	load := func(extra string) (*Aggregator, error) {
+		dir := writeFiles(t, map[string]string{"agg.yaml": aggBase + extra})
+		return LoadAggregator(filepath.Join(dir, "agg.yaml"))
+	}
+	c, err := load("")
+	if err != nil || c.VolunteerListen != "" {
+		t.Fatalf("default: %+v %v", c, err)
+	}
+	c, err = load("volunteer_listen: 127.0.0.1:7490\nvolunteer_wasm: w/scellis.wasm\nvolunteer_difficulty: 12\n")
+	if err != nil || !filepath.IsAbs(c.VolunteerWasm) || filepath.Base(filepath.Dir(c.VolunteerWasm)) != "w" || c.VolunteerDifficulty != 12 {
+		t.Fatalf("on: %+v %v", c, err)
+	}
+	for _, tc := range []struct {
+		extra string
+		want  []string
+	}{
+		{"volunteer_listen: 127.0.0.1:7490\n", []string{"SC1004 5:19"}},
+		{"volunteer_listen: 127.0.0.1:7490\nvolunteer_wasm: w\nvolunteer_difficulty: 40\n", []string{"SC1005 7:23"}},
+	} {
+		_, err := load(tc.extra)
+		if got := where(err); !slices.Equal(got, tc.want) {
+			t.Errorf("%q: got %v, want %v (%v)", tc.extra, got, tc.want, err)
+		}
+	}
+}
