@@ -55,11 +55,14 @@ func (n *Node) fetchBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 // upload with its own progress deadline, and the first that is stored
 // suffices: a peer that is down or silent never holds up a healthy one.
 func (n *Node) durable(ctx context.Context, ref content.Ref) error {
+	peers := n.peers()
+	if len(peers) == 0 && n.blobs.Has(ref) {
+		return nil // a single node: stored here is all there is
+	}
 	b, err := n.fetchBlob(ctx, ref)
 	if err != nil {
 		return err
 	}
-	peers := n.peers()
 	if len(peers) == 0 {
 		return nil
 	}
@@ -82,4 +85,72 @@ func (n *Node) durable(ctx context.Context, ref content.Ref) error {
 	// says when no node answers).
 	return diag.New(diag.PoolNoLeader, "cluster", "no second aggregator took a copy of %s: %v", ref.Short(), errors.Join(errs...)).
 		WithHelp("the other aggregators are down or unreachable from this one; a job is accepted once a second node holds its blobs (scellis aggregator status)")
+}
+
+// durableBatchBytes bounds one batched copy to a peer; a larger blob is
+// copied alone.
+const durableBatchBytes = 4 << 20
+
+// durableAll is durable for the results of a batched report: the blobs
+// that are here go to the other nodes together (POST /blobs/batch, up to
+// durableBatchBytes a request, the first peer that stores a group
+// suffices, as for one blob), so a batch of small results costs one copy
+// request, not one per result. Whatever a batched copy could not place
+// (a peer without the batch endpoint, a large blob) goes through durable,
+// blob by blob. It returns one error per ref, nil when durable.
+func (n *Node) durableAll(ctx context.Context, refs []content.Ref) []error {
+	errs := make([]error, len(refs))
+	peers := n.peers()
+	var group [][]byte
+	var at []int // the ref of each blob in group
+	size := 0
+	flush := func() {
+		if len(group) == 0 {
+			return
+		}
+		if !n.copyToAPeer(ctx, peers, group) {
+			for _, i := range at {
+				errs[i] = n.durable(ctx, refs[i])
+			}
+		}
+		group, at, size = nil, nil, 0
+	}
+	for i, ref := range refs {
+		if len(peers) == 0 || n.peerClient == nil {
+			errs[i] = n.durable(ctx, ref)
+			continue
+		}
+		b, err := n.fetchBlob(ctx, ref)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		if len(b) > durableBatchBytes/4 {
+			errs[i] = n.durable(ctx, ref)
+			continue
+		}
+		if size+len(b) > durableBatchBytes || len(group) == blob.MaxBatch {
+			flush()
+		}
+		group, at, size = append(group, b), append(at, i), size+len(b)
+	}
+	flush()
+	return errs
+}
+
+// copyToAPeer stores bs on at least one of peers in one request each,
+// sent to all at once; false when none took them.
+func (n *Node) copyToAPeer(ctx context.Context, peers []string, bs [][]byte) bool {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel() // the other copies are not needed once one is stored
+	results := make(chan error, len(peers))
+	for _, p := range peers {
+		go func() { results <- n.peerClient.PutBlobsTo(ctx, p, bs) }()
+	}
+	for range peers {
+		if err := <-results; err == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -181,20 +181,29 @@ func (s *Server) reportBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	// Every result's bytes must be durable before its hash is proposed,
 	// as for a single report; the checks run side by side.
-	if s.Durable != nil && len(ok) > 0 {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, 8)
-		errs := make([]error, len(ok))
-		for k, i := range ok {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				errs[k] = s.Durable(r.Context(), req.Reports[i].Result)
-			}()
+	if (s.Durable != nil || s.DurableAll != nil) && len(ok) > 0 {
+		var errs []error
+		if s.DurableAll != nil {
+			refs := make([]content.Ref, len(ok))
+			for k, i := range ok {
+				refs[k] = req.Reports[i].Result
+			}
+			errs = s.DurableAll(r.Context(), refs)
+		} else {
+			var wg sync.WaitGroup
+			sem := make(chan struct{}, 8)
+			errs = make([]error, len(ok))
+			for k, i := range ok {
+				wg.Add(1)
+				sem <- struct{}{}
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					errs[k] = s.Durable(r.Context(), req.Reports[i].Result)
+				}()
+			}
+			wg.Wait()
 		}
-		wg.Wait()
 		kept := ok[:0]
 		for k, i := range ok {
 			if errs[k] != nil {

@@ -724,6 +724,44 @@ func (c *Client) PutBlob(ctx context.Context, b []byte) (content.Ref, error) {
 	return ref, c.blobDo(ctx, req, nil)
 }
 
+// PutBlobs uploads several blobs in one request (POST /blobs/batch) and
+// returns their refs, in order; when it returns nil every blob is stored
+// durably on the node that answered, as after PutBlob. The answer's refs
+// are checked against the bytes' own hashes.
+func (c *Client) PutBlobs(ctx context.Context, bs [][]byte) ([]content.Ref, error) {
+	body, err := content.Encode(bs)
+	if err != nil {
+		return nil, err
+	}
+	req := func(ctx context.Context, base string, kick func()) (*http.Request, error) {
+		r, err := http.NewRequestWithContext(ctx, "POST", base+"/blobs/batch", progress{bytes.NewReader(body), kick})
+		if err == nil {
+			r.ContentLength = int64(len(body))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
+		return r, err
+	}
+	var raw []byte
+	if err := c.blobDo(ctx, req, &raw); err != nil {
+		return nil, err
+	}
+	var out struct {
+		Refs []content.Ref `json:"refs"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, fmt.Errorf("blob batch answer: %w", err)
+	}
+	if len(out.Refs) != len(bs) {
+		return nil, fmt.Errorf("blob batch: %d blobs sent, %d refs answered", len(bs), len(out.Refs))
+	}
+	for i, b := range bs {
+		if want := content.Hash(b); out.Refs[i] != want {
+			return nil, fmt.Errorf("blob batch: blob %d stored as %s, its bytes hash to %s", i, out.Refs[i].Short(), want.Short())
+		}
+	}
+	return out.Refs, nil
+}
+
 // GetBlob fetches a blob and checks that it hashes to ref.
 func (c *Client) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 	var b []byte
@@ -1026,6 +1064,48 @@ func (c *Client) getBlobAt(ctx context.Context, base string, ref content.Ref) ([
 		return nil, fmt.Errorf("%s served bytes that do not hash to %s", base, ref.Short())
 	}
 	return b, nil
+}
+
+// PutBlobsTo stores several blobs on one given node in one request (POST
+// /blobs/batch), checking the refs it answers; nil once all are stored
+// durably there. The deadline works as PutBlobTo's.
+func (c *Client) PutBlobsTo(ctx context.Context, base string, bs [][]byte) error {
+	body, err := content.Encode(bs)
+	if err != nil {
+		return err
+	}
+	at := c.newAttempts()
+	err = at.try(ctx, func(actx context.Context, kick func()) error {
+		req, err := http.NewRequestWithContext(actx, "POST", base+"/blobs/batch", progress{bytes.NewReader(body), kick})
+		if err != nil {
+			return err
+		}
+		req.ContentLength = int64(len(body))
+		resp, err := c.http.Do(req)
+		if err != nil {
+			return err
+		}
+		var raw []byte
+		if err := readResponse(resp, &raw); err != nil {
+			return err
+		}
+		var out struct {
+			Refs []content.Ref `json:"refs"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || len(out.Refs) != len(bs) {
+			return fmt.Errorf("%s: the blob batch's answer names %d of %d blobs (%v)", base, len(out.Refs), len(bs), err)
+		}
+		for i, b := range bs {
+			if out.Refs[i] != content.Hash(b) {
+				return fmt.Errorf("%s: blob %d of the batch stored as %s", base, i, out.Refs[i].Short())
+			}
+		}
+		return nil
+	})
+	if err != nil && at.timedOutNow {
+		return fmt.Errorf("%s: no answer within %v", base, at.timeout)
+	}
+	return err
 }
 
 // PutBlobTo stores a blob on one given node. The attempt's deadline is a

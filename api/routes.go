@@ -64,6 +64,7 @@ func Endpoints() []Endpoint {
 		{"POST", "/v1/federation/changes", []identity.Role{identity.Operator}},
 		{"GET", "/v1/federation/changes", nil},
 		{"PUT", "/blobs/{ref}", nil},
+		{"POST", "/blobs/batch", nil},
 		{"GET", "/blobs/{ref}", nil},
 	}
 }

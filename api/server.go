@@ -36,6 +36,10 @@ type Server struct {
 	// one loses no accepted result. An error refuses the report (503); the
 	// worker retries.
 	Durable func(ctx context.Context, ref content.Ref) error
+	// DurableAll, if set, is Durable for the results of a batched report
+	// at once (one error per ref, nil when durable); else Durable is
+	// called for each.
+	DurableAll func(ctx context.Context, refs []content.Ref) []error
 	// Leader names the current leader and its API URL, and whether this
 	// node is it; nil on a single node.
 	Leader func() (name, url string, self bool)

@@ -6,6 +6,7 @@
 package blob
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -38,6 +39,9 @@ type Store struct {
 	pending    map[string]*staged // by final path: queued or in a round
 	committing bool               // a Put is running commit rounds
 	rounds     int                // commit rounds run (tests)
+	// made holds the fan-out folders known to exist, so a Put skips the
+	// mkdir system call (folders are never removed).
+	made sync.Map
 }
 
 // DefaultMaxSize bounds one blob (a shard result or a model).
@@ -85,10 +89,14 @@ func (s *Store) Put(want content.Ref, r io.Reader) error {
 		_, err = io.Copy(io.Discard, io.LimitReader(r, s.maxSize+1))
 		return err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-		return err
+	dir := filepath.Dir(p)
+	if _, ok := s.made.Load(dir); !ok {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
+		}
+		s.made.Store(dir, true)
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".put-*")
+	f, err := os.CreateTemp(dir, ".put-*")
 	if err != nil {
 		return err
 	}
@@ -115,6 +123,25 @@ func (s *Store) Put(want content.Ref, r io.Reader) error {
 func (s *Store) PutBytes(b []byte) (content.Ref, error) {
 	ref := content.Hash(b)
 	return ref, s.Put(ref, strings.NewReader(string(b)))
+}
+
+// PutBatch stores every blob in bs side by side, so one commit round's
+// fsyncs cover them (group commit), and returns their refs in order. It
+// returns once all are durable, or the first error.
+func (s *Store) PutBatch(bs [][]byte) ([]content.Ref, error) {
+	refs := make([]content.Ref, len(bs))
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		refs[i] = content.Hash(b)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Put(refs[i], bytes.NewReader(b))
+		}()
+	}
+	wg.Wait()
+	return refs, errors.Join(errs...)
 }
 
 // Get returns the bytes stored under ref.

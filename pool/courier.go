@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/blob"
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 )
 
@@ -17,31 +19,34 @@ import (
 // and leave together, up to max per request, as soon as it returns. A
 // lone shard therefore pays one request, and many shards finishing
 // together share one request and one log entry.
-type courier[Req any] struct {
-	send func(ctx context.Context, reqs []Req) ([]api.BatchItem, error)
+type courier[Req, Resp any] struct {
+	send func(ctx context.Context, reqs []Req) ([]Resp, error)
 	max  int
+	// size and maxBytes, when set, also bound the bytes of one request
+	// (a request that alone exceeds maxBytes still goes, alone).
+	size     func(Req) int
+	maxBytes int
 
 	mu    sync.Mutex
-	queue []*parcel[Req]
+	queue []*parcel[Req, Resp]
 	busy  bool // a goroutine is sending
 }
 
-type parcel[Req any] struct {
+type parcel[Req, Resp any] struct {
 	req  Req
-	done chan parcelOutcome // buffered: the sender never blocks
+	done chan parcelOutcome[Resp] // buffered: the sender never blocks
 }
 
-type parcelOutcome struct {
-	item api.BatchItem
+type parcelOutcome[Resp any] struct {
+	item Resp
 	err  error
 }
 
-// call sends req in the next batch and returns its item's outcome: the
-// item's refusal as a diag.List error, or its response. A transport error
-// fails every item of the request (each is idempotent: the caller retries
-// as after a single request).
-func (c *courier[Req]) call(ctx context.Context, req Req) (json.RawMessage, error) {
-	p := &parcel[Req]{req: req, done: make(chan parcelOutcome, 1)}
+// call sends req in the next batch and returns its item of the answer. A
+// transport error fails every item of the request (each is idempotent:
+// the caller retries as after a single request).
+func (c *courier[Req, Resp]) call(ctx context.Context, req Req) (Resp, error) {
+	p := &parcel[Req, Resp]{req: req, done: make(chan parcelOutcome[Resp], 1)}
 	c.mu.Lock()
 	c.queue = append(c.queue, p)
 	if !c.busy {
@@ -51,20 +56,27 @@ func (c *courier[Req]) call(ctx context.Context, req Req) (json.RawMessage, erro
 	c.mu.Unlock()
 	select {
 	case o := <-p.done:
-		if o.err != nil {
-			return nil, o.err
-		}
-		if err := o.item.Err(); err != nil {
-			return nil, err
-		}
-		return o.item.Response, nil
+		return o.item, o.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		var zero Resp
+		return zero, ctx.Err()
 	}
 }
 
+// itemOf turns a batch item into what the single endpoint's call returns:
+// its response, or its refusal as a diag.List error.
+func itemOf(it api.BatchItem, err error) (json.RawMessage, error) {
+	if err != nil {
+		return nil, err
+	}
+	if err := it.Err(); err != nil {
+		return nil, err
+	}
+	return it.Response, nil
+}
+
 // run sends the queue, batch after batch, until it is empty.
-func (c *courier[Req]) run() {
+func (c *courier[Req, Resp]) run() {
 	for {
 		c.mu.Lock()
 		n := min(len(c.queue), max(c.max, 1))
@@ -72,6 +84,15 @@ func (c *courier[Req]) run() {
 			c.busy = false
 			c.mu.Unlock()
 			return
+		}
+		if c.size != nil {
+			bytes := c.size(c.queue[0].req)
+			for i := 1; i < n; i++ {
+				if bytes += c.size(c.queue[i].req); bytes > c.maxBytes {
+					n = i
+					break
+				}
+			}
 		}
 		batch := c.queue[:n:n]
 		c.queue = c.queue[n:]
@@ -85,9 +106,9 @@ func (c *courier[Req]) run() {
 		cancel()
 		for i, p := range batch {
 			if err != nil {
-				p.done <- parcelOutcome{err: err}
+				p.done <- parcelOutcome[Resp]{err: err}
 			} else {
-				p.done <- parcelOutcome{item: items[i]}
+				p.done <- parcelOutcome[Resp]{item: items[i]}
 			}
 		}
 	}
@@ -98,13 +119,40 @@ func (c *courier[Req]) run() {
 func (w *Worker) batching() bool { return w.Batch > 1 }
 
 // couriers returns the worker's commit and report couriers, made once.
-func (w *Worker) couriers() (*courier[api.CommitRequest], *courier[api.ResultReport]) {
+func (w *Worker) couriers() (*courier[api.CommitRequest, api.BatchItem], *courier[api.ResultReport, api.BatchItem]) {
+	w.makeCouriers()
+	return w.commits, w.reports
+}
+
+func (w *Worker) makeCouriers() {
 	w.courierOnce.Do(func() {
 		n := min(w.Batch, api.MaxBatch)
-		w.commits = &courier[api.CommitRequest]{send: w.Client.CommitBatch, max: n}
-		w.reports = &courier[api.ResultReport]{send: w.Client.ReportBatch, max: n}
+		w.commits = &courier[api.CommitRequest, api.BatchItem]{send: w.Client.CommitBatch, max: n}
+		w.reports = &courier[api.ResultReport, api.BatchItem]{send: w.Client.ReportBatch, max: n}
+		w.uploads = &courier[[]byte, content.Ref]{send: w.Client.PutBlobs, max: min(n, blob.MaxBatch),
+			size: func(b []byte) int { return len(b) }, maxBytes: maxUploadBatch}
 	})
-	return w.commits, w.reports
+}
+
+// maxUploadBatch bounds the bytes of one batched upload, far below any
+// sensible blob size limit of the aggregators; larger results go alone.
+const maxUploadBatch = 4 << 20
+
+// putResult uploads a result's bytes: in a batched upload (POST
+// /blobs/batch) when the worker batches and moves blobs over HTTPS and the
+// result is small, else alone (the data plane, or PUT). A batched upload
+// that fails is retried alone, so an aggregator that refuses the batch
+// (too large for its limit) still gets the result.
+func (w *Worker) putResult(ctx context.Context, data []byte) (content.Ref, error) {
+	if !w.batching() || w.Blobs != nil || len(data) > maxUploadBatch/4 {
+		return w.blobs().PutBlob(ctx, data)
+	}
+	w.makeCouriers()
+	ref, err := w.uploads.call(ctx, data)
+	if err == nil || ctx.Err() != nil {
+		return ref, err
+	}
+	return w.Client.PutBlob(ctx, data)
 }
 
 // commitOne commits to one result, in a batch when the worker batches.
@@ -114,7 +162,7 @@ func (w *Worker) commitOne(ctx context.Context, req api.CommitRequest) (coordina
 	}
 	commits, _ := w.couriers()
 	var out coordinator.CommitResponse
-	raw, err := commits.call(ctx, req)
+	raw, err := itemOf(commits.call(ctx, req))
 	if err != nil {
 		return out, err
 	}
@@ -131,7 +179,7 @@ func (w *Worker) reportOne(ctx context.Context, req api.ResultReport) (coordinat
 	}
 	_, reports := w.couriers()
 	var out coordinator.ReportResponse
-	raw, err := reports.call(ctx, req)
+	raw, err := itemOf(reports.call(ctx, req))
 	if err != nil {
 		return out, err
 	}

@@ -50,7 +50,7 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 		}
 		req.Nonce = fmt.Sprintf("%x", nonce)
 	}
-	if _, err := w.blobs().PutBlob(rctx, data); err != nil {
+	if _, err := w.putResult(rctx, data); err != nil {
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
 	}
 	var https bool // the result went over HTTPS too

@@ -94,8 +94,9 @@ type Worker struct {
 	exec chan struct{}
 	// courierOnce makes the couriers of a batching worker (courier.go).
 	courierOnce sync.Once
-	commits     *courier[api.CommitRequest]
-	reports     *courier[api.ResultReport]
+	commits     *courier[api.CommitRequest, api.BatchItem]
+	reports     *courier[api.ResultReport, api.BatchItem]
+	uploads     *courier[[]byte, content.Ref]
 
 	mu       sync.Mutex
 	plans    map[content.Ref]*job.Plan
