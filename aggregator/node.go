@@ -499,6 +499,21 @@ func (n *Node) leaderDuties(ctx context.Context) {
 				// Dropped for falling behind: subscribe again, the tick covers the gap.
 				events, cancel = n.hub.Subscribe("")
 			}
+			// One pass serves every event already queued: the duties
+			// read the state, not the events, and a batch of reports
+			// brings several events per shard.
+		drain:
+			for {
+				select {
+				case _, ok := <-events:
+					if !ok {
+						events, cancel = n.hub.Subscribe("")
+						break drain
+					}
+				default:
+					break drain
+				}
+			}
 		}
 		// Every node may be the second reducer of a job (reduction.go).
 		n.checkReductions(ctx, n.fsm.machine())
