@@ -69,7 +69,9 @@ func (n *Node) startVolunteer(addr string) error {
 		return diag.New(diag.WorkerConfig, "volunteer_listen", "the volunteer page cannot listen on %s: %v", addr, err).
 			WithHelp("another process holds the port, or the address is not this machine's")
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	// ReadTimeout bounds reading a request (a result is at most 8 MiB);
+	// no WriteTimeout, since a result's answer waits for its reveal.
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute,
 		ErrorLog: obs.HTTPErrorLog(n.log)}
 	done := make(chan struct{})
 	go func() {
