@@ -3,10 +3,20 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
-	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,16 +26,21 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/internal/browsertest"
+	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
+	"github.com/scellis/scellis/volunteer"
+	"github.com/scellis/scellis/volunteer/proof"
 )
 
-// browserPool is an open pool's node with a running job whose bundle
-// names an input of inputSize bytes, and the node's browser data plane
-// on an HTTPS listener of its own (as the volunteer page's listener will
-// mount it), with one volunteer session token, "tok-v1" for v1.
+// browserPool is an open pool's node serving the volunteer page (its
+// own TLS listener), with a running job whose bundle names an input, and
+// a volunteer joined the way a tab joins (a fresh Ed25519 key, the
+// node's challenge, a proof of work, the key's signature): tabs use its
+// session token.
 type browserPool struct {
 	*testPool
 	url            string
+	token, peer    string // the volunteer's session token and peer name
 	bundle, input  content.Ref
 	inputBytes     []byte
 	forbidden      content.Ref // a blob in the store that no open job names
@@ -34,7 +49,15 @@ type browserPool struct {
 
 func startBrowserPool(t testing.TB, inputRows int) *browserPool {
 	t.Helper()
-	p := newTestPool(t, trust.Open, 0, Options{P2PLoopback: true})
+	// The page is not loaded as a worker here: the .wasm it would serve
+	// only has to exist.
+	wasm := filepath.Join(t.TempDir(), "scellis.wasm")
+	for _, f := range []string{wasm, filepath.Join(filepath.Dir(wasm), "wasm_exec.js")} {
+		if err := os.WriteFile(f, []byte("unused"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := newTestPool(t, trust.Open, 0, Options{P2PLoopback: true, VolunteerListen: "127.0.0.1:0", VolunteerWasm: wasm, VolunteerDifficulty: 4})
 	var csv strings.Builder
 	csv.WriteString("x,y\n")
 	for i := range inputRows {
@@ -65,24 +88,56 @@ func startBrowserPool(t testing.TB, inputRows int) *browserPool {
 	if bp.forbidden, err = p.client("alice").PutBlob(ctx, bp.forbiddenBytes); err != nil {
 		t.Fatal(err)
 	}
-	mux := http.NewServeMux()
-	h := p.node.BrowserDataPlane(func(r *http.Request) (string, error) {
-		if tok, ok := dataplane.BearerToken(r); ok && tok == "tok-v1" {
-			return "v1", nil
-		}
-		return "", errors.New("unknown session token")
-	})
-	mux.Handle(dataplane.BrowserPrefix, h)
-	mux.Handle("/blobs/", h)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html")
-		w.Write([]byte(`<!doctype html><meta charset="utf-8"><title>volunteer</title>`))
-	})
-	srv := httptest.NewUnstartedServer(mux)
-	srv.StartTLS() // https on 127.0.0.1: a secure context, so crypto.subtle exists
-	t.Cleanup(srv.Close)
-	bp.url = srv.URL
+	addr, fp := p.node.VolunteerAddr()
+	bp.url = "https://" + addr.String()
+	bp.token, bp.peer = joinVolunteer(t, bp.url, fp)
 	return bp
+}
+
+// joinVolunteer joins as a tab does and returns the session's token and
+// peer name; the page's certificate is pinned to fp.
+func joinVolunteer(t testing.TB, url, fp string) (token, peer string) {
+	t.Helper()
+	hc := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		InsecureSkipVerify: true, // self-signed: pinned below instead
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if sum := sha256.Sum256(raw[0]); fmt.Sprintf("%X", sum[:]) != fp {
+				return errors.New("not the volunteer page's certificate")
+			}
+			return nil
+		},
+	}}}
+	defer hc.CloseIdleConnections()
+	post := func(path string, in, out any) {
+		b, _ := json.Marshal(in)
+		res, err := hc.Post(url+path, "application/json", bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			body, _ := io.ReadAll(res.Body)
+			t.Fatalf("%s: %s %s", path, res.Status, body)
+		}
+		if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := receipt.KeyPrefix + base64.StdEncoding.EncodeToString(pub)
+	var c volunteer.Challenge
+	post("/volunteer/v1/challenge", volunteer.ChallengeRequest{Key: key}, &c)
+	sig, err := priv.Sign(nil, proof.JoinMessage(c.Challenge, key), &ed25519.Options{Context: proof.PurposeJoin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s volunteer.Session
+	post("/volunteer/v1/join", volunteer.JoinRequest{Key: key, Challenge: c.Challenge,
+		Nonce: strconv.FormatUint(proof.Solve(c.Challenge, key, c.Difficulty), 10), Sig: base64.StdEncoding.EncodeToString(sig)}, &s)
+	return s.Token, s.Peer
 }
 
 // openTab starts headless Chromium on the pool's page. Chromium leaves
@@ -92,7 +147,8 @@ func (bp *browserPool) openTab(t testing.TB) context.Context {
 	t.Helper()
 	tab := browsertest.Start(t, chromedp.Flag("allow-loopback-in-peer-connection", true))
 	// The first Run starts the browser, for the life of the context it
-	// is given: tab's, not one with a timeout.
+	// is given: tab's, not one with a timeout. The page is the volunteer
+	// page; the test drives the module, not the page's controller.
 	if _, err := chromedp.Run(tab, chromedp.Navigate(bp.url+"/")); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +194,8 @@ type tabRun struct {
 }
 
 // TestBrowserDataPlane moves blobs between headless Chromium, using its
-// own RTCPeerConnection through the embedded module, and a real
+// own RTCPeerConnection through the embedded module on the volunteer
+// page's origin and a joined volunteer's session token, and a real
 // aggregator node (pion on the server, UDP on 127.0.0.1): the job's
 // bundle and a 300 kB input fetched and a 200 kB result stored over a
 // data channel, each hash-checked; a blob no open job names refused on
@@ -160,7 +217,7 @@ func TestBrowserDataPlane(t *testing.T) {
 	// on two busy cores; the fallback cases below use a short one.
 	r := inTab[tabRun](t, tab, `
 const logs = [];
-const dp = m.createDataPlane({ token: "tok-v1", connectTimeoutMs: 60000, log: (s) => logs.push(s) });
+const dp = m.createDataPlane({ token: "`+bp.token+`", connectTimeoutMs: 60000, log: (s) => logs.push(s) });
 const out = { paths: [], hashes: [], sizes: [], logs };
 for (const ref of [`+get+`]) {
   const b = await dp.getBlob(ref);
@@ -195,19 +252,19 @@ return out;`)
 	// The node counted the tab's bytes under its pair.
 	var pair *dataplane.PairStats
 	for _, ps := range bp.node.p2p.Stats() {
-		if ps.Peer == "browser/v1" {
+		if ps.Peer == "browser/"+bp.peer {
 			pair = &ps
 		}
 	}
 	if moved := int64(len(bp.inputBytes) + len(result)); pair == nil || pair.DirectBytes < moved {
-		t.Errorf("the node's pair stats for browser/v1: %+v, want at least %d direct bytes", pair, moved)
+		t.Errorf("the node's pair stats for browser/%s: %+v, want at least %d direct bytes", bp.peer, pair, moved)
 	}
 
 	// The fallback: data channels turned off in the tab, and ICE with no
 	// path (relay only; the node runs no TURN server), bounded at 2 s.
 	for _, ice := range []string{"https", "relay"} {
 		r := inTab[tabRun](t, tab, `
-const dp = m.createDataPlane({ token: "tok-v1", ice: "`+ice+`", connectTimeoutMs: 2000 });
+const dp = m.createDataPlane({ token: "`+bp.token+`", ice: "`+ice+`", connectTimeoutMs: 2000 });
 const out = { paths: [], hashes: [], sizes: [] };
 const b = await dp.getBlob("`+string(bp.input)+`");
 out.paths.push(dp.path); out.hashes.push(await m.hashRef(b)); out.sizes.push(b.length);
@@ -237,12 +294,12 @@ return out;`)
 
 	// A wrong token: no signalling, no blobs.
 	bad := inTab[tabRun](t, tab, `
-const dp = m.createDataPlane({ token: "tok-forged", connectTimeoutMs: 2000 });
+const dp = m.createDataPlane({ token: "vs1.forged.AAAA", connectTimeoutMs: 2000 });
 const out = {};
 try { await dp.getBlob("`+string(bp.input)+`"); out.refused = "got it"; } catch (e) { out.refused = String(e); }
 out.lastError = dp.lastError;
 return out;`)
-	if !strings.Contains(bad.Refused, "not a volunteer session") || !strings.Contains(bad.LastError, "not a volunteer session") {
+	if !strings.Contains(bad.Refused, "unknown to this node") || !strings.Contains(bad.LastError, "unknown to this node") {
 		t.Errorf("a forged token: %+v, want refused on the offer and on /blobs/", bad)
 	}
 }
@@ -261,7 +318,7 @@ func BenchmarkBrowserBlobs(b *testing.B) {
 	mbps := map[string]float64{}
 	for _, ice := range []string{"all", "https"} {
 		ms := inTab[float64](b, tab, fmt.Sprintf(`
-const dp = m.createDataPlane({ token: "tok-v1", ice: %q, connectTimeoutMs: 60000 });
+const dp = m.createDataPlane({ token: "`+bp.token+`", ice: %q, connectTimeoutMs: 60000 });
 await dp.getBlob(%q); // connects, and warms both ends
 const result = pattern(%d, 1);
 const t0 = performance.now();

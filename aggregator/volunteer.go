@@ -52,9 +52,13 @@ func (b volunteerBackend) PutBlob(ctx context.Context, data []byte) (content.Ref
 
 // startVolunteer serves the volunteer page on addr until the node closes.
 func (n *Node) startVolunteer(addr string) error {
+	// The page's tabs move blobs with this node's data-plane peer too
+	// (docs/dataplane.md, browser peers), under their session tokens.
+	var srv *volunteer.Server
+	dataPlane := n.BrowserDataPlane(func(r *http.Request) (string, error) { return srv.SessionPeer(r) })
 	srv, err := volunteer.New(volunteerBackend{n}, volunteer.Options{
 		Wasm: n.opt.VolunteerWasm, Difficulty: n.opt.VolunteerDifficulty,
-		CommitReveal: !n.opt.NoCommitReveal, Pool: n.fed.Name,
+		CommitReveal: !n.opt.NoCommitReveal, Pool: n.fed.Name, DataPlane: dataPlane,
 	}, n.log.With("part", "volunteer"))
 	if err != nil {
 		return err

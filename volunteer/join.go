@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -211,8 +212,6 @@ func (s *Server) newSession(key string) (Session, *diag.Diagnostic) {
 	return Session{Token: "vs1." + hex.EncodeToString(id) + "." + b64.EncodeToString(secret), Peer: ss.peer, Expires: ss.expiry.UnixMilli()}, nil
 }
 
-type sessionKey struct{}
-
 // authed admits a request carrying a live session token
 // ("Authorization: Bearer vs1.…").
 func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
@@ -222,33 +221,51 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, *session)) ht
 			writeDiag(w, http.StatusUnauthorized, diag.New(diag.VolunteerNoSession, r.URL.Path, "%s", why).
 				WithHelp("join again: the page asks for a challenge and solves it by itself (sessions last %s and do not survive a node restart)", s.opt.SessionTTL))
 		}
-		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			refuse("no session token")
-			return
-		}
-		rest, ok := strings.CutPrefix(tok, "vs1.")
-		id, sec64, ok2 := strings.Cut(rest, ".")
-		secret, err := b64.DecodeString(sec64)
-		if !ok || !ok2 || err != nil {
-			refuse("the session token is malformed")
-			return
-		}
-		s.mu.Lock()
-		ss := s.sessions[id]
-		s.mu.Unlock()
-		// The secret is compared in constant time; the ID only finds the
-		// session, like a user name.
-		if ss == nil || subtle.ConstantTimeCompare(secret, ss.secret) != 1 {
-			refuse("the session token is unknown to this node")
-			return
-		}
-		if !s.now().Before(ss.expiry) {
-			refuse("the session expired")
+		ss, why := s.sessionOf(r)
+		if ss == nil {
+			refuse(why)
 			return
 		}
 		h(w, r, ss)
 	}
+}
+
+// sessionOf finds the live session whose token r carries, or says why
+// there is none.
+func (s *Server) sessionOf(r *http.Request) (*session, string) {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return nil, "no session token"
+	}
+	rest, ok := strings.CutPrefix(tok, "vs1.")
+	id, sec64, ok2 := strings.Cut(rest, ".")
+	secret, err := b64.DecodeString(sec64)
+	if !ok || !ok2 || err != nil {
+		return nil, "the session token is malformed"
+	}
+	s.mu.Lock()
+	ss := s.sessions[id]
+	s.mu.Unlock()
+	// The secret is compared in constant time; the ID only finds the
+	// session, like a user name.
+	if ss == nil || subtle.ConstantTimeCompare(secret, ss.secret) != 1 {
+		return nil, "the session token is unknown to this node"
+	}
+	if !s.now().Before(ss.expiry) {
+		return nil, "the session expired"
+	}
+	return ss, ""
+}
+
+// SessionPeer names the volunteer (its peer name, vol:…) whose live
+// session token r carries: the check the browser data plane is given
+// (Options.DataPlane, dataplane.BrowserAuth.Check).
+func (s *Server) SessionPeer(r *http.Request) (string, error) {
+	ss, why := s.sessionOf(r)
+	if ss == nil {
+		return "", errors.New(why)
+	}
+	return ss.peer, nil
 }
 
 // limiter bounds joins per client address and for everyone.

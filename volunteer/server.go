@@ -69,6 +69,11 @@ type Options struct {
 	CommitReveal bool
 	// Pool names the federation on the page.
 	Pool string
+	// DataPlane, when set, is the browser data plane
+	// (aggregator.Node.BrowserDataPlane, checking tokens with
+	// SessionPeer), served beside the page: /p2p/browser/ (the module,
+	// ICE servers, signalling) and /blobs/ (its HTTPS fallback).
+	DataPlane http.Handler
 }
 
 // Defaults.
@@ -174,6 +179,12 @@ func (s *Server) Handler() http.Handler {
 		Routes[4]: s.authed(s.shard),
 		Routes[5]: s.authed(s.release),
 		Routes[6]: s.authed(s.result),
+	}
+	if s.opt.DataPlane != nil {
+		// Method-qualified, so that none overlaps "GET /" ambiguously.
+		for _, p := range []string{"GET /p2p/browser/", "POST /p2p/browser/", "GET /blobs/", "PUT /blobs/"} {
+			mux.Handle(p, s.opt.DataPlane)
+		}
 	}
 	for _, rt := range Routes {
 		h := hs[rt]
