@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,64 +26,120 @@ import (
 )
 
 // One federated training round, end to end, against the same round
-// computed in one process in plain Go (issue 7).
+// computed in one process in plain Go (issue 7; overhead per round, issue
+// 19).
 //
 // The federated figure is a fresh one-round FedAvg run per iteration,
 // from launch to the run being done: the spec uploaded and the run started
 // through the API (Raft), the round planned on the leader (initial model,
 // bundle, secure-aggregation round opened, round job committed), four real
-// silo appliances (silo.Open + Appliance.Run, as `scellis silo`) leasing
-// their shard, fetching bundle, spec and global model by hash, checking the
-// round against their policy and ledger, running the client step with
-// update-level DP (clip and noise, unit silo), charging their signed
-// ledger (fsync'd), taking part in secure aggregation over mutual TLS on
-// loopback, and uploading and reporting a signed contribution; then the
-// unmasked sum, the server step, the round result stored and the run
-// reduced and done. One aggregator node (real Raft on disk), all in this
-// process, in the consortium regime (DP and secure aggregation mandatory).
+// silo appliances (silo.Open + Appliance.Run, as `scellis silo`, with the
+// production lease pacing: a round's shard reaches them through the held
+// lease request, no poll) leasing their shard, fetching bundle, spec and
+// global model by hash, checking the round against their policy and
+// ledger, running the client step with update-level DP (clip and noise,
+// unit silo), charging their signed ledger (fsync'd), taking part in
+// secure aggregation over mutual TLS on loopback, and uploading and
+// reporting a signed contribution; then the unmasked sum, the server step,
+// the round result stored and the run reduced and done. One aggregator
+// node (real Raft on disk), all in this process, in the consortium regime
+// (DP and secure aggregation mandatory).
 //
 // The baselines are fl.Simulate of the same strategy, parameters and data
 // (each site standardised with its own statistics, as a silo does) for one
-// round, with the same update-level DP and without DP, flBenchGoReps times
-// each per iteration, outside the benchmark timer: ns/op is the federated
-// round alone.
+// round, with the same update-level DP and without DP, goReps times each
+// per iteration, outside the benchmark timer: ns/op is the federated round
+// alone. overhead-ms/round is the federated round's wall time less the
+// plain-Go DP round's, both measured in this run; cpu-ms/round and
+// go-dp-cpu-ms/round are the process CPU time of each (getrusage), which
+// a loaded machine inflates far less than wall time.
+//
+// Two sizes: d=tiny, the demo's logistic model on 1,500 rows per site
+// (a dozen parameters: the figure is the system's overhead), and d=1e6,
+// a one-hidden-layer MLP of 10^6 parameters on 32 rows per site, one
+// SGD step (the figure adds moving, masking, noising, caching and summing a
+// million-element update).
 //
 //	go test -run x -bench FLRound -benchtime 5x ./aggregator/
 
 const (
 	flBenchSites   = 4
-	flBenchRows    = 1500
-	flBenchPoll    = 20 * time.Millisecond // silos' pause between empty leases (production: 500 ms); a round waits for the next poll, so ~half of it is in the figure
 	flBenchDataset = "patients"
 	flBenchClip    = 1.0
 	flBenchSigma   = 1.0
-	flBenchGoReps  = 10 // baseline rounds per iteration (a few ms each: averaged for a steadier figure)
 )
 
-func flBenchSpec(iter int, inputs int) fl.RunSpec {
+// flBenchSize is one model size of BenchmarkFLRound.
+type flBenchSize struct {
+	name   string
+	rows   int   // per site
+	params int   // 0: logistic regression; else an MLP of at least this many parameters
+	epochs int64 // local epochs (0: steps)
+	steps  int64 // local SGD steps, when epochs is 0
+	goReps int   // baseline rounds per iteration (averaged for a steadier figure)
+}
+
+var flBenchSizes = []flBenchSize{
+	{name: "d=tiny", rows: 1500, epochs: 2, goReps: 10},
+	{name: "d=1e6", rows: 32, params: 1_000_000, steps: 1, goReps: 1},
+}
+
+// model is the size's model over inputs features: an MLP's hidden width
+// is the least that gives it params parameters (hidden·(inputs+2)+1).
+func (sz flBenchSize) model(inputs int) fl.ModelSpec {
+	if sz.params == 0 {
+		return fl.ModelSpec{Kind: "logistic", Inputs: inputs}
+	}
+	hidden := (sz.params - 1 + inputs + 1) / (inputs + 2)
+	return fl.ModelSpec{Kind: "mlp", Inputs: inputs, Hidden: hidden, Classes: 2}
+}
+
+func (sz flBenchSize) trainParams() map[string]any {
+	if sz.epochs > 0 {
+		return map[string]any{"lr": 0.5, "epochs": sz.epochs}
+	}
+	return map[string]any{"lr": 0.5, "steps": sz.steps, "batch_size": int64(sz.rows)}
+}
+
+func flBenchSpec(iter int, inputs int, sz flBenchSize) fl.RunSpec {
 	return fl.RunSpec{
-		Name: fmt.Sprintf("bench-%d", iter), Strategy: "fedavg", Params: map[string]any{"lr": 0.5, "epochs": int64(2)},
-		Model: fl.ModelSpec{Kind: "logistic", Inputs: inputs}, Dataset: flBenchDataset, Rounds: 1, MinCohort: 3,
+		Name: fmt.Sprintf("bench-%d", iter), Strategy: "fedavg", Params: sz.trainParams(),
+		Model: sz.model(inputs), Dataset: flBenchDataset, Rounds: 1, MinCohort: 3,
 		DP: true, Clip: flBenchClip, Sigma: flBenchSigma, SecureAgg: true, Seed: int64(iter), Standardize: fl.StandardizeLocal,
 	}
 }
 
 func BenchmarkFLRound(b *testing.B) {
-	p, sites, silos := newFLBenchPool(b)
+	for _, sz := range flBenchSizes {
+		b.Run(sz.name, func(b *testing.B) { benchFLRound(b, sz) })
+	}
+}
+
+// cpuTime is the process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func benchFLRound(b *testing.B, sz flBenchSize) {
+	p, sites, silos := newFLBenchPool(b, sz.rows)
 	cat := p.cat
 	ctx := context.Background()
 	alice := p.client("alice")
 
-	var fed, goDP, goPlain time.Duration
+	var fed, goDP, goPlain, fedCPU, goDPCPU time.Duration
 	var split flBenchSplit
 	events, unsub := p.node.hub.Subscribe("")
 	defer unsub()
-	iter := 0
+	iter, dim := 0, 0
 	for b.Loop() {
 		iter++
-		spec := flBenchSpec(iter, sites[0].Dims())
+		spec := flBenchSpec(iter, sites[0].Dims(), sz)
 
-		start := time.Now()
+		start, cpu0 := time.Now(), cpuTime()
 		ended, watched := split.watch(events, start)
 		run, err := flBenchLaunch(ctx, alice, cat, spec)
 		if err != nil {
@@ -96,6 +153,7 @@ func BenchmarkFLRound(b *testing.B) {
 		}
 		st := p.waitRun(run, time.Minute) // at once, unless events were dropped
 		fed += time.Since(start)
+		fedCPU += cpuTime() - cpu0
 		watched()
 		if st.State != coordinator.RunDone || len(st.Models) != 1 {
 			b.Fatalf("run %d ended %+v", iter, st)
@@ -103,27 +161,33 @@ func BenchmarkFLRound(b *testing.B) {
 
 		b.StopTimer()
 		if iter == 1 {
-			r, _ := p.roundResult(st.Models[0])
+			r, g := p.roundResult(st.Models[0])
 			// Under DP a round sums no metrics (they would leave unnoised).
 			if len(r.Participants) != flBenchSites || len(r.Metrics) != 0 {
 				b.Fatalf("round: participants %v, metrics %v", r.Participants, r.Metrics)
 			}
+			w, _ := g.Vector("w")
+			dim = len(w)
 		}
-		_, _, strat, err := spec.Resolve(cat, "")
+		canon, _, strat, err := spec.Resolve(cat, "")
 		if err != nil {
 			b.Fatal(err)
 		}
+		strat = strat.With(canon.Params()) // the model, as the silos and the aggregator take it
 		for _, c := range []struct {
-			priv fl.Privacy
-			acc  *time.Duration
+			priv     fl.Privacy
+			acc, cpu *time.Duration
 		}{
-			{fl.Privacy{Unit: fl.UnitSilo, Clip: flBenchClip, Sigma: flBenchSigma}, &goDP},
-			{fl.Privacy{}, &goPlain},
+			{fl.Privacy{Unit: fl.UnitSilo, Clip: flBenchClip, Sigma: flBenchSigma}, &goDP, &goDPCPU},
+			{fl.Privacy{}, &goPlain, nil},
 		} {
-			for range flBenchGoReps {
-				start := time.Now()
+			for range sz.goReps {
+				start, cpu0 := time.Now(), cpuTime()
 				h, err := fl.Simulate(ctx, strat, sites, 1, fl.SimOptions{Env: script.Env{Catalog: cat}, Seed: uint64(iter), Privacy: c.priv})
 				*c.acc += time.Since(start)
+				if c.cpu != nil {
+					*c.cpu += cpuTime() - cpu0
+				}
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -146,14 +210,17 @@ func BenchmarkFLRound(b *testing.B) {
 		}
 	}
 
-	fedMS := float64(fed.Microseconds()) / 1e3 / float64(iter)
-	goDPMS := float64(goDP.Microseconds()) / 1e3 / float64(iter*flBenchGoReps)
-	goMS := float64(goPlain.Microseconds()) / 1e3 / float64(iter*flBenchGoReps)
+	ms := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / 1e3 / float64(n) }
+	fedMS, goDPMS, goMS := ms(fed, iter), ms(goDP, iter*sz.goReps), ms(goPlain, iter*sz.goReps)
+	b.ReportMetric(float64(dim), "d")
 	b.ReportMetric(fedMS, "ms/round")
 	b.ReportMetric(goDPMS, "go-dp-ms/round")
 	b.ReportMetric(goMS, "go-ms/round")
 	b.ReportMetric(fedMS/goDPMS, "fed/go-dp")
 	b.ReportMetric(fedMS/goMS, "fed/go")
+	b.ReportMetric(fedMS-goDPMS, "overhead-ms/round")
+	b.ReportMetric(ms(fedCPU, iter), "cpu-ms/round")
+	b.ReportMetric(ms(goDPCPU, iter*sz.goReps), "go-dp-cpu-ms/round")
 	split.report(b, iter)
 	// The secure-aggregation phases as the host timed them (advertise
 	// includes the silos' local training and ledger charge).
@@ -259,13 +326,13 @@ func flBenchLaunch(ctx context.Context, c *api.Client, cat *catalog.Catalog, spe
 
 // newFLBenchPool starts a one-node aggregator in a consortium federation of
 // four hospital silos and a launcher (alice), writes each hospital's
-// generated data as its CSV, and opens and runs the four silo appliances
+// generated data (rows per site) as its CSV, and opens and runs the four silo appliances
 // until the benchmark ends. It returns the pool (a runPool, for its
 // helpers), the sites' data as each silo loaded it, and the appliances.
-func newFLBenchPool(b *testing.B) (*runPool, []*model.Dataset, []*silo.Appliance) {
+func newFLBenchPool(b *testing.B, rows int) (*runPool, []*model.Dataset, []*silo.Appliance) {
 	b.Helper()
 	p := &runPool{data: map[string]*model.Dataset{}}
-	gen, err := datagen.Hospitals(flBenchSites, flBenchRows, 11)
+	gen, err := datagen.Hospitals(flBenchSites, rows, 11)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -278,7 +345,7 @@ func newFLBenchPool(b *testing.B) (*runPool, []*model.Dataset, []*silo.Appliance
 		p.silos = append(p.silos, s.Name)
 		members = append(members, testMember{s.Name, identity.Silo})
 	}
-	d := 10 * time.Second // phase deadlines: only a failure waits them out
+	d := time.Minute // phase deadlines: only a failure waits them out
 	p.testPool = startTestNode(b, trust.Consortium, members, Options{
 		SecAgg:         wire.Deadlines{Advertise: d, Share: d, Mask: d, Unmask: d},
 		SecAggLongPoll: time.Second, ReportGrace: d,
@@ -301,7 +368,7 @@ func newFLBenchPool(b *testing.B) (*runPool, []*model.Dataset, []*silo.Appliance
 		if err != nil {
 			b.Fatalf("opening silo %s: %v", name, err)
 		}
-		a.Poll, a.RoundTimeout = flBenchPoll, time.Minute
+		a.RoundTimeout = time.Minute // Poll and LongPoll: the production defaults
 		silos = append(silos, a)
 		data = append(data, a.Data[flBenchDataset])
 		wg.Add(1)

@@ -63,6 +63,13 @@ func (n *Node) durable(ctx context.Context, ref content.Ref) error {
 	if err != nil {
 		return err
 	}
+	return n.replicate(ctx, ref, b)
+}
+
+// replicate stores b, whose ref is ref and which is stored here, on at
+// least one other node (durable's second half).
+func (n *Node) replicate(ctx context.Context, ref content.Ref, b []byte) error {
+	peers := n.peers()
 	if len(peers) == 0 {
 		return nil
 	}

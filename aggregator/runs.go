@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -377,10 +378,9 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err != nil {
 		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
 	}
-	gref, err := n.storeDurable(ctx, gb)
-	if err != nil {
-		return err // transient: the next pass retries
-	}
+	// Stored (with the bundle that names it) before the round job is
+	// submitted.
+	gref := content.Hash(gb)
 	dims, metricNames, grid, err := spec.StepSums(ctx, env, strat, global, step)
 	if err != nil {
 		return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
@@ -449,9 +449,9 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err != nil {
 		return err
 	}
-	bref, err := n.storeDurable(ctx, bb)
-	if err != nil {
-		return err
+	bref := content.Hash(bb)
+	if err := n.storeDurableAll(ctx, gb, bb); err != nil {
+		return err // transient: the next pass retries
 	}
 	jobID, err := roundJobID(bref)
 	if err != nil {
@@ -582,18 +582,20 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err != nil {
 		return err
 	}
-	if _, err := n.storeDurable(ctx, nb); err != nil {
-		return err
-	}
-	dref, err := n.storeDurable(ctx, db)
-	if err != nil {
+	dref := content.Hash(db)
+	if err := n.storeDurableAll(ctx, nb, db); err != nil {
 		return err
 	}
 	// The contributors report their contribution hashes right after
 	// unmasking; give them ReportGrace, then flag whoever has not reported.
 	n.awaitReports(ctx, jobID, contributors)
-	if err := n.flagDropped(ctx, jobID, fmt.Sprintf("secure aggregation summed %d of %d silos", len(contributors), len(members))); err != nil {
-		return err
+	// Flagging is a log entry on the round's path: only when a shard is
+	// left to flag (every silo reported: the job is decided already, and
+	// FlagDropped would change nothing).
+	if js, err := n.fsm.machine().Job(jobID); err != nil || js.State == coordinator.JobRunning {
+		if err := n.flagDropped(ctx, jobID, fmt.Sprintf("secure aggregation summed %d of %d silos", len(contributors), len(members))); err != nil {
+			return err
+		}
 	}
 	out, err := n.Apply(ctx, coordinator.ReportReduced{Job: jobID, Peer: n.Self.Name, Reduced: dref, Now: time.Now().UnixMilli()})
 	if err != nil {
@@ -698,7 +700,21 @@ func (n *Node) storeDurable(ctx context.Context, b []byte) (content.Ref, error) 
 	if err != nil {
 		return "", err
 	}
-	return ref, n.durable(ctx, ref)
+	return ref, n.replicate(ctx, ref, b)
+}
+
+// storeDurableAll stores every blob of bs as storeDurable does, all at
+// once: the blobs of one round step (its global model and bundle, its next
+// model and result document) are independent copies, and each copy to a
+// peer is a round trip on the round's critical path.
+func (n *Node) storeDurableAll(ctx context.Context, bs ...[]byte) error {
+	errs := make([]error, len(bs))
+	var wg sync.WaitGroup
+	for i, b := range bs {
+		wg.Go(func() { _, errs[i] = n.storeDurable(ctx, b) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // excuseDecliners watches a round job's reports: a silo that reports a

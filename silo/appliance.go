@@ -84,6 +84,7 @@ type Appliance struct {
 	// declinedJobs are generic jobs already handed back (generic shards off).
 	declinedJobs sync.Map
 	transports   sync.Map // aggregator member → its secure-aggregation transport (dataplane.go)
+	runCache     runBlobs // run specs and strategies by ref (blobcache.go)
 }
 
 // Options tune Open.

@@ -1,6 +1,7 @@
 package silo
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -79,7 +80,21 @@ func (a *Appliance) HandleRound(ctx context.Context, g coordinator.LeaseGrant, s
 // node goes quiet and starts every connection with a fresh status) rather
 // than polling: abandoning flags the job's pending shards, so the silo
 // hears a "shard-flagged" event and reads the job's state once.
+//
+// The stream opens only once the attempt has run for watchAfter: a round
+// over sooner (the common case) opens none. Over HTTP/1.1 a stream cut
+// when its round ends takes its connection with it, so a stream per round
+// cost every silo a fresh TLS handshake per round (issue 19). An attempt
+// abandoned before then is noticed when the stream opens, which starts
+// with the job's status.
 func (a *Appliance) watchAttempt(ctx context.Context, abandon context.CancelFunc, job content.Ref) {
+	t := time.NewTimer(watchAfter)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return
+	case <-t.C:
+	}
 	errAbandoned := errors.New("attempt abandoned")
 	check := func() error {
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -108,6 +123,10 @@ func (a *Appliance) watchAttempt(ctx context.Context, abandon context.CancelFunc
 	})
 }
 
+// watchAfter is how long a round attempt runs before the silo watches its
+// job for abandonment (watchAttempt).
+const watchAfter = time.Second
+
 // retryable marks an error after which the lease is handed back.
 type retryable struct{ error }
 
@@ -129,6 +148,9 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			WithHelp("the round job does not fit its run; the silo takes no part in it")
 	}
 
+	// The run spec is named by the job (st.Run, checked against the
+	// bundle below): fetched alongside the bundle, once per run.
+	specBlob := a.prefetch(ctx, st.Run)
 	raw, err := a.blobs().GetBlob(ctx, st.Bundle)
 	if err != nil {
 		return rec, fmt.Errorf("fetching the round bundle: %w", err)
@@ -141,7 +163,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if b.Format != fl.RoundFormat || b.Run != st.Run || b.Round != st.Round {
 		return decline(bad("the round bundle (format %q, run %s, round %d) is not this job's round", b.Format, b.Run.Short(), b.Round))
 	}
-	if raw, err = a.blobs().GetBlob(ctx, b.Run); err != nil {
+	if raw, err = specBlob(); err != nil {
 		return rec, fmt.Errorf("fetching the run spec: %w", err)
 	}
 	var spec fl.Canonical
@@ -358,17 +380,34 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(err)
 	}
-	if err := a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: from,
-		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes}); err != nil {
-		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
-	}
-	a.logf("%s: cached the round's release %s", subject, releaseDigest(in))
+	// The release cache and the charge's outbox entry are two files, each
+	// written durably before the charge; they do not depend on each other,
+	// so they are written at once (one fsync wait on the round's path, not
+	// two in a row).
+	var outboxErr error
+	var wrote sync.WaitGroup
 	if len(out.Mechanism.Mechanisms) > 0 {
 		// The charge's record goes to the outbox first: if the silo dies
 		// between the charge and its report, it reports it when it starts.
-		if err := a.outboxPut(outboxEntry{Consumer: consumer, Record: rec}); err != nil {
-			return rec, fmt.Errorf("writing the round's outbox entry: %w", err) // nothing charged: retry
+		wrote.Go(func() { outboxErr = a.outboxPut(outboxEntry{Consumer: consumer, Record: rec}) })
+	}
+	err = a.saveReleased(released{Format: releasedFormat, Run: st.Run, Round: st.Round, Global: from,
+		Values: in.Values, Encoded: in.Encoded, Weight: in.Weight, State: stateBytes})
+	wrote.Wait()
+	if err != nil {
+		if len(out.Mechanism.Mechanisms) > 0 && outboxErr == nil {
+			// No charge follows: the entry must not outlive this attempt
+			// (a later attempt of the round, under another job, may charge
+			// the same consumer).
+			a.outboxDone(g.Job, g.Shard)
 		}
+		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
+	}
+	if outboxErr != nil {
+		return rec, fmt.Errorf("writing the round's outbox entry: %w", outboxErr) // nothing charged: retry
+	}
+	if a.Logf != nil { // the digest hashes the whole release: only for a log that shows it
+		a.logf("%s: cached the round's release %s", subject, releaseDigest(in))
 	}
 	if len(evalMechs) > 0 {
 		if spec.Spec.Eval.Dataset == "" {
@@ -605,7 +644,7 @@ func (a *Appliance) strategy(ctx context.Context, spec fl.Canonical) (*fl.Strate
 	if e, ok := a.Catalog.Lookup(string(spec.Strategy)); ok {
 		return fl.NewStrategy(e, spec.Params())
 	}
-	src, err := a.blobs().GetBlob(ctx, spec.Strategy)
+	src, err := a.runBlob(ctx, spec.Strategy)
 	if err != nil {
 		return nil, retryable{fmt.Errorf("fetching strategy %s: %w", spec.Strategy.Short(), err)}
 	}
@@ -726,11 +765,21 @@ func loadState(path string) (map[string]any, error) {
 	return fl.DecodeState(b)
 }
 
-// saveState writes the state's canonical encoding atomically and durably.
+// saveState writes the state's canonical encoding atomically and durably,
+// unless the file already holds it (only writeDurable writes it, so what
+// it holds is durable) or there is no state and none is kept (loadState
+// reads a missing file as no state): a strategy without client state, or
+// with one that did not change, costs no fsync per round.
 func saveState(path string, state map[string]any) error {
 	b, err := fl.EncodeState(state)
 	if err != nil {
 		return err
+	}
+	switch old, err := safefile.ReadFile(path, safefile.MaxLedger); {
+	case err == nil && bytes.Equal(old, b):
+		return nil
+	case errors.Is(err, os.ErrNotExist) && state == nil:
+		return nil
 	}
 	return writeDurable(path, b, 0o600)
 }
