@@ -39,6 +39,9 @@ func (b volunteerBackend) Job(id content.Ref) (coordinator.JobStatus, error) {
 func (b volunteerBackend) RevealOpen(job content.Ref, shard int, now int64) (bool, int64) {
 	return b.n.fsm.machine().RevealOpen(job, shard, now)
 }
+func (b volunteerBackend) Leasable(peer string, now int64) int {
+	return b.n.fsm.machine().Leasable(peer, now)
+}
 func (b volunteerBackend) Blob(ctx context.Context, ref content.Ref) ([]byte, error) {
 	return b.n.fetchBlob(ctx, ref)
 }

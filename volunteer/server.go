@@ -44,6 +44,9 @@ type Backend interface {
 	Jobs() []coordinator.JobStatus
 	Job(id content.Ref) (coordinator.JobStatus, error)
 	RevealOpen(job content.Ref, shard int, now int64) (bool, int64)
+	// Leasable is how many shards a lease by peer at now would get, from
+	// the local replica: an idle tab's poll costs no log entry.
+	Leasable(peer string, now int64) int
 	// Blob returns a blob's bytes (checked against ref).
 	Blob(ctx context.Context, ref content.Ref) ([]byte, error)
 	// PutBlob stores b and returns once it is durable (on a majority).

@@ -50,6 +50,7 @@ func (b *machineBackend) Job(id content.Ref) (coordinator.JobStatus, error) {
 func (b *machineBackend) RevealOpen(j content.Ref, s int, now int64) (bool, int64) {
 	return b.m.RevealOpen(j, s, now)
 }
+func (b *machineBackend) Leasable(peer string, now int64) int { return b.m.Leasable(peer, now) }
 func (b *machineBackend) Blob(_ context.Context, ref content.Ref) ([]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -121,7 +121,14 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, ss *session) {
 		writeDiag(w, http.StatusBadRequest, diag.New(diag.VolunteerBadRequest, "max", "max %d: ask for 1 to 64 shards", req.Max))
 		return
 	}
-	out, ok := s.apply(w, r, coordinator.Lease{Peer: ss.peer, Now: s.now().UnixMilli(), Max: req.Max})
+	now := s.now().UnixMilli()
+	if s.be.Leasable(ss.peer, now) == 0 {
+		// Nothing to grant: answer from the replica, as the control
+		// plane does for idle workers, so idle tabs cost no consensus.
+		writeJSON(w, http.StatusOK, LeaseResponse{Grants: []Grant{}, Peer: ss.peer})
+		return
+	}
+	out, ok := s.apply(w, r, coordinator.Lease{Peer: ss.peer, Now: now, Max: req.Max})
 	if !ok {
 		return
 	}
