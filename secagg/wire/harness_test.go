@@ -61,6 +61,9 @@ func newWorld(tb testing.TB, silos int) *world {
 	fmt.Fprintf(&src, "  - {name: w1, role: worker, public_key: %s}\n", w.ids["w1"].Public())
 	for i := range silos {
 		name := "hospital-" + string(rune('a'+i))
+		if i >= 26 {
+			name = fmt.Sprintf("hospital-%03d", i) // past z: a cohort of many sites
+		}
 		s := seed(name)
 		w.ids[name] = identity.NewFromSeed(s)
 		w.keys[name] = w.ids[name].PrivateKey() // what a silo hands Participate
