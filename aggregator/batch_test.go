@@ -87,7 +87,7 @@ func TestBatchedWorkersJobCompletes(t *testing.T) {
 	if calls["POST /v1/commits/batch"] == 0 || calls["POST /v1/results/batch"] == 0 {
 		t.Errorf("the batch endpoints were not used: %v", calls)
 	}
-	if calls["POST /v1/commits"]+calls["POST /v1/results"] > 0 {
+	if calls["POST /v1/commits"]+calls["POST /v1/results"]+calls["POST /v1/renew"] > 0 {
 		t.Errorf("batching workers used the single-shard endpoints: %v", calls)
 	}
 
@@ -135,6 +135,15 @@ func TestBatchedWorkersJobCompletes(t *testing.T) {
 	}
 	if items[3].Err() != nil {
 		t.Errorf("repeating a report in a batch: %v; want the first answer again", items[3].Err())
+	}
+	renewed, err := w1.RenewBatch(ctx, []api.RenewRequest{{Job: plan.ID, Shard: 0}, {Job: content.Hash([]byte("no such job")), Shard: 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []diag.Code{diag.PoolLeaseNotLive, diag.PoolUnknownJob} {
+		if len(renewed[i].Refusal) == 0 || renewed[i].Refusal[0].Code != want {
+			t.Errorf("renewal %d: %+v; want %s", i, renewed[i], want)
+		}
 	}
 	// Oversized bodies are cut off before decoding.
 	big := strings.Repeat(" ", api.MaxBatchRequestBytes+1)

@@ -35,6 +35,11 @@ type CommitBatch struct {
 	Commits []CommitRequest `json:"commits"`
 }
 
+// RenewBatch renews several of the caller's leases.
+type RenewBatch struct {
+	Renewals []RenewRequest `json:"renewals"`
+}
+
 // ReportBatch reveals the results of several shards (their bytes went to
 // the blob store, as for ResultReport).
 type ReportBatch struct {
@@ -67,7 +72,7 @@ type BatchResponse struct {
 // bodyLimit is how many bytes a request body to e may have.
 func bodyLimit(e Endpoint) int64 {
 	switch e.String() {
-	case "POST /v1/commits/batch", "POST /v1/results/batch":
+	case "POST /v1/commits/batch", "POST /v1/results/batch", "POST /v1/renew/batch":
 		return MaxBatchRequestBytes
 	}
 	return MaxRequestBytes
@@ -149,6 +154,22 @@ func (s *Server) commitBatch(w http.ResponseWriter, r *http.Request) {
 		at = append(at, i)
 	}
 	s.applyBatch(w, r, cmds, at, out)
+}
+
+func (s *Server) renewBatch(w http.ResponseWriter, r *http.Request) {
+	var req RenewBatch
+	if !decodeItems(w, r, "renewals", &req.Renewals) {
+		return
+	}
+	peer := peerOf(r).Name
+	now := s.now()
+	cmds := make([]coordinator.Command, len(req.Renewals))
+	at := make([]int, len(req.Renewals))
+	for i, it := range req.Renewals {
+		cmds[i] = coordinator.RenewLease{Peer: peer, Job: it.Job, Shard: it.Shard, Now: now}
+		at[i] = i
+	}
+	s.applyBatch(w, r, cmds, at, make([]BatchItem, len(cmds)))
 }
 
 func (s *Server) reportBatch(w http.ResponseWriter, r *http.Request) {
@@ -257,6 +278,17 @@ func (s *Server) applyBatch(w http.ResponseWriter, r *http.Request, cmds []coord
 func (c *Client) CommitBatch(ctx context.Context, reqs []CommitRequest) ([]BatchItem, error) {
 	var r BatchResponse
 	if err := c.do(ctx, "POST", "/v1/commits/batch", CommitBatch{Commits: reqs}, &r); err != nil {
+		return nil, err
+	}
+	return r.Results, checkItems(len(reqs), r.Results)
+}
+
+// RenewBatch renews several leases in one request; the answer has one
+// item per lease, in order (a coordinator.RenewResponse, or SC7009 when
+// the lease is gone).
+func (c *Client) RenewBatch(ctx context.Context, reqs []RenewRequest) ([]BatchItem, error) {
+	var r BatchResponse
+	if err := c.do(ctx, "POST", "/v1/renew/batch", RenewBatch{Renewals: reqs}, &r); err != nil {
 		return nil, err
 	}
 	return r.Results, checkItems(len(reqs), r.Results)

@@ -129,6 +129,7 @@ func (w *Worker) makeCouriers() {
 		n := min(w.Batch, api.MaxBatch)
 		w.commits = &courier[api.CommitRequest, api.BatchItem]{send: w.Client.CommitBatch, max: n}
 		w.reports = &courier[api.ResultReport, api.BatchItem]{send: w.Client.ReportBatch, max: n}
+		w.renewals = &courier[api.RenewRequest, api.BatchItem]{send: w.Client.RenewBatch, max: n}
 		w.uploads = &courier[[]byte, content.Ref]{send: w.Client.PutBlobs, max: min(n, blob.MaxBatch),
 			size: func(b []byte) int { return len(b) }, maxBytes: maxUploadBatch}
 	})
@@ -187,4 +188,17 @@ func (w *Worker) reportOne(ctx context.Context, req api.ResultReport) (coordinat
 		return out, fmt.Errorf("report answer: %w", err)
 	}
 	return out, nil
+}
+
+// renewOne renews one lease, in a batch when the worker batches: a
+// batching worker holds many leases at once, and their renewals would
+// otherwise be most of its requests.
+func (w *Worker) renewOne(ctx context.Context, req api.RenewRequest) error {
+	if !w.batching() {
+		_, err := w.Client.Renew(ctx, req)
+		return err
+	}
+	w.makeCouriers()
+	_, err := itemOf(w.renewals.call(ctx, req))
+	return err
 }

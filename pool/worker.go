@@ -53,8 +53,10 @@ type Worker struct {
 	// Batch, when above 1, lets the worker hold up to Batch leased shards
 	// at once (leased in one request, run Parallel at a time) and send
 	// their commitments and reports to the pool Batch at a time (POST
-	// /v1/commits/batch and /v1/results/batch): one request and one log
-	// entry for many shards, each still checked and decided alone. For
+	// /v1/commits/batch and /v1/results/batch, their leases renewed with
+	// /v1/renew/batch, small results uploaded with POST /blobs/batch when
+	// blobs go over HTTPS): one request and one log entry for many
+	// shards, each still checked and decided alone. For
 	// short shards, where the per-shard round trips dominate. 0 or 1: one
 	// request per shard.
 	Batch int
@@ -97,6 +99,7 @@ type Worker struct {
 	commits     *courier[api.CommitRequest, api.BatchItem]
 	reports     *courier[api.ResultReport, api.BatchItem]
 	uploads     *courier[[]byte, content.Ref]
+	renewals    *courier[api.RenewRequest, api.BatchItem]
 
 	mu       sync.Mutex
 	plans    map[content.Ref]*job.Plan
@@ -414,7 +417,7 @@ func (w *Worker) renew(ctx context.Context, cancel context.CancelFunc, g coordin
 		case <-t.C:
 		}
 		rctx, rcancel := context.WithTimeout(ctx, every)
-		_, err := w.Client.Renew(rctx, api.RenewRequest{Job: g.Job, Shard: g.Shard})
+		err := w.renewOne(rctx, api.RenewRequest{Job: g.Job, Shard: g.Shard})
 		rcancel()
 		if ds, ok := diag.As(err); ok {
 			w.logf("shard %d of %s: lease lost (%s); stopping it", g.Shard, g.Job.Short(), ds[0].Message)
