@@ -1,7 +1,11 @@
 package fl
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
+
+	"github.com/fxamacker/cbor/v2"
 
 	"github.com/scellis/scellis/content"
 )
@@ -40,15 +44,121 @@ func (g Global) Vector(key string) ([]float64, bool) {
 // DecodeGlobal parses canonical bytes back into a Global. Lists of floats
 // become vectors again, so content sees what it returned. Re-encoding the
 // result gives the same bytes.
+//
+// A value that is a list of floats (a model's parameters: 10^6 of them and
+// more) is read straight into its vector (floatArray) rather than through
+// one interface value per element, which made decoding a large model cost
+// more than the round's masking (issue 19); every other value is decoded
+// as before. Both give the same Global (TestDecodeGlobalFastPath).
 func DecodeGlobal(b []byte) (Global, error) {
-	var m map[string]any
-	if err := content.Decode(b, &m); err != nil {
+	var raw map[string]cbor.RawMessage
+	if err := content.Decode(b, &raw); err != nil {
 		return nil, fmt.Errorf("fl: decoding the global state: %w", err)
 	}
-	if m == nil {
+	if raw == nil {
 		return nil, fmt.Errorf("fl: the global state is not a dict")
 	}
-	return Global(normalize(m).(map[string]any)), nil
+	m := make(map[string]any, len(raw))
+	for k, item := range raw {
+		if vec, ok := floatArray(item); ok {
+			m[k] = vec
+			continue
+		}
+		var v any
+		if err := content.Decode(item, &v); err != nil {
+			return nil, fmt.Errorf("fl: decoding the global state: %w", err)
+		}
+		m[k] = normalize(v)
+	}
+	return Global(m), nil
+}
+
+// floatArray reads a CBOR item that is a non-empty definite-length array
+// of floats (half, single or double precision, none of them NaN) into a
+// vector, exactly as decoding it generically and then normalize would; ok
+// is false for anything else (the caller decodes it generically).
+func floatArray(item []byte) (out []float64, ok bool) {
+	if len(item) == 0 || item[0]>>5 != 4 {
+		return nil, false
+	}
+	n, p := uint64(item[0]&0x1f), 1
+	switch {
+	case n < 24:
+	case n <= 27:
+		w := 1 << (n - 24) // 1, 2, 4 or 8 bytes of length
+		if len(item) < 1+w {
+			return nil, false
+		}
+		n = 0
+		for _, c := range item[1 : 1+w] {
+			n = n<<8 | uint64(c)
+		}
+		p += w
+	default:
+		return nil, false // indefinite length: not canonical anyway
+	}
+	// Each element takes at least 3 bytes (a half float).
+	if n == 0 || n > uint64(len(item)-p)/3 {
+		return nil, false
+	}
+	out = make([]float64, n)
+	for i := range out {
+		if p >= len(item) {
+			return nil, false
+		}
+		var f float64
+		switch item[p] {
+		case 0xf9:
+			if len(item) < p+3 {
+				return nil, false
+			}
+			f = halfFloat(binary.BigEndian.Uint16(item[p+1:]))
+			p += 3
+		case 0xfa:
+			if len(item) < p+5 {
+				return nil, false
+			}
+			f = float64(math.Float32frombits(binary.BigEndian.Uint32(item[p+1:])))
+			p += 5
+		case 0xfb:
+			if len(item) < p+9 {
+				return nil, false
+			}
+			f = math.Float64frombits(binary.BigEndian.Uint64(item[p+1:]))
+			p += 9
+		default:
+			return nil, false
+		}
+		if math.IsNaN(f) {
+			return nil, false // NaN payloads: left to the generic decoder
+		}
+		out[i] = f
+	}
+	if p != len(item) {
+		return nil, false
+	}
+	return out, true
+}
+
+// halfFloat converts an IEEE 754 half-precision value (not a NaN) exactly.
+func halfFloat(h uint16) float64 {
+	exp, frac := int(h>>10&0x1f), float64(h&0x3ff)
+	var f float64
+	switch exp {
+	case 0:
+		f = math.Ldexp(frac, -24) // subnormal (or zero)
+	case 0x1f:
+		if frac != 0 {
+			return math.NaN()
+		}
+		f = math.Inf(1)
+	default:
+		f = math.Ldexp(frac+1024, exp-25)
+	}
+	if h&0x8000 != 0 {
+		f = -f
+	}
+	return f
 }
 
 // EncodeState returns the canonical bytes of a client state (what a silo
