@@ -122,10 +122,13 @@ type Options struct {
 	// VolunteerListen, if set, serves the volunteer page (package
 	// volunteer) over TLS on this address; VolunteerWasm is the path of
 	// the operator's scellis.wasm build (wasm_exec.js beside it) and
-	// VolunteerDifficulty the join proof of work in bits (0: the default).
+	// VolunteerDifficulty the join proof of work in bits (0: the default);
+	// VolunteerMaxLeases the live leases one volunteer may hold at once
+	// (0: coordinator.DefaultVolunteerLeases).
 	VolunteerListen     string
 	VolunteerWasm       string
 	VolunteerDifficulty int
+	VolunteerMaxLeases  int
 	// Raft timeouts (0: the consensus defaults, the LAN profile).
 	RaftHeartbeat, RaftElection, RaftLeaderLease time.Duration
 

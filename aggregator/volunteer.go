@@ -60,7 +60,7 @@ func (n *Node) startVolunteer(addr string) error {
 	var srv *volunteer.Server
 	dataPlane := n.BrowserDataPlane(func(r *http.Request) (string, error) { return srv.SessionPeer(r) })
 	srv, err := volunteer.New(volunteerBackend{n}, volunteer.Options{
-		Wasm: n.opt.VolunteerWasm, Difficulty: n.opt.VolunteerDifficulty,
+		Wasm: n.opt.VolunteerWasm, Difficulty: n.opt.VolunteerDifficulty, MaxLeases: n.opt.VolunteerMaxLeases,
 		CommitReveal: !n.opt.NoCommitReveal, Pool: n.fed.Name, DataPlane: dataPlane,
 	}, n.log.With("part", "volunteer"))
 	if err != nil {

@@ -58,10 +58,12 @@ type Aggregator struct {
 	// VolunteerListen serves the volunteer page over TLS (empty: off, the
 	// default); VolunteerWasm is the operator's scellis.wasm build, with
 	// Go's wasm_exec.js beside it; VolunteerDifficulty the join proof of
-	// work in bits (0: the default, 18).
+	// work in bits (0: the default, 18); VolunteerMaxLeases the live
+	// leases one volunteer may hold at once (0: the default, 8).
 	VolunteerListen     string
 	VolunteerWasm       string
 	VolunteerDifficulty int
+	VolunteerMaxLeases  int
 	// Caps on the submitters' content this node runs (partition, cost,
 	// reduce) and on the prices it sets; a job's own limits may only lower
 	// them. Zero: the aggregator's defaults (aggregator.DefaultContentCaps).
@@ -144,6 +146,7 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("volunteer_listen", false, "", str(&c.VolunteerListen)),
 		mk("volunteer_wasm", false, "", str(&c.VolunteerWasm)),
 		mk("volunteer_difficulty", false, "", integer(&c.VolunteerDifficulty, 1, 32)),
+		mk("volunteer_max_leases", false, "", integer(&c.VolunteerMaxLeases, 1, 64)),
 		mk("content_steps", false, "", integer(&c.ContentSteps, 1000, 1<<50)),
 		mk("content_memory_mb", false, "", integer(&c.ContentMemoryMB, 16, 1<<20)),
 		mk("content_timeout", false, "", duration(&c.ContentTimeout)),

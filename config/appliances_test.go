@@ -56,8 +56,8 @@ func TestAggregatorVolunteer(t *testing.T) {
 	if err != nil || c.VolunteerListen != "" {
 		t.Fatalf("default: %+v %v", c, err)
 	}
-	c, err = load("volunteer_listen: 127.0.0.1:7490\nvolunteer_wasm: w/scellis.wasm\nvolunteer_difficulty: 12\n")
-	if err != nil || !filepath.IsAbs(c.VolunteerWasm) || filepath.Base(filepath.Dir(c.VolunteerWasm)) != "w" || c.VolunteerDifficulty != 12 {
+	c, err = load("volunteer_listen: 127.0.0.1:7490\nvolunteer_wasm: w/scellis.wasm\nvolunteer_difficulty: 12\nvolunteer_max_leases: 4\n")
+	if err != nil || !filepath.IsAbs(c.VolunteerWasm) || filepath.Base(filepath.Dir(c.VolunteerWasm)) != "w" || c.VolunteerDifficulty != 12 || c.VolunteerMaxLeases != 4 {
 		t.Fatalf("on: %+v %v", c, err)
 	}
 	for _, tc := range []struct {
@@ -66,6 +66,7 @@ func TestAggregatorVolunteer(t *testing.T) {
 	}{
 		{"volunteer_listen: 127.0.0.1:7490\n", []string{"SC1004 5:19"}},
 		{"volunteer_listen: 127.0.0.1:7490\nvolunteer_wasm: w\nvolunteer_difficulty: 40\n", []string{"SC1005 7:23"}},
+		{"volunteer_listen: 127.0.0.1:7490\nvolunteer_wasm: w\nvolunteer_max_leases: 65\n", []string{"SC1005 7:23"}},
 	} {
 		_, err := load(tc.extra)
 		if got := where(err); !slices.Equal(got, tc.want) {

@@ -116,6 +116,13 @@ type Lease struct {
 	Max       int         `cbor:"max" json:"max"`               // 0: 1
 	Job       content.Ref `cbor:"job" json:"job"`               // optional: only this job
 	RequestID string      `cbor:"request_id" json:"request_id"` // optional: idempotent retry
+	// Hold caps the live leases a browser volunteer (receipt.IsVolunteer)
+	// may hold at once, this lease's grants included: 0 means
+	// DefaultVolunteerLeases, at most MaxVolunteerLeases. The volunteer
+	// server sets it from the node's config (volunteer_max_leases); it is
+	// in the command, not the node's config, so every replica decides
+	// alike. Ignored for members.
+	Hold int `cbor:"hold,omitempty" json:"hold,omitempty"`
 }
 
 // RenewLease extends Peer's live lease on one shard to Now+TTL (never

@@ -15,6 +15,15 @@ import (
 // MaxLeaseTTL bounds one lease (30 days in ms).
 const MaxLeaseTTL int64 = 30 * 24 * 3600 * 1000
 
+// A browser volunteer holds at most DefaultVolunteerLeases live leases
+// at once (Lease.Hold changes it, up to MaxVolunteerLeases): a tab runs
+// one shard per Web Worker, so more leases than its workers are shards
+// hoarded from other peers until they expire.
+const (
+	DefaultVolunteerLeases = 8
+	MaxVolunteerLeases     = 64
+)
+
 // maxTime bounds the Now of commands so Now+TTL cannot overflow.
 const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 
@@ -35,8 +44,8 @@ func (m *Machine) lease(c Lease) Result {
 	if d := firstOf(checkPeer(c.Peer), checkTime(c.Now), checkTTL(c.TTL), m.revokedPeer(c.Peer)); d != nil {
 		return refuse(d)
 	}
-	if c.Max < 0 || len(c.RequestID) > maxName {
-		return refuse(badCommand("lease: max %d must be ≥ 0 and a request ID at most %d bytes", c.Max, maxName))
+	if c.Max < 0 || len(c.RequestID) > maxName || c.Hold < 0 || c.Hold > MaxVolunteerLeases {
+		return refuse(badCommand("lease: max %d must be ≥ 0, hold %d within 0 to %d and a request ID at most %d bytes", c.Max, c.Hold, MaxVolunteerLeases, maxName))
 	}
 	if c.Job != "" && m.jobs[string(c.Job)] == nil {
 		return refuse(unknownJob(c.Job))
@@ -48,8 +57,21 @@ func (m *Machine) lease(c Lease) Result {
 	}
 
 	now := m.clock(c.Now)
-	events := m.advance(now)
 	limit := max(c.Max, 1)
+	if receipt.IsVolunteer(c.Peer) {
+		hold := c.Hold
+		if hold == 0 {
+			hold = DefaultVolunteerLeases
+		}
+		held := m.liveLeasesOf(c.Peer, now)
+		if held >= hold {
+			return refuse(diag.New(diag.VolunteerLeaseCap, "volunteer "+c.Peer,
+				"%s already holds %d live leases, as many as a volunteer may hold at once (%d)", c.Peer, held, hold).
+				WithHelp("report or hand back a leased shard before asking for another; the page runs one shard per Web Worker, so use at most %d workers (the operator sets volunteer_max_leases)", hold))
+		}
+		limit = min(limit, hold-held) // clipped: never more than the cap
+	}
+	events := m.advance(now)
 	grants := []LeaseGrant{}
 	// Audits reserved for the peer first (adaptive jobs), then the rest.
 	for _, audits := range []bool{true, false} {
@@ -87,6 +109,23 @@ func (m *Machine) lease(c Lease) Result {
 		m.st.LeaseMemo[c.Peer] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
 	}
 	return Result{Response: &LeaseResponse{Grants: grants}, Events: events}
+}
+
+// liveLeasesOf counts peer's leases that are live at now, over the
+// running jobs' undecided shards (decided shards hold no leases).
+func (m *Machine) liveLeasesOf(peer string, now int64) int {
+	n := 0
+	for _, j := range m.st.Jobs {
+		if j.State != JobRunning {
+			continue
+		}
+		for _, s := range j.Shards[j.cursor:] {
+			if i, has := s.leaseOf(peer); has && s.Leases[i].Expiry > now {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // eligible reports whether peer may get a new lease on s at now. Leases

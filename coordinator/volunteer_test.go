@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/scellis/scellis/content"
@@ -73,5 +74,51 @@ func TestVolunteerPeers(t *testing.T) {
 	}
 	if err := rs[0].VerifySignatures(members); err != nil {
 		t.Fatalf("the receipt crediting a volunteer does not verify: %v", err)
+	}
+}
+
+// A volunteer holds at most Lease.Hold live leases at once (the default
+// without one): a lease asking for more is clipped to the room left, one
+// at the cap is refused with SC7510, and a lease handed back or expired
+// makes room again. A member asking for many is not capped.
+func TestVolunteerLeaseCap(t *testing.T) {
+	name := receipt.VolunteerPeer(identity.NewFromSeed([32]byte{45}).Public().String())
+	var shards []ShardPlan
+	for i := range 20 {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
+	}
+	m, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: 1000})
+	job := content.Hash([]byte("open"))
+	applyEncoded(t, m, SubmitJob{Job: job, Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
+	grants := func(r Result) []LeaseGrant {
+		t.Helper()
+		if r.Refused() {
+			t.Fatal(r.Refusal)
+		}
+		return r.Response.(*LeaseResponse).Grants
+	}
+	if g := grants(applyEncoded(t, m, Lease{Peer: name, Now: 2, Max: 2, Hold: 3})); len(g) != 2 {
+		t.Fatalf("first lease: %d grants, want 2", len(g))
+	}
+	if g := grants(applyEncoded(t, m, Lease{Peer: name, Now: 2, Max: 5, Hold: 3})); len(g) != 1 {
+		t.Fatalf("a lease past the cap got %d grants, want it clipped to 1", len(g))
+	}
+	r := applyEncoded(t, m, Lease{Peer: name, Now: 3, Max: 1, Hold: 3})
+	wantCode(t, r, diag.VolunteerLeaseCap)
+	if !strings.Contains(r.Refusal[0].Message, "3 live leases") || r.Refusal[0].Help == "" {
+		t.Errorf("the refusal says too little: %+v", r.Refusal[0])
+	}
+	wantCode(t, applyEncoded(t, m, Lease{Peer: name, Now: 3, Hold: MaxVolunteerLeases + 1}), diag.PoolBadCommand)
+	// Handing one back makes room for one.
+	applyEncoded(t, m, ReleaseLeases{Peer: name, Now: 4, Shards: []ShardRef{{Job: job, Shard: 0}}})
+	if g := grants(applyEncoded(t, m, Lease{Peer: name, Now: 4, Max: 4, Hold: 3})); len(g) != 1 {
+		t.Fatalf("after a release: %d grants, want 1", len(g))
+	}
+	// Once they all expire (TTL 1000), the default cap applies.
+	if g := grants(applyEncoded(t, m, Lease{Peer: name, Now: 2000, Max: 64})); len(g) != DefaultVolunteerLeases {
+		t.Fatalf("after expiry, without Hold: %d grants, want %d", len(g), DefaultVolunteerLeases)
+	}
+	if g := grants(applyEncoded(t, m, Lease{Peer: "w1", Now: 2000, Max: 20, Hold: 1})); len(g) != 20 {
+		t.Fatalf("a member got %d grants, want all 20 (no cap)", len(g))
 	}
 }

@@ -70,6 +70,9 @@ type Options struct {
 	// CommitReveal: the pool's coordinator wants commitments before
 	// reports (aggregator.Options.NoCommitReveal unset).
 	CommitReveal bool
+	// MaxLeases caps the live leases one volunteer holds at once
+	// (coordinator.Lease.Hold; 0: coordinator.DefaultVolunteerLeases).
+	MaxLeases int
 	// Pool names the federation on the page.
 	Pool string
 	// DataPlane, when set, is the browser data plane

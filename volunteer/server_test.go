@@ -146,11 +146,12 @@ func (tb tab) solve(c Challenge) JoinRequest {
 // The join endpoint and the work API refuse bad input with diagnostics:
 // a wrong proof of work, a join signed by another key, a challenge for
 // another key, a replayed one, a flood from one address, no or a forged
-// session token, a result for a shard not leased; a consortium pool takes
+// session token, a result for a shard not leased, a lease past the
+// volunteer's cap (MaxLeases); a consortium pool takes
 // no volunteers. A good join gets a session whose peer is the key's
 // volunteer name, and it can lease and report an open job's shard.
 func TestJoinAndWorkRefusals(t *testing.T) {
-	be, srv := rig(t, trust.Open, Options{Difficulty: 8, JoinsPerMinute: 60, JoinBurst: 6})
+	be, srv := rig(t, trust.Open, Options{Difficulty: 8, JoinsPerMinute: 60, JoinBurst: 6, MaxLeases: 1})
 	alice, bob := newTab(1), newTab(2)
 	var c Challenge
 	if code := call(t, srv, "POST", "/volunteer/v1/challenge", "", ChallengeRequest{Key: alice.key}, &c); code != "" || c.Difficulty != 8 {
@@ -203,6 +204,8 @@ func TestJoinAndWorkRefusals(t *testing.T) {
 	if len(lr.Grants) != 1 || lr.Grants[0].Shard != 0 || lr.Grants[0].Tier != receipt.TierReplayable {
 		t.Fatalf("grants: %+v", lr)
 	}
+	// MaxLeases 1: holding shard 0, the tab gets no second shard (SC7510).
+	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", sess.Token, LeaseRequest{Max: 1}, nil), diag.VolunteerLeaseCap, "lease past the cap")
 	rr.Shard = 1
 	wantCode(call(t, srv, "POST", "/volunteer/v1/results", sess.Token, rr, nil), diag.PoolNoLease, "result for another shard than the one leased")
 	rr.Shard, rr.Sig = 0, sign(1) // signed for another shard

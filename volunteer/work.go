@@ -105,6 +105,8 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, cmd coordinator.C
 			status = http.StatusConflict
 		case diag.PoolUnknownJob:
 			status = http.StatusNotFound
+		case diag.VolunteerLeaseCap:
+			status = http.StatusTooManyRequests
 		}
 		writeDiags(w, status, res.Refusal)
 		return nil, false
@@ -128,7 +130,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, ss *session) {
 		writeJSON(w, http.StatusOK, LeaseResponse{Grants: []Grant{}, Peer: ss.peer})
 		return
 	}
-	out, ok := s.apply(w, r, coordinator.Lease{Peer: ss.peer, Now: now, Max: req.Max})
+	out, ok := s.apply(w, r, coordinator.Lease{Peer: ss.peer, Now: now, Max: req.Max, Hold: s.opt.MaxLeases})
 	if !ok {
 		return
 	}

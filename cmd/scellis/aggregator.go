@@ -54,6 +54,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
   #   GOOS=js GOARCH=wasm go build -o scellis.wasm ./cmd/scellis-wasm
   #   cp "$(go env GOROOT)/lib/wasm/wasm_exec.js" .
   # volunteer_difficulty: 18        # the join proof of work, in bits
+  # volunteer_max_leases: 8         # shards one volunteer tab may hold at once
   raft_timing: lan            # lan (default: 1s heartbeat and election, 500ms
                               # leader lease) or wan (3s, 3s, 1.5s: links of
                               # ~150 ms round trip); or set each of
@@ -78,7 +79,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				SiloLease: c.SiloLease, RoundAttempts: c.RoundAttempts, RetryBackoff: c.RoundRetryBackoff,
 				SnapshotThreshold: c.SnapshotThreshold, SnapshotInterval: c.SnapshotInterval, TrailingLogs: c.TrailingLogs, SegmentBytes: c.SegmentBytes,
 				Listen: c.Listen, RaftListen: c.RaftListen, HealthListen: c.HealthListen, MetricsListen: c.MetricsListen, StudioListen: c.StudioListen,
-				VolunteerListen: c.VolunteerListen, VolunteerWasm: c.VolunteerWasm, VolunteerDifficulty: c.VolunteerDifficulty,
+				VolunteerListen: c.VolunteerListen, VolunteerWasm: c.VolunteerWasm, VolunteerDifficulty: c.VolunteerDifficulty, VolunteerMaxLeases: c.VolunteerMaxLeases,
 				TURNListen: c.TURNListen, TURNRelayIP: c.TURNRelayIP, TURNMaxAllocations: c.TURNMaxAllocations,
 				TURNBandwidth: int64(c.TURNBandwidthMB) << 20, P2PLoopback: c.P2PLoopback,
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
