@@ -283,7 +283,9 @@ func (m *MaskedInput) validate() error {
 	if err := checkID(k, "sender", m.From); err != nil {
 		return err
 	}
-	if len(m.Masked) == 0 || len(m.Masked)%8 != 0 || len(m.Masked) > 8*(MaxDim+1) {
+	// 4 bytes a coordinate in Z_2^32, 8 in Z_2^64: the server checks the
+	// exact length against the round.
+	if len(m.Masked) == 0 || len(m.Masked)%4 != 0 || len(m.Masked) > 8*(MaxDim+1) {
 		return malformed(k, "masked vector of %d bytes is not a whole number of ring elements", len(m.Masked))
 	}
 	return nil

@@ -1,6 +1,7 @@
 package secagg
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -15,7 +16,10 @@ import (
 // SC6004 and release no sum.
 //
 // It runs for both protocols. SecAgg+ rounds draw n in [3, 26], so most
-// run on a sparse Harary graph (n ≥ 8) and the rest on every pair.
+// run on a sparse Harary graph (n ≥ 8) and the rest on every pair. A
+// third of the rounds take the finest fixed grid whose sum fits Z_2^32,
+// as a DP round's does, so they run in the narrow ring (coordinates in
+// pairs, odd dimensions too) with extremes at ±clip.
 func TestSecureSumMatchesPlainSum(t *testing.T) {
 	for _, proto := range []Protocol{Pairwise, SecAggPlus} {
 		t.Run(string(proto), func(t *testing.T) { secureSumMatchesPlainSum(t, proto) })
@@ -35,7 +39,7 @@ func secureSumMatchesPlainSum(t *testing.T, proto Protocol) {
 	// math/rand only chooses test cases; the protocol's randomness is
 	// crypto/rand throughout.
 	rng := rand.New(rand.NewPCG(20170101, 4))
-	var ok, refused, sparse int
+	var ok, refused, sparse, narrow int
 	for i := range rounds {
 		n := 3 + rng.IntN(18)
 		if proto == SecAggPlus {
@@ -50,9 +54,22 @@ func secureSumMatchesPlainSum(t *testing.T, proto Protocol) {
 		}
 		p.PRG = []PRG{AESCTR, ChaCha20}[rng.IntN(2)]
 		p.Protocol = proto
+		if rng.IntN(3) == 0 {
+			f := 0
+			for n*(int(math.Ldexp(clip, f+1))+1) <= math.MaxInt32 {
+				f++
+			}
+			p.GridBits = f
+		}
 		h, err := newHarness(t, p)
 		if err != nil {
 			t.Fatalf("round %d: %v", i, err)
+		}
+		if p.GridBits > 0 {
+			if h.server.r.ringBits != 32 {
+				t.Fatalf("round %d: grid 2^-%d for %d sites of clip %v runs in Z_2^%d, want 32", i, p.GridBits, n, clip, h.server.r.ringBits)
+			}
+			narrow++
 		}
 		if r := h.server.r; r.k < r.n-1 {
 			sparse++
@@ -94,7 +111,10 @@ func secureSumMatchesPlainSum(t *testing.T, proto Protocol) {
 			t.Fatalf("round %d (n=%d t=%d): refused with %v, want SC6002 or SC6004\n%s", i, n, t0, h.server.Err(), h.out.String())
 		}
 	}
-	t.Logf("%d rounds summed, %d refused, %d on a sparse graph", ok, refused, sparse)
+	t.Logf("%d rounds summed, %d refused, %d on a sparse graph, %d in Z_2^32", ok, refused, sparse, narrow)
+	if narrow == 0 {
+		t.Fatal("no round ran in the 32-bit ring")
+	}
 	if proto == SecAggPlus && sparse < rounds/2 {
 		t.Fatalf("only %d of %d SecAgg+ rounds ran on a sparse graph", sparse, rounds)
 	}
