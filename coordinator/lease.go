@@ -337,11 +337,14 @@ func shardSubject(j *jobState, index int) string {
 
 // volunteerMay reports whether peer may execute j's shards: any member
 // may (the API's roles decide), a browser volunteer (receipt.IsVolunteer)
-// only shards of an open job that is not a training round. Admission
-// keeps an open job's inputs public (trust.Admit), so a volunteer is
-// never handed a job with confidential inputs, whatever pool it reached.
+// only shards of an open job that is not a training round and reads no
+// input tables. Admission keeps an open job's inputs public
+// (trust.Admit), so a volunteer is never handed a job with confidential
+// inputs, whatever pool it reached; a job with public inputs it is not
+// handed either, because a tab has no folder to hold the tables (it
+// could only hand the shard back and ask again, forever).
 func volunteerMay(j *jobState, peer string) bool {
-	return !receipt.IsVolunteer(peer) || (j.Regime == trust.Open && j.Run == "")
+	return !receipt.IsVolunteer(peer) || (j.Regime == trust.Open && j.Run == "" && !j.ReadsInputs)
 }
 
 func checkPeer(p string) *diag.Diagnostic {

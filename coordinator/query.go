@@ -33,15 +33,18 @@ type JobStatus struct {
 	Round            int          `json:"round,omitempty"`
 	Regime           trust.Regime `json:"regime"`
 	SecurityCritical bool         `json:"security_critical"`
-	Policy           Policy       `json:"policy"`
-	Method           string       `json:"method"`
-	State            JobState     `json:"state"`
-	SubmittedAt      int64        `json:"submitted_at"`
-	Submitter        string       `json:"submitter,omitempty"`
-	Counts           Counts       `json:"counts"`
-	Reduced          content.Ref  `json:"reduced,omitempty"`
-	Reducer          string       `json:"reducer,omitempty"`
-	DoneAt           int64        `json:"done_at,omitempty"`
+	// ReadsInputs: the job reads input tables, so no browser volunteer
+	// is leased its shards.
+	ReadsInputs bool        `json:"reads_inputs,omitempty"`
+	Policy      Policy      `json:"policy"`
+	Method      string      `json:"method"`
+	State       JobState    `json:"state"`
+	SubmittedAt int64       `json:"submitted_at"`
+	Submitter   string      `json:"submitter,omitempty"`
+	Counts      Counts      `json:"counts"`
+	Reduced     content.Ref `json:"reduced,omitempty"`
+	Reducer     string      `json:"reducer,omitempty"`
+	DoneAt      int64       `json:"done_at,omitempty"`
 	// ReductionChecks are the second reducers' verdicts on the reduction.
 	ReductionChecks []ReductionCheck `json:"reduction_checks,omitempty"`
 	Shards          []ShardStatus    `json:"shards,omitempty"` // only from Job
@@ -153,7 +156,7 @@ func (m *Machine) Jobs() []JobStatus {
 func (j *jobState) status() JobStatus {
 
 	js := JobStatus{
-		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, Policy: j.Policy,
+		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, ReadsInputs: j.ReadsInputs, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt, Submitter: j.Submitter,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
 		ReductionChecks: slices.Clone(j.ReductionChecks),

@@ -60,23 +60,26 @@ const (
 )
 
 type jobState struct {
-	ID               content.Ref   `cbor:"id"`
-	Name             string        `cbor:"name"`
-	Bundle           content.Ref   `cbor:"bundle"`
-	Run              content.Ref   `cbor:"run,omitempty"` // the training run this job is a round of
-	Round            int           `cbor:"round,omitempty"`
-	Regime           trust.Regime  `cbor:"regime"`
-	SecurityCritical bool          `cbor:"security_critical"`
-	Policy           Policy        `cbor:"policy"`
-	Method           string        `cbor:"method"`
-	Plan             content.Ref   `cbor:"plan"` // hash of the submission without Now
-	SubmittedAt      int64         `cbor:"submitted_at"`
-	Submitter        string        `cbor:"submitter,omitempty"` // who may cancel it, with operators
-	State            JobState      `cbor:"state"`
-	Shards           []*shardState `cbor:"shards"`
-	Reduced          content.Ref   `cbor:"reduced,omitempty"`
-	Reducer          string        `cbor:"reducer,omitempty"`
-	DoneAt           int64         `cbor:"done_at,omitempty"`
+	ID               content.Ref  `cbor:"id"`
+	Name             string       `cbor:"name"`
+	Bundle           content.Ref  `cbor:"bundle"`
+	Run              content.Ref  `cbor:"run,omitempty"` // the training run this job is a round of
+	Round            int          `cbor:"round,omitempty"`
+	Regime           trust.Regime `cbor:"regime"`
+	SecurityCritical bool         `cbor:"security_critical"`
+	// ReadsInputs: the plan names input tables (SubmitJob.Inputs), which
+	// a browser volunteer has no folder to hold (volunteerMay).
+	ReadsInputs bool          `cbor:"reads_inputs,omitempty"`
+	Policy      Policy        `cbor:"policy"`
+	Method      string        `cbor:"method"`
+	Plan        content.Ref   `cbor:"plan"` // hash of the submission without Now
+	SubmittedAt int64         `cbor:"submitted_at"`
+	Submitter   string        `cbor:"submitter,omitempty"` // who may cancel it, with operators
+	State       JobState      `cbor:"state"`
+	Shards      []*shardState `cbor:"shards"`
+	Reduced     content.Ref   `cbor:"reduced,omitempty"`
+	Reducer     string        `cbor:"reducer,omitempty"`
+	DoneAt      int64         `cbor:"done_at,omitempty"`
 	// ReductionChecks are second reducers' reports (reduction.go).
 	ReductionChecks []ReductionCheck `cbor:"reduction_checks,omitempty"`
 

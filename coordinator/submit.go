@@ -52,7 +52,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 	events := m.advance(now)
 	j := &jobState{
 		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Run: c.Run, Round: c.Round, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
-		Policy: pol, Method: jobMethod(pol), Plan: plan,
+		ReadsInputs: len(c.Inputs) > 0, Policy: pol, Method: jobMethod(pol), Plan: plan,
 		SubmittedAt: now, Submitter: c.Submitter, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
 	}
 	for i, s := range c.Shards {

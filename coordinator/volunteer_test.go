@@ -12,7 +12,8 @@ import (
 )
 
 // A browser volunteer (a peer named after its own key, receipt.VolunteerPeer)
-// leases open jobs only, never a consortium job or a training round's; its
+// leases open jobs only, never a consortium job, a training round's or a
+// job that reads input tables; its
 // report must be signed by the key its name was derived from (SC7305
 // otherwise); the receipt credits it and verifies offline with a key
 // lookup that knows only the members.
@@ -43,11 +44,25 @@ func TestVolunteerPeers(t *testing.T) {
 	round := content.Hash([]byte("round"))
 	applyEncoded(t, om, SubmitJob{Job: round, Name: "r", Run: content.Hash([]byte("run")), Round: 1, Bundle: content.Hash([]byte("b")), Submitter: "alice",
 		Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
+	// A job that reads (public) input tables: a tab has no folder for
+	// them, so it is never leased one of its shards.
+	tables := content.Hash([]byte("tables"))
+	applyEncoded(t, om, SubmitJob{Job: tables, Name: "t", Bundle: content.Hash([]byte("bt")), Submitter: "alice", Policy: Policy{Replicas: 2},
+		Inputs: []trust.Item{{Name: "points", Class: trust.Public}}, Shards: shards, Now: 1})
+	if js, _ := om.Job(tables); !js.ReadsInputs {
+		t.Fatalf("a job with inputs does not say so: %+v", js)
+	}
+	if n := om.Leasable(name, 2); n != 0 {
+		t.Fatalf("a volunteer could lease %d shards of a job with inputs", n)
+	}
+	if n := om.Leasable("w1", 2); n != 1 {
+		t.Fatalf("a worker could lease %d shards of the job with inputs, want 1", n)
+	}
 	job := content.Hash([]byte("open"))
 	applyEncoded(t, om, SubmitJob{Job: job, Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
 	g := applyEncoded(t, om, Lease{Peer: name, Now: 2, Max: 4}).Response.(*LeaseResponse).Grants
 	if len(g) != 1 || g[0].Job != job {
-		t.Fatalf("volunteer grants in an open pool: %+v (want only the job that is no round)", g)
+		t.Fatalf("volunteer grants in an open pool: %+v (want only the job that is no round and reads no inputs)", g)
 	}
 	res := content.Hash([]byte("result"))
 	report := func(peer string, signer *identity.Identity) ReportResult {

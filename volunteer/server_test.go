@@ -147,7 +147,8 @@ func (tb tab) solve(c Challenge) JoinRequest {
 // a wrong proof of work, a join signed by another key, a challenge for
 // another key, a replayed one, a flood from one address, no or a forged
 // session token, a result for a shard not leased, a lease past the
-// volunteer's cap (MaxLeases); a consortium pool takes
+// volunteer's cap (MaxLeases); a job with input tables is neither shown
+// nor leased; a consortium pool takes
 // no volunteers. A good join gets a session whose peer is the key's
 // volunteer name, and it can lease and report an open job's shard.
 func TestJoinAndWorkRefusals(t *testing.T) {
@@ -187,6 +188,12 @@ func TestJoinAndWorkRefusals(t *testing.T) {
 	// Work: no token, a forged one, a shard not leased.
 	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", "", LeaseRequest{Max: 1}, nil), diag.VolunteerNoSession, "no token")
 	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", sess.Token[:len(sess.Token)-4]+"AAAA", LeaseRequest{Max: 1}, nil), diag.VolunteerNoSession, "forged token")
+	// A job that reads (public) input tables is submitted first: the tab
+	// neither sees it on the page nor is leased its shards.
+	tables := content.Hash([]byte("tables"))
+	be.m.Apply(coordinator.SubmitJob{Job: tables, Name: "tables", Bundle: content.Hash([]byte("bt")), Submitter: "alice", Policy: coordinator.Policy{Replicas: 2},
+		Inputs: []trust.Item{{Name: "points", Class: trust.Public}}, Shards: []coordinator.ShardPlan{{Index: 0, ID: content.Hash([]byte("t0")), Price: 1, PriceBasis: "flat"}},
+		Now: time.Now().UnixMilli()})
 	job := content.Hash([]byte("job"))
 	be.m.Apply(coordinator.SubmitJob{Job: job, Name: "mc", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: coordinator.Policy{Replicas: 2},
 		Shards: []coordinator.ShardPlan{{Index: 0, ID: content.Hash([]byte("s0")), Price: 1, PriceBasis: "flat"}, {Index: 1, ID: content.Hash([]byte("s1")), Price: 1, PriceBasis: "flat"}},
@@ -201,8 +208,13 @@ func TestJoinAndWorkRefusals(t *testing.T) {
 	wantCode(call(t, srv, "POST", "/volunteer/v1/results", sess.Token, rr, nil), diag.PoolNoLease, "result for a shard not leased")
 	var lr LeaseResponse
 	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", sess.Token, LeaseRequest{Max: 1}, &lr), "", "lease")
-	if len(lr.Grants) != 1 || lr.Grants[0].Shard != 0 || lr.Grants[0].Tier != receipt.TierReplayable {
-		t.Fatalf("grants: %+v", lr)
+	if len(lr.Grants) != 1 || lr.Grants[0].Job != job || lr.Grants[0].Shard != 0 || lr.Grants[0].Tier != receipt.TierReplayable {
+		t.Fatalf("grants: %+v (want shard 0 of the job without inputs)", lr)
+	}
+	var p Project
+	wantCode(call(t, srv, "GET", "/volunteer/v1/project", "", nil, &p), "", "project")
+	if len(p.Jobs) != 1 || p.Jobs[0].ID != job {
+		t.Fatalf("the page lists %+v, want only the job without inputs", p.Jobs)
 	}
 	// MaxLeases 1: holding shard 0, the tab gets no second shard (SC7510).
 	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", sess.Token, LeaseRequest{Max: 1}, nil), diag.VolunteerLeaseCap, "lease past the cap")

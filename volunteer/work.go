@@ -21,7 +21,8 @@ import (
 )
 
 // The work API. Every call acts as the session's volunteer peer; the
-// coordinator decides what it may lease (open jobs that are not rounds),
+// coordinator decides what it may lease (open jobs that are not rounds
+// and read no input tables),
 // checks its signatures (SC7305) and applies reputation and spot checks
 // to it as to any peer.
 
@@ -56,7 +57,7 @@ func (s *Server) project(w http.ResponseWriter, r *http.Request) {
 	p := Project{Pool: s.opt.Pool, Regime: s.be.Regime(), Open: s.be.Regime() == trust.Open, Jobs: []ProjectJob{}, Rules: Rules}
 	if p.Open {
 		for _, j := range s.be.Jobs() {
-			if j.State != coordinator.JobRunning || j.Regime != trust.Open || j.Run != "" {
+			if j.State != coordinator.JobRunning || j.Regime != trust.Open || j.Run != "" || j.ReadsInputs {
 				continue
 			}
 			p.Jobs = append(p.Jobs, ProjectJob{ID: j.ID, Name: j.Name, Shards: j.Counts.Total, Decided: j.Counts.Verified + j.Counts.Unverified})
