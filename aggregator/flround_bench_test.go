@@ -164,7 +164,7 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 			r, g := p.roundResult(st.Models[0])
 			// Under DP a round sums no metrics (they would leave unnoised).
 			if len(r.Participants) != flBenchSites || len(r.Metrics) != 0 {
-				b.Fatalf("round: participants %v, metrics %v", r.Participants, r.Metrics)
+				b.Fatalf("round: participants %v (dropped %v, absent %v), metrics %v", r.Participants, r.Dropped, r.Absent, r.Metrics)
 			}
 			w, _ := g.Vector("w")
 			dim = len(w)
@@ -385,6 +385,11 @@ func newFLBenchPool(b *testing.B, rows int) (*runPool, []*model.Dataset, []*silo
 		for _, a := range silos {
 			a.Close()
 		}
+	})
+	// Every silo's lease poll, its heartbeat, has reached the node: a run
+	// launched sooner plans its round without the silos not yet heard.
+	waitUntil(b, "every silo to poll", time.Minute, func() bool {
+		return !slices.ContainsFunc(p.silos, func(s string) bool { return !p.node.alive(s) })
 	})
 	if !slices.EqualFunc(data, gen, func(d *model.Dataset, s datagen.Site) bool { return d.Rows() == s.Data.Rows() }) {
 		b.Fatal("a silo did not load its site's rows")
