@@ -156,6 +156,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		poll = 500 * time.Millisecond
 	}
 	slots := make(chan struct{}, parallel)
+	freed := make(chan struct{}, 1) // a slot was freed since the last look
 	var running sync.WaitGroup
 	defer func() {
 		running.Wait()
@@ -170,12 +171,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	failures, lastErr := 0, "" // lease requests failed in a row, and the last error
 	for ctx.Err() == nil {
 		free := parallel - len(slots)
-		if free == 0 {
+		// A batching worker leases again once half its batch is free
+		// (or all of it is done), so its leases come in few large
+		// requests rather than one per finished shard.
+		if free == 0 || (w.exec != nil && free < parallel/2 && len(slots) > 0) {
 			select {
 			case <-ctx.Done():
 				return nil
-			case slots <- struct{}{}:
-				<-slots
+			case <-freed:
 			}
 			continue
 		}
@@ -213,7 +216,13 @@ func (w *Worker) Run(ctx context.Context) error {
 			running.Add(1)
 			go func(g coordinator.LeaseGrant) {
 				defer running.Done()
-				defer func() { <-slots }()
+				defer func() {
+					<-slots
+					select {
+					case freed <- struct{}{}:
+					default:
+					}
+				}()
 				if w.Dispatch != nil {
 					w.Dispatch(ctx, g)
 				} else {
