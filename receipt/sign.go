@@ -126,6 +126,8 @@ func (r *Receipt) VerifySignatures(keyOf func(peer string) (string, bool)) error
 			want, ok = s.Key, true
 		}
 		switch {
+		case !ok && IsVolunteer(p):
+			return bad(p, "signed with key %s, which this volunteer's name was not derived from", s.Key)
 		case !ok:
 			return bad(p, "not a member of the federation")
 		case s.Key != want:
