@@ -14,7 +14,10 @@ import (
 // request. The job completes with every shard verified by both workers,
 // every node ends with the same receipt chain, and `receipts verify`
 // checks the chain and every receipt's peer signatures. Lean: 16 quick
-// shards, one job; it adds a three-node start (~10 s on two busy cores).
+// shards, one job; the cost is a three-node start and the job (37 s
+// alone at load average 19 on two cores, parallel with the other cluster
+// tests) — three nodes because the leader's batched copy to a second node
+// (durableAll) is what only a cluster exercises.
 func TestClusterBatchedWorkers(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
