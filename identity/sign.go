@@ -15,6 +15,10 @@ import (
 // signatures the same key makes in TLS handshakes and certificates.
 //
 // Define every purpose here, so that no two packages pick the same string.
+// A package that cannot import identity (receipt, volunteer/proof) may
+// repeat one as an untyped constant named Purpose…; TestPurposesDistinct
+// holds every such constant in the repository to a value listed here, and
+// the values here distinct.
 type Purpose string
 
 const (
@@ -45,6 +49,11 @@ const (
 	// PurposeVerdict signs a verifier peer's verdict on a checked shard
 	// (coordinator.ReportVerdict without its time and signature).
 	PurposeVerdict Purpose = "scellis/verdict/v1"
+	// PurposeVolunteerJoin signs a browser volunteer's join message (its
+	// ephemeral key, over the node's challenge): volunteer/proof declares
+	// the same value as proof.PurposeJoin, because the WebAssembly worker
+	// links that package and not this one (a test holds them equal).
+	PurposeVolunteerJoin Purpose = "scellis/volunteer-join/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

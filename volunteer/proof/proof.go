@@ -18,7 +18,9 @@ import (
 )
 
 // PurposeJoin is the Ed25519ctx context of a volunteer's join signature:
-// the value of identity.PurposeVolunteerJoin.
+// the value of identity.PurposeVolunteerJoin, declared there with every
+// other purpose (identity.TestPurposesDistinct holds them equal), so a
+// join signature is valid for no other purpose.
 const PurposeJoin = "scellis/volunteer-join/v1"
 
 // MaxBits bounds a difficulty: 2^32 hashes is hours in a tab.
