@@ -11,12 +11,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/browsertest"
+	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
 )
@@ -74,6 +77,7 @@ Object.defineProperty(document, "visibilityState", {get: () => window.__hidden ?
 Object.defineProperty(document, "hidden", {get: () => window.__hidden, configurable: true});
 window.__setHidden = (h) => { window.__hidden = h; document.dispatchEvent(new Event("visibilitychange")); };
 window.__setBattery = (l) => { window.__battery.level = l; window.__battery.dispatchEvent(new Event("levelchange")); };
+window.scellisDataPlaneOptions = {connectTimeoutMs: 60000}; // the data channel must win on two busy cores
 `
 
 // pageState is what the test reads of the page's controller.
@@ -88,12 +92,20 @@ type pageState struct {
 		Job   content.Ref `json:"job"`
 		Shard int         `json:"shard"`
 		Hash  content.Ref `json:"hash"`
+		Path  string      `json:"path"` // how its bytes went
 	} `json:"done"`
 	Errors []string `json:"errors"`
+	// Path is how the last shard's bytes went (direct, relayed, https);
+	// DataPlane whether a data-plane connection is open; Note why the
+	// data plane is not used, when it is not.
+	Path      string `json:"path"`
+	DataPlane bool   `json:"dataPlane"`
+	Note      string `json:"note"`
 }
 
 const readState = `(() => { const V = window.scellisVolunteer; return {state: V.state, why: V.why, held: V.held.size, workers: V.workers.length,
-  releases: V.releases || 0, peer: V.session ? V.session.peer : "", done: V.done, errors: V.errors}; })()`
+  releases: V.releases || 0, peer: V.session ? V.session.peer : "", done: V.done, errors: V.errors,
+  path: V.transport.path, dataPlane: !!V.transport.dp, note: V.transportNote}; })()`
 
 // A real browser volunteers: headless Chromium opens the volunteer page
 // of a real aggregator (open pool, commit–reveal, signed reports), joins
@@ -118,8 +130,9 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	wasm := volunteerWasm(t)
 	t.Logf("wasm build: %v", time.Since(began).Round(time.Millisecond))
 	addr := freeAddrs(t, 1)[0]
-	p := newTestPool(t, trust.Open, 1, Options{VolunteerListen: addr, VolunteerWasm: wasm, VolunteerDifficulty: 8})
-	tab := browsertest.Start(t)
+	p := newTestPool(t, trust.Open, 1, Options{VolunteerListen: addr, VolunteerWasm: wasm, VolunteerDifficulty: 8, P2PLoopback: true})
+	// Chromium leaves loopback addresses out of ICE unless told.
+	tab := browsertest.Start(t, chromedp.Flag("allow-loopback-in-peer-connection", true))
 	ctx, cancel := context.WithTimeout(tab, 2*time.Minute)
 	defer cancel()
 	eval := func(js string) {
@@ -135,6 +148,64 @@ func TestVolunteerPageInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
+	}
+	keyOf := func(peer string) (string, bool) {
+		m, ok := p.fed.Member(peer)
+		return m.PublicKey.String(), ok
+	}
+	// verified checks a finished job that the tab and the native worker
+	// w1 both ran: every shard verified by the two agreeing, the tab's
+	// hashes those of the test's own native execution, its bytes moved
+	// over path, and a signed receipt crediting the tab for each shard.
+	verified := func(plan *job.Plan, path string) pageState {
+		t.Helper()
+		st := state()
+		tabHash := map[int]content.Ref{}
+		for _, d := range st.Done {
+			if d.Job == plan.ID {
+				tabHash[d.Shard] = d.Hash
+				if d.Path != path {
+					t.Errorf("shard %d: the tab's bytes went over %q, want %q (page: %+v)", d.Shard, d.Path, path, st)
+				}
+			}
+		}
+		if len(tabHash) != len(plan.Shards) {
+			t.Fatalf("the tab computed shards %v of %d (page: %+v)", tabHash, len(plan.Shards), st)
+		}
+		for i, sh := range plan.Shards {
+			want, err := plan.Execute(ctx, sh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tabHash[i] != want.Hash {
+				t.Errorf("shard %d: the tab's result %s, natively %s", i, tabHash[i], want.Hash)
+			}
+		}
+		js, err := p.node.fsm.machine().Job(plan.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sh := range js.Shards {
+			if sh.State != "verified" || len(sh.Agreeing) != 2 || !containsPeer(sh.Agreeing, st.Peer) || !containsPeer(sh.Agreeing, "w1") {
+				t.Fatalf("shard %d: %s, agreeing %v (want the tab %s and w1)", sh.Index, sh.State, sh.Agreeing, st.Peer)
+			}
+		}
+		credited := 0
+		for _, r := range p.node.fsm.machine().Receipts(0) {
+			if r.Job != plan.ID {
+				continue
+			}
+			if err := r.VerifySignatures(keyOf); err != nil {
+				t.Errorf("receipt %d: %v", r.Seq, err)
+			}
+			if containsPeer(r.Peers, st.Peer) {
+				credited++
+			}
+		}
+		if credited != len(plan.Shards) {
+			t.Errorf("%d receipts credit the tab's key, want %d", credited, len(plan.Shards))
+		}
+		return st
 	}
 	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: emulation}); err != nil {
 		t.Fatal(err)
@@ -168,55 +239,19 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if _, err := p.waitDone(ctx, plan.ID); err != nil {
 		t.Fatalf("the job with the tab and a native worker: %v (page: %+v)", err, state())
 	}
-	st := state()
+	st := verified(plan, dataplane.PathDirect)
 	if !receipt.IsVolunteer(st.Peer) {
 		t.Fatalf("the page's peer %q is no volunteer name", st.Peer)
 	}
-	tabHash := map[int]content.Ref{}
-	for _, d := range st.Done {
-		if d.Job == plan.ID {
-			tabHash[d.Shard] = d.Hash
+	// The node counted the tab's bytes on a direct data channel.
+	var pair *dataplane.PairStats
+	for _, ps := range p.node.p2p.Stats() {
+		if ps.Peer == "browser/"+st.Peer {
+			pair = &ps
 		}
 	}
-	if len(tabHash) != len(plan.Shards) {
-		t.Fatalf("the tab computed shards %v of %d (page: %+v)", tabHash, len(plan.Shards), st)
-	}
-	for i, sh := range plan.Shards {
-		want, err := plan.Execute(ctx, sh)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tabHash[i] != want.Hash {
-			t.Errorf("shard %d: the tab's result %s, natively %s", i, tabHash[i], want.Hash)
-		}
-	}
-	js, err := p.node.fsm.machine().Job(plan.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyOf := func(peer string) (string, bool) {
-		m, ok := p.fed.Member(peer)
-		return m.PublicKey.String(), ok
-	}
-	for _, sh := range js.Shards {
-		if sh.State != "verified" || len(sh.Agreeing) != 2 || !containsPeer(sh.Agreeing, st.Peer) || !containsPeer(sh.Agreeing, "w1") {
-			t.Fatalf("shard %d: %s, agreeing %v (want the tab %s and w1)", sh.Index, sh.State, sh.Agreeing, st.Peer)
-		}
-	}
-	credited := 0
-	for _, r := range p.node.fsm.machine().Receipts(0) {
-		if r.Job != plan.ID {
-			continue
-		}
-		if err := r.VerifySignatures(keyOf); err != nil {
-			t.Errorf("receipt %d: %v", r.Seq, err)
-		}
-		if containsPeer(r.Peers, st.Peer) {
-			credited++
-		}
-	}
-	if credited != len(plan.Shards) {
-		t.Errorf("%d receipts credit the tab's key, want %d", credited, len(plan.Shards))
+	if pair == nil || pair.DirectBytes == 0 {
+		t.Errorf("the node's pair stats for browser/%s: %+v, want the shards' bytes on a direct data channel", st.Peer, pair)
 	}
 	stopNative()
 	t.Logf("Monte Carlo verified: %v", time.Since(began).Round(time.Millisecond))
@@ -253,7 +288,7 @@ func TestVolunteerPageInChromium(t *testing.T) {
 		t.Helper()
 		waitUntil(t, what, 30*time.Second, func() bool {
 			s := state()
-			return s.State == want && s.Why == why && s.Workers == 0 && s.Held == 0 && s.Releases > releasesBefore && volLeases() == 0
+			return s.State == want && s.Why == why && s.Workers == 0 && s.Held == 0 && s.Releases > releasesBefore && !s.DataPlane && volLeases() == 0
 		})
 	}
 	holding := func(what string) int {
@@ -308,7 +343,43 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if back := peerNow(); back != st.Peer {
 		t.Fatalf("the imported key is peer %q, want %q", back, st.Peer)
 	}
-	// 3. A confidential input is refused at admission: no page sees it.
+
+	// 3. When the data plane's module cannot load (blocked here; a node
+	// serving none alike), the page falls back to the volunteer API over
+	// HTTPS for the shards' bytes: reloaded (the key kept in the tab's
+	// session), it runs the second job beside a native worker, and its
+	// results verify by exact match as before.
+	if _, err := chromedp.Call(ctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := chromedp.Call(ctx, network.SetBlockedURLs, network.SetBlockedURLsParams{URLPatterns: []*network.BlockPattern{{URLPattern: "*://*:*/p2p/browser/*", Block: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the reloaded page to load its worker", time.Minute, func() bool {
+		ready, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(window.scellisVolunteer && window.scellisVolunteer.ready)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ready
+	})
+	if s := state(); s.Note == "" || s.Path != dataplane.PathHTTPS {
+		t.Fatalf("with the data plane blocked the page says path %q, note %q: want https and why", s.Path, s.Note)
+	}
+	stopNative = p.startWorkers(1, 20*time.Millisecond)
+	if err := chromedp.Do(ctx, chromedp.Click("#start")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.waitDone(ctx, slow.ID); err != nil {
+		t.Fatalf("the second job with the tab over HTTPS and a native worker: %v (page: %+v)", err, state())
+	}
+	verified(slow, dataplane.PathHTTPS)
+	stopNative()
+	t.Logf("HTTPS fallback verified: %v", time.Since(began).Round(time.Millisecond))
+
+	// 4. A confidential input is refused at admission: no page sees it.
 	conf, err := p.compile(ctx, p.writeJob(map[string]string{
 		"data.csv": "a,x\n1,0\n2,1\n",
 		"job.yaml": "name: secret\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 10, chunks: 1}}\nreducer: {use: mean, params: {weight: samples}}\ninputs: {d: {path: data.csv, label: x, class: confidential}}\n",

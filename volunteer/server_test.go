@@ -229,6 +229,24 @@ func TestJoinAndWorkRefusals(t *testing.T) {
 		t.Fatalf("report: %+v", rep)
 	}
 
+	// A result stored with the data plane comes as its ref: only one of
+	// the two forms, and only a ref whose blob is here.
+	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", sess.Token, LeaseRequest{Max: 1}, &lr), "", "lease")
+	if len(lr.Grants) != 1 || lr.Grants[0].Shard != 1 {
+		t.Fatalf("grants: %+v", lr)
+	}
+	byRef := ResultRequest{Job: job, Shard: 1, ResultRef: content.Hash(result), Result: rr.Result, Sig: sign(1)}
+	wantCode(call(t, srv, "POST", "/volunteer/v1/results", sess.Token, byRef, nil), diag.VolunteerBadRequest, "both result and result_ref")
+	byRef.Result = ""
+	byRef.ResultRef = content.Hash([]byte("never stored"))
+	wantCode(call(t, srv, "POST", "/volunteer/v1/results", sess.Token, byRef, nil), diag.BlobMissing, "result_ref of a blob not stored")
+	be.PutBlob(context.Background(), result) // as the tab's putBlob does
+	byRef.ResultRef = content.Hash(result)
+	wantCode(call(t, srv, "POST", "/volunteer/v1/results", sess.Token, byRef, &rep), "", "result by ref")
+	if rep.Peer != sess.Peer || rep.Result != content.Hash(result) || rep.Shard != 1 {
+		t.Fatalf("report by ref: %+v", rep)
+	}
+
 	// A flood from one address: the burst (6) is spent by now.
 	var code diag.Code
 	for range 10 {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -222,8 +223,21 @@ func (s *Server) bundleOf(ctx context.Context, js coordinator.JobStatus) (*bundl
 	return b, nil
 }
 
+// ShardRefs is the form=refs answer of GET /volunteer/v1/shard: the
+// blobs a tab fetches over its data plane (getBlob, which hash-checks
+// them) to build the shard's job.ShardRequest itself — the bundle and
+// the content sources the catalog does not have built in. The request
+// the tab builds from them is the one the bytes form would have sent.
+type ShardRefs struct {
+	Job     content.Ref   `json:"job"`
+	Shard   int           `json:"shard"`
+	Bundle  content.Ref   `json:"bundle"`
+	Sources []content.Ref `json:"sources"`
+}
+
 // shard answers GET /volunteer/v1/shard?job=…&shard=…: the shard's
-// job.ShardRequest in canonical encoding, for a shard the volunteer holds.
+// job.ShardRequest in canonical encoding, for a shard the volunteer
+// holds; with form=refs, the refs of its blobs instead (ShardRefs).
 func (s *Server) shard(w http.ResponseWriter, r *http.Request, ss *session) {
 	id, err := content.ParseRef(r.URL.Query().Get("job"))
 	idx, err2 := strconv.Atoi(r.URL.Query().Get("shard"))
@@ -244,6 +258,20 @@ func (s *Server) shard(w http.ResponseWriter, r *http.Request, ss *session) {
 	if b.inputs {
 		writeDiag(w, http.StatusUnprocessableEntity, diag.New(diag.VolunteerUnrunnable, "job "+id.Short(), "job %s reads input tables, which a browser tab has no folder to hold", js.Name).
 			WithHelp("the page hands the lease back; native workers run this job"))
+		return
+	}
+	switch form := r.URL.Query().Get("form"); form {
+	case "":
+	case "refs":
+		refs := ShardRefs{Job: id, Shard: idx, Bundle: js.Bundle, Sources: []content.Ref{}}
+		for ref := range b.sources {
+			refs.Sources = append(refs.Sources, ref)
+		}
+		slices.Sort(refs.Sources)
+		writeJSON(w, http.StatusOK, refs)
+		return
+	default:
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.VolunteerBadRequest, "form", "form=%q: want refs, or no form for the request's bytes", clip(form)))
 		return
 	}
 	raw, err := content.Encode(job.ShardRequest{Bundle: b.bundle, Sources: b.sources, Job: id, Shard: idx})
@@ -269,13 +297,17 @@ func (s *Server) release(w http.ResponseWriter, r *http.Request, ss *session) {
 	w.Write(out)
 }
 
-// ResultRequest delivers a shard's result bytes and the volunteer's
-// signature of its statement (coordinator.StatementOf).
+// ResultRequest delivers a shard's result and the volunteer's signature
+// of its statement (coordinator.StatementOf). The result comes either as
+// its bytes (Result) or, when the tab stored them with its data plane
+// (putBlob, over a data channel or /blobs/), as their ref (ResultRef):
+// exactly one of the two.
 type ResultRequest struct {
-	Job    content.Ref `json:"job"`
-	Shard  int         `json:"shard"`
-	Result string      `json:"result"` // base64 (standard) of the canonical result bytes
-	Sig    string      `json:"sig"`    // base64 (standard)
+	Job       content.Ref `json:"job"`
+	Shard     int         `json:"shard"`
+	Result    string      `json:"result,omitempty"`     // base64 (standard) of the canonical result bytes
+	ResultRef content.Ref `json:"result_ref,omitempty"` // the ref of the result blob the tab stored on this node
+	Sig       string      `json:"sig"`                  // base64 (standard)
 }
 
 // result takes a result from the tab and delivers it as a native worker
@@ -290,6 +322,11 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, ss *session) {
 	if !decode(w, r, &req) {
 		return
 	}
+	if (req.Result == "") == (req.ResultRef == "") {
+		writeDiag(w, http.StatusBadRequest, diag.New(diag.VolunteerBadRequest, "results", "a result comes as its bytes (result) or as the ref of the blob stored with the data plane (result_ref): exactly one").
+			WithHelp("the volunteer page sends these requests by itself; reload it"))
+		return
+	}
 	data, err1 := base64.StdEncoding.DecodeString(req.Result)
 	sig, err2 := base64.StdEncoding.DecodeString(req.Sig)
 	if err := errors.Join(err1, err2); err != nil || len(data) > maxResultBytes {
@@ -302,6 +339,18 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, ss *session) {
 		return
 	}
 	ctx := r.Context()
+	if req.ResultRef != "" {
+		// The tab stored the bytes with its data plane: they must be
+		// here (or on a peer) and hash to the ref, or nothing is
+		// committed.
+		var err error
+		data, err = s.stored(ctx, req.ResultRef)
+		if err != nil {
+			writeDiag(w, http.StatusConflict, diag.New(diag.BlobMissing, "result_ref", "the result %s: %v", clip(string(req.ResultRef)), err).
+				WithHelp("store the result with the data plane's putBlob first (it answers with the ref), or send its bytes as result"))
+			return
+		}
+	}
 	hash := content.Hash(data)
 	rep := coordinator.ReportResult{Peer: ss.peer, Job: req.Job, Shard: req.Shard, Result: hash, Key: ss.key, Sig: sig}
 	direct := !s.opt.CommitReveal || js.Policy.Replicas == 1
@@ -344,4 +393,23 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, ss *session) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(out)
+}
+
+// stored returns the bytes of a result blob a tab stored, checked
+// against ref and against the result bound.
+func (s *Server) stored(ctx context.Context, ref content.Ref) ([]byte, error) {
+	if _, err := content.ParseRef(string(ref)); err != nil {
+		return nil, err
+	}
+	data, err := s.be.Blob(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("not stored on this node: %w", err)
+	}
+	if got := content.Hash(data); got != ref {
+		return nil, fmt.Errorf("the stored bytes hash to %s", got.Short())
+	}
+	if len(data) > maxResultBytes {
+		return nil, fmt.Errorf("%d bytes, more than a result's %d", len(data), maxResultBytes)
+	}
+	return data, nil
 }

@@ -17,6 +17,13 @@
 // Promise of {result: Uint8Array, hash: "sha256:…"}, the shard's canonical
 // result bytes and their hash, and rejects with the error's text.
 //
+// scellisShardRequest(bundle, sources, job, shard) builds that request
+// from its parts — the bundle's bytes, an object of content sources by
+// ref, the job ID and the shard index — as the volunteer API's shard
+// endpoint encodes it, so a tab that fetched the blobs over its data
+// plane runs the very request the node would have sent. It returns the
+// Uint8Array, or {error}.
+//
 // For the volunteer page (package volunteer) it also defines the tab's
 // identity functions, so the page does no crypto in JavaScript:
 // scellisVolunteerKey(seed?) makes (or restores) an Ed25519 key from
@@ -44,6 +51,7 @@ import (
 
 func main() {
 	js.Global().Set("scellisRunShard", js.FuncOf(runShard))
+	js.Global().Set("scellisShardRequest", js.FuncOf(shardRequest))
 	js.Global().Set("scellisVolunteerKey", js.FuncOf(volunteerKey))
 	js.Global().Set("scellisSolveJoin", js.FuncOf(solveJoin))
 	js.Global().Set("scellisSignResult", js.FuncOf(signResult))
@@ -90,4 +98,35 @@ func execute(raw []byte) (*job.Result, error) {
 	// refused rather than written anywhere.
 	req.CacheDir = ""
 	return req.Execute(context.Background())
+}
+
+// shardRequest(bundle, sources, job, shard) → the job.ShardRequest in
+// canonical encoding (a Uint8Array), or {error}. The sources' refs and
+// the bundle are checked again when the request runs (ShardRequest.Execute
+// re-hashes them), so nothing here trusts what the page passes.
+func shardRequest(_ js.Value, args []js.Value) any {
+	fail := func(msg string) any { return map[string]any{"error": msg} }
+	if len(args) != 4 || args[0].Type() != js.TypeObject || args[1].Type() != js.TypeObject ||
+		args[2].Type() != js.TypeString || args[3].Type() != js.TypeNumber {
+		return fail("scellisShardRequest takes (bundle Uint8Array, sources {ref: Uint8Array}, job, shard)")
+	}
+	id, err := content.ParseRef(args[2].String())
+	if err != nil {
+		return fail(err.Error())
+	}
+	req := job.ShardRequest{Bundle: bytesOf(args[0]), Sources: map[content.Ref][]byte{}, Job: id, Shard: args[3].Int()}
+	keys := js.Global().Get("Object").Call("keys", args[1])
+	for i := range keys.Length() {
+		k := keys.Index(i).String()
+		ref, err := content.ParseRef(k)
+		if err != nil {
+			return fail(err.Error())
+		}
+		req.Sources[ref] = bytesOf(args[1].Get(k))
+	}
+	raw, err := content.Encode(req)
+	if err != nil {
+		return fail(err.Error())
+	}
+	return toJS(raw)
 }

@@ -1,9 +1,12 @@
 // The volunteer page's controller: identity (an Ed25519 key made and used
 // inside the Go WebAssembly module, never in JavaScript), join, and one
-// lease → fetch → compute → sign → report loop per Web Worker. Stop, a
-// hidden tab and a battery under the floor all do the same at once:
-// terminate the workers (the running shards die with them), abort the
-// pending requests and hand every lease back.
+// lease → fetch → compute → sign → report loop per Web Worker. A shard's
+// bytes go over the node's data plane (transport.js: a WebRTC data
+// channel, else HTTPS) when its module loads, over the volunteer API
+// otherwise. Stop, a hidden tab and a battery under the floor all do the
+// same at once: terminate the workers (the running shards die with
+// them), abort the pending requests, close the data plane and hand every
+// lease back.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -12,7 +15,8 @@ const IDLE_MS = 1000;   // wait between lease requests when nothing is leasable
 const RETRY_MS = 2000;  // wait after a failed request
 
 const V = {
-  transport: new window.ScellisTransport.HTTPSTransport(""),
+  transport: new window.ScellisTransport.HTTPSTransport(""), // replaced in boot when the data plane loads
+  transportNote: "",   // why the data plane is not used, when it is not
   module: null,        // the compiled WebAssembly module, shared with workers
   key: null,           // {public, seed, peer}
   session: null,       // {token, peer, expires}
@@ -38,6 +42,9 @@ function show() {
   $("done").textContent = V.done.length;
   $("held").textContent = V.held.size;
   $("peer").textContent = V.key ? V.key.peer : "(no key yet)";
+  const path = V.transport.path;
+  $("path").textContent = path === "https" ? "HTTPS" : path ? "a " + path + " WebRTC data channel" : "(nothing moved yet)";
+  $("path-note").textContent = V.transportNote ? "(the data plane did not load: " + V.transportNote + ")" : "";
   $("start").disabled = V.state !== "stopped";
   $("stop").disabled = V.state === "stopped";
 }
@@ -52,6 +59,11 @@ async function boot() {
   V.module = await WebAssembly.compileStreaming(fetch("scellis.wasm"));
   const inst = await WebAssembly.instantiate(V.module, go.importObject);
   go.run(inst); // defines the scellis* functions and serves calls
+  // window.scellisDataPlaneOptions (connectTimeoutMs, ice) may be set
+  // before this script runs, e.g. by a test on a busy machine.
+  const t = await window.ScellisTransport.load("", window.scellisDataPlaneOptions);
+  V.transport = t.transport;
+  V.transportNote = t.why;
   const saved = sessionStorage.getItem("scellis-volunteer-seed");
   setKey(saved ? unb64(saved) : null);
   try {
@@ -146,6 +158,7 @@ function halt(state, why) {
   V.workers = [];
   for (const a of V.aborts) a.abort();
   V.aborts.clear();
+  V.transport.close();
   const had = V.held.size;
   V.held.clear();
   if (V.session) {
@@ -209,7 +222,7 @@ async function loop(gen, w) {
         try {
           await V.transport.report(V.session.token, {job: g.job, shard: g.shard, result: r.result, sig: s.sig}, abort.signal);
         } finally { V.aborts.delete(abort); }
-        V.done.push({job: g.job, shard: g.shard, hash: r.hash});
+        V.done.push({job: g.job, shard: g.shard, hash: r.hash, path: V.transport.path});
       } catch (e) {
         if (gen !== V.gen) return;
         fail(e);
