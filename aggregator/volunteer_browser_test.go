@@ -113,12 +113,18 @@ const readState = `(() => { const V = window.scellisVolunteer; return {state: V.
 // a Monte Carlo job beside a native worker: each shard needs both, so
 // every shard is verified by exact match of the tab's result with the
 // native one, and the test checks those hashes against its own native
-// execution too. Then, on a second job with no native worker (so the
-// tab holds its lease through the reveal window): hiding the tab, Stop
-// (two clicks) and a battery below the floor each end the page's loops
-// and hand its lease back at once. A job with a confidential input never
-// reaches the page (admission, SC4002). About 15-30 s on two busy cores,
-// most of it the GOOS=js build (cached by go build after the first).
+// execution too; the tab moves those shards' bytes (bundle in, result
+// out by ref) over a direct WebRTC data channel to the node on loopback,
+// as the page and the node's pair counters say. Then, on a second job
+// with no native worker (so the tab holds its lease through the reveal
+// window): hiding the tab, Stop (two clicks) and a battery below the
+// floor each end the page's loops, close its data plane and hand its
+// lease back at once. With the data plane's module blocked, the reloaded
+// page falls back to HTTPS and its results of that second job, beside a
+// native worker again, verify by exact match too (about 3 s of the
+// total). A job with a confidential input never reaches the page
+// (admission, SC4002). About 15-30 s on two busy cores, most of it the
+// GOOS=js build (cached by go build after the first).
 func TestVolunteerPageInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the wasm worker and drives a browser")
