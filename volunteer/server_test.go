@@ -213,8 +213,8 @@ func TestJoinAndWorkRefusals(t *testing.T) {
 	}
 	var p Project
 	wantCode(call(t, srv, "GET", "/volunteer/v1/project", "", nil, &p), "", "project")
-	if len(p.Jobs) != 1 || p.Jobs[0].ID != job {
-		t.Fatalf("the page lists %+v, want only the job without inputs", p.Jobs)
+	if len(p.Jobs) != 1 || p.Jobs[0].ID != job || p.MaxLeases != 1 {
+		t.Fatalf("the page lists %+v (max leases %d), want only the job without inputs and the cap 1", p.Jobs, p.MaxLeases)
 	}
 	// MaxLeases 1: holding shard 0, the tab gets no second shard (SC7510).
 	wantCode(call(t, srv, "POST", "/volunteer/v1/lease", sess.Token, LeaseRequest{Max: 1}, nil), diag.VolunteerLeaseCap, "lease past the cap")

@@ -1,6 +1,7 @@
 package volunteer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
@@ -33,6 +34,9 @@ type Project struct {
 	Regime trust.Regime `json:"regime"`
 	Open   bool         `json:"open"`
 	Jobs   []ProjectJob `json:"jobs"`
+	// MaxLeases is how many shards one tab may hold at once: the page
+	// runs at most that many Web Workers (more would be refused, SC7510).
+	MaxLeases int `json:"max_leases"`
 	// Rules say what runs and what it may not do.
 	Rules []string `json:"rules"`
 }
@@ -55,7 +59,8 @@ var Rules = []string{
 }
 
 func (s *Server) project(w http.ResponseWriter, r *http.Request) {
-	p := Project{Pool: s.opt.Pool, Regime: s.be.Regime(), Open: s.be.Regime() == trust.Open, Jobs: []ProjectJob{}, Rules: Rules}
+	p := Project{Pool: s.opt.Pool, Regime: s.be.Regime(), Open: s.be.Regime() == trust.Open, Jobs: []ProjectJob{}, Rules: Rules,
+		MaxLeases: cmp.Or(s.opt.MaxLeases, coordinator.DefaultVolunteerLeases)}
 	if p.Open {
 		for _, j := range s.be.Jobs() {
 			if j.State != coordinator.JobRunning || j.Regime != trust.Open || j.Run != "" || j.ReadsInputs {

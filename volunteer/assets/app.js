@@ -28,6 +28,7 @@ const V = {
   held: new Map(),     // "job/shard" → grant
   done: [],            // [{job, shard, hash}]
   leaseRequests: 0,
+  maxLeases: 0,        // the node's cap on one tab's leases (project.max_leases)
   errors: [],
   battery: null,
 };
@@ -68,6 +69,7 @@ async function boot() {
   setKey(saved ? unb64(saved) : null);
   try {
     const p = await V.transport.project();
+    V.maxLeases = p.max_leases || 64; // the node refuses more leases at once (SC7510)
     $("pool").textContent = p.pool || "a Scellis pool";
     $("regime").textContent = p.open ? "An open pool: public inputs only." : "This pool is " + p.regime + ": it takes no browser volunteers.";
     const body = $("jobs").querySelector("tbody");
@@ -79,7 +81,7 @@ async function boot() {
     $("nojobs").hidden = p.jobs.length > 0;
     for (const r of p.rules) { const li = document.createElement("li"); li.textContent = r; $("rules").appendChild(li); }
   } catch (e) { fail(e); }
-  $("workers").max = Math.max(1, navigator.hardwareConcurrency || 1);
+  $("workers").max = Math.max(1, Math.min(navigator.hardwareConcurrency || 1, V.maxLeases || 64));
   if (navigator.getBattery) {
     try {
       V.battery = await navigator.getBattery();
@@ -170,7 +172,7 @@ function halt(state, why) {
 function run() {
   V.state = "running"; V.why = "";
   const gen = ++V.gen;
-  const n = Math.max(1, Math.min(Number($("workers").value) || 1, 64));
+  const n = Math.max(1, Math.min(Number($("workers").value) || 1, V.maxLeases || 64));
   for (let i = 0; i < n; i++) {
     const w = new Worker("worker.js");
     w.postMessage({module: V.module});
