@@ -98,36 +98,11 @@ func TestLeasePollsBoundedPerMember(t *testing.T) {
 	for range 4 {
 		go poll(held)
 	}
-	// Probe until the node refuses: a probe that gets in before the four
-	// held polls do is itself held, until its own short deadline gives its
-	// place back.
-	deadline := time.Now().Add(2 * time.Minute) // hang detector only
-	for {
-		ctx, stop := context.WithTimeout(t.Context(), time.Second)
-		status, code := poll(ctx)
-		stop()
-		if status == http.StatusTooManyRequests {
-			if code != diag.PoolBusy {
-				t.Fatalf("refused with %s, want %s", code, diag.PoolBusy)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("a fifth held lease poll was never refused")
-		}
+	waitUntil(t, "four held lease polls", 2*time.Minute, func() bool { return p.node.api.Held("w1") == 4 })
+	if status, code := poll(t.Context()); status != http.StatusTooManyRequests || code != diag.PoolBusy {
+		t.Fatalf("a fifth lease poll: %d %s, want 429 %s", status, code, diag.PoolBusy)
 	}
 	cancel()
-	// The places come back: a poll is answered (held, then let go by its
-	// own deadline) rather than refused.
-	for {
-		ctx, stop := context.WithTimeout(t.Context(), 500*time.Millisecond)
-		status, _ := poll(ctx)
-		stop()
-		if status != http.StatusTooManyRequests {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the member's places never came back")
-		}
-	}
+	// The places come back when the polls end.
+	waitUntil(t, "the held polls to end", 2*time.Minute, func() bool { return p.node.api.Held("w1") == 0 })
 }

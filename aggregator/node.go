@@ -38,6 +38,8 @@ import (
 type Node struct {
 	Self identity.Member
 
+	api *api.Server // the control plane this node serves
+
 	id      *identity.Identity
 	fed     *identity.Federation
 	raft    *consensus.Node
@@ -315,6 +317,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer, MaxHold: n.siloLease() / 2,
 		Changes: n.changes, Voters: n.voters,
 	}
+	n.api = srv
 	var control http.Handler = srv.Handler()
 	if opt.WrapAPI != nil {
 		control = opt.WrapAPI(control)

@@ -51,3 +51,10 @@ func (h *holds) enter(w http.ResponseWriter, kind, member string, max int) (func
 		}
 	}, true
 }
+
+// Held is how many lease long polls member holds open on this node now.
+func (s *Server) Held(member string) int {
+	s.holds.mu.Lock()
+	defer s.holds.mu.Unlock()
+	return s.holds.n[placeKey{"lease", member}]
+}
