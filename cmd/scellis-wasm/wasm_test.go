@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +44,18 @@ window.runB64 = async (b64) => {
   } catch (e) {
     return {error: String(e)};
   }
+};
+// buildB64 builds a shard request from its parts, as the volunteer
+// page does with blobs it fetched over its data plane.
+window.buildB64 = (bundle, sources, job, shard) => {
+  const dec = (b64) => Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const src = {};
+  for (const k of Object.keys(sources)) src[k] = dec(sources[k]);
+  const r = scellisShardRequest(dec(bundle), src, job, shard);
+  if (r.error) return "error: " + r.error;
+  let s = "";
+  for (const b of r) s += String.fromCharCode(b);
+  return btoa(s);
 };
 // benchB64 runs one request k times in a row and gives the milliseconds
 // (the benchmark's timing, not the content's: content has no clock).
@@ -255,6 +268,32 @@ params: {n: 24, seed: 1}
 			}
 		}
 		t.Logf("%s: %d shards byte-identical in the tab and natively", name, len(p.Shards))
+	}
+
+	// A request the tab builds from its parts (scellisShardRequest, for
+	// blobs it fetched over the data plane) is byte for byte the one the
+	// volunteer API's shard endpoint sends: with no content source (a
+	// builtin program) and with one (a program of the job's own).
+	own := compile(t, "name: own\nprogram: ./p.star\npartitioner: {use: range, params: {start: 0, count: 2, chunks: 2}}\nreducer: concat\n",
+		"p.star", "def run(params, inputs):\n    return [1]\n")
+	for _, p := range []*job.Plan{jobs["montecarlo"], own} {
+		bundle, err := content.Encode(p.Bundle())
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs, _ := p.Blobs()
+		sources := map[string]string{}
+		for ref, b := range blobs {
+			sources[string(ref)] = base64.StdEncoding.EncodeToString(b)
+		}
+		js, _ := json.Marshal(sources)
+		got, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf("buildB64(%q, %s, %q, 1)", base64.StdEncoding.EncodeToString(bundle), js, p.ID)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := request(t, p, 1); got != want {
+			t.Errorf("%s: the request built in the tab (%d sources) differs from the endpoint's: %.80s…, want %.80s…", p.Spec.Name, len(sources), got, want)
+		}
 	}
 
 	// The same step budget: a job whose limit is too low for its shard
