@@ -21,7 +21,7 @@ import (
 // The volunteer page (package volunteer) is served by a node on its own
 // address when volunteer_listen is set, over TLS with the certificate the
 // Studio gives browsers. Its work goes through this node: commands
-// through Raft (so a follower's page says SC7508 until it leads), blobs
+// through Raft (a follower forwards them to the leader: POST /v1/forward), blobs
 // through the node's store, replicated to a majority before a report.
 
 type volunteerBackend struct{ n *Node }
@@ -29,7 +29,14 @@ type volunteerBackend struct{ n *Node }
 var _ volunteer.Backend = volunteerBackend{}
 
 func (b volunteerBackend) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied, error) {
-	return b.n.Apply(ctx, cmd)
+	res, err := b.n.Apply(ctx, cmd)
+	var nl *api.NotLeaderError
+	if errors.As(err, &nl) && nl.URL != "" && b.n.peerClient != nil {
+		// A follower's page: the leader applies the volunteer's command
+		// (api.Server.forward), so every node's page works.
+		return b.n.peerClient.Forward(ctx, cmd)
+	}
+	return res, err
 }
 func (b volunteerBackend) Regime() trust.Regime          { return b.n.fsm.machine().Regime() }
 func (b volunteerBackend) Jobs() []coordinator.JobStatus { return b.n.fsm.machine().Jobs() }
