@@ -75,6 +75,7 @@ func parseChargeLines(t *testing.T, out string) []chargeLine {
 // ledger never exceeds the budget, both made progress, and every charge a
 // process reported is in the verified ledger exactly once.
 func TestLedgerTwoProcessesRace(t *testing.T) {
+	t.Parallel() // its own processes and directories
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	path := initLedger(ctx, t, "1")
@@ -153,6 +154,7 @@ func rdpOf(s *dp.Snapshot, dataset string) []float64 {
 // always verifies, every charge the process reported (it reports only after
 // fsync) is still there, and the next process charges normally.
 func TestLedgerKill9DuringCharges(t *testing.T) {
+	t.Parallel() // its own processes and directories
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	path := initLedger(ctx, t, "1e6")

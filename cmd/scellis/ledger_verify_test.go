@@ -102,6 +102,7 @@ func TestLedgerVerifyExitCodes(t *testing.T) {
 // 2 with SC5014 at that entry's byte offset, and the next `ledger charge`
 // refuses; restored, the ledger's spent ε is what it was.
 func TestLedgerLengthFlipsRefuseCharges(t *testing.T) {
+	t.Parallel() // its own processes and directories
 	if testing.Short() {
 		t.Skip("runs the binary 24 times")
 	}

@@ -411,6 +411,7 @@ func TestClusterSIGTERMLeaderHandsOver(t *testing.T) {
 // With no aggregator running, the commands a person types fail with SC7103
 // naming every node, instead of retrying silently for minutes.
 func TestCLIFailsWhenNoAggregatorAnswers(t *testing.T) {
+	t.Parallel() // its own processes and directories
 	if testing.Short() {
 		t.Skip("multi-process test")
 	}
