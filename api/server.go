@@ -194,6 +194,14 @@ func (s *Server) now() int64 {
 
 // decode reads a bounded JSON body, refusing unknown fields.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	return DecodeJSON(w, r, v, diag.PoolBadRequest, "control-plane requests carry hashes, not data; upload bytes to the blob endpoint")
+}
+
+// DecodeJSON reads one JSON value from r's body (bounded by the caller's
+// http.MaxBytesReader) into v, refusing unknown fields and trailing data.
+// On failure it writes the refusal — code, with help — and returns false:
+// 413 for a body over its bound, 400 otherwise.
+func DecodeJSON(w http.ResponseWriter, r *http.Request, v any, code diag.Code, help string) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -202,12 +210,11 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 		if errors.As(err, &mbe) {
 			status = http.StatusRequestEntityTooLarge
 		}
-		writeDiag(w, status, diag.New(diag.PoolBadRequest, r.URL.Path, "malformed request body: %v", err).
-			WithHelp("control-plane requests carry hashes, not data; upload bytes to the blob endpoint"))
+		writeDiag(w, status, diag.New(code, r.URL.Path, "malformed request body: %v", err).WithHelp("%s", help))
 		return false
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, r.URL.Path, "trailing data after the JSON body"))
+		writeDiag(w, http.StatusBadRequest, diag.New(code, r.URL.Path, "trailing data after the JSON body"))
 		return false
 	}
 	return true

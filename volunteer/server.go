@@ -17,7 +17,6 @@ import (
 	"crypto/rand"
 	"embed"
 	"encoding/json"
-	"errors"
 	"io/fs"
 	"log/slog"
 	"net/http"
@@ -235,21 +234,10 @@ func siblingExec(wasm string) string {
 	return "wasm_exec.js"
 }
 
-// decode reads a bounded JSON body, refusing unknown fields.
+// decode reads a bounded JSON body, refusing unknown fields and trailing
+// data (api.DecodeJSON).
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		status := http.StatusBadRequest
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			status = http.StatusRequestEntityTooLarge
-		}
-		writeDiag(w, status, diag.New(diag.VolunteerBadRequest, r.URL.Path, "malformed request body: %v", err).
-			WithHelp("the volunteer page sends these requests by itself; reload it"))
-		return false
-	}
-	return true
+	return api.DecodeJSON(w, r, v, diag.VolunteerBadRequest, "the volunteer page sends these requests by itself; reload it")
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
