@@ -181,21 +181,8 @@ func (s *Server) reportBatch(w http.ResponseWriter, r *http.Request) {
 	out := make([]BatchItem, len(req.Reports))
 	var ok []int // items that passed the checks made before any log entry
 	for i, it := range req.Reports {
-		subject := itemSubject("reports", i, it.Job, it.Shard)
-		if !content.IsRef(string(it.Result)) {
-			out[i] = refusedItem(diag.New(diag.PoolBadRequest, subject, "result %.80q is not a ref", it.Result).
-				WithHelp("report the sha256 ref of the result bytes uploaded to the blob endpoint"))
-			continue
-		}
-		if err := s.knownJob(it.Job); err != nil {
-			if ds, isDiag := diag.As(err); isDiag {
-				out[i] = BatchItem{Refusal: named(ds, subject)}
-				continue
-			}
-		}
-		// An early reveal is answered from the replica, as by report.
-		if open, revealAt := s.Read.RevealOpen(it.Job, it.Shard, now); !open {
-			out[i] = refusedItem(coordinator.RevealEarly(subject, it.Shard, revealAt))
+		if ds, _ := s.reportRefusal(it, itemSubject("reports", i, it.Job, it.Shard), now); ds != nil {
+			out[i] = BatchItem{Refusal: named(ds, itemSubject("reports", i, it.Job, it.Shard))}
 			continue
 		}
 		ok = append(ok, i)

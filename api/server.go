@@ -467,24 +467,8 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &req) {
 		return
 	}
-	// A malformed ref is refused here, not mistaken for a blob to wait for.
-	if !content.IsRef(string(req.Result)) {
-		writeDiag(w, http.StatusBadRequest, diag.New(diag.PoolBadRequest, "results", "result %q is not a ref", req.Result).
-			WithHelp("report the sha256 ref of the result bytes uploaded to the blob endpoint"))
-		return
-	}
-	// An unknown job is refused as such (404), before any wait for bytes.
-	if err := s.knownJob(req.Job); err != nil {
-		if ds, ok := diag.As(err); ok {
-			writeDiags(w, http.StatusNotFound, ds)
-			return
-		}
-	}
-	// An early reveal is answered from the replica, without a log entry:
-	// the worker waits and reveals again.
-	now := s.now()
-	if open, at := s.Read.RevealOpen(req.Job, req.Shard, now); !open {
-		writeDiag(w, http.StatusConflict, coordinator.RevealEarly(fmt.Sprintf("job %s shard %d", req.Job.Short(), req.Shard), req.Shard, at))
+	if ds, status := s.reportRefusal(req, fmt.Sprintf("job %s shard %d", req.Job.Short(), req.Shard), s.now()); ds != nil {
+		writeDiags(w, status, ds)
 		return
 	}
 	if s.Durable != nil {
@@ -499,6 +483,27 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	peer := peerOf(r)
 	s.apply(w, r, coordinator.ReportResult{Peer: peer.Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Nonce: req.Nonce,
 		Key: peer.PublicKey.String(), Sig: req.Sig, Now: s.now()})
+}
+
+// reportRefusal is what refuses a report before any log entry and before
+// any wait for its bytes, with its HTTP status: a result that is not a ref
+// (400; not mistaken for a blob to wait for), an unknown job (404), a
+// reveal before the shard's reveal is open (409, answered from the
+// replica: the worker waits and reveals again). Nil: go on.
+func (s *Server) reportRefusal(rep ResultReport, subject string, now int64) (diag.List, int) {
+	if !content.IsRef(string(rep.Result)) {
+		return diag.List{diag.New(diag.PoolBadRequest, subject, "result %.80q is not a ref", rep.Result).
+			WithHelp("report the sha256 ref of the result bytes uploaded to the blob endpoint")}, http.StatusBadRequest
+	}
+	if err := s.knownJob(rep.Job); err != nil {
+		if ds, ok := diag.As(err); ok {
+			return ds, http.StatusNotFound
+		}
+	}
+	if open, at := s.Read.RevealOpen(rep.Job, rep.Shard, now); !open {
+		return diag.List{coordinator.RevealEarly(subject, rep.Shard, at)}, http.StatusConflict
+	}
+	return nil, 0
 }
 
 // knownJob returns nil when the pool holds job id, else why not. A
