@@ -9,7 +9,7 @@ var (
 	VolunteerNoSession    = define("SC7505", "volunteer request without a live session: no token, an unknown or expired one")
 	VolunteerBadRequest   = define("SC7506", "malformed volunteer request")
 	VolunteerFull         = define("SC7507", "the node holds as many volunteer sessions as it allows")
-	VolunteerNotLeader    = define("SC7508", "this node is not the pool's leader, so it cannot lease to volunteers now")
+	VolunteerNotLeader    = define("SC7508", "no leader this node can reach, so it cannot lease to volunteers now")
 	VolunteerUnrunnable   = define("SC7509", "a leased job cannot run in a browser: it reads input tables")
 	VolunteerLeaseCap     = define("SC7510", "a volunteer asked for more shards while holding as many leases as it may at once")
 )

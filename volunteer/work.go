@@ -95,7 +95,7 @@ func (s *Server) apply(w http.ResponseWriter, r *http.Request, cmd coordinator.C
 		var nl *api.NotLeaderError
 		if errors.As(err, &nl) {
 			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.VolunteerNotLeader, "pool", "%v", err).
-				WithHelp("open the volunteer page of the leader (scellis aggregator status names it); the page retries here meanwhile"))
+				WithHelp("the pool has no leader this node can reach (an election, or this node is cut off); the page retries"))
 			return nil, false
 		}
 		if ds, ok := diag.As(err); ok {
