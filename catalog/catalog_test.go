@@ -43,6 +43,7 @@ func TestParseDeducesKind(t *testing.T) {
 		{"def partition(params):\n    return []\n", Partitioner},
 		{"def reduce(results, params):\n    return 1\n", Reducer},
 		{"def client_step(model, data, state):\n    return model\ndef server_step(model, updates, state):\n    return model\n", Strategy},
+		{"def topology(members, params):\n    return {}\n", Topology},
 		{"def helper(x):\n    return x\n", Library},
 		{"X = 1\n", Library},
 		{"def run(params, inputs, *rest):\n    return 1\n", Program},
@@ -109,6 +110,7 @@ func TestParseRefusals(t *testing.T) {
 		{"half strategy", "s.star", "def client_step(m):\n    pass\n", diag.MissingFunction, 0, 0},
 		{"cost alone", "c.star", "def cost(params):\n    return 1\n", diag.MissingFunction, 1, 1},
 		{"arity", "a.star", "def run(params):\n    return 1\n", diag.MissingFunction, 1, 1},
+		{"topology arity", "t.star", "def topology(members):\n    return {}\n", diag.MissingFunction, 1, 1},
 		{"bad name", "my prog.star", "X = 1\n", diag.InvalidValue, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ const (
 	Partitioner Kind = "partitioner" // defines partition(params)
 	Reducer     Kind = "reducer"     // defines reduce(results, params)
 	Strategy    Kind = "strategy"    // defines client_step and server_step, optionally init and evaluate
+	Topology    Kind = "topology"    // defines topology(members, params): the pool's tree of coordinator clusters
 	Library     Kind = "library"     // defines helpers only, for load()
 )
 
@@ -101,6 +102,9 @@ var roles = []role{
 	// loaded to run, not here: parsing stays as permissive as it was.
 	{"client_step", Strategy, -1, "client_step(...)"},
 	{"server_step", Strategy, -1, "server_step(...)"},
+	// A topology lays the pool out: which coordinator cluster leads which
+	// members (package topology validates what it returns).
+	{"topology", Topology, 2, "topology(members, params)"},
 }
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
@@ -186,7 +190,7 @@ func (e *Entry) deduceKind(defs map[string]*syntax.DefStmt) error {
 	if len(kinds) > 1 {
 		return diag.New(diag.ContentKind, e.Name, "defines %s: one file must have one kind", strings.Join(found, ", ")).
 			At(e.Path, 0, 0).
-			WithHelp("a program defines run (and optionally cost), a partitioner partition, a reducer reduce, a strategy client_step and server_step; move the others to their own files")
+			WithHelp("a program defines run (and optionally cost), a partitioner partition, a reducer reduce, a strategy client_step and server_step, a topology topology; move the others to their own files")
 	}
 	switch {
 	case len(kinds) == 0:
@@ -212,6 +216,8 @@ func (e *Entry) deduceKind(defs map[string]*syntax.DefStmt) error {
 		e.Kind = Partitioner
 	case kinds[Reducer]:
 		e.Kind = Reducer
+	case kinds[Topology]:
+		e.Kind = Topology
 	}
 	return diags.Err()
 }

@@ -33,7 +33,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatal("entry does not carry its source and ref")
 		}
 		switch e.Kind {
-		case Program, Partitioner, Reducer, Strategy, Library:
+		case Program, Partitioner, Reducer, Strategy, Topology, Library:
 		default:
 			t.Fatalf("kind %q", e.Kind)
 		}

@@ -30,6 +30,7 @@ var (
 	NativeArgument    = define("SC2014", "bad argument to a native function")
 	ContentCancelled  = define("SC2015", "content execution cancelled")
 	ShardBudgetLimits = define("SC2016", "result exceeds size limits")
+	TopologyInvalid   = define("SC2017", "topology plan is not a tree of coordinator clusters placing every member once")
 )
 
 // Data files (SC3xxx).

@@ -66,6 +66,13 @@ type Member struct {
 	// RaftAddress is the host:port of an aggregator's Raft transport;
 	// optional, and only aggregators may have one.
 	RaftAddress string
+	// Region is where the member runs, as the operator names it (for
+	// example eu-west); optional. A topology may group members by it.
+	Region string
+	// Capacity is the member's relative capacity in units the operator
+	// chooses (cores, GPUs, records): optional, 0 when not given, else 1 to
+	// 10^9. A topology may weigh members by it; nothing else reads it.
+	Capacity int64
 	// Pos is where the member's entry starts in the federation file.
 	Pos diag.Position
 }
@@ -94,7 +101,7 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 var (
 	topKeys    = []string{"federation", "regime", "members"}
-	memberKeys = []string{"name", "role", "public_key", "address", "raft_address"}
+	memberKeys = []string{"name", "role", "public_key", "address", "raft_address", "region", "capacity"}
 )
 
 // LoadFederation reads and parses a federation file (see ParseFederation).
@@ -292,8 +299,21 @@ func (v *validator) member(n *yaml.Node, i int) (Member, bool) {
 			d.Errorf(an, diag.MemberAddress, subject, "remove it: only aggregators take part in Raft", "a %s has no Raft address", m.Role)
 		}
 	}
+	if rn := f["region"]; rn != nil {
+		m.Region = d.Str(rn, "region")
+		if rn.Tag == "!!str" && !namePattern.MatchString(m.Region) {
+			d.Errorf(rn, diag.InvalidValue, subject, "use 1 to 63 lower-case letters, digits, '.', '_' or '-', starting with a letter or digit (for example eu-west)", "%q is not a valid region", m.Region)
+		}
+	}
+	if cn := f["capacity"]; cn != nil {
+		m.Capacity = d.Integer(cn, "capacity", 1, maxCapacity)
+	}
 	return m, len(d.Diags) == before
 }
+
+// maxCapacity bounds a member's capacity so that a topology can sum the
+// capacities of 10^5 members without overflow in any unit.
+const maxCapacity = 1_000_000_000
 
 // checkKey reports a key already listed for another member, comparing in
 // constant time.

@@ -221,3 +221,61 @@ func TestParseFederationPeople(t *testing.T) {
 		t.Fatalf("a person with an address: %v", err)
 	}
 }
+
+// region and capacity are optional attributes a topology reads; a bad value
+// is reported at its line:col with the other problems.
+func TestParseFederationRegionCapacity(t *testing.T) {
+	k := keys(4)
+	src := fmt.Sprintf(`federation: st-mary
+regime: consortium
+members:
+  - name: agg-1
+    role: aggregator
+    public_key: %s
+    address: 127.0.0.1:7401
+    region: eu-west
+  - name: h-a
+    role: silo
+    public_key: %s
+    region: us-east
+    capacity: 8
+  - name: h-b
+    role: silo
+    public_key: %s
+`, k[0], k[1], k[2])
+	fed, err := ParseFederation("fed.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := fed.Members; m[0].Region != "eu-west" || m[0].Capacity != 0 || m[1].Region != "us-east" || m[1].Capacity != 8 || m[2].Region != "" {
+		t.Fatalf("members %+v", m)
+	}
+	bad := fmt.Sprintf(`federation: st-mary
+regime: consortium
+members:
+  - name: agg-1
+    role: aggregator
+    public_key: %s
+    address: 127.0.0.1:7401
+    region: EU West
+    capacity: 0
+  - name: h-a
+    role: silo
+    public_key: %s
+    region: 3
+    capacity: many
+`, k[0], k[1])
+	_, err = ParseFederation("fed.yaml", []byte(bad))
+	ds, ok := diag.As(err)
+	if !ok {
+		t.Fatalf("no diagnostics: %v", err)
+	}
+	var got []string
+	for _, d := range ds {
+		got = append(got, fmt.Sprintf("%d:%d %s", d.Pos.Line, d.Pos.Col, d.Code))
+	}
+	want := "8:13 SC1005\n9:15 SC1005\n13:13 SC1003\n14:15 SC1003"
+	if strings.Join(got, "\n") != want {
+		t.Fatalf("got\n%s\nwant\n%s\n\n%v", strings.Join(got, "\n"), want, err)
+	}
+}

@@ -316,7 +316,7 @@ func (p *Plan) partition(ctx context.Context) error {
 	list, ok := out.([]any)
 	if !ok {
 		return p.Spec.at(diag.New(diag.ContentShape, "partitioner "+p.Partitioner.Name,
-			"partition returned %s, want a list of dicts (one per shard)", describe(out)), "partitioner").
+			"partition returned %s, want a list of dicts (one per shard)", script.Describe(out)), "partitioner").
 			WithHelp("return a list such as [{\"lr\": 0.1}, {\"lr\": 0.01}]")
 	}
 	if len(list) == 0 {
@@ -330,7 +330,7 @@ func (p *Plan) partition(ctx context.Context) error {
 		params, ok := v.(map[string]any)
 		if !ok {
 			return p.Spec.at(diag.New(diag.ContentShape, "partitioner "+p.Partitioner.Name,
-				"shard %d is %s, want a dict of parameters", i, describe(v)), "partitioner")
+				"shard %d is %s, want a dict of parameters", i, script.Describe(v)), "partitioner")
 		}
 		id, err := content.HashOf(canonicalShard{p.ID, i, params})
 		if err != nil {
@@ -345,7 +345,7 @@ func (p *Plan) partition(ctx context.Context) error {
 			n, ok := c.(int64)
 			if !ok || n < 0 {
 				return diag.New(diag.ContentShape, "program "+p.Program.Name,
-					"cost returned %s for shard %d, want a non-negative int of work units", describe(c), i)
+					"cost returned %s for shard %d, want a non-negative int of work units", script.Describe(c), i)
 			}
 			sh.Cost = n
 		}
@@ -373,26 +373,6 @@ func (p *Plan) shardParams(sh Shard) map[string]any {
 		m[k] = v
 	}
 	return m
-}
-
-func describe(v any) string {
-	switch v.(type) {
-	case nil:
-		return "None"
-	case map[string]any:
-		return "a dict"
-	case []any:
-		return "a list"
-	case string:
-		return "a string"
-	case int64:
-		return "an int"
-	case float64:
-		return "a float"
-	case bool:
-		return "a bool"
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 // AdmissionRequest describes the plan for trust.Admit.

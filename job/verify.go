@@ -108,7 +108,7 @@ func (p *Plan) Compare(ctx context.Context, sh Shard, a, b *Result) (verify.Comp
 		}
 	}
 	return verify.Comparison{}, diag.New(diag.ContentShape, "program "+p.Program.Name,
-		"compare returned %s, want a bool or check.within's dict", describe(out))
+		"compare returned %s, want a bool or check.within's dict", script.Describe(out))
 }
 
 // CheckProduct runs the program's verify(params, inputs, result, k) on one
@@ -135,7 +135,7 @@ func (p *Plan) CheckProduct(ctx context.Context, sh Shard, res *Result, rnd io.R
 		}
 	}
 	return false, diag.New(diag.ContentShape, "program "+p.Program.Name,
-		"verify returned %s, want a bool or check.freivalds's dict", describe(out))
+		"verify returned %s, want a bool or check.freivalds's dict", script.Describe(out))
 }
 
 func callCheck(ctx context.Context, p *Plan, env script.Env, fn string, args ...any) (any, error) {

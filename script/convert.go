@@ -183,6 +183,28 @@ func reflectToStarlark(rv reflect.Value, depth int) (starlark.Value, error) {
 // canonical decoder accepts), is diag.ShardBudgetLimits.
 func fromStarlarkValue(v starlark.Value) (any, error) { return fromStarlark(v, "result", 0) }
 
+// Describe names the type of a value Call returned, for diagnostics that
+// say what content gave instead of what it should: "a dict", "an int".
+func Describe(v any) string {
+	switch v.(type) {
+	case nil:
+		return "None"
+	case map[string]any:
+		return "a dict"
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case int64:
+		return "an int"
+	case float64:
+		return "a float"
+	case bool:
+		return "a bool"
+	}
+	return fmt.Sprintf("%T", v)
+}
+
 func fromStarlark(v starlark.Value, path string, depth int) (any, error) {
 	if depth > maxDepth {
 		return nil, diag.New(diag.ContentShape, "", "a value nested deeper than %d levels at %s (does a list contain itself?)", maxDepth, path)
