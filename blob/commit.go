@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Group commit. A blob is durable once its bytes are fsync'd, it is renamed
+// Group commit. A file blob is durable once its bytes are fsync'd, it is renamed
 // to its ref's name, and that name's folder is fsync'd (without the last
 // step a crash can lose the rename). Done blob by blob that is two fsyncs
 // in a row per blob, and fsyncs, not bytes, bound a pool of trivial shards.
@@ -17,12 +17,17 @@ import (
 // pays what it paid before; concurrent Puts share two fsync waits per
 // round. A blob becomes visible under its name only after its bytes are
 // durable, so a crash never leaves a named file with partial bytes; it
-// may leave .put-* temporaries, which no reader looks at.
+// may leave .put-* temporaries, which no reader looks at. Small blobs
+// skip the files altogether: a round appends them to a pack with one
+// write and one fsync (pack.go).
 
-// staged is one written blob waiting for a commit round.
+// staged is one written blob waiting for a commit round: a temporary
+// file, or (f nil) a small blob's bytes bound for the pack (pack.go).
 type staged struct {
 	f    *os.File // the temporary file, still open
-	path string   // its final name
+	data []byte   // the bytes of a packed blob
+	sum  [32]byte // their sha256
+	path string   // its final name (or, packed, the name it would have)
 	err  error
 	done chan struct{}
 }
@@ -51,7 +56,7 @@ func (s *Store) commit(st *staged) error {
 		round := s.queue
 		s.queue = nil
 		s.mu.Unlock()
-		commitRound(round)
+		s.commitRound(round)
 		s.mu.Lock()
 		s.rounds++
 		for _, r := range round {
@@ -73,10 +78,31 @@ func (s *Store) committingPath(path string) *staged {
 	return s.pending[path]
 }
 
-// commitRound makes every blob of round durable under its name: fsync the
-// files, rename them into place, fsync each folder once. A blob whose step
-// fails gets the error and its temporary file removed.
-func commitRound(round []*staged) {
+// commitRound makes every blob of round durable: the packed ones by one
+// append and fsync of the pack, beside the files' steps.
+func (s *Store) commitRound(round []*staged) {
+	var files, packed []*staged
+	for _, st := range round {
+		if st.f == nil {
+			packed = append(packed, st)
+		} else {
+			files = append(files, st)
+		}
+	}
+	var wg sync.WaitGroup
+	if len(packed) > 0 {
+		wg.Go(func() { s.appendRound(packed) })
+	}
+	if len(files) > 0 {
+		commitFiles(files)
+	}
+	wg.Wait()
+}
+
+// commitFiles makes every file blob of round durable under its name: fsync
+// the files, rename them into place, fsync each folder once. A blob whose
+// step fails gets the error and its temporary file removed.
+func commitFiles(round []*staged) {
 	each(len(round), func(i int) {
 		st := round[i]
 		st.err = st.f.Sync()

@@ -112,18 +112,32 @@ func temporaries(t *testing.T, dir string) []string {
 }
 
 // BenchmarkPut: blobs of a shard result's size stored by 1, 4 and 16
-// concurrent writers, each Put durable when it returns. "vs-serial" is the
-// rate against one writer in the same run: what group commit gains when
-// uploads arrive together (before it, every blob paid two fsyncs alone).
+// concurrent writers, each Put durable when it returns, as files of their
+// own (files: group commit only) and in packs. "vs-serial" is the rate
+// against one writer of files in the same run: what group commit and
+// packs gain (before both, every blob paid two fsyncs and a file
+// creation alone); "vs-files" is packs against files for as many writers.
 //
 //	go test -run '^$' -bench Put -benchtime 200x ./blob/
 func BenchmarkPut(b *testing.B) {
 	var serial float64
-	for _, writers := range []int{1, 4, 16} {
-		b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+	files := map[int]float64{}
+	for _, c := range []struct {
+		writers int
+		packed  bool
+	}{{1, false}, {4, false}, {16, false}, {1, true}, {4, true}, {16, true}} {
+		writers := c.writers
+		name := fmt.Sprintf("files/writers=%d", writers)
+		if c.packed {
+			name = fmt.Sprintf("packed/writers=%d", writers)
+		}
+		b.Run(name, func(b *testing.B) {
 			s, err := Open(b.TempDir(), 0)
 			if err != nil {
 				b.Fatal(err)
+			}
+			if !c.packed {
+				s.packMax = -1
 			}
 			var next sync.WaitGroup
 			work := make(chan int)
@@ -147,10 +161,15 @@ func BenchmarkPut(b *testing.B) {
 			rate := float64(b.N) / b.Elapsed().Seconds()
 			b.ReportMetric(rate, "blobs/s")
 			b.ReportMetric(float64(b.N)/float64(max(s.rounds, 1)), "blobs/round")
-			if writers == 1 {
+			if writers == 1 && !c.packed {
 				serial = rate
 			} else if serial > 0 {
 				b.ReportMetric(rate/serial, "vs-serial")
+			}
+			if !c.packed {
+				files[writers] = rate
+			} else if files[writers] > 0 {
+				b.ReportMetric(rate/files[writers], "vs-files")
 			}
 		})
 	}

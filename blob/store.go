@@ -29,10 +29,12 @@ var ErrHashMismatch = errors.New("blob: bytes do not match their ref")
 // ErrTooLarge is returned by Put when a blob exceeds the store's limit.
 var ErrTooLarge = errors.New("blob: too large")
 
-// Store keeps blobs as files named by their hash, written atomically.
+// Store keeps blobs in packs (small ones, pack.go) or as files named by
+// their hash, written atomically.
 type Store struct {
 	dir     string
 	maxSize int64
+	packMax int64 // blobs up to this size are packed: PackThreshold (benchmarks: -1)
 
 	mu         sync.Mutex
 	queue      []*staged          // written, waiting for the next commit round
@@ -42,6 +44,15 @@ type Store struct {
 	// made holds the fan-out folders known to exist, so a Put skips the
 	// mkdir system call (folders are never removed).
 	made sync.Map
+
+	// Packs (pack.go): pmu guards the index and the open packs; the
+	// writer (w, wp, woff) belongs to the committer.
+	pmu   sync.Mutex
+	index map[[32]byte]packLoc // nil until first used
+	packs map[string]*packFile // by path
+	w     *os.File             // this store's pack being appended to
+	wp    *packFile
+	woff  int64
 }
 
 // DefaultMaxSize bounds one blob (a shard result or a model).
@@ -55,7 +66,7 @@ func Open(dir string, maxSize int64) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Store{dir: dir, maxSize: maxSize}, nil
+	return &Store{dir: dir, maxSize: maxSize, packMax: PackThreshold}, nil
 }
 
 func (s *Store) path(ref content.Ref) (string, error) {
@@ -85,10 +96,27 @@ func (s *Store) Put(want content.Ref, r io.Reader) error {
 			return err
 		}
 	}
-	if _, err := os.Stat(p); err == nil {
+	sum, _ := refSum(want)
+	if s.stored(sum, p) {
 		_, err = io.Copy(io.Discard, io.LimitReader(r, s.maxSize+1))
 		return err
 	}
+	// A small blob goes to a pack: read it whole first.
+	lim := min(s.packMax, s.maxSize)
+	head, err := io.ReadAll(io.LimitReader(r, max(lim, 0)+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(head)) <= lim {
+		if sha256.Sum256(head) != sum {
+			return ErrHashMismatch
+		}
+		return s.commit(&staged{data: head, sum: sum, path: p})
+	}
+	if int64(len(head)) > s.maxSize {
+		return ErrTooLarge
+	}
+	r = io.MultiReader(bytes.NewReader(head), r)
 	dir := filepath.Dir(p)
 	if _, ok := s.made.Load(dir); !ok {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -144,14 +172,52 @@ func (s *Store) PutBatch(bs [][]byte) ([]content.Ref, error) {
 	return refs, errors.Join(errs...)
 }
 
+// refSum returns the sha256 a ref names.
+func refSum(ref content.Ref) ([32]byte, bool) {
+	var sum [32]byte
+	b, err := hex.DecodeString(strings.TrimPrefix(string(ref), "sha256:"))
+	if err != nil || len(b) != len(sum) {
+		return sum, false
+	}
+	copy(sum[:], b)
+	return sum, true
+}
+
+// stored reports whether the blob is in a pack or its file (without
+// looking for packs written by others since the last scan).
+func (s *Store) stored(sum [32]byte, path string) bool {
+	if _, ok := s.packed(sum, false); ok {
+		return true
+	}
+	_, err := os.Stat(path)
+	return err == nil
+}
+
 // Get returns the bytes stored under ref.
 func (s *Store) Get(ref content.Ref) ([]byte, error) {
 	p, err := s.path(ref)
 	if err != nil {
 		return nil, err
 	}
+	sum, _ := refSum(ref)
+	corrupt := false
+	if l, ok := s.packed(sum, false); ok {
+		if b, ok := readPacked(l, sum); ok {
+			return b, nil
+		}
+		corrupt = true // a file copy may still be good
+	}
 	b, err := os.ReadFile(p)
 	if errors.Is(err, os.ErrNotExist) {
+		if l, ok := s.packed(sum, true); ok && !corrupt {
+			if b, ok := readPacked(l, sum); ok {
+				return b, nil
+			}
+			corrupt = true
+		}
+		if corrupt {
+			return nil, fmt.Errorf("blob: %s is corrupt on disk", ref.Short())
+		}
 		return nil, ErrNotFound
 	}
 	if err != nil {
@@ -170,6 +236,10 @@ func (s *Store) Has(ref content.Ref) bool {
 	if err != nil {
 		return false
 	}
-	_, err = os.Stat(p)
-	return err == nil
+	sum, _ := refSum(ref)
+	if s.stored(sum, p) {
+		return true
+	}
+	_, ok := s.packed(sum, true)
+	return ok
 }

@@ -42,11 +42,16 @@ func TestPutGet(t *testing.T) {
 	}
 }
 
+// TestCorruptOnDiskNotServed: a file blob (above PackThreshold) changed on
+// disk is refused, not served. (Packed blobs: pack_test.go.)
 func TestCorruptOnDiskNotServed(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := Open(dir, 0)
-	ref, _ := s.PutBytes([]byte("result"))
+	ref, _ := s.PutBytes(bytes.Repeat([]byte("result"), PackThreshold))
 	p, _ := s.path(ref)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("a large blob is not in its own file: %v", err)
+	}
 	os.WriteFile(p, []byte("tampered"), 0o600)
 	if _, err := s.Get(ref); err == nil {
 		t.Fatal("corrupt blob served")
