@@ -19,4 +19,5 @@ var (
 	SecAggInconsistent   = define("SC6015", "reconstructed secret does not match its commitment")
 	SecAggParamsMismatch = define("SC6016", "round parameters differ between sites")
 	SecAggAborted        = define("SC6017", "client already aborted the round")
+	SecAggEquivocation   = define("SC6018", "aggregator's survivor set fails the consistency check")
 )

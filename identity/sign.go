@@ -30,6 +30,10 @@ const (
 	PurposeLedgerEntry Purpose = "scellis/ledger-entry/v1"
 	// PurposeSecaggAdvert signs a secure-aggregation key advertisement.
 	PurposeSecaggAdvert Purpose = "scellis/secagg-advert/v1"
+	// PurposeSecaggSurvivors signs a secure-aggregation survivor set: a
+	// site's statement, in the consistency round, of which sites it was
+	// told sent their masked input (and which dropped out).
+	PurposeSecaggSurvivors Purpose = "scellis/secagg-survivors/v1"
 	// PurposeHEAdvert signs a threshold-he round's key advert and
 	// public-key share (package secagg/he).
 	PurposeHEAdvert Purpose = "scellis/he-advert/v1"

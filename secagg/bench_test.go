@@ -296,6 +296,9 @@ func benchServer(b *testing.B, n, d, drops, ring int) *Server {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if req, err = consistency(s, bc.clients, req); err != nil {
+		b.Fatal(err)
+	}
 	for _, id := range req.Survivors {
 		u, err := bc.clients[id].Unmask(req)
 		if err != nil {

@@ -19,13 +19,16 @@ import (
 // Client is one site's side of a secure aggregation round. It is driven by
 // the messages the server relays, one method per phase, in order:
 //
-//	Advertise → ShareKeys(KeySet) → MaskInput(ShareDelivery, x) → Unmask(UnmaskRequest)
+//	Advertise → ShareKeys(KeySet) → MaskInput(ShareDelivery, x)
+//	  → SignSurvivors(UnmaskRequest) → Unmask(UnmaskRequest with signatures)
 //
 // A message of another round, or one that arrives in the wrong phase, is
 // refused and changes nothing. A message that breaks the protocol (a bad
 // signature, a duplicated advert, a request for both secrets of one site,
-// too few sites left) aborts the client: it refuses every later call and
-// never reveals anything more. A Client answers at most one unmask request.
+// too few sites left, an unmask request whose signatures do not show
+// enough sites signing the set this client signed) aborts the client: it
+// refuses every later call and never reveals anything more. A Client signs
+// at most one survivor set and answers at most one unmask request.
 // A Client is not safe for concurrent use.
 type Client struct {
 	r        *round
@@ -42,6 +45,11 @@ type Client struct {
 	seed    []byte            // b_u
 	held    map[string]heldShares
 	u2      []string
+	// The survivor set this client signed (sorted), its statement, and
+	// each named site's role (true: survivor).
+	signedSurv, signedDrop []string
+	statement              []byte
+	named                  map[string]bool
 	// minSurvivors is the fewest sites whose inputs the client lets the
 	// sum hold (RequireSurvivors); the round's floor max(3, t) applies too.
 	minSurvivors int
@@ -58,11 +66,12 @@ const (
 	clientAdvertised
 	clientShared
 	clientMasked
+	clientSigned
 	clientDone
 	clientAborted
 )
 
-var clientStateNames = [...]string{"new", "advertised", "shared", "masked", "done", "aborted"}
+var clientStateNames = [...]string{"new", "advertised", "shared", "masked", "signed", "done", "aborted"}
 
 func (s clientState) String() string { return clientStateNames[s] }
 
@@ -149,6 +158,7 @@ func (c *Client) wipe() {
 		clear(h.key)
 	}
 	c.seed, c.pairs, c.boxKeys, c.held, c.encKey, c.maskKey = nil, nil, nil, nil, nil, nil
+	c.named = nil
 }
 
 // Advertise starts the round: it draws the client's two X25519 key pairs
@@ -560,39 +570,57 @@ func (c *Client) open(b Box) (heldShares, error) {
 	return heldShares{seed: p.Seed, key: p.Key}, nil
 }
 
-// Unmask answers the server's unmask request: for every survivor it returns
-// this client's share of that survivor's self-mask seed, and for every
-// dropped client its share of that client's mask key. It refuses, and
-// aborts, if a site is named both survivor and dropped (both of its secrets
-// would let the server unmask its input), if the lists do not match the
-// clients that shared keys, or if fewer than three or fewer than the
-// threshold survive. A client answers one unmask request per round.
-func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
+// SignSurvivors is the consistency round: it checks the server's survivor
+// set (the unsigned UnmaskRequest) and returns this client's signature
+// over it. It refuses, and aborts, if a site is named both survivor and
+// dropped (both of its secrets would let the server unmask its input), if
+// the lists do not match the clients that shared keys, if this client is
+// named dropped, or if fewer than three or fewer than the threshold (or
+// than RequireSurvivors) survive. A client signs one survivor set per
+// round: it reveals shares later only for the set it signed.
+func (c *Client) SignSurvivors(req *UnmaskRequest) (*SurvivorSig, error) {
 	if req == nil {
-		return nil, malformed("unmask request", "no message")
+		return nil, malformed("survivor set", "no message")
 	}
-	if err := c.enter("unmask request", clientMasked, req.Round); err != nil {
+	if err := c.enter("survivor set", clientMasked, req.Round); err != nil {
 		return nil, err
 	}
 	if err := req.validate(); err != nil {
 		return nil, c.fail(err)
 	}
+	if len(req.Signatures) != 0 {
+		return nil, c.fail(malformed("survivor set", "the set to sign already carries %d signatures", len(req.Signatures)))
+	}
+	named, err := c.checkSet(req)
+	if err != nil {
+		return nil, c.fail(err)
+	}
+	c.named = named
+	c.signedSurv, c.signedDrop = sortedCopy(req.Survivors), sortedCopy(req.Dropped)
+	c.statement = survivorStatement(c.r, req.Survivors, req.Dropped)
+	c.state = clientSigned
+	return &SurvivorSig{Round: c.r.id, From: c.id, Sig: signSurvivors(c.identity, c.statement)}, nil
+}
+
+// checkSet applies the checks of a survivor set that need no signature and
+// returns each named site's role (true: survivor).
+func (c *Client) checkSet(req *UnmaskRequest) (map[string]bool, error) {
 	named := make(map[string]bool, len(req.Survivors)+len(req.Dropped))
 	for _, v := range req.Survivors {
 		if named[v] {
-			return nil, c.fail(diag.New(diag.SecAggDuplicate, c.subject(), "unmask request names survivor %q twice", v).
-				WithHelp("the server is faulty"))
+			return nil, diag.New(diag.SecAggDuplicate, c.subject(), "unmask request names survivor %q twice", v).
+				WithHelp("the server is faulty")
 		}
 		named[v] = true
 	}
 	for _, v := range req.Dropped {
 		if named[v] {
 			if slices.Contains(req.Survivors, v) {
-				return nil, c.fail(diag.New(diag.SecAggBothSecrets, c.subject(), "unmask request names %q both as survivor and as dropped", v).
-					WithHelp("revealing both the self-mask seed and the mask key of one site would expose its input; the round is aborted"))
+				return nil, diag.New(diag.SecAggBothSecrets, c.subject(), "unmask request names %q both as survivor and as dropped", v).
+					WithHelp("revealing both the self-mask seed and the mask key of one site would expose its input; the round is aborted")
 			}
-			return nil, c.fail(diag.New(diag.SecAggDuplicate, c.subject(), "unmask request names dropped client %q twice", v).
-				WithHelp("the server is faulty"))
+			return nil, diag.New(diag.SecAggDuplicate, c.subject(), "unmask request names dropped client %q twice", v).
+				WithHelp("the server is faulty")
 		}
 		named[v] = false
 	}
@@ -600,29 +628,54 @@ func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
 		_, held := c.held[v]
 		_, advertised := c.u1[v]
 		if !held && (c.r.neighbour(c.id, v) || !advertised) {
-			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names %q, which did not share keys with this client", v).
-				WithHelp("survivors and dropped clients must come from the clients that shared keys"))
+			return nil, diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names %q, which did not share keys with this client", v).
+				WithHelp("survivors and dropped clients must come from the clients that shared keys")
 		}
 	}
 	for _, v := range c.u2 {
 		if _, ok := named[v]; !ok {
-			return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request leaves out %q", v).
-				WithHelp("every client that shared keys is either a survivor or dropped"))
+			return nil, diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request leaves out %q", v).
+				WithHelp("every client that shared keys is either a survivor or dropped")
 		}
 	}
 	if !named[c.id] {
-		return nil, c.fail(diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names this client as dropped, but it sent its masked input").
-			WithHelp("the server is faulty"))
+		return nil, diag.New(diag.SecAggUnknownSite, c.subject(), "unmask request names this client as dropped, but it sent its masked input").
+			WithHelp("the server is faulty")
 	}
 	if err := c.checkSurvivors("unmasking", len(req.Survivors)); err != nil {
+		return nil, err
+	}
+	return named, nil
+}
+
+// Unmask answers the server's unmask request — the survivor set this
+// client signed, with the signatures the server collected — with, for
+// every survivor, this client's share of that survivor's self-mask seed,
+// and for every dropped client its share of that client's mask key. Before
+// revealing anything it checks the consistency proof (checkSignatures):
+// the same set as it signed, signers among the survivors, every signature
+// it relies on valid under the signer's identity key, and enough of them.
+// On any mismatch it aborts with SC6018 and reveals nothing. A client
+// answers one unmask request per round.
+func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
+	if req == nil {
+		return nil, malformed("unmask request", "no message")
+	}
+	if err := c.enter("unmask request", clientSigned, req.Round); err != nil {
+		return nil, err
+	}
+	if err := req.validate(); err != nil {
+		return nil, c.fail(err)
+	}
+	if err := c.checkSignatures(req); err != nil {
 		return nil, c.fail(err)
 	}
 	out := &Unmasking{Round: c.r.id, From: c.id}
-	for _, v := range sortedKeys(named) {
+	for _, v := range sortedKeys(c.named) {
 		if _, held := c.held[v]; !held {
 			continue // not a neighbour: this client holds nothing of it
 		}
-		if named[v] {
+		if c.named[v] {
 			out.Seeds = append(out.Seeds, Share{Of: v, Value: slices.Clone(c.held[v].seed)})
 		} else {
 			out.Keys = append(out.Keys, Share{Of: v, Value: slices.Clone(c.held[v].key)})
@@ -631,6 +684,92 @@ func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
 	c.state = clientDone
 	c.wipe()
 	return out, nil
+}
+
+// checkSignatures is the client's side of the consistency check: the
+// request names exactly the set this client signed; every signer is a
+// survivor of that set, listed once; and for every site whose share this
+// client reveals, at least the sharing threshold of that site's holders
+// (pairwise: t of all members; SecAgg+: st of the site and its
+// neighbours) signed the set, each signature checked under the signer's
+// identity key. Honest sites sign one set per round, so a server that
+// showed different sites different sets cannot show t signatures for two
+// sets unless corrupt sites sign both (docs/secagg.md, "The consistency
+// round", has the bound). Under SecAgg+ only the signatures of those
+// holders are verified — at most 2k+1 sites on the Harary graph — so the
+// cost does not grow with n; the others are only counted.
+func (c *Client) checkSignatures(req *UnmaskRequest) error {
+	bad := func(format string, args ...any) error {
+		return diag.New(diag.SecAggEquivocation, c.subject(), format, args...).
+			WithHelp("the aggregator showed this site another survivor set than the others signed, or relayed forged, replayed or too few signatures; this site revealed nothing — the round ends without a result; check the aggregator before running it again")
+	}
+	if !slices.Equal(sortedCopy(req.Survivors), c.signedSurv) || !slices.Equal(sortedCopy(req.Dropped), c.signedDrop) {
+		return bad("the unmask request names other survivors or dropped sites than the set this site signed")
+	}
+	if len(req.Signatures) < c.r.floor {
+		return diag.New(diag.SecAggBelowThreshold, c.subject(), "the unmask request carries %d signatures of the survivor set; at least %d sites must sign it", len(req.Signatures), c.r.floor).
+			WithHelp("too few survivors signed the set (they dropped out, or the aggregator withheld their signatures); this site revealed nothing — the round ends without a result")
+	}
+	// The holders whose signatures count: of every site whose share this
+	// client reveals (itself included, for its own seed).
+	need := map[string]bool{}
+	for _, v := range sortedKeys(c.held) {
+		if _, ok := c.named[v]; ok {
+			for h := range c.r.holderX[v] {
+				need[h] = true
+			}
+		}
+	}
+	valid := make(map[string]bool, len(req.Signatures))
+	seen := make(map[string]bool, len(req.Signatures))
+	for _, sg := range req.Signatures {
+		if seen[sg.Of] {
+			return bad("the unmask request lists two signatures of %q", sg.Of)
+		}
+		seen[sg.Of] = true
+		if !c.named[sg.Of] {
+			return bad("the unmask request carries a signature of %q, which is not a survivor of the set", sg.Of)
+		}
+		if !need[sg.Of] {
+			continue
+		}
+		if !verifySurvivors(c.r.members[sg.Of], c.statement, sg.Sig) {
+			return bad("the signature of %q does not verify over the survivor set this site signed (forged, made for another set, or replayed from another round)", sg.Of)
+		}
+		valid[sg.Of] = true
+	}
+	if !valid[c.id] {
+		return bad("the unmask request does not carry this site's own signature of the set")
+	}
+	for _, v := range sortedKeys(c.held) {
+		if _, ok := c.named[v]; !ok {
+			continue
+		}
+		if have := countSigners(c.r, v, func(h string) bool { return valid[h] }); have < c.r.st {
+			return tooFewSigners(c.subject(), v, have, c.r.st)
+		}
+	}
+	return nil
+}
+
+// countSigners counts the holders of v's shares that signed.
+func countSigners(r *round, v string, signed func(string) bool) int {
+	n := 0
+	for h := range r.holderX[v] {
+		if signed(h) {
+			n++
+		}
+	}
+	return n
+}
+
+// tooFewSigners is the refusal when fewer than the sharing threshold of
+// v's holders signed the survivor set: the server could not rebuild v's
+// secret from them, and a site that revealed its share anyway would rely
+// on a set that too few of v's holders vouch for.
+func tooFewSigners(subject, v string, have, st int) error {
+	return diag.New(diag.SecAggBelowThreshold, subject, "%d holders of the shares of %q signed the survivor set; it is shared %d-of-neighbourhood", have, v, st).
+		WithHelp("too many of its holders dropped out before signing (or the aggregator withheld their signatures); the round ends without a result and no share is revealed — run it again")
 }
 
 // agree is X25519 between our private key and a peer's advertised key.

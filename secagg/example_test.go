@@ -64,9 +64,17 @@ func Example() {
 		must(err)
 		must(server.AddMaskedInput(m))
 	}
-	req, err := server.EndMask()
+	set, err := server.EndMask()
 	must(err)
-	// 4. Unmask.
+	// 4. Sign the survivor set (the consistency round).
+	for _, id := range set.Survivors {
+		sig, err := clients[id].SignSurvivors(set)
+		must(err)
+		must(server.AddSignature(sig))
+	}
+	req, err := server.EndConsistency()
+	must(err)
+	// 5. Unmask, once the signatures show every survivor saw the same set.
 	for _, id := range req.Survivors {
 		u, err := clients[id].Unmask(req)
 		must(err)

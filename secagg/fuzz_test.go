@@ -21,6 +21,7 @@ var parsers = []struct {
 	{"masked", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseMaskedInput(b) }},
 	{"request", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseUnmaskRequest(b) }},
 	{"unmasking", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseUnmasking(b) }},
+	{"survivorsig", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseSurvivorSig(b) }},
 }
 
 // roundMessages runs a small round with a dropout and returns the encoding
@@ -62,6 +63,16 @@ func roundMessages(t testing.TB) map[int][][]byte {
 		add(4, m)
 	}
 	req, _ := h.server.EndMask()
+	add(5, req)
+	for _, id := range req.Survivors {
+		sig, err := h.clients[id].SignSurvivors(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.server.AddSignature(sig)
+		add(7, sig)
+	}
+	req, _ = h.server.EndConsistency()
 	add(5, req)
 	for _, id := range req.Survivors {
 		u, err := h.clients[id].Unmask(req)

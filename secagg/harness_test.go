@@ -303,6 +303,8 @@ func (h *harness) unmask() bool {
 	}
 	h.req = req
 	h.printf("unmask request: survivors %s; dropped %s\n", list(req.Survivors), list(req.Dropped))
+	// The consistency round: every survivor still taking part signs the
+	// set it was shown; the server hands the signatures back with the set.
 	for _, id := range req.Survivors {
 		if !h.takesPart(id, stepUnmask) {
 			continue
@@ -311,6 +313,35 @@ func (h *harness) unmask() bool {
 		if v, ok := h.evil["both"]; ok {
 			in = &UnmaskRequest{Round: req.Round, Survivors: req.Survivors, Dropped: append(slices.Clone(req.Dropped), v)}
 		}
+		if h.wire {
+			in = viaWire(h, false, in, ParseUnmaskRequest)
+		}
+		sig, err := h.clients[id].SignSurvivors(in)
+		if err != nil {
+			h.clientErr(id, err)
+			continue
+		}
+		if h.wire {
+			sig = viaWire(h, true, sig, ParseSurvivorSig)
+		}
+		if err := h.server.AddSignature(sig); err != nil {
+			h.serverErr("refuses the survivor signature of "+id, err)
+		}
+	}
+	if missing := h.server.Missing(); len(missing) > 0 {
+		h.printf("server waits for signatures of: %s\n", list(missing))
+	}
+	signed, err := h.server.EndConsistency()
+	if err != nil {
+		h.serverErr("ends the consistency round", err)
+		return false
+	}
+	for _, sg := range signed.Signatures {
+		id := sg.Of
+		if !h.takesPart(id, stepUnmask) {
+			continue
+		}
+		in := signed
 		if h.wire {
 			in = viaWire(h, false, in, ParseUnmaskRequest)
 		}
@@ -340,6 +371,21 @@ func (h *harness) unmask() bool {
 	h.printf("contributors: %s; dropped: %s\n", list(res.Contributors), list(res.Dropped))
 	h.check()
 	return true
+}
+
+// consistency runs the consistency round honestly: every survivor of req
+// signs it and the server returns the set with the signatures.
+func consistency(s *Server, clients map[string]*Client, req *UnmaskRequest) (*UnmaskRequest, error) {
+	for _, id := range req.Survivors {
+		sig, err := clients[id].SignSurvivors(req)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.AddSignature(sig); err != nil {
+			return nil, err
+		}
+	}
+	return s.EndConsistency()
 }
 
 // run drives every step in order, until the server refuses one.

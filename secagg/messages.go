@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
+	"slices"
 	"unicode/utf8"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -20,7 +21,9 @@ import (
 //	client → server   Shares          (ShareKeys)
 //	server → client   ShareDelivery
 //	client → server   MaskedInput     (MaskedInputCollection)
-//	server → clients  UnmaskRequest
+//	server → clients  UnmaskRequest   the survivor set, unsigned
+//	client → server   SurvivorSig     (ConsistencyCheck)
+//	server → clients  UnmaskRequest   the same set, with the signatures
 //	client → server   Unmasking       (Unmasking)
 //
 // Every message names its round. On the wire a message is its canonical
@@ -121,10 +124,78 @@ type MaskedInput struct {
 
 // UnmaskRequest names, for the survivors, which clients sent a masked
 // input (survivors, the set U3) and which shared keys but did not (dropped).
+// It travels twice: first unsigned, for every survivor to check and sign
+// (Client.SignSurvivors, the consistency round), then with Signatures —
+// the signatures the server collected (from U4 ⊆ U3) — as the request to
+// unmask (Client.Unmask), which a client answers only if enough sites
+// signed the very set it signed.
 type UnmaskRequest struct {
 	Round     string   `cbor:"round"`
 	Survivors []string `cbor:"survivors"`
 	Dropped   []string `cbor:"dropped"`
+	// Signatures are the survivors' signatures over the set, by signer
+	// (none in the unsigned announcement).
+	Signatures []Signature `cbor:"signatures,omitempty"`
+}
+
+// Signature is one site's signature over a survivor set.
+type Signature struct {
+	Of  string `cbor:"of"`
+	Sig []byte `cbor:"sig"`
+}
+
+// SurvivorSig is a survivor's answer in the consistency round: its
+// signature, with its identity key, over the survivor set it was shown.
+type SurvivorSig struct {
+	Round string `cbor:"round"`
+	From  string `cbor:"from"`
+	Sig   []byte `cbor:"sig"`
+}
+
+// survivorsSigned is what a survivor signature covers: the session digest
+// (so the params, members and round), the round ID, and the set, sorted.
+type survivorsSigned struct {
+	Domain    string   `cbor:"domain"`
+	Params    []byte   `cbor:"params"`
+	Round     string   `cbor:"round"`
+	Survivors []string `cbor:"survivors"`
+	Dropped   []string `cbor:"dropped"`
+}
+
+// survivorStatement is the bytes a site signs for the survivor set
+// (survivors, dropped) of the round r: both sorted, so the order the
+// server lists them in does not matter.
+func survivorStatement(r *round, survivors, dropped []string) []byte {
+	return mustEncode(survivorsSigned{Domain: labelSurvivors, Params: r.session, Round: r.id,
+		Survivors: sortedCopy(survivors), Dropped: sortedCopy(dropped)})
+}
+
+// signSurvivors signs a survivor statement as Ed25519ctx under
+// identity.PurposeSecaggSurvivors.
+func signSurvivors(key ed25519.PrivateKey, statement []byte) []byte {
+	return sid.Sign(sid.FromPrivateKey(key), sid.PurposeSecaggSurvivors, statement)
+}
+
+// verifySurvivors reports whether sig is pub's signature of statement.
+func verifySurvivors(pub ed25519.PublicKey, statement, sig []byte) bool {
+	var k sid.PublicKey
+	if len(pub) != len(k) || len(sig) != ed25519.SignatureSize {
+		return false
+	}
+	copy(k[:], pub)
+	return sid.Verify(k, sid.PurposeSecaggSurvivors, statement, sig)
+}
+
+// labelSurvivors is the domain of a survivor statement.
+const labelSurvivors = "scellis/secagg/v1/survivors"
+
+func sortedCopy(ids []string) []string {
+	out := slices.Clone(ids)
+	if out == nil {
+		out = []string{}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Share is a client's Shamir share of one other client's secret.
@@ -309,7 +380,29 @@ func (m *UnmaskRequest) validate() error {
 			return err
 		}
 	}
+	if len(m.Signatures) > MaxSitesPlus {
+		return malformed(k, "%d signatures, at most %d", len(m.Signatures), MaxSitesPlus)
+	}
+	for _, sg := range m.Signatures {
+		if err := checkID(k, "signer", sg.Of); err != nil {
+			return err
+		}
+		if err := checkLen(k, "signature", sg.Sig, ed25519.SignatureSize); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+func (m *SurvivorSig) validate() error {
+	const k = "survivor signature"
+	if err := checkRoundID(k, m.Round); err != nil {
+		return err
+	}
+	if err := checkID(k, "sender", m.From); err != nil {
+		return err
+	}
+	return checkLen(k, "signature", m.Sig, ed25519.SignatureSize)
 }
 
 func validateShares(k string, ss []Share) error {
@@ -361,6 +454,9 @@ func (m *MaskedInput) Marshal() ([]byte, error) { return content.Encode(m) }
 
 // Marshal returns the canonical encoding of the request.
 func (m *UnmaskRequest) Marshal() ([]byte, error) { return content.Encode(m) }
+
+// Marshal returns the canonical encoding of the survivor signature.
+func (m *SurvivorSig) Marshal() ([]byte, error) { return content.Encode(m) }
 
 // Marshal returns the canonical encoding of the unmasking.
 func (m *Unmasking) Marshal() ([]byte, error) { return content.Encode(m) }
@@ -414,6 +510,11 @@ func ParseMaskedInput(b []byte) (*MaskedInput, error) {
 // ParseUnmaskRequest parses the canonical encoding of an UnmaskRequest.
 func ParseUnmaskRequest(b []byte) (*UnmaskRequest, error) {
 	return parse("unmask request", b, new(UnmaskRequest))
+}
+
+// ParseSurvivorSig parses the canonical encoding of a SurvivorSig.
+func ParseSurvivorSig(b []byte) (*SurvivorSig, error) {
+	return parse("survivor signature", b, new(SurvivorSig))
 }
 
 // ParseUnmasking parses the canonical encoding of an Unmasking.

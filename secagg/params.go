@@ -244,12 +244,13 @@ func newRound(p Params) (*round, error) {
 	for i, id := range r.ids {
 		members[i] = Member{ID: id, Key: r.members[id]}
 	}
-	// The domain names the encoding of masked inputs: v2 carries the
-	// 32-bit ring's coordinates in pairs, one Z_2^64 word each. A site of
-	// another version computes another digest, so its advert is refused
-	// (a loud failure) instead of its input being decoded wrongly.
+	// The domain names the version of the round's messages: v2 carries
+	// the 32-bit ring's coordinates in pairs, one Z_2^64 word each; v3
+	// adds the consistency round (survivor signatures before unmasking).
+	// A site of another version computes another digest, so its advert is
+	// refused (a loud failure) instead of its messages being misread.
 	sum := sha256.Sum256(mustEncode(paramsWire{
-		Domain: "scellis/secagg/v2/params", Round: p.Round, Members: members, Threshold: r.t,
+		Domain: "scellis/secagg/v3/params", Round: p.Round, Members: members, Threshold: r.t,
 		Dim: p.Dim, Clip: p.Clip, Weighted: p.Weighted, MaxWeight: p.MaxWeight,
 		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg, RingBits: r.ringBits,
 		Protocol: r.proto, Degree: r.k, ShareT: r.st,

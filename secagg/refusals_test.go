@@ -113,12 +113,15 @@ func TestRefuseFewerSurvivorsThanThreshold(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := &UnmaskRequest{Round: req.Round, Survivors: req.Survivors[:4], Dropped: append(slices.Clone(req.Dropped), req.Survivors[4:]...)}
-	_, err = h.clients["c1"].Unmask(bad)
+	_, err = h.clients["c1"].SignSurvivors(bad)
 	wantCode(t, err, diag.SecAggBelowThreshold)
 
 	// Too few unmaskings: Finish refuses, with no sum.
 	h = roundAt(t, 5, 4, 2, stepMask)
 	req, _ = h.server.EndMask()
+	if req, err = consistency(h.server, h.clients, req); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range req.Survivors[:3] {
 		u, err := h.clients[id].Unmask(req)
 		if err != nil {
@@ -144,17 +147,29 @@ func TestRefuseBothSecretsOfOnePeer(t *testing.T) {
 	// c2 named survivor and dropped: the client must not reveal its seed
 	// and its mask key.
 	evil := &UnmaskRequest{Round: req.Round, Survivors: req.Survivors, Dropped: []string{"c2"}}
-	u, err := h.clients["c1"].Unmask(evil)
+	sig, err := h.clients["c1"].SignSurvivors(evil)
 	wantCode(t, err, diag.SecAggBothSecrets)
-	if u != nil {
-		t.Fatal("client answered a request for both secrets")
+	if sig != nil {
+		t.Fatal("client signed a request for both secrets")
 	}
 	// Aborted for good: even an honest request is refused now.
-	_, err = h.clients["c1"].Unmask(req)
+	_, err = h.clients["c1"].SignSurvivors(req)
 	wantCode(t, err, diag.SecAggAborted)
 
 	// Both secrets asked in two requests: the client answers one only.
-	u, err = h.clients["c3"].Unmask(req)
+	for _, id := range req.Survivors[1:] {
+		sig, err := h.clients[id].SignSurvivors(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.server.AddSignature(sig); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if req, err = h.server.EndConsistency(); err != nil {
+		t.Fatal(err)
+	}
+	u, err := h.clients["c3"].Unmask(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +177,8 @@ func TestRefuseBothSecretsOfOnePeer(t *testing.T) {
 		t.Fatalf("answer holds %d seed and %d key shares", len(u.Seeds), len(u.Keys))
 	}
 	second := &UnmaskRequest{Round: req.Round, Survivors: []string{"c1", "c3", "c4", "c5"}, Dropped: []string{"c2"}}
+	_, err = h.clients["c3"].SignSurvivors(second)
+	wantCode(t, err, diag.SecAggOutOfOrder)
 	_, err = h.clients["c3"].Unmask(second)
 	wantCode(t, err, diag.SecAggOutOfOrder)
 }
@@ -299,10 +316,10 @@ func TestRefuseReplayFromAnotherRound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = h2.clients["c1"].Unmask(oldReq)
+	_, err = h2.clients["c1"].SignSurvivors(oldReq)
 	wantCode(t, err, diag.SecAggWrongRound)
 	// The replay did not abort the client: the round's own request works.
-	if _, err := h2.clients["c1"].Unmask(req2); err != nil {
+	if _, err := h2.clients["c1"].SignSurvivors(req2); err != nil {
 		t.Fatalf("client refused its round's request after a replay: %v", err)
 	}
 
@@ -447,6 +464,10 @@ func TestRefuseInconsistentShares(t *testing.T) {
 			}
 		}
 		req, _ := h.server.EndMask()
+		req, err := consistency(h.server, h.clients, req)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i, id := range req.Survivors {
 			u, err := h.clients[id].Unmask(req)
 			if err != nil {
@@ -502,12 +523,12 @@ func TestRefuseUnknownSites(t *testing.T) {
 	// An unmask request that names a site outside U2, or leaves one out.
 	h = roundAt(t, 5, 0, 2, stepMask)
 	req, _ := h.server.EndMask()
-	_, err := h.clients["c1"].Unmask(&UnmaskRequest{Round: "r1", Survivors: req.Survivors, Dropped: []string{"c9"}})
+	_, err := h.clients["c1"].SignSurvivors(&UnmaskRequest{Round: "r1", Survivors: req.Survivors, Dropped: []string{"c9"}})
 	wantCode(t, err, diag.SecAggUnknownSite)
-	_, err = h.clients["c2"].Unmask(&UnmaskRequest{Round: "r1", Survivors: req.Survivors[:4]})
+	_, err = h.clients["c2"].SignSurvivors(&UnmaskRequest{Round: "r1", Survivors: req.Survivors[:4]})
 	wantCode(t, err, diag.SecAggUnknownSite)
 	// Named dropped although it sent its input.
-	_, err = h.clients["c3"].Unmask(&UnmaskRequest{Round: "r1", Survivors: []string{"c1", "c2", "c4", "c5"}, Dropped: []string{"c3"}})
+	_, err = h.clients["c3"].SignSurvivors(&UnmaskRequest{Round: "r1", Survivors: []string{"c1", "c2", "c4", "c5"}, Dropped: []string{"c3"}})
 	wantCode(t, err, diag.SecAggUnknownSite)
 }
 
@@ -527,7 +548,7 @@ func TestRefuseFewerSurvivorsThanRequired(t *testing.T) {
 	five := &UnmaskRequest{Round: req.Round, Survivors: req.Survivors[:5], Dropped: append(slices.Clone(req.Dropped), req.Survivors[5:]...)}
 	c := h.clients[five.Survivors[0]]
 	c.RequireSurvivors(6)
-	_, err = c.Unmask(five)
+	_, err = c.SignSurvivors(five)
 	wantCode(t, err, diag.SecAggBelowThreshold)
 	if !strings.Contains(err.Error(), "at least 6 (its min_cohort)") {
 		t.Fatalf("refusal does not name the site's floor: %v", err)
@@ -535,7 +556,7 @@ func TestRefuseFewerSurvivorsThanRequired(t *testing.T) {
 	// A site that requires five answers the same request.
 	c = h.clients[five.Survivors[1]]
 	c.RequireSurvivors(5)
-	if _, err := c.Unmask(five); err != nil {
+	if _, err := c.SignSurvivors(five); err != nil {
 		t.Fatalf("five survivors refused by a site requiring five: %v", err)
 	}
 }

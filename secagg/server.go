@@ -10,15 +10,22 @@ import (
 	"github.com/scellis/scellis/diag"
 )
 
-// Server is the aggregator's side of a secure aggregation round, for an
-// honest-but-curious aggregator. Each phase collects one kind of message
-// from the clients, as they arrive, and ends when the driver calls its End
-// method (after a deadline, or once Missing is empty):
+// Server is the aggregator's side of a secure aggregation round. Each
+// phase collects one kind of message from the clients, as they arrive, and
+// ends when the driver calls its End method (after a deadline, or once
+// Missing is empty):
 //
-//	AddAdvert…        EndAdvertise → KeySet (to every client of U1)
-//	AddShares…        EndShare     → one ShareDelivery per client of U2
-//	AddMaskedInput…   EndMask      → UnmaskRequest (to every client of U3)
-//	AddUnmasking…     Finish       → Result
+//	AddAdvert…        EndAdvertise   → KeySet (to every client of U1)
+//	AddShares…        EndShare       → one ShareDelivery per client of U2
+//	AddMaskedInput…   EndMask        → UnmaskRequest, unsigned (to every client of U3)
+//	AddSignature…     EndConsistency → UnmaskRequest with the signatures (to every client of U4)
+//	AddUnmasking…     Finish         → Result
+//
+// The consistency round (AddSignature, EndConsistency) is the active
+// variant's of Bonawitz et al.: each survivor signs the survivor set it
+// was shown, and reveals shares only once it sees enough signatures over
+// that very set, so an aggregator that equivocates about dropouts is
+// caught before any share leaves a client.
 //
 // A phase that ends with fewer than three clients, or fewer than the
 // threshold, ends the round with a diagnostic and no result. Masked inputs
@@ -36,8 +43,10 @@ type Server struct {
 	commits    map[string][]byte
 	acc        []byte // Σ masked inputs so far, in the round's layout
 	masked     map[string]bool
-	survivors  []string // U3
-	dropped    []string // U2 \ U3
+	survivors  []string          // U3
+	dropped    []string          // U2 \ U3
+	statement  []byte            // what a survivor signs for (survivors, dropped)
+	sigs       map[string][]byte // U4: survivor signatures over statement
 	unmaskings map[string]*Unmasking
 
 	// testRing, when set by a test, receives the unmasked ring sum.
@@ -48,15 +57,16 @@ type Server struct {
 type Phase int
 
 const (
-	PhaseAdvertise Phase = iota // collecting adverts
-	PhaseShare                  // collecting encrypted shares
-	PhaseMask                   // collecting masked inputs
-	PhaseUnmask                 // collecting unmaskings
-	PhaseDone                   // the result was produced
-	PhaseFailed                 // the round ended without a result
+	PhaseAdvertise   Phase = iota // collecting adverts
+	PhaseShare                    // collecting encrypted shares
+	PhaseMask                     // collecting masked inputs
+	PhaseConsistency              // collecting signatures of the survivor set
+	PhaseUnmask                   // collecting unmaskings
+	PhaseDone                     // the result was produced
+	PhaseFailed                   // the round ended without a result
 )
 
-var phaseNames = [...]string{"advertise", "share", "mask", "unmask", "done", "failed"}
+var phaseNames = [...]string{"advertise", "share", "mask", "consistency", "unmask", "done", "failed"}
 
 func (p Phase) String() string {
 	if p < 0 || int(p) >= len(phaseNames) {
@@ -109,7 +119,8 @@ func (s *Server) Err() error {
 
 // Missing returns, sorted, the clients the current phase still waits for:
 // members that have not advertised, clients of U1 that have not shared,
-// of U2 that have not sent a masked input, of U3 that have not unmasked.
+// of U2 that have not sent a masked input, of U3 that have not signed the
+// survivor set, of U4 (the signers) that have not unmasked.
 func (s *Server) Missing() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,8 +133,10 @@ func (s *Server) Missing() []string {
 		want, have = sortedKeys(s.adverts.byID), func(id string) bool { return s.shares[id] != nil }
 	case PhaseMask:
 		want, have = sortedKeys(s.shares), func(id string) bool { return s.masked[id] }
+	case PhaseConsistency:
+		want, have = s.survivors, func(id string) bool { return s.sigs[id] != nil }
 	case PhaseUnmask:
-		want, have = s.survivors, func(id string) bool { return s.unmaskings[id] != nil }
+		want, have = sortedKeys(s.sigs), func(id string) bool { return s.unmaskings[id] != nil }
 	}
 	var out []string
 	for _, id := range want {
@@ -301,8 +314,9 @@ func (s *Server) AddMaskedInput(m *MaskedInput) error {
 	return nil
 }
 
-// EndMask closes input collection and returns the unmask request to send
-// to every survivor (U3, the clients whose masked input arrived).
+// EndMask closes input collection and returns the survivor set to send to
+// every survivor (U3, the clients whose masked input arrived) for it to
+// sign: the unmask request without signatures.
 func (s *Server) EndMask() (*UnmaskRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -320,9 +334,66 @@ func (s *Server) EndMask() (*UnmaskRequest, error) {
 			s.dropped = append(s.dropped, u)
 		}
 	}
+	s.statement = survivorStatement(s.r, s.survivors, s.dropped)
+	s.sigs = map[string][]byte{}
+	s.phase = PhaseConsistency
+	return &UnmaskRequest{Round: s.r.id, Survivors: slices.Clone(s.survivors), Dropped: slices.Clone(s.dropped)}, nil
+}
+
+// AddSignature accepts a survivor's signature over the survivor set, after
+// checking it under the survivor's identity key (a bad one would make
+// every client refuse the unmask request).
+func (s *Server) AddSignature(m *SurvivorSig) error {
+	if m == nil {
+		return malformed("survivor signature", "no message")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("survivor signature", PhaseConsistency, m.Round); err != nil {
+		return err
+	}
+	if err := m.validate(); err != nil {
+		return err
+	}
+	if err := s.sender("survivor signature", m.From, func(id string) bool { return s.masked[id] }, s.sigs[m.From] != nil); err != nil {
+		return err
+	}
+	if !verifySurvivors(s.r.members[m.From], s.statement, m.Sig) {
+		return diag.New(diag.SecAggEquivocation, s.subject(), "the survivor signature of %q does not verify over the survivor set", m.From).
+			WithHelp("the site signed another set or with another key; it is left out of the signers")
+	}
+	s.sigs[m.From] = slices.Clone(m.Sig)
+	return nil
+}
+
+// EndConsistency closes the consistency round and returns the unmask
+// request to send to every signer (U4): the survivor set with every
+// signature collected. It needs signatures from at least three survivors
+// and at least the threshold.
+func (s *Server) EndConsistency() (*UnmaskRequest, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.enter("end of the consistency round", PhaseConsistency, s.r.id); err != nil {
+		return nil, err
+	}
+	if err := s.r.checkFloor("the consistency round", len(s.sigs)); err != nil {
+		return nil, s.fail(err)
+	}
+	// Every secret the server will rebuild needs the sharing threshold of
+	// its holders among the signers (only they may unmask); the clients
+	// check the same before revealing, so fail here, early, instead.
+	for _, v := range slices.Concat(s.survivors, s.dropped) {
+		if have := countSigners(s.r, v, func(h string) bool { return s.sigs[h] != nil }); have < s.r.st {
+			return nil, s.fail(tooFewSigners(s.subject(), v, have, s.r.st))
+		}
+	}
+	req := &UnmaskRequest{Round: s.r.id, Survivors: slices.Clone(s.survivors), Dropped: slices.Clone(s.dropped)}
+	for _, id := range sortedKeys(s.sigs) {
+		req.Signatures = append(req.Signatures, Signature{Of: id, Sig: s.sigs[id]})
+	}
 	s.unmaskings = map[string]*Unmasking{}
 	s.phase = PhaseUnmask
-	return &UnmaskRequest{Round: s.r.id, Survivors: slices.Clone(s.survivors), Dropped: slices.Clone(s.dropped)}, nil
+	return req, nil
 }
 
 // AddUnmasking accepts a survivor's shares: of the seed of every survivor
@@ -339,7 +410,7 @@ func (s *Server) AddUnmasking(m *Unmasking) error {
 	if err := m.validate(); err != nil {
 		return err
 	}
-	if err := s.sender("unmasking", m.From, func(id string) bool { return s.masked[id] }, s.unmaskings[m.From] != nil); err != nil {
+	if err := s.sender("unmasking", m.From, func(id string) bool { return s.sigs[id] != nil }, s.unmaskings[m.From] != nil); err != nil {
 		return err
 	}
 	held := func(ids []string) []string { // of ids, those whose shares m.From holds

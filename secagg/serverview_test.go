@@ -189,6 +189,9 @@ func TestServerMemoryIsLinearInDimension(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if req, err = consistency(h.server, h.clients, req); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range req.Survivors {
 		u, _ := h.clients[id].Unmask(req)
 		if err := h.server.AddUnmasking(u); err != nil {

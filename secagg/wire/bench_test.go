@@ -156,6 +156,18 @@ func memoryRound(p secagg.Params, sites []string, keys map[string]ed25519.Privat
 		return err
 	}
 	if err := each(func(s string) error {
+		sig, err := cs[s].SignSurvivors(req)
+		if err != nil {
+			return err
+		}
+		return srv.AddSignature(sig)
+	}); err != nil {
+		return err
+	}
+	if req, err = srv.EndConsistency(); err != nil {
+		return err
+	}
+	if err := each(func(s string) error {
 		u, err := cs[s].Unmask(req)
 		if err != nil {
 			return err

@@ -29,7 +29,9 @@ const Prefix = "/secagg/"
 //	POST v1/rounds/{round}/shares             secagg.Shares         → 204
 //	GET  v1/rounds/{round}/deliveries/{site}  → secagg.ShareDelivery (the caller's own only)
 //	POST v1/rounds/{round}/masked             secagg.MaskedInput    → 204
-//	GET  v1/rounds/{round}/unmask             → secagg.UnmaskRequest (survivors only)
+//	GET  v1/rounds/{round}/survivors          → secagg.UnmaskRequest, unsigned (survivors only)
+//	POST v1/rounds/{round}/signature          secagg.SurvivorSig    → 204
+//	GET  v1/rounds/{round}/unmask             → secagg.UnmaskRequest with signatures (signers only)
 //	POST v1/rounds/{round}/unmasking          secagg.Unmasking      → 204
 //	GET  v1/rounds/{round}/result             → the sum             (members and aggregators)
 //
@@ -55,9 +57,11 @@ func (h *Host) routes() *http.ServeMux {
 	mux.HandleFunc("POST "+r+"advert", h.post(stageAdvert))
 	mux.HandleFunc("POST "+r+"shares", h.post(stageShares))
 	mux.HandleFunc("POST "+r+"masked", h.post(stageMasked))
+	mux.HandleFunc("POST "+r+"signature", h.post(stageSignature))
 	mux.HandleFunc("POST "+r+"unmasking", h.post(stageUnmasking))
 	mux.HandleFunc("GET "+r+"keyset", h.get(false, h.keySet))
 	mux.HandleFunc("GET "+r+"deliveries/{site}", h.get(false, h.delivery))
+	mux.HandleFunc("GET "+r+"survivors", h.get(false, h.survivorSet))
 	mux.HandleFunc("GET "+r+"unmask", h.get(false, h.unmaskRequest))
 	mux.HandleFunc("GET "+r+"result", h.get(true, h.result))
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
@@ -277,6 +281,12 @@ func parseStage(s stage, b []byte) (string, func(*secagg.Server) error, error) {
 			return "", nil, err
 		}
 		return m.From, func(srv *secagg.Server) error { return srv.AddMaskedInput(m) }, nil
+	case stageSignature:
+		m, err := secagg.ParseSurvivorSig(b)
+		if err != nil {
+			return "", nil, err
+		}
+		return m.From, func(srv *secagg.Server) error { return srv.AddSignature(m) }, nil
 	default:
 		m, err := secagg.ParseUnmasking(b)
 		if err != nil {
@@ -440,6 +450,22 @@ func (h *Host) delivery(c *call, r *http.Request) reply {
 	return reply{status: http.StatusConflict, err: tooLate(c, "input collection has ended")}
 }
 
+func (h *Host) survivorSet(c *call, _ *http.Request) reply {
+	rd := c.rd
+	switch {
+	case rd.err != nil:
+		return reply{status: http.StatusConflict, err: rd.err}
+	case rd.phase < secagg.PhaseConsistency:
+		return reply{}
+	case rd.survivorSet != nil:
+		if rd.survivors[c.site] {
+			return reply{status: http.StatusOK, body: h.tampered(c, "survivors", rd.survivorSet)}
+		}
+		return reply{status: http.StatusConflict, err: tooLate(c, "its masked input did not arrive before input collection ended")}
+	}
+	return reply{status: http.StatusConflict, err: tooLate(c, "the consistency round has ended")}
+}
+
 func (h *Host) unmaskRequest(c *call, _ *http.Request) reply {
 	rd := c.rd
 	switch {
@@ -448,12 +474,22 @@ func (h *Host) unmaskRequest(c *call, _ *http.Request) reply {
 	case rd.phase < secagg.PhaseUnmask:
 		return reply{}
 	case rd.unmask != nil:
-		if rd.survivors[c.site] {
-			return reply{status: http.StatusOK, body: rd.unmask}
+		if rd.signers[c.site] {
+			return reply{status: http.StatusOK, body: h.tampered(c, "unmask", rd.unmask)}
 		}
-		return reply{status: http.StatusConflict, err: tooLate(c, "its masked input did not arrive before input collection ended")}
+		return reply{status: http.StatusConflict, err: tooLate(c, "its survivor signature did not arrive before the consistency round ended")}
 	}
 	return reply{status: http.StatusConflict, err: tooLate(c, "unmasking has ended")}
+}
+
+// tampered is what a GET of kind serves the caller: body, unless a test
+// made the host hostile (HostOptions has no such option: only tests in
+// this package set testTamper, to play an aggregator that equivocates).
+func (h *Host) tampered(c *call, kind string, body []byte) []byte {
+	if h.testTamper == nil {
+		return body
+	}
+	return h.testTamper(c.round, kind, c.site, body)
 }
 
 func (h *Host) result(c *call, _ *http.Request) reply {

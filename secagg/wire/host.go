@@ -38,13 +38,17 @@ type Deadlines struct {
 	Advertise time.Duration
 	Share     time.Duration
 	// Mask must cover uploading a masked vector of 8·(Dim+1) bytes.
-	Mask   time.Duration
-	Unmask time.Duration
+	Mask time.Duration
+	// Consistency is the consistency round: every survivor signs the
+	// survivor set. Zero takes the Unmask deadline (one more exchange of
+	// the same small size), so callers that set only Unmask bound both.
+	Consistency time.Duration
+	Unmask      time.Duration
 }
 
 // DefaultDeadlines are the deadlines of a zero Deadlines field.
 func DefaultDeadlines() Deadlines {
-	return Deadlines{Advertise: 10 * time.Minute, Share: time.Minute, Mask: 2 * time.Minute, Unmask: time.Minute}
+	return Deadlines{Advertise: 10 * time.Minute, Share: time.Minute, Mask: 2 * time.Minute, Consistency: time.Minute, Unmask: time.Minute}
 }
 
 func (d Deadlines) withDefaults() (Deadlines, error) {
@@ -53,7 +57,10 @@ func (d Deadlines) withDefaults() (Deadlines, error) {
 		name string
 		v    *time.Duration
 		def  time.Duration
-	}{{"advertise", &d.Advertise, def.Advertise}, {"share", &d.Share, def.Share}, {"mask", &d.Mask, def.Mask}, {"unmask", &d.Unmask, def.Unmask}}
+	}{{"advertise", &d.Advertise, def.Advertise}, {"share", &d.Share, def.Share}, {"mask", &d.Mask, def.Mask}, {"consistency", &d.Consistency, def.Consistency}, {"unmask", &d.Unmask, def.Unmask}}
+	if d.Consistency == 0 && d.Unmask > 0 {
+		d.Consistency = d.Unmask
+	}
 	for _, f := range fields {
 		if *f.v < 0 {
 			return d, diag.New(diag.SecAggBadParams, "secure aggregation deadlines", "the %s deadline is negative (%v)", f.name, *f.v).
@@ -91,7 +98,7 @@ type HostOptions struct {
 	// outcome is published, and must not block for long.
 	OnFinish func(round string, err error)
 	// OnPhase, when set, is called as each phase of a round ends (advertise,
-	// share, mask, unmask) with how long it took: the aggregator's metrics.
+	// share, mask, consistency, unmask) with how long it took: the aggregator's metrics.
 	// It must not block.
 	OnPhase func(round, phase string, d time.Duration)
 }
@@ -131,6 +138,11 @@ type Host struct {
 	inputs chan struct{} // a token per masked-input body in memory
 	quit   chan struct{} // closed by Close
 	wg     sync.WaitGroup
+
+	// testTamper, set only by this package's tests, rewrites what a GET
+	// of the survivor set or of the unmask request serves a site: a
+	// hostile aggregator that equivocates, for the consistency tests.
+	testTamper func(round, kind, site string, body []byte) []byte
 
 	mu     sync.Mutex
 	rounds map[string]*hostRound
@@ -307,6 +319,7 @@ func (h *Host) drive(rd *hostRound) {
 		{"advertise", rd.dl.Advertise, rd.endAdvertise},
 		{"share", rd.dl.Share, rd.endShare},
 		{"mask", rd.dl.Mask, rd.endMask},
+		{"consistency", rd.dl.Consistency, rd.endConsistency},
 		{"unmask", rd.dl.Unmask, rd.finish},
 	}
 	var err error

@@ -19,7 +19,7 @@ import (
 // site whose identity key is id, against the Host at base (for example
 // "https://agg-1.example.org:7400"; the host's paths are appended). It
 // drives one secagg.Client through the phases — advertise, share keys,
-// send input masked, unmask — with long polls, and retries transient
+// send input masked, sign the survivor set, unmask — with long polls, and retries transient
 // failures (connection errors, 5xx, the round not open yet) until ctx ends.
 // It returns nil once the host has accepted its unmasking; a diagnostic if
 // the round failed (every waiting site receives the round's diagnostic,
@@ -36,6 +36,7 @@ import (
 //
 // What leaves the site: its signed key advert, its Shamir shares encrypted
 // to the other sites, its input masked (which the host cannot read alone),
+// its signature of the survivor set it was shown (the consistency round),
 // and its shares of the other sites' secrets for unmasking — each only as
 // produced by the secagg.Client, which refuses to reveal both secrets of
 // one site and answers one unmask request. A retry resends the same bytes;
@@ -137,7 +138,21 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 	if err := s.send(ctx, stageMasked, m); err != nil {
 		return err
 	}
-	if b, err = s.fetch(ctx, "unmask request", "unmask", 1<<10+int64(s.n)*192); err != nil {
+	if b, err = s.fetch(ctx, "survivor set", "survivors", 1<<10+int64(s.n)*192); err != nil {
+		return err
+	}
+	set, err := secagg.ParseUnmaskRequest(b)
+	if err != nil {
+		return err
+	}
+	sig, err := c.SignSurvivors(set)
+	if err != nil {
+		return err
+	}
+	if err := s.send(ctx, stageSignature, sig); err != nil {
+		return err
+	}
+	if b, err = s.fetch(ctx, "unmask request", "unmask", 1<<10+int64(s.n)*(192+224)); err != nil {
 		return err
 	}
 	req, err := secagg.ParseUnmaskRequest(b)
@@ -202,7 +217,7 @@ func RoundPath(round string) string {
 	return pathRounds + base64.RawURLEncoding.EncodeToString([]byte(round)) + "/"
 }
 
-var postPaths = [...]string{"advert", "shares", "masked", "unmasking"}
+var postPaths = [...]string{"advert", "shares", "masked", "signature", "unmasking"}
 
 // send posts one message until the host accepts it.
 func (s *session) send(ctx context.Context, st stage, m interface{ Marshal() ([]byte, error) }) error {

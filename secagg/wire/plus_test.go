@@ -45,7 +45,7 @@ func TestPlusRoundOfManySites(t *testing.T) {
 	if proto != secagg.SecAggPlus || k >= n-1 {
 		t.Fatalf("a round of %d sites runs %s with %d neighbours a site; want SecAgg+ on a sparse graph", n, proto, k)
 	}
-	hour := Deadlines{Advertise: time.Hour, Share: time.Hour, Mask: time.Hour, Unmask: time.Hour}
+	hour := Deadlines{Advertise: time.Hour, Share: time.Hour, Mask: time.Hour, Consistency: time.Hour, Unmask: time.Hour}
 	if err := th.Open(p, hour); err != nil {
 		t.Fatal(err)
 	}

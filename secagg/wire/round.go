@@ -9,17 +9,18 @@ import (
 	"github.com/scellis/scellis/secagg"
 )
 
-// stage numbers the four message kinds a site sends, in order.
+// stage numbers the five message kinds a site sends, in order.
 type stage int
 
 const (
 	stageAdvert stage = iota
 	stageShares
 	stageMasked
+	stageSignature
 	stageUnmasking
 )
 
-var stageNames = [...]string{"key advert", "shares", "masked input", "unmasking"}
+var stageNames = [...]string{"key advert", "shares", "masked input", "survivor signature", "unmasking"}
 
 func (s stage) String() string { return stageNames[s] }
 
@@ -43,18 +44,20 @@ type hostRound struct {
 	aborted  chan struct{}
 	abortErr error
 
-	mu         sync.Mutex
-	phase      secagg.Phase  // the last phase published to the sites
-	changed    chan struct{} // closed and replaced at every publication
-	keyset     []byte
-	deliveries map[string][]byte
-	unmask     []byte
-	survivors  map[string]bool
-	result     *secagg.Result
-	resultCBOR []byte
-	err        error
-	isTaken    bool
-	accepted   map[acceptKey][32]byte // digest of each accepted message
+	mu          sync.Mutex
+	phase       secagg.Phase  // the last phase published to the sites
+	changed     chan struct{} // closed and replaced at every publication
+	keyset      []byte
+	deliveries  map[string][]byte
+	survivorSet []byte          // the unsigned survivor set, for U3 to sign
+	unmask      []byte          // the survivor set with the signatures
+	survivors   map[string]bool // U3
+	signers     map[string]bool // U4
+	result      *secagg.Result
+	resultCBOR  []byte
+	err         error
+	isTaken     bool
+	accepted    map[acceptKey][32]byte // digest of each accepted message
 	// excused are sites known not to take part (they declined the round):
 	// a phase does not wait for them until its deadline.
 	excused map[string]bool
@@ -106,6 +109,8 @@ func (rd *hostRound) limit(s stage) int64 {
 		return 2<<10 + n*1536
 	case stageMasked:
 		return 1<<10 + 8*int64(rd.dim)
+	case stageSignature:
+		return 1 << 10
 	default:
 		return 1<<10 + n*192
 	}
@@ -175,10 +180,31 @@ func (rd *hostRound) endMask() error {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	rd.deliveries = nil
-	rd.unmask = b
+	rd.survivorSet = b
 	rd.survivors = make(map[string]bool, len(req.Survivors))
 	for _, s := range req.Survivors {
 		rd.survivors[s] = true
+	}
+	rd.publishLocked(secagg.PhaseConsistency)
+	return nil
+}
+
+func (rd *hostRound) endConsistency() error {
+	req, err := rd.srv.EndConsistency()
+	if err != nil {
+		return rd.fail(err)
+	}
+	b, err := req.Marshal()
+	if err != nil {
+		return rd.fail(err)
+	}
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	rd.survivorSet = nil
+	rd.unmask = b
+	rd.signers = make(map[string]bool, len(req.Signatures))
+	for _, s := range req.Signatures {
+		rd.signers[s.Of] = true
 	}
 	rd.publishLocked(secagg.PhaseUnmask)
 	return nil
@@ -214,7 +240,7 @@ func (rd *hostRound) fail(err error) error {
 }
 
 func (rd *hostRound) clearLocked() {
-	rd.keyset, rd.deliveries, rd.unmask = nil, nil, nil
+	rd.keyset, rd.deliveries, rd.survivorSet, rd.unmask = nil, nil, nil, nil
 }
 
 // take hands the outcome to the reducer, once.

@@ -27,7 +27,9 @@ const (
 	short = 2 * time.Second
 )
 
-func generous() Deadlines { return Deadlines{Advertise: long, Share: long, Mask: long, Unmask: long} }
+func generous() Deadlines {
+	return Deadlines{Advertise: long, Share: long, Mask: long, Consistency: long, Unmask: long}
+}
 
 // plainSum is the reference: the sum of the sites' inputs in float64.
 func plainSum(dim int, inputs ...[]float64) []float64 {
@@ -153,9 +155,9 @@ func TestFourSites(t *testing.T) {
 }
 
 // TestDropAfterMasking: one silo sends its masked input and then loses
-// its link, so it never answers the unmask request. The others' shares
+// its link, so it never signs the survivor set nor unmasks. The others' shares
 // recover its self mask, and the sum holds all four inputs (its input
-// arrived); the round completes at the unmask deadline.
+// arrived); the round completes at the consistency deadline.
 func TestDropAfterMasking(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, 4)
@@ -163,7 +165,7 @@ func TestDropAfterMasking(t *testing.T) {
 	const dim = 500
 	p := w.params("drop-after-mask", dim, w.silos...)
 	dl := generous()
-	dl.Unmask = short
+	dl.Consistency = short // the cut-off site never signs the survivor set
 	if err := th.Open(p, dl); err != nil {
 		t.Fatal(err)
 	}
