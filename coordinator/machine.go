@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"github.com/scellis/scellis/diag"
-	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -39,10 +38,11 @@ type Config struct {
 // serialised, queries may run alongside each other, and every query
 // returns copies the caller may keep.
 type Machine struct {
-	mu    sync.RWMutex
-	st    state
-	chain receipt.Chain
-	jobs  map[string]*jobState // by job ID
+	mu sync.RWMutex
+	// st.Receipts is the receipt chain: it is kept once, in the replicated
+	// state, and extended only by mint.
+	st   state
+	jobs map[string]*jobState // by job ID
 	// nextExpiry is a lower bound on the earliest live lease's expiry
 	// (math.MinInt64 forces the next clock advance to scan).
 	nextExpiry int64

@@ -250,7 +250,14 @@ func (m *Machine) ResultUse(ref content.Ref) ResultUse {
 func (m *Machine) Receipts(since uint64) []receipt.Receipt {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.chain.Since(since)
+	if since >= uint64(len(m.st.Receipts)) {
+		return []receipt.Receipt{}
+	}
+	out := make([]receipt.Receipt, 0, uint64(len(m.st.Receipts))-since)
+	for _, r := range m.st.Receipts[since:] {
+		out = append(out, r.Clone())
+	}
+	return out
 }
 
 // Head returns the receipt chain's head: its last Seq and hash, or
@@ -259,7 +266,10 @@ func (m *Machine) Receipts(since uint64) []receipt.Receipt {
 func (m *Machine) Head() (uint64, content.Ref) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.chain.Head()
+	if n := len(m.st.Receipts); n > 0 {
+		return m.st.Receipts[n-1].Seq, m.st.Receipts[n-1].Hash
+	}
+	return 0, receipt.Genesis
 }
 
 // Contributions returns each peer's verified work units, computed from the

@@ -81,7 +81,7 @@ func TestSignedReportsAndVerdicts(t *testing.T) {
 	if res := r.apply(v); res.Refused() || res.Response.(*VerdictResponse).Outcome != OutcomeVerified {
 		t.Fatalf("signed verdict: %+v", res)
 	}
-	rc := r.ms[0].chain.All()
+	rc := r.ms[0].Receipts(0)
 	if len(rc) != 1 || rc[0].Tier != receipt.TierConvergent || len(rc[0].Signatures) != 2 || rc[0].Signatures[1].Result != res2 {
 		t.Fatalf("receipt %+v", rc)
 	}

@@ -64,8 +64,7 @@ func (m *Machine) Restore(b []byte) error {
 	if _, err := trust.ParseRegime(string(st.Regime)); err != nil {
 		return bad("pool regime %q is unknown", st.Regime)
 	}
-	chain, err := receipt.NewChain(st.Receipts)
-	if err != nil {
+	if err := receipt.Verify(st.Receipts); err != nil {
 		return bad("receipt chain: %v", err)
 	}
 	jobs := make(map[string]*jobState, len(st.Jobs))
@@ -107,12 +106,12 @@ func (m *Machine) Restore(b []byte) error {
 			return bad("membership is not a sorted list of distinct members")
 		}
 	}
-	restored := &Machine{st: st, chain: *chain, jobs: jobs, nextExpiry: math.MinInt64}
+	restored := &Machine{st: st, jobs: jobs, nextExpiry: math.MinInt64}
 	if again := restored.snapshot(); !bytes.Equal(again, b) {
 		return bad("not in canonical encoding (unknown fields, or non-canonical CBOR)")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.st, m.chain, m.jobs, m.nextExpiry = restored.st, restored.chain, restored.jobs, restored.nextExpiry
+	m.st, m.jobs, m.nextExpiry = restored.st, restored.jobs, restored.nextExpiry
 	return nil
 }

@@ -512,14 +512,10 @@ func (m *Machine) reverse(j *jobState, s *shardState, now int64) []Event {
 	if old.Seq != s.Receipt {
 		panic("coordinator: receipts out of sequence")
 	}
-	rc := m.chain.Next(receipt.Receipt{
+	rc := m.mint(receipt.Receipt{
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: old.Result, Peers: old.Peers,
 		Method: receipt.MethodReversal, WorkUnits: old.WorkUnits, PriceBasis: old.PriceBasis, LeaderTime: now, Reverses: old.Seq,
 	})
-	if err := m.chain.AppendSealed(rc); err != nil {
-		panic("coordinator: receipt chain: reversal does not append: " + err.Error())
-	}
-	m.st.Receipts = append(m.st.Receipts, rc.Clone())
 	for _, p := range old.Peers {
 		rec := m.peer(p)
 		rec.WorkUnits = receipt.SubUnits(rec.WorkUnits, old.WorkUnits)

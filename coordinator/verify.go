@@ -103,21 +103,33 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 		method = j.Method
 	}
 	tier, sigs := signaturesOf(j, s)
-	rc := m.chain.Next(receipt.Receipt{
+	rc := m.mint(receipt.Receipt{
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: h, Peers: s.Agreeing,
 		Method: method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
 		Tier: tier, Signatures: sigs,
 	})
-	if err := m.chain.AppendSealed(rc); err != nil {
-		panic("coordinator: receipt chain: minted receipt does not append: " + err.Error())
-	}
-	m.st.Receipts = append(m.st.Receipts, rc.Clone())
 	s.Receipt = rc.Seq
 	events := revoke(j, s)
 	events = append(events, ShardVerified{
 		Job: j.ID, Shard: s.Index, Result: h, Agreeing: clone(s.Agreeing), Losers: clone(s.Losers), Receipt: rc.Seq,
 	})
 	return append(events, m.decided(j)...)
+}
+
+// mint seals r as the next receipt of the chain and appends it. A receipt
+// that does not seal is a broken invariant (every field comes from state the
+// machine checked), so mint panics rather than let replicas diverge.
+func (m *Machine) mint(r receipt.Receipt) *receipt.Receipt {
+	var last *receipt.Receipt
+	if n := len(m.st.Receipts); n > 0 {
+		last = &m.st.Receipts[n-1]
+	}
+	rc, err := receipt.Mint(last, r)
+	if err != nil {
+		panic("coordinator: receipt chain: minted receipt does not append: " + err.Error())
+	}
+	m.st.Receipts = append(m.st.Receipts, rc)
+	return &m.st.Receipts[len(m.st.Receipts)-1]
 }
 
 // decided counts one more decided shard of j, moves its cursor and, when
