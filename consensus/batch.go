@@ -3,6 +3,8 @@ package consensus
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -92,8 +94,17 @@ type batcher struct {
 	maxCmds  int
 	maxBytes int
 
-	in      chan *request
-	slots   chan struct{}
+	in    chan *request
+	slots chan struct{}
+	// answering is held by wait while it answers one resolved batch's
+	// callers. run waits for it before it forms a batch while another is
+	// in flight: the callers it answers submit again at once, and a batch
+	// formed in the middle of that burst held one or two of them and took
+	// a slot from the rest (64 writers made entries of 64, 1 and 1 commands
+	// in turn, and the two small entries delayed the large one by a whole
+	// commit).
+	answering sync.Mutex
+
 	pending chan inflight
 	stop    chan struct{} // closed by close: form no more batches
 	ranOut  chan struct{} // closed when run has returned
@@ -139,6 +150,14 @@ func (b *batcher) run() {
 			first.done <- reply{err: ErrClosed}
 			return
 		}
+		if len(b.slots) > 1 {
+			// Another batch is in flight: let the callers just answered
+			// queue their next commands, so this batch carries them.
+			b.answering.Lock()
+			//lint:ignore SA2001 the empty critical section waits until wait has answered
+			b.answering.Unlock()
+			runtime.Gosched()
+		}
 		var reqs []*request
 		reqs, carry = b.fill(first)
 		cmds := make([][]byte, len(reqs))
@@ -183,7 +202,9 @@ func (b *batcher) fill(first *request) (reqs []*request, carry *request) {
 func (b *batcher) wait() {
 	defer close(b.waited)
 	for inf := range b.pending {
-		if err := inf.f.Error(); err != nil {
+		err := inf.f.Error()
+		b.answering.Lock()
+		if err != nil {
 			err = b.mapErr(err)
 			for _, r := range inf.reqs {
 				r.done <- reply{err: err}
@@ -197,6 +218,7 @@ func (b *batcher) wait() {
 				r.done <- reply{resp: resps[i]}
 			}
 		}
+		b.answering.Unlock()
 		<-b.slots
 	}
 }

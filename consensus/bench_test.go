@@ -51,16 +51,20 @@ func BenchmarkCommit(b *testing.B) {
 // measure runs b.N calls of fn from writers goroutines and reports the rate
 // and the p50/p99 latency of one call. It returns the rate.
 func measure(b *testing.B, writers int, fn func() error) float64 {
-	return measureN(b, writers, b.N, fn)
+	rate, _ := measureN(b, writers, b.N, fn)
+	return rate
 }
 
-// measureN is measure with n calls of fn in place of b.N.
-func measureN(b *testing.B, writers, n int, fn func() error) float64 {
+// measureN is measure with n calls of fn in place of b.N. It also returns
+// the CPU time the whole process (every node of an in-process cluster)
+// spent meanwhile, 0 where that is not known.
+func measureN(b *testing.B, writers, n int, fn func() error) (rate float64, cpu time.Duration) {
 	lat := make([][]time.Duration, writers)
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	b.ResetTimer()
+	cpu0, _ := cpuTime()
 	start := time.Now()
 	for w := range writers {
 		wg.Add(1)
@@ -78,6 +82,9 @@ func measureN(b *testing.B, writers, n int, fn func() error) float64 {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if cpu1, ok := cpuTime(); ok {
+		cpu = cpu1 - cpu0
+	}
 	b.StopTimer()
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)
@@ -90,10 +97,10 @@ func measureN(b *testing.B, writers, n int, fn func() error) float64 {
 	pct := func(p float64) float64 {
 		return float64(all[int(p*float64(len(all)-1))].Microseconds()) / 1000
 	}
-	rate := float64(n) / elapsed.Seconds()
+	rate = float64(n) / elapsed.Seconds()
 	b.ReportMetric(rate, "cmds/s")
 	b.ReportMetric(pct(0.50), "p50-ms")
 	b.ReportMetric(pct(0.99), "p99-ms")
 	b.ReportMetric(0, "ns/op")
-	return rate
+	return rate, cpu
 }

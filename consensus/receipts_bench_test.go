@@ -35,6 +35,14 @@ import (
 // proposes): many receipts per command and per log entry. Their x-raw is
 // receipts/s over raw no-op entries/s, each entry one report's size.
 //
+// Every run also reports the CPU time the whole cluster (three nodes in
+// this process) spent per receipt (cpu-us/receipt) and as a multiple of a
+// raw entry's (cpu-x-raw): on a two-core machine others share, the rates
+// swing with their load, the CPU figures much less. With one receipt per
+// request the rate is bounded by writers / commit latency (Little's law:
+// 64 writers over a commit of about two fsyncs, the leader's then a
+// follower's); with many per request, by the CPU a receipt costs.
+//
 //	go test -run '^$' -bench Receipts -benchtime 2000x ./consensus/
 func BenchmarkReceipts(b *testing.B) {
 	c, sms := newCoordCluster(b, 3)
@@ -45,11 +53,29 @@ func BenchmarkReceipts(b *testing.B) {
 	size := len(reportCmd(b, content.Hash([]byte("size")), receiptsPeer(0), 1000))
 	noop := append([]byte{entryNoop}, bytes.Repeat([]byte{'r'}, size-1)...)
 
-	var rawRate float64
+	var rawRate, rawCPU float64
 	b.Run(fmt.Sprintf("raw/writers=%d", writers), func(b *testing.B) {
-		rawRate = measure(b, writers, func() error { return n.raft.Apply(noop, 0).Error() })
+		var cpu time.Duration
+		rawRate, cpu = measureN(b, writers, b.N, func() error { return n.raft.Apply(noop, 0).Error() })
 		b.ReportMetric(float64(size), "entry-bytes")
+		if cpu > 0 {
+			rawCPU = cpuMicros(cpu, b.N)
+			b.ReportMetric(rawCPU, "cpu-us/entry")
+		}
 	})
+	// cpuMetrics reports the CPU time the cluster (three nodes in this
+	// process) spent per receipt, and as a multiple of a raw entry's: on a
+	// machine others share it is steadier than the rates.
+	cpuMetrics := func(b *testing.B, cpu time.Duration, receipts int) {
+		if cpu <= 0 {
+			return
+		}
+		per := cpuMicros(cpu, receipts)
+		b.ReportMetric(per, "cpu-us/receipt")
+		if rawCPU > 0 {
+			b.ReportMetric(per/rawCPU, "cpu-x-raw")
+		}
+	}
 
 	var jobs, reports int
 	b.Run(fmt.Sprintf("receipts/writers=%d", writers), func(b *testing.B) {
@@ -58,7 +84,7 @@ func BenchmarkReceipts(b *testing.B) {
 		seq0, _ := sms[leader].m.Head()
 		start := n.raft.LastIndex()
 		var next atomic.Int64
-		rate := measure(b, writers, func() error {
+		rate, cpu := measureN(b, writers, b.N, func() error {
 			resp, err := n.Apply(context.Background(), cmds[next.Add(1)-1])
 			if err != nil {
 				return err
@@ -74,6 +100,7 @@ func BenchmarkReceipts(b *testing.B) {
 			b.ReportMetric(rate/rawRate, "x-raw")
 		}
 		b.ReportMetric(float64(b.N)/float64(max(1, n.raft.LastIndex()-start)), "cmds/entry")
+		cpuMetrics(b, cpu, b.N)
 		if seq, _ := sms[leader].m.Head(); seq != seq0+uint64(b.N) {
 			b.Fatalf("leader's chain grew by %d receipts for %d reports", seq-seq0, b.N)
 		}
@@ -103,7 +130,7 @@ func BenchmarkReceipts(b *testing.B) {
 			seq0, _ := sms[leader].m.Head()
 			start := n.raft.LastIndex()
 			var next atomic.Int64
-			measureN(b, writers, len(cmds), func() error {
+			_, cpu := measureN(b, writers, len(cmds), func() error {
 				resp, err := n.Apply(context.Background(), cmds[next.Add(1)-1])
 				if err != nil {
 					return err
@@ -120,12 +147,18 @@ func BenchmarkReceipts(b *testing.B) {
 				b.ReportMetric(rate/rawRate, "x-raw")
 			}
 			b.ReportMetric(float64(b.N)/float64(max(1, n.raft.LastIndex()-start)), "receipts/entry")
+			cpuMetrics(b, cpu, b.N)
 			if seq, _ := sms[leader].m.Head(); seq != seq0+uint64(b.N) {
 				b.Fatalf("leader's chain grew by %d receipts for %d reports", seq-seq0, b.N)
 			}
 			checkReplicas(b, sms, leader, reports)
 		})
 	}
+}
+
+// cpuMicros is cpu per op, in microseconds.
+func cpuMicros(cpu time.Duration, ops int) float64 {
+	return float64(cpu.Nanoseconds()) / float64(max(1, ops)) / 1000
 }
 
 // receiptsJobShards bounds the shards of one job, so a SubmitJob command
