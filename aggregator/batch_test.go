@@ -26,6 +26,7 @@ import (
 // refusals: an oversized batch is refused whole, and a batch mixing good
 // and bad items gets one answer per item, each bad one naming its item.
 func TestBatchedWorkersJobCompletes(t *testing.T) {
+	t.Parallel()
 	const shards = 12
 	rec := &apiRecorder{}
 	p := newTestPool(t, trust.Consortium, 2, Options{LeaseTTL: 5 * time.Second, WrapAPI: rec.wrap})

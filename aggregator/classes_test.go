@@ -16,6 +16,7 @@ import (
 // model confidential is refused by the aggregator of an open pool through
 // api.Server, and nothing changes; the same job unclassed is admitted.
 func TestOpenPoolRefusesConfidentialModelBundle(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, trust.Open, 0, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

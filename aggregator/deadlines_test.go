@@ -20,6 +20,7 @@ import (
 // A client that trickles a request body (the one byte every 5 s)
 // is cut off at the body deadline instead of holding a connection forever.
 func TestSlowBodyIsCutOff(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, trust.Own, 1, Options{BodyTimeout: time.Second})
 	cfg, err := identity.ClientTLSConfig(p.ids["w1"], p.fed, "agg-1", identity.Aggregator)
 	if err != nil {

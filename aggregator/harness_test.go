@@ -69,19 +69,36 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// claimedAddrs holds every address freeAddrs has handed out in this test
+// process. Tests run in parallel: between freeAddrs closing its listener
+// and a node binding the port, another test's freeAddrs could otherwise be
+// given the same port.
+var claimedAddrs = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
 // freeAddrs returns n distinct 127.0.0.1 ports that were free a moment
-// ago: all listeners stay open until every port is chosen, so the kernel
-// cannot hand out one port twice.
+// ago and that no other test in this process was given: all listeners stay
+// open until every port is chosen, so the kernel cannot hand out one port
+// twice, and claimedAddrs keeps parallel tests apart.
 func freeAddrs(tb testing.TB, n int) []string {
 	tb.Helper()
+	claimedAddrs.Lock()
+	defer claimedAddrs.Unlock()
 	var out []string
-	for range n {
+	for len(out) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			tb.Fatal(err)
 		}
 		defer l.Close()
-		out = append(out, l.Addr().String())
+		addr := l.Addr().String()
+		if claimedAddrs.m[addr] {
+			continue
+		}
+		claimedAddrs.m[addr] = true
+		out = append(out, addr)
 	}
 	return out
 }

@@ -22,6 +22,7 @@ import (
 // it may appear only in a view of its shard already decided, in a
 // shard-verified event, or in the answer to the peer that reported it.
 func TestLaw13NothingUndecidedVisible(t *testing.T) {
+	t.Parallel()
 	const shards = 8
 	rec := &apiRecorder{}
 	p := newTestPool(t, trust.Consortium, 3, Options{LeaseTTL: 2 * time.Second, WrapAPI: rec.wrap})

@@ -166,6 +166,7 @@ const law3Program = `def run(params, inputs):
 `
 
 func TestLaw3NoResultBytesThroughControlPlane(t *testing.T) {
+	t.Parallel()
 	const shards, perShard = 12, 3000
 	rec := &apiRecorder{}
 	// The workers move their blobs over data channels (dataplane), whose

@@ -388,6 +388,7 @@ func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 // back, fl resume (here its API call, by the run's owner) continues the
 // run from its last completed round and it completes.
 func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
+	t.Parallel()
 	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 100 * time.Millisecond})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -450,6 +451,7 @@ func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
 }
 
 func TestRunRoundDropoutOfFourCompletes(t *testing.T) {
+	t.Parallel()
 	p := newRunPool(t, 4, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -15,6 +15,7 @@ import (
 // worker hands the lease back, its only slot is free again and it leases
 // again; stopping the worker (SIGINT) returns at once too.
 func TestShardTimeoutStopsAnEndlessNative(t *testing.T) {
+	t.Parallel()
 	p := newTestPool(t, trust.Own, 1, Options{})
 	released := make(chan string, 16)
 	p.shardTimeout = time.Second

@@ -16,6 +16,7 @@ import (
 // certificate admits it, and a finished sweep's heatmap holds every cell
 // with the best one marked, laid out from the plan a child compiled.
 func TestStudioServesSweepHeatmap(t *testing.T) {
+	t.Parallel()
 	addr := freeAddrs(t, 1)[0]
 	p := newTestPool(t, trust.Own, 2, Options{LeaseTTL: 2 * time.Second, StudioListen: addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
