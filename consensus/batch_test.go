@@ -15,6 +15,7 @@ import (
 // command so that fifty more queue behind it, then checks that they travel
 // as one log entry and that each caller gets its own response, in log order.
 func TestBatchOneResponsePerCaller(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = 1 })
 	leader := c.waitLeader()
 	n := c.nodes[leader]
@@ -83,6 +84,7 @@ func TestBatchOneResponsePerCaller(t *testing.T) {
 // TestBatchConcurrentWriters: many writers, no gate; every response is the
 // chain state right after its own command and replicas agree.
 func TestBatchConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, nil)
 	leader := c.waitLeader()
 	n := c.nodes[leader]

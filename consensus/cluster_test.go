@@ -8,6 +8,7 @@ import (
 )
 
 func TestSingleNode(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1, nil)
 	leader := c.waitLeader()
 	var ref chain
@@ -16,6 +17,7 @@ func TestSingleNode(t *testing.T) {
 }
 
 func TestReplicatesAndFollowersRedirect(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, nil)
 	leader := c.waitLeader()
 	var ref chain
@@ -62,6 +64,7 @@ func TestReplicatesAndFollowersRedirect(t *testing.T) {
 }
 
 func TestLeaderFailover(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, nil)
 	old := c.waitLeader()
 	var ref chain
@@ -77,6 +80,7 @@ func TestLeaderFailover(t *testing.T) {
 }
 
 func TestMinority(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, nil)
 	leader := c.waitLeader()
 	var ref chain
@@ -132,6 +136,7 @@ func TestMinority(t *testing.T) {
 }
 
 func TestRestartFromDisk(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, nil)
 	leader := c.waitLeader()
 	var ref chain
@@ -161,6 +166,7 @@ func TestRestartFromDisk(t *testing.T) {
 }
 
 func TestSnapshotCatchUp(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, func(cfg *Config) {
 		cfg.TrailingLogs = 2
 		cfg.SnapshotThreshold = 1 << 30
@@ -218,6 +224,7 @@ func TestSnapshotCatchUp(t *testing.T) {
 // TestFiveNodesLoseTwo: five nodes tolerate two failures, the leader among
 // them.
 func TestFiveNodesLoseTwo(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 5, nil)
 	leader := c.waitLeader()
 	var ref chain

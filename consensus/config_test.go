@@ -83,6 +83,7 @@ func TestConfigRefused(t *testing.T) {
 }
 
 func TestClosed(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 1, nil)
 	leader := c.waitLeader()
 	n := c.nodes[leader]

@@ -19,6 +19,7 @@ import (
 // join, its connections are refused, and even forced into the configuration
 // it receives nothing and decides nothing.
 func TestUnknownCertificateRefused(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, 3, nil)
 	leader := c.waitLeader()
 	var ref chain

@@ -292,6 +292,7 @@ func (w *roundWorld) contribution(name string) *silo.SignedContribution {
 // arrives), one whose policy accepts only fedavg declines; the client
 // state survives reopening a silo.
 func TestRoundAgainstSecAggHost(t *testing.T) {
+	t.Parallel()
 	w := newRoundWorld(t)
 	for _, n := range siloNames[:3] {
 		w.openSilo(n, nil)

@@ -30,6 +30,7 @@ import (
 // on public inputs alone, and counting them would let any member use up a
 // site's rounds for the day with runs it refuses.
 func TestModelErrorDeclinesWithCodeOnly(t *testing.T) {
+	t.Parallel()
 	w := newRoundWorld(t)
 	for _, n := range siloNames[:3] {
 		w.openSilo(n, nil)

@@ -17,6 +17,7 @@ import (
 // ledger, or another ledger put at its path, is refused with SC5041; the
 // silo's own ledger, restored, opens again. Its ledger file is 0600.
 func TestSiloRefusesLedgerWithoutHistory(t *testing.T) {
+	t.Parallel()
 	w := newRoundWorld(t)
 	const name = "hospital-a"
 	a := w.openSilo(name, nil)
@@ -72,6 +73,7 @@ func TestSiloRefusesLedgerWithoutHistory(t *testing.T) {
 // A silo does not start on a ledger that fails verification: one flipped
 // byte in an entry's length field fences it (SC5014), and nothing is cut.
 func TestSiloRefusesDamagedLedger(t *testing.T) {
+	t.Parallel()
 	w := newRoundWorld(t)
 	a := w.openSilo("hospital-a", nil)
 	c := a.Config
@@ -93,6 +95,7 @@ func TestSiloRefusesDamagedLedger(t *testing.T) {
 // before the ledger is touched (SC5040), plaintext or age-encrypted
 // (identity.Load alone only warns about an encrypted one).
 func TestSiloRefusesLooseLedgerKey(t *testing.T) {
+	t.Parallel()
 	w := newRoundWorld(t)
 	c := w.siloConfig("hospital-a", nil)
 	c.Identity = filepath.Join(w.dir, "hospital-a", "identity.key")
