@@ -211,16 +211,7 @@ var onesChunk = func() (b [tileBytes]byte) {
 // coordinate of a 32-bit ring) in 32 bits. A pair of 4-byte coordinates
 // is one word of Z_2^64 (see putCoords), so both rings add the same way.
 func sumWords(dst []byte, c uint64, src *[maskBatch][]byte, k int) {
-	switch k {
-	case 1:
-		sum1(dst, c, src)
-	case 2:
-		sum2(dst, c, src)
-	case 3:
-		sum3(dst, c, src)
-	case 4:
-		sum4(dst, c, src)
-	}
+	sumBulk(dst, c, src, k)
 	o := len(dst) &^ 63
 	for ; o+8 <= len(dst); o += 8 {
 		v := le.Uint64(dst[o:]) + c
@@ -238,9 +229,22 @@ func sumWords(dst []byte, c uint64, src *[maskBatch][]byte, k int) {
 	}
 }
 
-// sum1 … sum4 are sumWords' bulk, 64 bytes at a time through array
+// sumBulkGo is sumBulk in Go, where AVX2 is missing (or the purego
+// build tag is set): sum1 … sum4 go 64 bytes at a time through array
 // pointers (no bounds checks inside), unrolled: the adds are a fifth of
 // the keystream's cost this way, against half with a loop per mask.
+func sumBulkGo(dst []byte, c uint64, src *[maskBatch][]byte, k int) {
+	switch k {
+	case 1:
+		sum1(dst, c, src)
+	case 2:
+		sum2(dst, c, src)
+	case 3:
+		sum3(dst, c, src)
+	case 4:
+		sum4(dst, c, src)
+	}
+}
 
 func sum1(dst []byte, c uint64, src *[maskBatch][]byte) {
 	n := len(dst) &^ 63
