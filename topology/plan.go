@@ -1,7 +1,10 @@
 package topology
 
 import (
+	"bufio"
 	"fmt"
+	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -317,4 +320,63 @@ func listSome(names []string) string {
 		return strings.Join(names, ", ")
 	}
 	return fmt.Sprintf("%s, … (%d more)", strings.Join(names[:maxListed], ", "), len(names)-maxListed)
+}
+
+// WriteText writes the plan for people: one block per cluster, indented by
+// depth, with its nodes, what it leads and where its sum goes.
+func (p *Plan) WriteText(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(p.Params)) {
+		kv = append(kv, fmt.Sprintf("%s=%v", k, p.Params[k]))
+	}
+	fmt.Fprintf(bw, "topology %s (%s)", p.Topology, p.Ref.Short())
+	if len(kv) > 0 {
+		fmt.Fprintf(bw, " %s", strings.Join(kv, " "))
+	}
+	limit := "no fan-out limit"
+	if p.FanOut > 0 {
+		limit = fmt.Sprintf("fan-out limit %d", p.FanOut)
+	}
+	fmt.Fprintf(bw, "\n%s, depth %d; %s, largest fan-out %d\n", plural(len(p.Clusters), "cluster"), p.Depth(), limit, p.MaxFanOut())
+	// Depth-first, so that children sit under their parent.
+	var walk func(i int)
+	walk = func(i int) {
+		c := &p.Clusters[i]
+		ind := strings.Repeat("  ", c.Depth)
+		fmt.Fprintf(bw, "\n%scluster %s\n", ind, c.Name)
+		fmt.Fprintf(bw, "%s  nodes     %s\n", ind, listSome(c.Nodes))
+		if len(c.Leads) > 0 {
+			fmt.Fprintf(bw, "%s  leads     %s, %s: %s\n", ind, plural(len(c.Leads), "member"), plural(len(c.SubCohort), "silo"), listSome(c.Leads))
+		}
+		if len(c.Children) > 0 {
+			fmt.Fprintf(bw, "%s  children  %s\n", ind, listSome(c.Children))
+		}
+		var parts []string
+		if len(c.SubCohort) > 0 {
+			parts = append(parts, "its sub-cohort of "+plural(len(c.SubCohort), "silo"))
+		}
+		if len(c.Children) > 0 {
+			parts = append(parts, plural(len(c.Children), "child partial sum"))
+		}
+		to := "→ the round's sum"
+		if c.Parent != "" {
+			to = "→ " + c.Parent
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(bw, "%s  sums      %s %s\n", ind, strings.Join(parts, " + "), to)
+		}
+		for _, k := range c.Children {
+			walk(p.byName[k])
+		}
+	}
+	walk(0)
+	return bw.Flush()
+}
+
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
