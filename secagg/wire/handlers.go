@@ -459,7 +459,7 @@ func (h *Host) survivorSet(c *call, _ *http.Request) reply {
 		return reply{}
 	case rd.survivorSet != nil:
 		if rd.survivors[c.site] {
-			return reply{status: http.StatusOK, body: h.tampered(c, "survivors", rd.survivorSet)}
+			return reply{status: http.StatusOK, body: rd.survivorSet}
 		}
 		return reply{status: http.StatusConflict, err: tooLate(c, "its masked input did not arrive before input collection ended")}
 	}
@@ -475,21 +475,11 @@ func (h *Host) unmaskRequest(c *call, _ *http.Request) reply {
 		return reply{}
 	case rd.unmask != nil:
 		if rd.signers[c.site] {
-			return reply{status: http.StatusOK, body: h.tampered(c, "unmask", rd.unmask)}
+			return reply{status: http.StatusOK, body: rd.unmask}
 		}
 		return reply{status: http.StatusConflict, err: tooLate(c, "its survivor signature did not arrive before the consistency round ended")}
 	}
 	return reply{status: http.StatusConflict, err: tooLate(c, "unmasking has ended")}
-}
-
-// tampered is what a GET of kind serves the caller: body, unless a test
-// made the host hostile (HostOptions has no such option: only tests in
-// this package set testTamper, to play an aggregator that equivocates).
-func (h *Host) tampered(c *call, kind string, body []byte) []byte {
-	if h.testTamper == nil {
-		return body
-	}
-	return h.testTamper(c.round, kind, c.site, body)
 }
 
 func (h *Host) result(c *call, _ *http.Request) reply {

@@ -120,6 +120,10 @@ func (w *world) silo(name string) *http.Client { return w.client(w.ids[name], w.
 type testHost struct {
 	*Host
 	url string
+	// hostile, when set before the round opens, sees every request
+	// after it is recorded and may answer it instead of the host (it
+	// returns true then): an aggregator that deviates from the protocol.
+	hostile func(w http.ResponseWriter, r *http.Request, body []byte) bool
 
 	mu     sync.Mutex
 	bodies []recorded
@@ -177,7 +181,11 @@ func (th *testHost) record(h http.Handler) http.Handler {
 		}
 		th.mu.Lock()
 		th.bodies = append(th.bodies, recorded{r.Method, r.URL.Path, b})
+		hostile := th.hostile
 		th.mu.Unlock()
+		if hostile != nil && hostile(w, r, b) {
+			return
+		}
 		r.Body = io.NopCloser(bytes.NewReader(b))
 		h.ServeHTTP(w, r)
 	})

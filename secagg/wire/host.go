@@ -139,11 +139,6 @@ type Host struct {
 	quit   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 
-	// testTamper, set only by this package's tests, rewrites what a GET
-	// of the survivor set or of the unmask request serves a site: a
-	// hostile aggregator that equivocates, for the consistency tests.
-	testTamper func(round, kind, site string, body []byte) []byte
-
 	mu     sync.Mutex
 	rounds map[string]*hostRound
 	over   map[string]*tombstone
