@@ -21,6 +21,15 @@ import (
 // aggregator without a log entry; Deliver retries them every Poll. With
 // NoCommit, or for a job of one replica, it reports the hash outright.
 func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []byte, hash content.Ref) (coordinator.ReportResponse, error) {
+	return w.DeliverWhen(ctx, g, data, hash, nil)
+}
+
+// DeliverWhen is Deliver with ready, when set, called once the bytes are
+// uploaded and before the hash is reported; an error from it ends the
+// delivery unreported. A caller that must make something durable before
+// its report (a silo's outbox holds the signed record it reports) writes
+// it while the bytes travel, instead of before sending them.
+func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data []byte, hash content.Ref, ready func() error) (coordinator.ReportResponse, error) {
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	req := api.ResultReport{Job: g.Job, Shard: g.Shard, Result: hash}
@@ -52,6 +61,11 @@ func (w *Worker) Deliver(ctx context.Context, g coordinator.LeaseGrant, data []b
 	}
 	if _, err := w.putResult(rctx, data); err != nil {
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
+	}
+	if ready != nil {
+		if err := ready(); err != nil {
+			return coordinator.ReportResponse{}, err
+		}
 	}
 	var https bool // the result went over HTTPS too
 	if direct {
@@ -193,6 +207,11 @@ func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, 
 	}
 	return last.out, last.err
 }
+
+// KnowPolicy tells the worker a job's verification policy, read by the
+// caller with the job's status: Deliver then does not ask the pool for it
+// again (a silo reads a round job's status when it leases its shard).
+func (w *Worker) KnowPolicy(job content.Ref, p coordinator.Policy) { w.setPolicy(job, p) }
 
 // setPolicy remembers a job's verification policy.
 func (w *Worker) setPolicy(job content.Ref, p coordinator.Policy) {

@@ -307,6 +307,8 @@ func (a *Appliance) Dispatch(ctx context.Context, g coordinator.LeaseGrant) {
 		return
 	}
 	if st.Run != "" {
+		// The job's policy is known now: reporting does not ask again.
+		w.KnowPolicy(g.Job, st.Policy)
 		a.HandleRound(ctx, g, st)
 		return
 	}

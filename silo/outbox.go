@@ -25,8 +25,9 @@ import (
 // DATA_DIR/outbox/<job hex>-<shard> (written and fsync'd like the ledger:
 // temporary file, fsync, rename, folder fsync) holding the round's record
 // as it stands and the ledger consumer the charge will name. report writes
-// the signed record into the entry before it delivers it, and removes the
-// entry once the pool has it. When the silo starts (Run), it delivers
+// the signed record into the entry while it uploads the record's bytes,
+// reports the record's hash only once the entry holds it durably, and
+// removes the entry once the pool has it. When the silo starts (Run), it delivers
 // every entry left over before it leases anything:
 //
 //   - an entry with its signed record: those bytes, as they are (the pool
@@ -111,8 +112,14 @@ func readOutbox(path string) (outboxEntry, error) {
 	return e, nil
 }
 
-// outboxDone removes the entry of a shard, durably.
-func (a *Appliance) outboxDone(job content.Ref, shard int) {
+// outboxDone removes the entry of a shard: durably, unless the entry
+// held a signed record the pool has taken (delivered). Such an entry,
+// back after a crash, is only delivered again, byte for byte, and the
+// pool answers it as the first time; sparing the folder's fsync keeps it
+// off every round (issue 19). An entry that never held a delivered
+// record is removed durably: back after a crash, it could name a charge
+// that a later attempt of the round made.
+func (a *Appliance) outboxDone(job content.Ref, shard int, delivered bool) {
 	path, err := a.outboxPath(job, shard)
 	if err == nil {
 		err = os.Remove(path)
@@ -120,7 +127,7 @@ func (a *Appliance) outboxDone(job content.Ref, shard int) {
 			return
 		}
 	}
-	if err == nil {
+	if err == nil && !delivered {
 		err = syncDir(filepath.Dir(path))
 	}
 	if err != nil {
@@ -197,7 +204,7 @@ func (a *Appliance) redeliver(ctx context.Context, e outboxEntry) error {
 		}
 		if paid == nil {
 			a.logf("%s: outbox: no charge was made before the silo stopped; nothing to report", subject)
-			a.outboxDone(rec.Job, rec.Shard)
+			a.outboxDone(rec.Job, rec.Shard, false)
 			return nil
 		}
 		rec.Status, rec.Refusals = Failed, refusalsOf(diag.New(diag.SiloRestarted, subject, "restarted"))
@@ -215,7 +222,7 @@ func (a *Appliance) redeliver(ctx context.Context, e outboxEntry) error {
 			return err
 		}
 	}
-	err := a.deliverSigned(ctx, coordinator.LeaseGrant{Job: rec.Job, Shard: rec.Shard}, rec, e.Signed)
+	err := a.deliverSigned(ctx, coordinator.LeaseGrant{Job: rec.Job, Shard: rec.Shard}, rec, e.Signed, nil)
 	switch {
 	case err == nil:
 		a.logf("%s: outbox: delivered the record of ledger entry %s to job %s", subject, rec.LedgerEntry.Short(), rec.Job.Short())
@@ -224,16 +231,17 @@ func (a *Appliance) redeliver(ctx context.Context, e outboxEntry) error {
 	default:
 		return err
 	}
-	a.outboxDone(rec.Job, rec.Shard)
+	a.outboxDone(rec.Job, rec.Shard, true)
 	return nil
 }
 
-// deliverSigned uploads a signed record and reports its hash for g's shard.
-func (a *Appliance) deliverSigned(ctx context.Context, g coordinator.LeaseGrant, rec Contribution, b []byte) error {
+// deliverSigned uploads a signed record and reports its hash for g's
+// shard; ready, when set, is waited for between the two (pool.DeliverWhen).
+func (a *Appliance) deliverSigned(ctx context.Context, g coordinator.LeaseGrant, rec Contribution, b []byte, ready func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ref := content.Hash(b)
-	out, err := a.Worker().Deliver(ctx, g, b, ref)
+	out, err := a.Worker().DeliverWhen(ctx, g, b, ref, ready)
 	if err != nil {
 		return err
 	}

@@ -241,7 +241,12 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		release() // the charge is in the ledger: nothing more to decide
 		return a.resend(ctx, rec, b, paid, subject)
 	}
-	a.recordRound(req.Key(), now) // from here on, a decline still counts against the daily limit
+	// From here on, a decline still counts against the daily limit. The
+	// journal's fsync runs while the strategy and the global model are
+	// fetched; it is waited for before the run's data is read, and
+	// before the round returns (a decline is reported only after that).
+	journaled := a.startRecordRound(req.Key(), now)
+	defer journaled()
 
 	strategy, err := a.strategy(ctx, spec)
 	if err != nil {
@@ -263,6 +268,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(bad("the global model %s cannot be decoded: %v", from.Short(), err))
 	}
+	journaled() // the data is read from here on
 	train, held, err := a.runData(st.Run, &spec, &b)
 	if err != nil {
 		return decline(err)
@@ -399,7 +405,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			// No charge follows: the entry must not outlive this attempt
 			// (a later attempt of the round, under another job, may charge
 			// the same consumer).
-			a.outboxDone(g.Job, g.Shard)
+			a.outboxDone(g.Job, g.Shard, false)
 		}
 		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
 	}
@@ -700,9 +706,12 @@ func (a *Appliance) secaggHost(ctx context.Context, b fl.RoundBundle) (string, e
 
 // report uploads the signed record and reports its hash for the shard.
 // A round that charged has an outbox entry: the signed record goes into it
-// (durably) before it is delivered, and the entry is removed once the pool
-// has it; a record the pool could not be reached for stays there, and is
-// delivered when the silo next starts (outbox.go).
+// (durably) before its hash is reported — written while the record's bytes
+// are uploaded, which needs no wait for it (issue 19: a record uploaded
+// but not reported is no report; a silo that dies then reports, when it
+// starts, the record its outbox holds) — and the entry is removed once the
+// pool has it; a record the pool could not be reached for stays there, and
+// is delivered when the silo next starts (outbox.go).
 func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	a.anchor(&rec)
 	signed, err := Sign(a.ID, rec)
@@ -715,17 +724,26 @@ func (a *Appliance) report(g coordinator.LeaseGrant, rec Contribution) error {
 	}
 	e, err := a.outboxGet(g.Job, g.Shard)
 	queued := err == nil
+	wrote := make(chan struct{})
 	if queued {
 		e.Record, e.Signed = rec, b
-		if err := a.outboxPut(e); err != nil {
-			a.logf("run %s round %d: writing the record into the outbox: %v", rec.Run.Short(), rec.Round, err)
+		go func() {
+			defer close(wrote)
+			if err := a.outboxPut(e); err != nil {
+				a.logf("run %s round %d: writing the record into the outbox: %v", rec.Run.Short(), rec.Round, err)
+			}
+		}()
+	} else {
+		close(wrote)
+		if !errors.Is(err, fs.ErrNotExist) {
+			a.logf("run %s round %d: reading the outbox: %v", rec.Run.Short(), rec.Round, err)
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		a.logf("run %s round %d: reading the outbox: %v", rec.Run.Short(), rec.Round, err)
 	}
-	err = a.deliverSigned(context.Background(), g, rec, b)
+	inOutbox := func() error { <-wrote; return nil }
+	err = a.deliverSigned(context.Background(), g, rec, b, inOutbox)
+	inOutbox() // also when the upload failed: the entry is not touched twice at once
 	if queued && (err == nil || finalRefusal(err)) {
-		a.outboxDone(g.Job, g.Shard)
+		a.outboxDone(g.Job, g.Shard, true)
 	}
 	return err
 }

@@ -26,6 +26,29 @@ const roundJournal = "rounds.journal"
 // in-memory log still counts the round until the process ends.
 func (a *Appliance) recordRound(k RoundKey, t time.Time) {
 	a.Rounds.Record(k, t)
+	a.journalRound(k, t)
+}
+
+// startRecordRound is recordRound with the journal's write and fsync left
+// running: the round goes on fetching what it needs meanwhile (issue 19:
+// the fsync was a wait of its own on every round's path). The returned
+// wait blocks until the line is durable; the round calls it before it
+// reads the run's data (and so before the run's content runs on it) and
+// before it returns (before a decline is reported), so a round that fails
+// or crashes the silo from then on is counted across restarts, as before.
+// It may be called more than once.
+func (a *Appliance) startRecordRound(k RoundKey, t time.Time) (wait func()) {
+	a.Rounds.Record(k, t)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.journalRound(k, t)
+	}()
+	return func() { <-done }
+}
+
+// journalRound appends round k's line to the journal, fsync'd.
+func (a *Appliance) journalRound(k RoundKey, t time.Time) {
 	path := filepath.Join(a.Config.DataDir, roundJournal)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err == nil {
