@@ -193,24 +193,26 @@ func (m *Machine) commit(c CommitResult) Result {
 // commit–reveal pool one is required, and whenever there is one the nonce
 // must open it and the shard's reveal must be open.
 func (m *Machine) checkReveal(c ReportResult, j *jobState, s *shardState, now int64) *diag.Diagnostic {
-	subject := shardSubject(j, s.Index)
+	// The subject is formatted only for a refusal: every report passes
+	// here, on every replica.
+	subject := func() string { return shardSubject(j, s.Index) }
 	com := s.commitOf(c.Peer)
 	if com == nil {
 		// One replica: the first report decides the shard, so there is no
 		// other result to copy and nothing to commit to.
 		if (m.st.CommitReveal && j.Policy.Replicas > 1) || adaptive(j) {
-			return diag.New(diag.PoolNoCommitment, subject, "%s reports a result for shard %d without having committed to it", c.Peer, s.Index).
+			return diag.New(diag.PoolNoCommitment, subject(), "%s reports a result for shard %d without having committed to it", c.Peer, s.Index).
 				WithHelp("commit to the result first (POST /v1/commits), and reveal it once the shard's reveal is open; workers do this by themselves")
 		}
 		return nil
 	}
 	nonce, err := ParseNonce(c.Nonce)
 	if err != nil || Commitment(c.Result, c.Peer, j.ID, s.Index, nonce) != com.Commitment {
-		return diag.New(diag.PoolRevealMismatch, subject, "the result and nonce %s reveals for shard %d do not open its commitment", c.Peer, s.Index).
+		return diag.New(diag.PoolRevealMismatch, subject(), "the result and nonce %s reveals for shard %d do not open its commitment", c.Peer, s.Index).
 			WithHelp("reveal exactly the result hash and nonce committed to")
 	}
 	if !revealOpen(j, s, now) {
-		return RevealEarly(subject, s.Index, revealAt(j, s))
+		return RevealEarly(subject(), s.Index, revealAt(j, s))
 	}
 	return nil
 }

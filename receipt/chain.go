@@ -72,7 +72,8 @@ func (c *Chain) AppendSealed(r Receipt) error {
 
 // Mint seals r as the receipt after last (nil: the first of a chain) — the
 // sealing of Next and the checks of AppendSealed, for a caller that keeps
-// its chain in a slice of its own. The coordinator keeps its receipts in
+// its chain in a slice of its own. last must be a receipt of that chain
+// (minted, or checked by Verify): its Hash becomes r's Prev unchecked. The coordinator keeps its receipts in
 // its replicated state, and keeping them a second time in a Chain (and
 // copying each receipt three times to do so) was a tenth of the cost of a
 // report that mints one (issue 19). r's slices are copied once; the
@@ -85,7 +86,7 @@ func Mint(last *Receipt, r Receipt) (Receipt, error) {
 		seq, prev = last.Seq, last.Hash
 	}
 	seal(&r, seq, prev)
-	if err := r.validateShape(); err != nil {
+	if err := r.checkShape(true); err != nil {
 		return Receipt{}, err
 	}
 	return r, nil

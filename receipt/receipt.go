@@ -100,7 +100,12 @@ func (r *Receipt) Validate() error {
 }
 
 // validateShape is Validate without the hash check.
-func (r *Receipt) validateShape() error {
+func (r *Receipt) validateShape() error { return r.checkShape(false) }
+
+// checkShape is validateShape; sealed skips the checks of Prev and Hash,
+// for a receipt seal has just given them: Hash is then a hash it computed
+// and Prev the Hash of a receipt of the chain (or Genesis).
+func (r *Receipt) checkShape(sealed bool) error {
 	bad := func(format string, args ...any) error {
 		return diag.New(diag.ReceiptMalformed, fmt.Sprintf("receipt %d", r.Seq), format, args...)
 	}
@@ -110,8 +115,9 @@ func (r *Receipt) validateShape() error {
 	for _, f := range []struct {
 		name string
 		ref  content.Ref
-	}{{"prev", r.Prev}, {"job", r.Job}, {"shard", r.Shard}, {"result", r.Result}, {"hash", r.Hash}} {
-		if !content.IsRef(string(f.ref)) {
+		skip bool
+	}{{"prev", r.Prev, sealed}, {"job", r.Job, false}, {"shard", r.Shard, false}, {"result", r.Result, false}, {"hash", r.Hash, sealed}} {
+		if !f.skip && !content.IsRef(string(f.ref)) {
 			return bad("%s %q is not a content ref", f.name, f.ref)
 		}
 	}
