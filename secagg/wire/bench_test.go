@@ -24,13 +24,27 @@ import (
 //	             concurrently, as the sites do over the network.
 //
 // Ratios compare the fastest iteration of each, so a noisy neighbour
-// inflates neither side alone.
+// inflates neither side alone. consistency-% is the share of the rounds
+// over the network (the sum of their phases, as Host's OnPhase times them)
+// spent in the consistency round: from the survivor set's publication to
+// the last signature — one more exchange per site.
 //
 // Run: go test -run x -bench Round -benchtime 20x ./secagg/wire/
 func BenchmarkRound(b *testing.B) {
 	const n, dim = 4, 100_000
 	w := newWorld(b, n)
-	th := serveHost(b, w, HostOptions{}, false)
+	var (
+		mu                 sync.Mutex
+		phases, consistent time.Duration
+	)
+	th := serveHost(b, w, HostOptions{OnPhase: func(_, phase string, d time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		phases += d
+		if phase == "consistency" {
+			consistent += d
+		}
+	}}, false)
 	clients := map[string]*http.Client{}
 	inputs := map[string][]float64{}
 	for _, s := range w.silos {
@@ -69,8 +83,16 @@ func BenchmarkRound(b *testing.B) {
 		}
 	}
 	overWire() // warm up: TLS handshakes, connection pools
+	mu.Lock()
+	phases, consistent = 0, 0
+	mu.Unlock()
 	b.SetBytes(8 * dim * n)
 	measure(b, overWire, map[string]func(){"inmem": inMemory(false), "inmem-par": inMemory(true)})
+	mu.Lock()
+	defer mu.Unlock()
+	if phases > 0 {
+		b.ReportMetric(100*float64(consistent)/float64(phases), "consistency-%")
+	}
 }
 
 // memoryRound runs one round through secagg.Client and secagg.Server in
