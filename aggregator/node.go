@@ -193,6 +193,11 @@ type Options struct {
 	// Only benchmarks set it, to measure what commit–reveal costs.
 	NoCommitReveal bool
 
+	// Delegate, when set, makes this node's cluster a child cluster in a
+	// tree of clusters: while it leads, it runs the delegate loop
+	// (delegate.go) toward the parent cluster.
+	Delegate *Delegate
+
 	// ReloadIdentity loads the node's identity file again; a node whose
 	// key an operator rotated calls it to pick up the new key without a
 	// restart (membership.go). Nil: a rotated node must be restarted.
@@ -534,6 +539,13 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			n.seen.Clear()
 			n.leaderSince.Store(time.Now().UnixNano())
 			tenure.ctx, tenure.cancel = context.WithCancel(ctx)
+			if n.opt.Delegate != nil {
+				n.done.Add(1)
+				go func(ctx context.Context) {
+					defer n.done.Done()
+					n.delegateLoop(ctx)
+				}(tenure.ctx)
+			}
 		}
 		m := n.fsm.machine()
 		now := time.Now().UnixMilli()
@@ -547,7 +559,9 @@ func (n *Node) leaderDuties(ctx context.Context) {
 		n.verifyDue(ctx, m)
 		for _, js := range m.Jobs() {
 			// A round job is reduced by its run's round (runs.go).
-			if js.State != coordinator.JobDecided || js.Run != "" {
+			// A sub-job is reported to its parent cluster, which reduces
+			// the whole job (delegate.go).
+			if js.State != coordinator.JobDecided || js.Run != "" || js.Delegated != nil {
 				continue
 			}
 			if _, busy := n.reducing.LoadOrStore(js.ID, struct{}{}); busy {

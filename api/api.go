@@ -147,6 +147,9 @@ type ResultReport struct {
 	// coordinator refuses an unsigned report (SC7305) and puts the
 	// agreeing peers' signatures in the receipt.
 	Sig []byte `json:"sig,omitempty"`
+	// Cite, from a child cluster (role cluster, docs/tree.md), is its
+	// receipt chain head, signed with its key; the receipt keeps it.
+	Cite *receipt.Citation `json:"cite,omitempty"`
 }
 
 // ReducedReport reports a job's reduced result document.

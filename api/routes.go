@@ -27,7 +27,7 @@ func (e Endpoint) Allows(r identity.Role) bool {
 
 var (
 	people    = []identity.Role{identity.Researcher}
-	executors = []identity.Role{identity.Worker, identity.Silo}
+	executors = []identity.Role{identity.Worker, identity.Silo, identity.Cluster}
 )
 
 // Endpoints lists every route an aggregator serves, with who may call it:

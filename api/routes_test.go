@@ -16,7 +16,7 @@ func rolesIn(cell string) []string {
 		return nil
 	}
 	var out []string
-	for _, r := range []identity.Role{identity.Aggregator, identity.Silo, identity.Worker, identity.Researcher, identity.Operator} {
+	for _, r := range []identity.Role{identity.Aggregator, identity.Silo, identity.Worker, identity.Researcher, identity.Operator, identity.Cluster} {
 		if regexp.MustCompile(`\b` + string(r) + `\b`).MatchString(cell) {
 			out = append(out, string(r))
 		}

@@ -94,6 +94,15 @@ type Aggregator struct {
 	TURNMaxAllocations int
 	TURNBandwidthMB    int
 	P2PLoopback        bool
+	// A child cluster in a tree of clusters (docs/tree.md): the parent
+	// cluster's federation file, the delegate key (the key of this
+	// cluster's member entry, role cluster, in that file; every node of
+	// the cluster holds it), that member's name, and how many parent
+	// shards one sub-job takes (default 50). All three or none.
+	ParentFederation string
+	DelegateIdentity string
+	DelegateName     string
+	DelegateBatch    int
 }
 
 // RaftTimings are the Raft timeout profiles of an aggregator config:
@@ -177,6 +186,10 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		mk("turn_max_allocations", false, "", integer(&c.TURNMaxAllocations, 1, 1<<20)),
 		mk("turn_bandwidth_mb", false, "", integer(&c.TURNBandwidthMB, 1, 1<<20)),
 		mk("p2p_loopback", false, "", boolean(&c.P2PLoopback)),
+		mk("parent_federation", false, "", str(&c.ParentFederation)),
+		mk("delegate_identity", false, "", str(&c.DelegateIdentity)),
+		mk("delegate_name", false, "", str(&c.DelegateName)),
+		mk("delegate_batch", false, "", integer(&c.DelegateBatch, 1, 256)),
 	}
 	l, err := load(file, "aggregator config", fields)
 	if err != nil {
@@ -192,6 +205,20 @@ func LoadAggregator(file string) (*Aggregator, error) {
 	c.DataDir = resolve(file, c.DataDir)
 	if c.VolunteerWasm != "" {
 		c.VolunteerWasm = resolve(file, c.VolunteerWasm)
+	}
+	if set := []string{c.ParentFederation, c.DelegateIdentity, c.DelegateName}; slices.Contains(set, "") && slices.ContainsFunc(set, func(s string) bool { return s != "" }) {
+		key := "parent_federation"
+		for i, k := range []string{"parent_federation", "delegate_identity", "delegate_name"} {
+			if set[i] != "" {
+				key = k
+			}
+		}
+		return nil, c.Pos.At(diag.New(diag.MissingField, key, "a child cluster needs parent_federation, delegate_identity and delegate_name; %s alone is not enough", key), file, key).
+			WithHelp("set all three (docs/tree.md), or none for a cluster that is no child")
+	}
+	if c.ParentFederation != "" {
+		c.ParentFederation = resolve(file, c.ParentFederation)
+		c.DelegateIdentity = resolve(file, c.DelegateIdentity)
 	}
 	if c.VolunteerListen != "" && c.VolunteerWasm == "" {
 		return nil, c.Pos.At(diag.New(diag.MissingField, "volunteer_wasm", "volunteer_listen is set but volunteer_wasm is not: the page needs the worker compiled to WebAssembly"), file, "volunteer_listen").

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -101,7 +102,11 @@ type SubmitJob struct {
 	// of an adaptive job. They are not part of the plan (a resubmission
 	// with other canaries is the same job) and never shown to peers.
 	Canaries []Canary `cbor:"canaries,omitempty" json:"canaries,omitempty"`
-	Now      int64    `cbor:"now" json:"now"`
+	// Delegated, when set, makes the job a sub-job: a child cluster's
+	// share of a parent cluster's job (delegate.go). Its ID is then
+	// SubJobID(*Delegated).
+	Delegated *Delegation `cbor:"delegated,omitempty" json:"delegated,omitempty"`
+	Now       int64       `cbor:"now" json:"now"`
 }
 
 // Lease asks for up to Max shards (default 1) for Peer. Grants go to
@@ -173,7 +178,10 @@ type ReportResult struct {
 	// into the receipt.
 	Key string `cbor:"key,omitempty" json:"key,omitempty"`
 	Sig []byte `cbor:"sig,omitempty" json:"sig,omitempty"`
-	Now int64  `cbor:"now" json:"now"`
+	// Cite, from a child cluster (delegate.go), is its chain head when it
+	// reports, signed with Key; the receipt keeps it.
+	Cite *receipt.Citation `cbor:"cite,omitempty" json:"cite,omitempty"`
+	Now  int64             `cbor:"now" json:"now"`
 }
 
 // ReportReduced records the hash of a job's reduced result, reported by a

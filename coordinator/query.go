@@ -47,7 +47,9 @@ type JobStatus struct {
 	DoneAt      int64       `json:"done_at,omitempty"`
 	// ReductionChecks are the second reducers' verdicts on the reduction.
 	ReductionChecks []ReductionCheck `json:"reduction_checks,omitempty"`
-	Shards          []ShardStatus    `json:"shards,omitempty"` // only from Job
+	// Delegated: the job is a sub-job of a parent cluster's job.
+	Delegated *Delegation   `json:"delegated,omitempty"`
+	Shards    []ShardStatus `json:"shards,omitempty"` // only from Job
 }
 
 // ShardStatus is one shard in detail.
@@ -159,7 +161,7 @@ func (j *jobState) status() JobStatus {
 		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, ReadsInputs: j.ReadsInputs, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt, Submitter: j.Submitter,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
-		ReductionChecks: slices.Clone(j.ReductionChecks),
+		ReductionChecks: slices.Clone(j.ReductionChecks), Delegated: cloneDelegation(j.Delegated),
 	}
 	js.Counts.Total = len(j.Shards)
 	for _, s := range j.Shards {

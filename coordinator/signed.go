@@ -94,6 +94,9 @@ func (m *Machine) checkReportSig(c ReportResult, j *jobState, s *shardState) *di
 		why = "has a signature that does not verify for its job, shard, result and tier " + TierOf(j.Policy)
 	}
 	if why == "" {
+		why = checkCite(c)
+	}
+	if why == "" {
 		return nil
 	}
 	return diag.New(diag.VerifyBadSignature, shardSubject(j, s.Index), "%s's report of shard %d %s", c.Peer, s.Index, why).

@@ -82,6 +82,8 @@ type jobState struct {
 	DoneAt      int64         `cbor:"done_at,omitempty"`
 	// ReductionChecks are second reducers' reports (reduction.go).
 	ReductionChecks []ReductionCheck `cbor:"reduction_checks,omitempty"`
+	// Delegated: the job is a sub-job of a parent cluster's (delegate.go).
+	Delegated *Delegation `cbor:"delegated,omitempty"`
 
 	decided int // shards verified or unverified
 	cursor  int // every shard below it is decided
@@ -152,6 +154,8 @@ type report struct {
 	// Key and Sig: the peer's signature of its result (signed.go).
 	Key string `cbor:"key,omitempty"`
 	Sig []byte `cbor:"sig,omitempty"`
+	// Cite: a child cluster's citation of its chain head (delegate.go).
+	Cite *receipt.Citation `cbor:"cite,omitempty"`
 }
 
 // PeerRecord is what the pool knows of one peer's work.

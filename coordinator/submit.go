@@ -17,7 +17,7 @@ const maxName = 256
 
 func (m *Machine) submit(c SubmitJob) Result {
 	subject := "job " + c.Name
-	if d := checkSubmit(c, subject); d != nil {
+	if d := firstOf(checkSubmit(c, subject), checkDelegation(c, subject)); d != nil {
 		return refuse(d)
 	}
 	plan := planHash(c)
@@ -54,6 +54,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Run: c.Run, Round: c.Round, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
 		ReadsInputs: len(c.Inputs) > 0, Policy: pol, Method: jobMethod(pol), Plan: plan,
 		SubmittedAt: now, Submitter: c.Submitter, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
+		Delegated: cloneDelegation(c.Delegated),
 	}
 	for i, s := range c.Shards {
 		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: StatePending}

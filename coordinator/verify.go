@@ -106,7 +106,7 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	rc := m.mint(receipt.Receipt{
 		Job: j.ID, Shard: s.ID, ShardIndex: s.Index, Result: h, Peers: s.Agreeing,
 		Method: method, WorkUnits: s.Price, PriceBasis: s.PriceBasis, LeaderTime: now,
-		Tier: tier, Signatures: sigs,
+		Tier: tier, Signatures: sigs, Cites: citesOf(s),
 	})
 	s.Receipt = rc.Seq
 	events := revoke(j, s)

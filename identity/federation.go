@@ -33,9 +33,14 @@ const (
 	// Operator: a person who runs the federation: may cancel any job or
 	// run and change the aggregator membership. Submits nothing.
 	Operator Role = "operator"
+	// Cluster: a child coordinator cluster in a tree of clusters
+	// (docs/tree.md). Its nodes share this member's key (the delegate
+	// key); its leader leases the parent's shards, has its own cluster
+	// compute them, and reports the verified results with its chain head.
+	Cluster Role = "cluster"
 )
 
-var roles = []string{string(Aggregator), string(Silo), string(Worker), string(Researcher), string(Operator)}
+var roles = []string{string(Aggregator), string(Silo), string(Worker), string(Researcher), string(Operator), string(Cluster)}
 
 // Person reports whether r is a role for people (researcher, operator)
 // rather than for machines (aggregator, silo, worker).
@@ -44,7 +49,7 @@ func (r Role) Person() bool { return r == Researcher || r == Operator }
 // ParseRole checks a role name; an unknown one is SC1101.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case Aggregator, Silo, Worker, Researcher, Operator:
+	case Aggregator, Silo, Worker, Researcher, Operator, Cluster:
 		return r, nil
 	}
 	help := "use one of: " + strings.Join(roles, ", ")

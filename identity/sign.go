@@ -58,6 +58,9 @@ const (
 	// the same value as proof.PurposeJoin, because the WebAssembly worker
 	// links that package and not this one (a test holds them equal).
 	PurposeVolunteerJoin Purpose = "scellis/volunteer-join/v1"
+	// PurposeCite signs a child cluster's citation of its receipt chain
+	// head in a report to its parent cluster (receipt.PurposeCite).
+	PurposeCite Purpose = "scellis/cite/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

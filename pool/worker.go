@@ -105,6 +105,10 @@ type Worker struct {
 	plans    map[content.Ref]*job.Plan
 	isolated map[content.Ref]*isolatedJob       // bundles kept for child processes
 	policies map[content.Ref]coordinator.Policy // each job's verification policy (Deliver)
+	// subShards maps a sub-job (a child cluster's share of a parent
+	// cluster's job, docs/tree.md) to the parent shard index of each of
+	// its shards: its plan is the parent job's.
+	subShards map[content.Ref][]int
 	// outraced counts the reports in a row that the HTTPS upload won
 	// while the report of the data-plane copy had no answer (report).
 	outraced atomic.Int32
@@ -268,6 +272,29 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A sub-job runs the parent job's plan: its bundle compiles to the
+	// parent job, and its shard i is the parent's shard Shards[i].
+	want := id
+	if d := st.Delegated; d != nil {
+		if !content.IsRef(string(d.Job)) {
+			return nil, fmt.Errorf("sub-job %s names parent job %.80q, not a ref", id.Short(), d.Job)
+		}
+		want = d.Job
+		w.mu.Lock()
+		p, ok := w.plans[want]
+		if w.subShards == nil {
+			w.subShards = map[content.Ref][]int{}
+		}
+		w.subShards[id] = d.Shards
+		if ok {
+			w.plans[id], w.isolated[id] = p, w.isolated[want]
+		}
+		w.mu.Unlock()
+		if ok {
+			w.setPolicy(id, st.Policy)
+			return p, nil
+		}
+	}
 	raw, err := w.blobs().GetBlob(ctx, st.Bundle)
 	if err != nil {
 		return nil, fmt.Errorf("fetching bundle: %w", err)
@@ -285,8 +312,8 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if p.ID != id {
-		return nil, fmt.Errorf("bundle compiles to job %s, not %s: refusing to work on it", p.ID.Short(), id.Short())
+	if p.ID != want {
+		return nil, fmt.Errorf("bundle compiles to job %s, not %s: refusing to work on it", p.ID.Short(), want.Short())
 	}
 	p.CapMemory(w.MemoryBytes)
 	w.mu.Lock()
@@ -294,8 +321,9 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 		w.plans = map[content.Ref]*job.Plan{}
 		w.isolated = map[content.Ref]*isolatedJob{}
 	}
-	w.plans[id] = p
+	w.plans[id], w.plans[want] = p, p
 	w.isolated[id] = &isolatedJob{bundle: raw, dir: dir}
+	w.isolated[want] = w.isolated[id]
 	w.mu.Unlock()
 	w.setPolicy(id, st.Policy)
 	return p, nil
@@ -340,11 +368,12 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 		release(err)
 		return
 	}
-	if g.Shard < 0 || g.Shard >= len(p.Shards) || p.Shards[g.Shard].ID != g.ShardID {
+	idx := w.planIndex(g)
+	if idx < 0 || idx >= len(p.Shards) || p.Shards[idx].ID != g.ShardID {
 		release(errors.New("the lease names a shard this job does not have"))
 		return
 	}
-	sh := p.Shards[g.Shard]
+	sh := p.Shards[idx]
 
 	timeout := w.ShardTimeout
 	if w.exec != nil {
@@ -410,6 +439,21 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 	}
 	w.observe("reported")
 	w.logf("shard %d of %s: reported %s (%s)", g.Shard, g.Job.Short(), res.Hash.Short(), out.Outcome)
+}
+
+// planIndex is the index in the job's plan of g's shard: g.Shard, or for
+// a sub-job the parent shard it stands for (-1 when out of range).
+func (w *Worker) planIndex(g coordinator.LeaseGrant) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	sub, ok := w.subShards[g.Job]
+	if !ok {
+		return g.Shard
+	}
+	if g.Shard < 0 || g.Shard >= len(sub) {
+		return -1
+	}
+	return sub[g.Shard]
 }
 
 // renew keeps the lease alive while the shard runs; if the coordinator

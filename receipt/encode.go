@@ -30,7 +30,7 @@ const (
 )
 
 // bodyFields is how many fields body has; the encoder writes each.
-const bodyFields = 14
+const bodyFields = 15
 
 // hashBody returns the content hash of r's body (ComputeHash).
 func hashBody(r *Receipt) content.Ref {
@@ -58,7 +58,7 @@ func bodyOf(r *Receipt) body {
 		Seq: r.Seq, Prev: r.Prev, Job: r.Job, Shard: r.Shard, ShardIndex: r.ShardIndex,
 		Result: r.Result, Peers: r.Peers, Method: r.Method, WorkUnits: r.WorkUnits,
 		PriceBasis: r.PriceBasis, LeaderTime: r.LeaderTime, Reverses: r.Reverses,
-		Tier: r.Tier, Signatures: r.Signatures,
+		Tier: r.Tier, Signatures: r.Signatures, Cites: r.Cites,
 	}
 }
 
@@ -78,12 +78,20 @@ func bodyIsUTF8(r *Receipt) bool {
 			return false
 		}
 	}
+	for _, c := range r.Cites {
+		if !utf8.ValidString(c.Peer) || !utf8.ValidString(string(c.Head)) {
+			return false
+		}
+	}
 	return true
 }
 
 // appendBody appends the canonical CBOR of r's body to dst.
 func appendBody(dst []byte, r *Receipt) []byte {
-	n := uint64(bodyFields - 3) // reverses, tier, signatures are omitempty
+	n := uint64(bodyFields - 4) // reverses, tier, signatures, cites are omitempty
+	if len(r.Cites) > 0 {
+		n++
+	}
 	if r.Tier != "" {
 		n++
 	}
@@ -103,6 +111,27 @@ func appendBody(dst []byte, r *Receipt) []byte {
 	if r.Tier != "" {
 		dst = appendText(dst, "tier")
 		dst = appendText(dst, r.Tier)
+	}
+	if len(r.Cites) > 0 {
+		dst = appendText(dst, "cites")
+		dst = appendHead(dst, majArray, uint64(len(r.Cites)))
+		for _, c := range r.Cites {
+			// Citation's keys in canonical order: seq, sig, head, peer.
+			dst = appendHead(dst, majMap, 4)
+			dst = appendText(dst, "seq")
+			dst = appendHead(dst, majUint, c.Seq)
+			dst = appendText(dst, "sig")
+			if c.Sig == nil {
+				dst = append(dst, cborNull)
+			} else {
+				dst = appendHead(dst, majBytes, uint64(len(c.Sig)))
+				dst = append(dst, c.Sig...)
+			}
+			dst = appendText(dst, "head")
+			dst = appendText(dst, string(c.Head))
+			dst = appendText(dst, "peer")
+			dst = appendText(dst, c.Peer)
+		}
 	}
 	dst = appendText(dst, "peers")
 	if r.Peers == nil {

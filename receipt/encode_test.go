@@ -23,6 +23,9 @@ func TestBodyEncoding(t *testing.T) {
 	if n := reflect.TypeFor[PeerSignature]().NumField(); n != 4 {
 		t.Fatalf("PeerSignature has %d fields, the direct encoder writes 4: teach appendBody the new ones", n)
 	}
+	if n := reflect.TypeFor[Citation]().NumField(); n != 4 {
+		t.Fatalf("Citation has %d fields, the direct encoder writes 4: teach appendBody the new ones", n)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	ints := []int64{0, 1, 23, 24, 255, 256, 65535, 65536, math.MaxUint32, math.MaxUint32 + 1, math.MaxInt64, -1, -24, -25, -256, -257, -65537, math.MinInt64}
 	str := func() string {
@@ -65,6 +68,19 @@ func TestBodyEncoding(t *testing.T) {
 					s.Sig = make([]byte, []int{0, 64, 300}[rng.IntN(3)])
 				}
 				r.Signatures = append(r.Signatures, s)
+			}
+		}
+		switch rng.IntN(3) {
+		case 0:
+		case 1:
+			r.Cites = []Citation{}
+		default:
+			for range 1 + rng.IntN(3) {
+				c := Citation{Peer: str(), Seq: uint64(ints[rng.IntN(10)]), Head: content.Ref(str())}
+				if rng.IntN(4) > 0 {
+					c.Sig = make([]byte, []int{0, 64, 300}[rng.IntN(3)])
+				}
+				r.Cites = append(r.Cites, c)
 			}
 		}
 		want, err := content.Encode(bodyOf(&r))

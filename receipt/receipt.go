@@ -57,7 +57,10 @@ type Receipt struct {
 	// Signatures are the agreeing peers' signatures of their reports, one
 	// per peer in the order of Peers (sign.go).
 	Signatures []PeerSignature `cbor:"signatures,omitempty" json:"signatures,omitempty"`
-	Hash       content.Ref     `cbor:"hash" json:"hash"`
+	// Cites are the child chain heads cited by agreeing peers that are
+	// child clusters (cite.go), in the order of Peers; empty otherwise.
+	Cites []Citation  `cbor:"cites,omitempty" json:"cites,omitempty"`
+	Hash  content.Ref `cbor:"hash" json:"hash"`
 }
 
 // MethodReversal is the Method of a compensating entry.
@@ -79,6 +82,7 @@ type body struct {
 	Reverses   uint64          `cbor:"reverses,omitempty"`
 	Tier       string          `cbor:"tier,omitempty"`
 	Signatures []PeerSignature `cbor:"signatures,omitempty"`
+	Cites      []Citation      `cbor:"cites,omitempty"`
 }
 
 // ComputeHash returns the hash of r's canonical encoding without its Hash
@@ -147,6 +151,9 @@ func (r *Receipt) checkShape(sealed bool) error {
 	if d := r.validateSignatures(); d != "" {
 		return bad("%s", d)
 	}
+	if d := r.validateCites(); d != "" {
+		return bad("%s", d)
+	}
 	return nil
 }
 
@@ -179,6 +186,12 @@ func (r Receipt) Clone() Receipt {
 		r.Signatures = slices.Clone(r.Signatures)
 		for i := range r.Signatures {
 			r.Signatures[i].Sig = slices.Clone(r.Signatures[i].Sig)
+		}
+	}
+	if r.Cites != nil {
+		r.Cites = slices.Clone(r.Cites)
+		for i := range r.Cites {
+			r.Cites[i].Sig = slices.Clone(r.Cites[i].Sig)
 		}
 	}
 	return r

@@ -14,7 +14,7 @@ import (
 // a missing, swapped, forged or re-keyed signature fails with SC7306, and a
 // signature reordered so it no longer follows Peers is malformed.
 func TestReceiptSignatures(t *testing.T) {
-	if receipt.PurposeResult != string(identity.PurposeResult) || receipt.KeyPrefix != identity.PublicKeyPrefix {
+	if receipt.PurposeResult != string(identity.PurposeResult) || receipt.PurposeCite != string(identity.PurposeCite) || receipt.KeyPrefix != identity.PublicKeyPrefix {
 		t.Fatal("receipt's purpose or key prefix drifted from identity's")
 	}
 	ids := map[string]*identity.Identity{}

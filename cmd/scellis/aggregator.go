@@ -15,6 +15,7 @@ import (
 
 	"github.com/scellis/scellis/aggregator"
 	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/secagg/wire"
 )
@@ -73,6 +74,10 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 			if err != nil {
 				return err
 			}
+			delegate, err := childDelegate(cmd.Context(), c)
+			if err != nil {
+				return err
+			}
 			n, err := aggregator.Start(c.Name, id, fed, c.DataDir, aggregator.Options{
 				LeaseTTL: c.LeaseTTL, Log: cmd.ErrOrStderr(), LogLevel: c.LogLevel, LogFormat: c.LogFormat, Join: c.Join,
 				SecAgg:    wire.Deadlines{Advertise: c.RoundJoinTimeout},
@@ -88,6 +93,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 					MaxShardUnits: int64(c.MaxShardUnits), MaxJobUnits: int64(c.MaxJobUnits),
 					Workers: c.PlanWorkers, PerMember: c.PlansPerMember, CacheSize: c.PlanCache,
 				},
+				Delegate: delegate,
 				ReloadIdentity: func() (*identity.Identity, error) {
 					return loadIdentity(c.Identity, c.PassphraseFile)
 				},
@@ -131,6 +137,40 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 	cmd.Flags().StringVar(&cfgPath, "config", "", "aggregator config file (YAML)")
 	cmd.AddCommand(newAggregatorStatusCmd(), newAggregatorMemberCmd(true), newAggregatorMemberCmd(false))
 	return cmd
+}
+
+// childDelegate loads and checks a child cluster's delegate settings
+// (docs/tree.md): the parent federation lists delegate_name as a cluster
+// with the delegate key, and some parent aggregator answers it. Nil when
+// the node is no child.
+func childDelegate(ctx context.Context, c *config.Aggregator) (*aggregator.Delegate, error) {
+	if c.ParentFederation == "" {
+		return nil, nil
+	}
+	parent, err := identity.LoadFederation(c.ParentFederation)
+	if err != nil {
+		return nil, err
+	}
+	key, err := loadIdentity(c.DelegateIdentity, "")
+	if err != nil {
+		return nil, err
+	}
+	d := &aggregator.Delegate{Name: c.DelegateName, Identity: key, Parent: parent, Batch: c.DelegateBatch}
+	if err := aggregator.CheckDelegate(d); err != nil {
+		if ds, ok := diag.As(err); ok && ds[0].Pos.File == "" {
+			return nil, c.Pos.At(ds[0], c.File, "delegate_name")
+		}
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := aggregator.ProbeParent(pctx, d); err != nil {
+		if ds, ok := diag.As(err); ok {
+			return nil, c.Pos.At(ds[0], c.File, "parent_federation")
+		}
+		return nil, err
+	}
+	return d, nil
 }
 
 // stopBound is how long a stopping node may take to close once it has

@@ -65,7 +65,7 @@ public key, which also checks the passphrase and the file's permissions.`,
 	f := cmd.Flags()
 	f.StringVar(&o.out, "out", "", "folder to write identity.key and identity.pub to (created if missing)")
 	f.StringVar(&o.name, "name", "", "member name for the printed entry (default: this host's name)")
-	f.StringVar(&o.role, "role", string(identity.Silo), "member role for the printed entry: aggregator, silo, worker (machines), researcher or operator (people)")
+	f.StringVar(&o.role, "role", string(identity.Silo), "member role for the printed entry: aggregator, silo, worker, cluster (machines), researcher or operator (people)")
 	f.StringVar(&o.address, "address", "", "host:port this member serves on, for the printed entry (required for an aggregator)")
 	f.StringVar(&o.raftAddress, "raft-address", "", "host:port of an aggregator's Raft replication, for the printed entry (required for an aggregator)")
 	f.StringVar(&o.passphraseFile, "passphrase-file", "", "encrypt the key with age under the passphrase on this file's first line")

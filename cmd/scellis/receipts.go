@@ -107,8 +107,9 @@ func newReceiptsShowCmd() *cobra.Command {
 func newReceiptsVerifyCmd() *cobra.Command {
 	var s receiptSource
 	var wantHead string
+	var children []string
 	cmd := &cobra.Command{
-		Use:   "verify [--head HASH]",
+		Use:   "verify [--head HASH] [--child NAME=FEDERATION]...",
 		Short: "Check the receipt chain: links, hashes, no gap, no duplicate",
 		Long: `Verify checks every receipt: its hash, its link to the receipt before,
 its sequence number (no gap, duplicate or reordering) and its form. It exits
@@ -125,13 +126,27 @@ With a federation file (--federation, $SCELLIS_FEDERATION or
 $SCELLIS_HOME/federation.yaml) it also checks, offline, that every
 receipt carries a valid signature of its result by each peer it credits,
 made with that peer's key in the file; a missing, foreign or forged
-signature is SC7306. Without one it says the signatures were not checked.`,
+signature is SC7306. Without one it says the signatures were not checked.
+
+In a tree of clusters (docs/tree.md) a parent's receipts of shards a child
+cluster computed cite the child chain's head. Verify then walks the tree:
+for each cited child give --child NAME=FEDERATION (the child's federation
+file: its chain is fetched from its aggregators, as this member) or
+--child NAME=EXPORT.json; the child's chain must verify, hold each cited
+head, and hold a receipt of the same shard and result at or before it.
+A child not given, unreachable, or whose chain does not hold what the
+parent recorded is SC7603.`,
 		Example: `  scellis receipts verify
-  scellis receipts verify --file receipts.json --head sha256:4f1c…`,
+  scellis receipts verify --file receipts.json --head sha256:4f1c…
+  scellis receipts verify --child eu=eu/federation.yaml --child us=us-receipts.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wantHead != "" && !content.IsRef(wantHead) {
 				return diag.New(diag.InvalidValue, "head", "--head %q is not a hash (sha256:<64 hex digits>)", wantHead)
+			}
+			sources, err := childSources(children)
+			if err != nil {
+				return err
 			}
 			rs, err := s.load(cmd)
 			if err != nil {
@@ -175,9 +190,22 @@ signature is SC7306. Without one it says the signatures were not checked.`,
 				}
 				sigsChecked, bad = fedPath != "", sigBad
 			}
+			var walked []string
+			if bad == nil && len(citedChildren(rs)) > 0 {
+				var err error
+				walked, bad, err = treeWalk(rs, sources, func(name, path string) ([]receipt.Receipt, error) {
+					return s.loadChildChain(cmd.Context(), name, path)
+				})
+				if err != nil {
+					return err
+				}
+			}
 			out := cmd.OutOrStdout()
 			if jsonOutput {
 				res := map[string]any{"intact": bad == nil, "receipts": len(rs), "head": head, "signatures_checked": sigsChecked}
+				if len(walked) > 0 {
+					res["children"] = walked
+				}
 				if wantHead != "" {
 					res["given_head"] = wantHead
 					res["holds_given_head"] = after >= 0
@@ -206,12 +234,16 @@ signature is SC7306. Without one it says the signatures were not checked.`,
 				if after > 0 {
 					fmt.Fprintf(out, "it holds the given head; %d receipts follow it\n", after)
 				}
+				for _, name := range walked {
+					fmt.Fprintf(out, "child cluster %s: chain intact, holds every cited head and the results the parent recorded\n", name)
+				}
 			}
 			return nil
 		},
 	}
 	s.register(cmd)
 	cmd.Flags().StringVar(&wantHead, "head", "", "a chain head recorded earlier: the chain must hold it (detects receipts removed from the end)")
+	cmd.Flags().StringArrayVar(&children, "child", nil, "NAME=FEDERATION or NAME=EXPORT.json: where the chain of a child cluster the receipts cite is (repeat per child)")
 	return cmd
 }
 

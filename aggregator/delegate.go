@@ -1,0 +1,437 @@
+package aggregator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/job"
+	"github.com/scellis/scellis/receipt"
+)
+
+// A child cluster in a tree of coordinator clusters (docs/tree.md). Every
+// node of a child cluster is configured with the parent federation, the
+// delegate key (the key of the child's member entry, role cluster, in the
+// parent federation) and that member's name. The node that leads the
+// child runs the delegate loop:
+//
+//  1. lease up to Batch shards of the parent's jobs from the parent
+//     cluster, as the delegate;
+//  2. copy the parent job's bundle and content into this cluster's blob
+//     store and propose a sub-job — the same bundle, restricted to those
+//     shards, its coordinator.Delegation naming the parent job and shards
+//     — to this cluster's Raft log;
+//  3. keep the parent leases of every running sub-job alive (renewed as
+//     one batch);
+//  4. once a sub-job is decided (its shards verified by this cluster's
+//     workers and verification regime), upload the verified results to
+//     the parent and report them in batches, each signed by the delegate
+//     key and citing this cluster's receipt chain head.
+//
+// What the loop has done lives in this cluster's replicated state (the
+// sub-jobs), not in the leader's memory: a new leader renews and reports
+// the sub-jobs the old one proposed. A sub-job already reported is found
+// so on the parent (its shards decided there), and reporting again is a
+// no-op there. A child that fails lets its parent leases expire, and the
+// parent leases the shards again, to another child.
+
+// Delegate configures a node of a child cluster.
+type Delegate struct {
+	// Name is the child cluster's member name in the parent federation
+	// (role cluster), whose key Identity holds.
+	Name     string
+	Identity *identity.Identity
+	Parent   *identity.Federation
+	// Batch is how many parent shards one lease asks for: one sub-job
+	// (default 50); InFlight how many sub-jobs run at once (default 2).
+	Batch, InFlight int
+}
+
+// CheckDelegate checks a child's delegate settings against the parent
+// federation: the name is a member with the role cluster and the key is
+// its key. The diagnostics name the parent federation file.
+func CheckDelegate(d *Delegate) error {
+	m, ok := d.Parent.Member(d.Name)
+	switch {
+	case !ok:
+		return diag.New(diag.DelegateConfig, d.Name, "%q is not a member of the parent federation %s", d.Name, d.Parent.File).
+			WithHelp("add the child cluster to the parent's federation file (role: cluster, public_key: the delegate key's public half), or fix delegate_name")
+	case m.Role != identity.Cluster:
+		return diag.New(diag.DelegateConfig, d.Name, "%s is a %s in the parent federation %s, not a cluster", d.Name, m.Role, d.Parent.File).
+			At(m.Pos.File, m.Pos.Line, m.Pos.Col).
+			WithHelp("a child cluster's member entry in its parent's federation has role: cluster")
+	case !m.PublicKey.Equal(d.Identity.Public()):
+		return diag.New(diag.DelegateConfig, d.Name, "the delegate key is not %s's key in the parent federation %s", d.Name, d.Parent.File).
+			At(m.Pos.File, m.Pos.Line, m.Pos.Col).
+			WithHelp("configure delegate_identity with the key whose public half the parent lists for %s (every node of the child cluster holds it)", d.Name)
+	}
+	return nil
+}
+
+// ProbeParent asks the parent cluster for its jobs as the delegate: a
+// child that cannot reach its parent is refused at start (SC7602) rather
+// than idling unseen.
+func ProbeParent(ctx context.Context, d *Delegate) error {
+	c, err := api.NewClient(d.Identity, d.Parent)
+	if err != nil {
+		return err
+	}
+	c.GiveUpAfter = 8 * time.Second
+	if _, err := c.Jobs(ctx); err != nil {
+		return diag.New(diag.DelegateUnreachable, d.Name, "no aggregator of the parent federation %s answered the delegate %s: %v", d.Parent.File, d.Name, err).
+			WithHelp("start the parent cluster first, check the addresses in %s, and that the parent lists %s with this delegate key", d.Parent.File, d.Name)
+	}
+	return nil
+}
+
+// DefaultDelegateBatch is how many parent shards a sub-job takes when the
+// config names no delegate_batch.
+const DefaultDelegateBatch = 50
+
+// delegator is a leader's delegate loop state for one tenure.
+type delegator struct {
+	n      *Node
+	d      *Delegate
+	parent *api.Client
+	// parents caches what the loop needs of each parent job: its status
+	// (bundle, policy, shard prices) and whether its blobs are here.
+	parents map[content.Ref]*parentJob
+	// reported: sub-jobs whose results went up in this tenure.
+	reported map[content.Ref]bool
+}
+
+type parentJob struct {
+	st     coordinator.JobStatus
+	copied bool
+}
+
+// delegateLoop runs while this node leads (ctx is the tenure).
+func (n *Node) delegateLoop(ctx context.Context) {
+	d := n.opt.Delegate
+	parent, err := api.NewClient(d.Identity, d.Parent)
+	if err != nil {
+		n.log.Error("delegate", "err", err)
+		return
+	}
+	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}}
+	events, cancel := n.hub.Subscribe("")
+	defer func() { cancel() }()
+	renewEvery := 500 * time.Millisecond
+	lastRenew := time.Time{}
+	for ctx.Err() == nil {
+		running := g.report(ctx)
+		if time.Since(lastRenew) >= renewEvery {
+			if ttl := g.renew(ctx, running); ttl > 0 {
+				renewEvery = max(ttl/3, 100*time.Millisecond)
+			}
+			lastRenew = time.Now()
+		}
+		leased := false
+		if len(running) < max(d.InFlight, 1) {
+			leased = g.lease(ctx)
+		}
+		if leased {
+			continue
+		}
+		t := time.NewTimer(renewEvery)
+		select {
+		case <-ctx.Done():
+		case _, ok := <-events:
+			if !ok {
+				events, cancel = n.hub.Subscribe("")
+			}
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// report reports every decided sub-job not yet reported and returns the
+// running ones.
+func (g *delegator) report(ctx context.Context) []coordinator.JobStatus {
+	var running []coordinator.JobStatus
+	for _, js := range g.n.fsm.machine().Jobs() {
+		if js.Delegated == nil || js.Delegated.Delegate != g.d.Name || g.reported[js.ID] {
+			continue
+		}
+		if js.State == coordinator.JobRunning {
+			running = append(running, js)
+			continue
+		}
+		if err := g.reportUp(ctx, js.ID); err != nil {
+			if ctx.Err() == nil {
+				g.n.log.Warn("delegate: reporting to the parent", "job", js.ID.Short(), "err", err)
+			}
+			continue
+		}
+		g.reported[js.ID] = true
+	}
+	return running
+}
+
+// renew renews the parent leases of the running sub-jobs and returns
+// the parent lease TTL seen (0 when none).
+func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) time.Duration {
+	var reqs []api.RenewRequest
+	var ttl time.Duration
+	for _, js := range running {
+		for _, s := range js.Delegated.Shards {
+			reqs = append(reqs, api.RenewRequest{Job: js.Delegated.Job, Shard: s})
+		}
+		if pj := g.parents[js.Delegated.Job]; pj != nil {
+			ttl = time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond
+		}
+	}
+	for len(reqs) > 0 {
+		k := min(len(reqs), api.MaxBatch)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := g.parent.RenewBatch(rctx, reqs[:k])
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			// Refused items are leases the parent took back (expired
+			// while this cluster had no leader): the sub-job still
+			// runs, and its report counts while the parent's shard is
+			// undecided.
+			g.n.log.Debug("delegate: renewing parent leases", "err", err)
+		}
+		reqs = reqs[k:]
+	}
+	return ttl
+}
+
+// lease asks the parent for shards and proposes them as sub-jobs; it
+// reports whether it proposed any.
+func (g *delegator) lease(ctx context.Context) bool {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	batch := g.d.Batch
+	if batch <= 0 {
+		batch = DefaultDelegateBatch
+	}
+	resp, err := g.parent.Lease(lctx, api.LeaseRequest{Max: batch, RequestID: newRequestID()})
+	if err != nil {
+		if ctx.Err() == nil {
+			g.n.log.Debug("delegate: leasing from the parent", "err", err)
+		}
+		return false
+	}
+	if len(resp.Grants) == 0 {
+		return false
+	}
+	byJob := map[content.Ref][]coordinator.LeaseGrant{}
+	var order []content.Ref
+	for _, gr := range resp.Grants {
+		if _, ok := byJob[gr.Job]; !ok {
+			order = append(order, gr.Job)
+		}
+		byJob[gr.Job] = append(byJob[gr.Job], gr)
+	}
+	proposed := false
+	for _, id := range order {
+		grants := byJob[id]
+		if err := g.propose(ctx, id, grants); err != nil {
+			g.n.log.Warn("delegate: proposing a sub-job", "parent job", id.Short(), "err", err)
+			g.release(id, grants)
+			continue
+		}
+		proposed = true
+	}
+	return proposed
+}
+
+// release hands leases back to the parent.
+func (g *delegator) release(id content.Ref, grants []coordinator.LeaseGrant) {
+	var refs []coordinator.ShardRef
+	for _, gr := range grants {
+		refs = append(refs, coordinator.ShardRef{Job: id, Shard: gr.Shard})
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	g.parent.Release(rctx, api.ReleaseRequest{Shards: refs})
+}
+
+// parentJob returns what the loop knows of a parent job, asking the
+// parent once and copying the job's bundle and content here.
+func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, error) {
+	if pj := g.parents[id]; pj != nil && pj.copied {
+		return pj, nil
+	}
+	st, err := g.parent.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if st.Run != "" {
+		return nil, fmt.Errorf("parent job %s is a training round; rounds are not delegated", id.Short())
+	}
+	raw, err := g.copyBlob(ctx, st.Bundle)
+	if err != nil {
+		return nil, fmt.Errorf("bundle: %w", err)
+	}
+	var b job.Bundle
+	if err := content.Decode(raw, &b); err != nil {
+		return nil, fmt.Errorf("bundle %s: %w", st.Bundle.Short(), err)
+	}
+	var refs []content.Ref
+	for _, ref := range b.Content {
+		if _, builtin := g.n.planner.builtin.Lookup(string(ref)); !builtin {
+			refs = append(refs, ref)
+		}
+	}
+	for _, in := range b.Inputs {
+		refs = append(refs, in.Ref)
+	}
+	slices.Sort(refs)
+	for _, ref := range slices.Compact(refs) {
+		if _, err := g.copyBlob(ctx, ref); err != nil {
+			return nil, err
+		}
+	}
+	pj := &parentJob{st: st, copied: true}
+	g.parents[id] = pj
+	return pj, nil
+}
+
+// copyBlob fetches ref from the parent unless it is here, and makes it
+// durable in this cluster (here and on a second node).
+func (g *delegator) copyBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
+	b, err := g.n.fetchBlob(ctx, ref)
+	if err != nil {
+		if b, err = g.parent.GetBlob(ctx, ref); err != nil {
+			return nil, err
+		}
+		if _, err := g.n.blobs.PutBytes(b); err != nil {
+			return nil, err
+		}
+	}
+	return b, g.n.durable(ctx, ref)
+}
+
+// propose submits grants of parent job id as one sub-job of this cluster.
+func (g *delegator) propose(ctx context.Context, id content.Ref, grants []coordinator.LeaseGrant) error {
+	pj, err := g.parentJob(ctx, id)
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
+	del := coordinator.Delegation{Delegate: g.d.Name, Job: id}
+	var shards []coordinator.ShardPlan
+	for i, gr := range grants {
+		if gr.Shard < 0 || gr.Shard >= len(pj.st.Shards) || pj.st.Shards[gr.Shard].ID != gr.ShardID {
+			return fmt.Errorf("the parent leased shard %d, which its job status does not list", gr.Shard)
+		}
+		ps := pj.st.Shards[gr.Shard]
+		del.Shards = append(del.Shards, gr.Shard)
+		shards = append(shards, coordinator.ShardPlan{Index: i, ID: ps.ID, Price: ps.Price, PriceBasis: ps.PriceBasis})
+	}
+	name := fmt.Sprintf("%s (shards %d–%d of %s, for %s)", pj.st.Name, del.Shards[0], del.Shards[len(del.Shards)-1], id.Short(), g.d.Name)
+	res, err := g.n.Apply(ctx, coordinator.SubmitJob{
+		Job: coordinator.SubJobID(del), Name: name, Bundle: pj.st.Bundle, SecurityCritical: pj.st.SecurityCritical,
+		Shards: shards, Delegated: &del, Submitter: g.n.Self.Name, Now: time.Now().UnixMilli(),
+	})
+	if err != nil {
+		return err
+	}
+	if len(res.Refusal) > 0 {
+		return res.Refusal
+	}
+	return nil
+}
+
+// reportUp uploads a decided sub-job's verified results to the parent and
+// reports them there, citing this cluster's chain head. Shards this
+// cluster could not verify are handed back to the parent.
+func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
+	m := g.n.fsm.machine()
+	js, err := m.Job(sub)
+	if err != nil {
+		return err
+	}
+	d := js.Delegated
+	pj, err := g.parentJob(ctx, d.Job)
+	if err != nil {
+		return err
+	}
+	seq, head := m.Head()
+	cite := &receipt.Citation{Peer: g.d.Name, Seq: seq, Head: head}
+	cite.Sig = identity.Sign(g.d.Identity, identity.PurposeCite, receipt.CitationBytes(cite.Peer, cite.Seq, cite.Head))
+	var reports []api.ResultReport
+	var blobs []content.Ref
+	var unverified []coordinator.LeaseGrant
+	for i, s := range js.Shards {
+		ps := d.Shards[i]
+		if s.State != coordinator.StateVerified {
+			unverified = append(unverified, coordinator.LeaseGrant{Job: d.Job, Shard: ps})
+			continue
+		}
+		st := coordinator.StatementOf(d.Job, ps, s.Result, pj.st.Policy, g.d.Name)
+		reports = append(reports, api.ResultReport{
+			Job: d.Job, Shard: ps, Result: s.Result, Cite: cite,
+			Sig: identity.Sign(g.d.Identity, identity.PurposeResult, st.Bytes()),
+		})
+		blobs = append(blobs, s.Result)
+	}
+	if len(unverified) > 0 {
+		g.release(d.Job, unverified)
+	}
+	for len(reports) > 0 {
+		k := min(len(reports), api.MaxBatch)
+		if err := g.upload(ctx, blobs[:k]); err != nil {
+			return fmt.Errorf("uploading results: %w", err)
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		items, err := g.parent.ReportBatch(rctx, reports[:k])
+		cancel()
+		if err != nil {
+			return err
+		}
+		for i, it := range items {
+			if e := it.Err(); e != nil {
+				// Decided there by another child, or refused: the
+				// parent's decision stands either way.
+				g.n.log.Info("delegate: a report was not counted", "parent job", d.Job.Short(), "shard", reports[i].Shard, "err", e)
+			}
+		}
+		reports, blobs = reports[k:], blobs[k:]
+	}
+	return nil
+}
+
+// upload puts result blobs on the parent cluster.
+func (g *delegator) upload(ctx context.Context, refs []content.Ref) error {
+	bs := make([][]byte, 0, len(refs))
+	for _, ref := range refs {
+		b, err := g.n.fetchBlob(ctx, ref)
+		if err != nil {
+			return err
+		}
+		bs = append(bs, b)
+	}
+	uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	got, err := g.parent.PutBlobs(uctx, bs)
+	if err != nil {
+		return err
+	}
+	for i, ref := range got {
+		if ref != refs[i] {
+			return errors.New("the parent stored a result under another hash")
+		}
+	}
+	return nil
+}
+
+// newRequestID makes a lease request ID (an idempotent retry's key).
+func newRequestID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

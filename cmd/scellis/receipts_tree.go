@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/safefile"
+	"github.com/scellis/scellis/receipt"
+)
+
+// A tree of coordinator clusters (docs/tree.md): a parent's receipt of a
+// shard a child cluster computed cites the child chain's head. `receipts
+// verify` walks the tree: for each cited child it loads the child's chain
+// (from the child cluster, through --child NAME=FEDERATION, or from an
+// export, --child NAME=FILE.json), verifies it up to the cited heads, and
+// checks that the child verified what the parent recorded: a receipt of
+// the same shard with the same result, at or before the cited head.
+
+// childSources parses the --child flags: NAME=PATH each.
+func childSources(flags []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range flags {
+		name, path, ok := strings.Cut(f, "=")
+		if !ok || name == "" || path == "" {
+			return nil, diag.New(diag.FlagValue, "--child", "%q is not NAME=FILE", f).
+				WithHelp("name the child cluster as the parent federation does, and give its federation file (its chain is fetched from it) or a receipt export (.json)")
+		}
+		out[name] = path
+	}
+	return out, nil
+}
+
+// treeWalk checks every citation of the parent chain rs. loadChild
+// returns a child's chain. It returns the children walked, in name order,
+// and the first problem.
+func treeWalk(rs []receipt.Receipt, sources map[string]string, loadChild func(name, path string) ([]receipt.Receipt, error)) ([]string, *diag.Diagnostic, error) {
+	type cited struct {
+		parent receipt.Receipt
+		cite   receipt.Citation
+	}
+	byChild := map[string][]cited{}
+	for _, r := range rs {
+		if err := r.VerifyCites(); err != nil {
+			d, _ := diag.As(err)
+			return nil, d[0], nil
+		}
+		for _, c := range r.Cites {
+			byChild[c.Peer] = append(byChild[c.Peer], cited{r, c})
+		}
+	}
+	var names []string
+	for n := range byChild {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		path, ok := sources[name]
+		if !ok {
+			return names, diag.New(diag.TreeChildChain, name, "%d receipts cite the chain of child cluster %s, which was not given", len(byChild[name]), name).
+				WithHelp("give --child %s=FEDERATION (the child's federation file; its chain is fetched from its aggregators) or --child %s=EXPORT.json", name, name), nil
+		}
+		chain, err := loadChild(name, path)
+		if err != nil {
+			return names, diag.New(diag.TreeChildChain, name, "the chain of child cluster %s cannot be read from %s: %v", name, path, err).
+				WithHelp("check that the child cluster runs and that this identity is a member of its federation, or give an export of its chain"), nil
+		}
+		if err := receipt.Verify(chain); err != nil {
+			d, _ := diag.As(err)
+			msg := err.Error()
+			if len(d) > 0 {
+				msg = d[0].Message
+			}
+			return names, diag.New(diag.TreeChildChain, name, "the chain of child cluster %s fails verification: %s", name, msg).
+				WithHelp("the child's chain was altered; compare with another node of the child cluster"), nil
+		}
+		// The child's receipts of each shard ID and result.
+		type key struct {
+			shard, result content.Ref
+		}
+		first := map[key]uint64{}
+		for _, r := range chain {
+			k := key{r.Shard, r.Result}
+			if _, ok := first[k]; !ok && r.Reverses == 0 {
+				first[k] = r.Seq
+			}
+		}
+		for _, c := range byChild[name] {
+			switch {
+			case c.cite.Seq > uint64(len(chain)):
+				return names, diag.New(diag.TreeChildChain, fmt.Sprintf("receipt %d", c.parent.Seq), "it cites receipt %d of child %s, whose chain has %d receipts: receipts were removed from the child's chain", c.cite.Seq, name, len(chain)).
+					WithHelp("the child's chain must hold every head its parent cites; compare with another node of the child cluster"), nil
+			case chain[c.cite.Seq-1].Hash != c.cite.Head:
+				return names, diag.New(diag.TreeChildChain, fmt.Sprintf("receipt %d", c.parent.Seq), "it cites child %s's head %d as %s, but that receipt is %s in the child's chain", name, c.cite.Seq, c.cite.Head.Short(), chain[c.cite.Seq-1].Hash.Short()).
+					WithHelp("the child's chain is not the one the parent recorded; it was rewritten, or it is another cluster's"), nil
+			}
+			seq, ok := first[key{c.parent.Shard, c.parent.Result}]
+			if !ok || seq > c.cite.Seq {
+				return names, diag.New(diag.TreeChildChain, fmt.Sprintf("receipt %d", c.parent.Seq), "the parent recorded result %s for shard %s from child %s, but the child's chain up to its cited head %d holds no such verified receipt", c.parent.Result.Short(), c.parent.Shard.Short(), name, c.cite.Seq).
+					WithHelp("the child reported a result its own cluster never verified"), nil
+			}
+		}
+	}
+	return names, nil, nil
+}
+
+// loadChildChain reads a child's chain: an export file (.json), or from
+// the child cluster's aggregators named in its federation file, as this
+// member (whose key the child's federation must list).
+func (s *receiptSource) loadChildChain(ctx context.Context, name, path string) ([]receipt.Receipt, error) {
+	if strings.EqualFold(filepath.Ext(path), ".json") {
+		b, err := safefile.ReadFile(path, safefile.MaxLedger)
+		if err != nil {
+			return nil, err
+		}
+		return decodeReceiptExport(path, b)
+	}
+	id, _, err := s.loadMember(io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	fed, err := identity.LoadFederation(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := api.NewClient(id, fed)
+	if err != nil {
+		return nil, err
+	}
+	c.GiveUpAfter = giveUpAfter
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return c.Receipts(cctx, 0)
+}
+
+// citedChildren names the children rs cites, sorted.
+func citedChildren(rs []receipt.Receipt) []string {
+	var out []string
+	for _, r := range rs {
+		for _, c := range r.Cites {
+			out = append(out, c.Peer)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}

@@ -1,0 +1,10 @@
+package diag
+
+// A tree of coordinator clusters (docs/tree.md): a child cluster's
+// delegate settings and the tree walk of `scellis receipts verify`
+// (SC76xx).
+var (
+	DelegateConfig      = define("SC7601", "a child cluster's delegate settings do not match its parent federation")
+	DelegateUnreachable = define("SC7602", "no aggregator of the parent cluster answers the delegate")
+	TreeChildChain      = define("SC7603", "a cited child chain does not hold what the parent recorded")
+)
