@@ -342,3 +342,37 @@ func TestDocumentedExampleRuns(t *testing.T) {
 		t.Fatalf("my-avg loss %.4f → %.4f", first, last)
 	}
 }
+
+// What federation buys (docs/limits.md): the statistical power of the
+// pooled rows, not speed. FedAvg against each site's model trained on its
+// own rows alone, all scored on every site's held-out rows: with small
+// sites the federated model beats the average site alone; with large ones
+// a site alone already nears the pooled accuracy. DP off, seeds fixed.
+func TestFederationBuysStatisticalPower(t *testing.T) {
+	c := builtins(t)
+	for _, tc := range []struct{ sites, rows int }{{8, 80}, {4, 1500}} {
+		train, pooledTrain, pooledTest := hospitalSplits(t, tc.sites, tc.rows, 1)
+		s := load(t, c, "fedavg", map[string]any{"epochs": int64(1), "lr": 0.1, "batch_size": int64(32)})
+		h := simulate(t, c, s, train, 20, SimOptions{Seed: 1})
+		_, fedAcc := evalAll(t, c, s, h.Final, pooledTest)
+		var alone []float64
+		mean := 0.0
+		for _, d := range train {
+			m, err := model.New(model.Spec{Kind: model.KindLogistic, Inputs: d.Dims()}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := model.Train(m, d, model.TrainConfig{Epochs: 20, LR: 0.1, BatchSize: 32}); err != nil {
+				t.Fatal(err)
+			}
+			acc := model.Evaluate(m, pooledTest).Accuracy
+			alone = append(alone, acc)
+			mean += acc / float64(len(train))
+		}
+		t.Logf("%d sites × %d rows (%d pooled training rows, %d held out): FedAvg %.4f; each site alone %.4f (mean %.4f)",
+			tc.sites, tc.rows, pooledTrain.Rows(), pooledTest.Rows(), fedAcc, alone, mean)
+		if tc.rows < 100 && fedAcc <= mean {
+			t.Errorf("with small sites FedAvg (%.4f) should beat the mean site alone (%.4f)", fedAcc, mean)
+		}
+	}
+}
