@@ -16,7 +16,8 @@ import (
 )
 
 // Member is what a topology sees of one federation member. Only machines
-// (aggregators, silos, workers) are placed; people call the root cluster.
+// (aggregators, silos, workers, and child clusters listed as members with
+// role cluster, docs/tree.md) are placed; people call the root cluster.
 type Member struct {
 	Name     string        `json:"name"`
 	Role     identity.Role `json:"role"`
@@ -25,11 +26,12 @@ type Member struct {
 }
 
 // Members returns the machines of fed's current membership — aggregators,
-// then silos, then workers, each in file order — with their region and
-// capacity.
+// then silos, workers and child clusters (role cluster), each in file
+// order — with their region and capacity. A child cluster is led like a
+// worker: it leases its parent's shards.
 func Members(fed *identity.Federation) []Member {
 	var out []Member
-	for _, r := range []identity.Role{identity.Aggregator, identity.Silo, identity.Worker} {
+	for _, r := range []identity.Role{identity.Aggregator, identity.Silo, identity.Worker, identity.Cluster} {
 		for _, m := range fed.ByRole(r) {
 			out = append(out, Member{Name: m.Name, Role: m.Role, Region: m.Region, Capacity: m.Capacity})
 		}
@@ -47,8 +49,9 @@ type Cluster struct {
 	// Nodes are the aggregators replicating this cluster, in the
 	// topology's order.
 	Nodes []string `json:"nodes"`
-	// Leads are the silos and workers this cluster leads directly: it
-	// leases their shards and runs their rounds.
+	// Leads are the silos, workers and member clusters (role cluster)
+	// this cluster leads directly: it leases their shards and runs their
+	// rounds.
 	Leads []string `json:"leads"`
 	// SubCohort is the silos among Leads, in the same order: the sites
 	// whose masked inputs this cluster sums into its partial sum.

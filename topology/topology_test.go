@@ -216,3 +216,23 @@ func TestUserTopologyRefusals(t *testing.T) {
 		wantCode(t, err, diag.ContentKind, "not a topology")
 	}
 }
+
+// A child cluster listed in the federation as a member (role cluster, the
+// tree of clusters' delegate) is led like a worker: placed once, counted
+// in the fan-out, never in a sub-cohort.
+func TestClusterMembersAreLed(t *testing.T) {
+	members := append(federation(3, 3, 0), Member{Name: "child-a", Role: identity.Cluster}, Member{Name: "child-b", Role: identity.Cluster})
+	p, err := evaluate(t, "flat", members, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlaced(t, p, members)
+	if r := p.Root(); len(r.Leads) != 5 || len(r.SubCohort) != 3 {
+		t.Fatalf("root %+v", r)
+	}
+	p, err = evaluate(t, "tree", members, map[string]any{"fanout": int64(4)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlaced(t, p, members)
+}
