@@ -57,24 +57,29 @@ func BenchmarkPoolShards(b *testing.B) {
 		parallel int
 		batch    int
 	}{
-		{trust.Own, 1, 1, 0}, {trust.Own, 2, 1, 0}, {trust.Own, 4, 1, 0}, // replicas 1: the main figure
+		// Workers as configured by default (worker.yaml batch unset:
+		// adaptive, pool/adaptive.go) — replicas 1: the main figure.
+		{trust.Own, 1, 1, 0}, {trust.Own, 2, 1, 0}, {trust.Own, 4, 1, 0},
+		// batch: 1, one request per shard (the default before adaptive
+		// batching).
+		{trust.Own, 4, 1, 1},
 		// Workers that keep several shards in flight (worker.yaml
 		// parallel): their uploads share blob fsyncs (group commit) and
 		// their leases and reports share log entries.
-		{trust.Own, 4, 8, 0},
+		{trust.Own, 4, 8, 1},
 		// Batching workers (worker.yaml batch): each leases up to batch
 		// shards at once, runs them parallel at a time, and sends their
 		// commitments and reports batch at a time (one request, one log
 		// entry for many shards).
 		{trust.Own, 1, 1, benchBatch}, {trust.Own, 4, 1, benchBatch}, {trust.Own, 4, 2, benchBatch},
 		{trust.Consortium, 2, 1, 0}, {trust.Consortium, 4, 1, 0}, // replicas 2: every shard runs twice
-		{trust.Consortium, 4, 1, benchBatch},
+		{trust.Consortium, 4, 1, 1}, {trust.Consortium, 4, 1, benchBatch},
 	} {
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
 		if c.parallel > 1 {
 			name += fmt.Sprintf("/parallel=%d", c.parallel)
 		}
-		if c.batch > 1 {
+		if c.batch >= 1 {
 			name += fmt.Sprintf("/batch=%d", c.batch)
 		}
 		b.Run(name, func(b *testing.B) {

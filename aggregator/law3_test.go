@@ -264,6 +264,8 @@ func TestLaw3NoResultBytesThroughControlPlane(t *testing.T) {
 	if moved < int64(shards*perShard*9) {
 		t.Fatalf("the data channels moved %d bytes; the workers' results did not go over them", moved)
 	}
+	// Workers report alone or in batches (adaptive by default).
+	calls["POST /v1/results"] += calls["POST /v1/results/batch"]
 	for _, route := range []string{"POST /v1/jobs", "POST /v1/lease", "POST /v1/results", "GET /v1/jobs/{id}", "GET /v1/jobs/{id}/events", "POST /p2p/signal", "GET /p2p/signal"} {
 		if calls[route] == 0 {
 			t.Fatalf("the recorder saw no %s: it does not observe the control plane", route)
@@ -310,6 +312,14 @@ func TestLaw3NoResultBytesThroughControlPlane(t *testing.T) {
 				t.Fatalf("a result report is not a hash report: %v: %s", err, ex.req)
 			}
 			reported[r.Result]++
+		case ex.method == "POST" && ex.path == "/v1/results/batch":
+			var b api.ReportBatch
+			if err := json.Unmarshal(ex.req, &b); err != nil {
+				t.Fatalf("a batch of result reports is not hash reports: %v: %s", err, ex.req)
+			}
+			for _, r := range b.Reports {
+				reported[r.Result]++
+			}
 		case ex.method == "GET" && strings.HasPrefix(ex.path, "/v1/jobs/"):
 			statusBodies = append(statusBodies, ex.resp...)
 		}

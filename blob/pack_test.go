@@ -22,7 +22,7 @@ func entry(b []byte) []byte {
 	return append(out, b...)
 }
 
-func packsOf(t *testing.T, dir string) []string {
+func packsOf(t testing.TB, dir string) []string {
 	t.Helper()
 	ps, err := filepath.Glob(filepath.Join(dir, "packs", "*.pack"))
 	if err != nil {
@@ -244,4 +244,41 @@ func TestPackConcurrentPuts(t *testing.T) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// BenchmarkPackOpen: what the first lookup of a freshly opened store costs
+// when its packs hold b.N blobs of a shard result's size — the index is
+// rebuilt by scanning them (a planning or reducing child pays this once
+// per process). Reports the scan rate.
+//
+//	go test -run '^$' -bench PackOpen -benchtime 100000x ./blob/
+func BenchmarkPackOpen(b *testing.B) {
+	dir := b.TempDir()
+	s, _ := Open(dir, 0)
+	batch := make([][]byte, 0, 256)
+	var last content.Ref
+	for i := range b.N {
+		batch = append(batch, fmt.Appendf(bytes.Repeat([]byte{'r'}, 200), "%d", i))
+		if len(batch) == cap(batch) || i == b.N-1 {
+			refs, err := s.PutBatch(batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			last, batch = refs[len(refs)-1], batch[:0]
+		}
+	}
+	var size int64
+	for _, p := range packsOf(b, dir) {
+		fi, _ := os.Stat(p)
+		size += fi.Size()
+	}
+	b.ResetTimer()
+	s2, _ := Open(dir, 0)
+	if _, err := s2.Get(last); err != nil {
+		b.Fatal(err)
+	}
+	el := b.Elapsed().Seconds()
+	b.ReportMetric(float64(size)/el/1e6, "MB/s")
+	b.ReportMetric(el*1e3, "ms-first-get")
+	b.ReportMetric(float64(size)/1e6, "MB-of-packs")
 }

@@ -240,7 +240,8 @@ type Worker struct {
 	Parallel       int    // shards at once
 	// Batch: up to this many shards leased at once, their commitments
 	// and reports sent in one request each (pool.Worker.Batch); 1: one
-	// request per shard (the default).
+	// request per shard; 0 (the default): adaptive — what is ready goes
+	// together, and short shards are leased ahead (pool/adaptive.go).
 	Batch         int
 	MemoryMB      int           // per-shard memory budget for content
 	ShardTimeout  time.Duration // CPU/wall budget per shard
@@ -290,7 +291,7 @@ func stunURL(s string) error {
 
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 1, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true, ICEPolicy: "all"}
+	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 0, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true, ICEPolicy: "all"}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -298,7 +299,7 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("federation", true, "the federation file listing every member", str(&c.Federation)),
 		mk("cache_dir", true, "a folder for job bundles and inputs fetched from the pool", str(&c.CacheDir)),
 		mk("parallel", false, "", integer(&c.Parallel, 1, 256)),
-		mk("batch", false, "", integer(&c.Batch, 1, 256)),
+		mk("batch", false, "", integer(&c.Batch, 0, 256)),
 		mk("memory_mb", false, "", integer(&c.MemoryMB, 16, 1<<20)),
 		mk("shard_timeout", false, "", duration(&c.ShardTimeout)),
 		mk("poll", false, "", duration(&c.Poll)),

@@ -115,8 +115,12 @@ func (c *courier[Req, Resp]) run() {
 }
 
 // batching reports whether the worker sends commits and reports in
-// batches (Batch > 1).
-func (w *Worker) batching() bool { return w.Batch > 1 }
+// batches (Batch > 1, or adaptive).
+func (w *Worker) batching() bool { return w.Batch > 1 || w.adaptive() }
+
+// adaptive reports whether the worker chooses its batches itself (Batch
+// 0): a generic worker; a silo (Dispatch) keeps one request per shard.
+func (w *Worker) adaptive() bool { return w.Batch == 0 && w.Dispatch == nil }
 
 // couriers returns the worker's commit and report couriers, made once.
 func (w *Worker) couriers() (*courier[api.CommitRequest, api.BatchItem], *courier[api.ResultReport, api.BatchItem]) {
@@ -127,6 +131,9 @@ func (w *Worker) couriers() (*courier[api.CommitRequest, api.BatchItem], *courie
 func (w *Worker) makeCouriers() {
 	w.courierOnce.Do(func() {
 		n := min(w.Batch, api.MaxBatch)
+		if w.adaptive() {
+			n = maxAdaptiveDepth // what is ready, up to what can be held
+		}
 		w.commits = &courier[api.CommitRequest, api.BatchItem]{send: w.Client.CommitBatch, max: n}
 		w.reports = &courier[api.ResultReport, api.BatchItem]{send: w.Client.ReportBatch, max: n}
 		w.renewals = &courier[api.RenewRequest, api.BatchItem]{send: w.Client.RenewBatch, max: n}

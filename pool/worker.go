@@ -57,8 +57,11 @@ type Worker struct {
 	// /v1/renew/batch, small results uploaded with POST /blobs/batch when
 	// blobs go over HTTPS): one request and one log entry for many
 	// shards, each still checked and decided alone. For
-	// short shards, where the per-shard round trips dominate. 0 or 1: one
-	// request per shard.
+	// short shards, where the per-shard round trips dominate. 1: one
+	// request per shard. 0 (the default): adaptive (adaptive.go) — the
+	// worker batches whatever is ready and leases ahead only as far as
+	// its shards are short against their round trips, so long shards
+	// are leased Parallel at a time as with 1.
 	Batch int
 	Poll  time.Duration
 	// LongPoll, when set, makes every lease request a long poll: the
@@ -112,6 +115,8 @@ type Worker struct {
 	// outraced counts the reports in a row that the HTTPS upload won
 	// while the report of the data-plane copy had no answer (report).
 	outraced atomic.Int32
+	// pace measures shards and round trips for the adaptive lease depth.
+	pace pace
 }
 
 // isolatedJob is what a shard's child process needs of its job.
@@ -150,7 +155,21 @@ func (w *Worker) logf(format string, args ...any) {
 // Run works until ctx ends, then releases its leases and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
 	parallel := max(w.Parallel, 1)
-	if w.Dispatch == nil && w.Batch > parallel {
+	// free is how many shards to ask for, and of how many; 0 of any:
+	// wait until a held shard is done.
+	free := func(held int) (int, int) { return parallel - held, parallel }
+	switch {
+	case w.adaptive():
+		// Leased ahead as far as the shards are short (adaptive.go).
+		w.exec = make(chan struct{}, parallel)
+		w.pace.ran1 = make(chan struct{}, 1)
+		run := parallel
+		parallel = max(maxAdaptiveHeld, run)
+		free = func(held int) (int, int) {
+			d := w.pace.depth(run)
+			return max(min(d-int(w.pace.queued.Load()), parallel-held), 0), d
+		}
+	case w.Dispatch == nil && w.Batch > parallel:
 		// Up to Batch shards leased and waiting, Parallel running.
 		w.exec = make(chan struct{}, parallel)
 		parallel = w.Batch
@@ -174,15 +193,16 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	failures, lastErr := 0, "" // lease requests failed in a row, and the last error
 	for ctx.Err() == nil {
-		free := parallel - len(slots)
+		free, of := free(len(slots))
 		// A batching worker leases again once half its batch is free
 		// (or all of it is done), so its leases come in few large
 		// requests rather than one per finished shard.
-		if free == 0 || (w.exec != nil && free < parallel/2 && len(slots) > 0) {
+		if free == 0 || (w.exec != nil && free < of/2 && free < of) {
 			select {
 			case <-ctx.Done():
 				return nil
 			case <-freed:
+			case <-w.pace.ran1: // nil unless adaptive
 			}
 			continue
 		}
@@ -190,6 +210,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		asked := time.Now()
 		resp, err := w.Client.Lease(lctx, api.LeaseRequest{Max: free, RequestID: requestID(), WaitMS: int(w.LongPoll.Milliseconds())})
 		cancel()
+		if err == nil && len(resp.Grants) > 0 {
+			w.pace.leased(time.Since(asked))
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
@@ -216,6 +239,9 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		for _, g := range resp.Grants {
 			w.observe("leased")
+			if w.adaptive() {
+				w.pace.queued.Add(1) // until RunGrant has run it
+			}
 			slots <- struct{}{}
 			running.Add(1)
 			go func(g coordinator.LeaseGrant) {
@@ -362,6 +388,14 @@ func (w *Worker) Renewing(ctx context.Context, g coordinator.LeaseGrant, timeout
 // RunGrant executes one leased generic shard and reports it; on any
 // failure the lease is handed back so another peer can take the shard.
 func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
+	dequeued := !w.adaptive()
+	dequeue := func() { // the shard has run (or will not): out of the adaptive queue
+		if !dequeued {
+			dequeued = true
+			w.pace.dequeued()
+		}
+	}
+	defer dequeue()
 	release := func(why error) { w.ReleaseGrant(g, why) }
 	p, err := w.plan(ctx, g.Job)
 	if err != nil {
@@ -397,13 +431,19 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 		}
 	}
 	var res *job.Result
+	started := time.Now()
 	if w.ProcessMemoryBytes > 0 {
 		res, err = w.executeIsolated(runCtx, p, sh)
 	} else {
 		res, err = p.Execute(runCtx, sh)
 	}
+	ran := time.Since(started)
 	if w.exec != nil {
 		<-w.exec // the next leased shard may run while this one is delivered
+	}
+	dequeue()
+	if err == nil {
+		w.pace.shard(ran)
 	}
 	stop()
 	if err != nil {
