@@ -328,3 +328,25 @@ func TestUnmaskRequestRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestServerRefusesForeignSignature: an honest server checks each survivor
+// signature on arrival — one made over another set, or by a site that is
+// not a survivor, is refused and the site is not counted among the
+// signers; with too few signers it ends the round before anyone unmasks.
+func TestServerRefusesForeignSignature(t *testing.T) {
+	h, set := roundTo(t, testParams("r1", 6, 4, 2, 1), map[string]step{"c6": stepShare})
+	fake := without(set, "c2")
+	onFake := sign(t, h, fake, "c1")
+	wantCode(t, h.server.AddSignature(&SurvivorSig{Round: "r1", From: "c1", Sig: onFake["c1"].Sig}), diag.SecAggEquivocation)
+	wantCode(t, h.server.AddSignature(&SurvivorSig{Round: "r1", From: "c6", Sig: corruptSign(h, "c6", set).Sig}), diag.SecAggUnknownSite)
+	for id, sg := range sign(t, h, set, "c2", "c3", "c4") {
+		if err := h.server.AddSignature(&SurvivorSig{Round: "r1", From: id, Sig: sg.Sig}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := h.server.Missing(); !slices.Equal(m, []string{"c1", "c5"}) {
+		t.Fatalf("server waits for the signatures of %v, want c1 c5", m)
+	}
+	_, err := h.server.EndConsistency()
+	wantCode(t, err, diag.SecAggBelowThreshold)
+}
