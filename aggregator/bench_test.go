@@ -158,6 +158,7 @@ func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options, para
 	alice := p.client("alice")
 	jobs := 0
 	var reduceWait time.Duration
+	cpu0 := cpuTime()
 	for b.Loop() {
 		jobs++
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -179,6 +180,10 @@ func benchPool(b *testing.B, regime trust.Regime, workers int, opt Options, para
 		checkBenchJob(b, p, plan)
 	}
 	elapsed := b.Elapsed()
+	// CPU of this process (aggregator and workers, not the planning and
+	// reducing children) per shard: steadier than the rate on a busy
+	// machine.
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1e3/float64(benchShards*jobs), "cpu-ms/shard")
 	rate := float64(benchShards*jobs) / elapsed.Seconds()
 	b.ReportMetric(rate, "shards/s")
 	// Without the reducer's latency: lease → run → upload → report →
