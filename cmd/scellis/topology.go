@@ -28,7 +28,7 @@ built-ins are flat (one cluster leads every member) and tree (by size or
 by region); a .star file of your own takes the same path. See
 docs/topology.md.`,
 	}
-	cmd.AddCommand(newTopologyPlanCmd(), newTopologySimulateCmd())
+	cmd.AddCommand(newTopologyPlanCmd(), newTopologySimulateCmd(), newTopologySplitCmd())
 	return cmd
 }
 

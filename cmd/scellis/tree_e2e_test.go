@@ -22,47 +22,89 @@ type treeOf struct {
 	children map[string]*cluster // by member name in the parent federation
 }
 
-// newTree makes the parent federation (alice submits; child-a and
-// child-b are its clusters) and one federation per child, each with a
-// worker and alice's parent key (so she can read every chain), and writes
-// each child node's delegate settings.
-func newTree(t *testing.T) *treeOf {
-	tr := &treeOf{children: map[string]*cluster{}}
-	tr.parent = newCluster(t, "own", 3, member{"alice", "researcher"}, member{"child-a", "cluster"}, member{"child-b", "cluster"})
-	alicePub := publicKeyIn(t, filepath.Join(tr.parent.dir, "federation.yaml"), "alice")
-	for _, name := range []string{"child-a", "child-b"} {
-		c := newCluster(t, "own", 3, member{"w1", "worker"})
-		fed, _ := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
-		c.write("federation.yaml", string(fed)+"  - name: alice\n    role: researcher\n    public_key: "+alicePub+"\n")
-		c.write("w1.yaml", "name: w1\nidentity: w1/identity.key\nfederation: federation.yaml\ncache_dir: w1/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\n")
-		for _, a := range c.aggs {
-			b, _ := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
-			c.write(a+".yaml", string(b)+fmt.Sprintf("parent_federation: %s\ndelegate_identity: %s\ndelegate_name: %s\ndelegate_batch: 50\n",
-				filepath.Join(tr.parent.dir, "federation.yaml"), filepath.Join(tr.parent.dir, name, "identity.key"), name))
-		}
-		tr.children[name] = c
-	}
-	return tr
-}
+// layoutStar is a user-written topology (docs/topology.md): the first
+// three aggregators replicate the root, each region's workers get a child
+// cluster of the next three.
+const layoutStar = `def topology(members, params):
+    aggs = [m["name"] for m in members if m["role"] == "aggregator"]
+    regions = {}
+    for m in members:
+        if m["role"] != "aggregator":
+            regions.setdefault(m["region"], []).append(m["name"])
+    clusters = [{"name": "root", "parent": None, "nodes": aggs[0:3], "leads": []}]
+    for i, region in enumerate(sorted(regions.keys())):
+        clusters.append({"name": "child-" + region, "parent": "root", "nodes": aggs[3 + 3 * i:6 + 3 * i], "leads": regions[region]})
+    return {"clusters": clusters}
+`
 
-// publicKeyIn reads a member's public key from a federation file.
-func publicKeyIn(t *testing.T, fed, name string) string {
-	b, err := os.ReadFile(fed)
-	if err != nil {
-		t.Fatal(err)
+// newTree writes one pool federation (nine aggregators, a worker in
+// region a and one in region b, alice the researcher) and lays it out
+// with the user-written topology through 'scellis topology split', the
+// way an operator would: one folder per cluster with its federation file,
+// node configs and (children) delegate key.
+func newTree(t *testing.T) *treeOf {
+	base := t.TempDir()
+	var fed strings.Builder
+	fed.WriteString("federation: pool\nregime: own\nmembers:\n")
+	pp := &ports{t: t}
+	keygen := func(name string) string {
+		out := mustRun(t, scellisCmd(t, base, "keygen", "--out", name, "--name", name, "--json"))
+		var k struct {
+			PublicKey string `json:"public_key"`
+		}
+		if err := json.Unmarshal([]byte(out), &k); err != nil {
+			t.Fatalf("keygen: %v %s", err, out)
+		}
+		return k.PublicKey
 	}
-	lines := strings.Split(string(b), "\n")
-	for i, l := range lines {
-		if strings.TrimSpace(l) == "- name: "+name {
-			for _, k := range lines[i+1:] {
-				if v, ok := strings.CutPrefix(strings.TrimSpace(k), "public_key: "); ok {
-					return v
+	for i := 1; i <= 9; i++ {
+		n := fmt.Sprintf("agg-%d", i)
+		fmt.Fprintf(&fed, "  - name: %s\n    role: aggregator\n    public_key: %s\n    address: %s\n    raft_address: %s\n", n, keygen(n), pp.next(), pp.next())
+	}
+	pp.release()
+	fmt.Fprintf(&fed, "  - name: w1\n    role: worker\n    public_key: %s\n    region: a\n", keygen("w1"))
+	fmt.Fprintf(&fed, "  - name: w2\n    role: worker\n    public_key: %s\n    region: b\n", keygen("w2"))
+	fmt.Fprintf(&fed, "  - name: alice\n    role: researcher\n    public_key: %s\n", keygen("alice"))
+	for name, body := range map[string]string{"pool.yaml": fed.String(), "layout.star": layoutStar} {
+		if err := os.WriteFile(filepath.Join(base, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := mustRun(t, scellisCmd(t, base, "topology", "split", "--federation", "pool.yaml", "--topology", "./layout.star", "--out", "tree"))
+	tr := &treeOf{children: map[string]*cluster{}}
+	for _, cl := range []struct {
+		name  string
+		nodes []string
+		lead  string
+	}{{"root", []string{"agg-1", "agg-2", "agg-3"}, ""}, {"child-a", []string{"agg-4", "agg-5", "agg-6"}, "w1"}, {"child-b", []string{"agg-7", "agg-8", "agg-9"}, "w2"}} {
+		if !strings.Contains(out, "cluster "+cl.name+" (") {
+			t.Fatalf("topology split made no cluster %s:\n%s", cl.name, out)
+		}
+		c := &cluster{t: t, dir: filepath.Join(base, "tree", cl.name), aggs: cl.nodes, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
+		t.Cleanup(c.stopAll)
+		// The members' keys: where an operator would copy them.
+		for _, m := range append([]string{"alice", cl.lead}, cl.nodes...) {
+			if m != "" {
+				if err := os.Symlink(filepath.Join(base, m), filepath.Join(c.dir, m)); err != nil {
+					t.Fatal(err)
 				}
 			}
 		}
+		for _, a := range cl.nodes {
+			b, err := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
+			if err != nil {
+				t.Fatalf("topology split wrote no config for %s: %v", a, err)
+			}
+			c.write(a+".yaml", string(b)+"lease_ttl: 2s\nlog_level: error\n")
+		}
+		if cl.lead == "" {
+			tr.parent = c
+			continue
+		}
+		c.write(cl.lead+".yaml", "name: "+cl.lead+"\nidentity: "+cl.lead+"/identity.key\nfederation: federation.yaml\ncache_dir: "+cl.lead+"/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\n")
+		tr.children[cl.name] = c
 	}
-	t.Fatalf("no key for %s in %s", name, fed)
-	return ""
+	return tr
 }
 
 // peers counts, over a parent job's shards, those each peer verified
@@ -80,7 +122,8 @@ func peerCounts(st jobStatus) (agreeing, leased map[string]int) {
 	return agreeing, leased
 }
 
-// The issue's test of a tree of clusters: a 1,000-shard sweep submitted
+// The issue's test of a tree of clusters, laid out by a user-written
+// topology file (layoutStar, through 'scellis topology split'): a 1,000-shard sweep submitted
 // to the parent is delegated to two child clusters, computed by their
 // workers and verified by their own chains, and reported upward citing
 // their chain heads. Child-a's leader is killed mid-job (its new leader
@@ -107,7 +150,7 @@ func TestTreeOfClusters(t *testing.T) {
 	// Bad delegate settings are refused before the node starts (exit 2).
 	badConfig := func(c *cluster, extra, code string) {
 		t.Helper()
-		b, _ := os.ReadFile(filepath.Join(c.dir, "agg-1.yaml"))
+		b, _ := os.ReadFile(filepath.Join(c.dir, c.aggs[0]+".yaml"))
 		key, _, _ := strings.Cut(extra, ":")
 		var lines []string
 		for _, l := range strings.Split(string(b), "\n") {
@@ -124,7 +167,7 @@ func TestTreeOfClusters(t *testing.T) {
 		}
 	}
 	// child-b's key for child-a's name: not the key the parent lists.
-	badConfig(a, "delegate_identity: "+filepath.Join(p.dir, "child-b", "identity.key")+"\n", "SC7601")
+	badConfig(a, "delegate_identity: "+filepath.Join(b.dir, "delegate", "identity.key")+"\n", "SC7601")
 	p.startAggregators()
 	// Every child node checks its parent answers: before the parent
 	// starts it would not; here a parent federation whose addresses
@@ -150,7 +193,7 @@ func TestTreeOfClusters(t *testing.T) {
 	a.waitLeader()
 	b.waitLeader()
 	a.startWorker("w1")
-	b.startWorker("w1")
+	b.startWorker("w2")
 	id := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "sweep.yaml"))
 
 	// Both children deliver verified shards upward.
@@ -159,7 +202,7 @@ func TestTreeOfClusters(t *testing.T) {
 		return ag["child-a"] > 0 && ag["child-b"] > 0
 	})
 	// child-b loses its worker: what it leases from now on stays leased.
-	b.kill("w1", syscall.SIGKILL)
+	b.kill("w2", syscall.SIGKILL)
 	// child-a's leader dies; its new leader resumes the delegation.
 	oldLeader := a.leader("w1")
 	if oldLeader == "" {
@@ -238,4 +281,45 @@ func TestTreeOfClusters(t *testing.T) {
 	tampered, _ := json.Marshal(rs)
 	p.write("child-a-tampered.json", string(tampered))
 	refused("a tampered child chain", "--child", "child-a="+filepath.Join(p.dir, "child-a-tampered.json"), "--child", childB)
+}
+
+// topology split refuses, with exit 2 and a diagnostic, a cluster named
+// like a member (it would become a second member of that name in its
+// parent's federation) and an --out folder it has written before.
+func TestTopologySplitRefuses(t *testing.T) {
+	t.Parallel() // its own directories; no process stays up
+	dir := t.TempDir()
+	var fed strings.Builder
+	fed.WriteString("federation: pool\nregime: own\nmembers:\n")
+	for i, n := range []string{"agg-1", "agg-2", "w1"} {
+		out := mustRun(t, scellisCmd(t, dir, "keygen", "--out", n, "--name", n, "--json"))
+		var k struct {
+			PublicKey string `json:"public_key"`
+		}
+		json.Unmarshal([]byte(out), &k)
+		if n == "w1" {
+			fmt.Fprintf(&fed, "  - name: w1\n    role: worker\n    public_key: %s\n", k.PublicKey)
+		} else {
+			fmt.Fprintf(&fed, "  - name: %s\n    role: aggregator\n    public_key: %s\n    address: 127.0.0.1:%d\n", n, k.PublicKey, 7400+i)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "pool.yaml"), []byte(fed.String()), 0o644)
+	os.WriteFile(filepath.Join(dir, "named.star"), []byte(`def topology(members, params):
+    return {"clusters": [{"name": "root", "parent": None, "nodes": ["agg-1"], "leads": []},
+                         {"name": "w1", "parent": "root", "nodes": ["agg-2"], "leads": ["w1"]}]}
+`), 0o644)
+	refused := func(code string, args ...string) {
+		t.Helper()
+		out, err := scellisCmd(t, dir, append([]string{"topology", "split", "--federation", "pool.yaml"}, args...)...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), code) {
+			t.Errorf("topology split %v: %v, want exit 2 with %s:\n%s", args, err, code, out)
+		}
+	}
+	refused("SC2017", "--topology", "./named.star", "--out", "a")
+	if _, err := os.Stat(filepath.Join(dir, "a")); err == nil {
+		t.Error("a refused split wrote files")
+	}
+	mustRun(t, scellisCmd(t, dir, "topology", "split", "--federation", "pool.yaml", "--out", "b"))
+	refused("SC1005", "--out", "b")
 }
