@@ -179,31 +179,53 @@ func (g *delegator) report(ctx context.Context) []coordinator.JobStatus {
 }
 
 // renew renews the parent leases of the running sub-jobs and returns
-// the parent lease TTL seen (0 when none).
+// the parent lease TTL seen (0 when none). A sub-job none of whose parent
+// leases is live any more (they expired while this cluster had no leader,
+// or the parent decided the shards) is cancelled here: its slot goes to
+// new work, and what it verified is still reported (a late report counts
+// while the parent's shard is undecided).
 func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) time.Duration {
 	var reqs []api.RenewRequest
+	var owner []int // the running sub-job of each request
 	var ttl time.Duration
-	for _, js := range running {
+	for i, js := range running {
 		for _, s := range js.Delegated.Shards {
 			reqs = append(reqs, api.RenewRequest{Job: js.Delegated.Job, Shard: s})
+			owner = append(owner, i)
 		}
 		if pj := g.parents[js.Delegated.Job]; pj != nil {
 			ttl = time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond
 		}
 	}
-	for len(reqs) > 0 {
-		k := min(len(reqs), api.MaxBatch)
+	live := make([]bool, len(running))
+	answered := make([]bool, len(running))
+	for at := 0; at < len(reqs); at += api.MaxBatch {
+		k := min(len(reqs)-at, api.MaxBatch)
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := g.parent.RenewBatch(rctx, reqs[:k])
+		items, err := g.parent.RenewBatch(rctx, reqs[at:at+k])
 		cancel()
-		if err != nil && ctx.Err() == nil {
-			// Refused items are leases the parent took back (expired
-			// while this cluster had no leader): the sub-job still
-			// runs, and its report counts while the parent's shard is
-			// undecided.
-			g.n.log.Debug("delegate: renewing parent leases", "err", err)
+		if err != nil {
+			if ctx.Err() == nil {
+				g.n.log.Debug("delegate: renewing parent leases", "err", err)
+			}
+			return ttl // the parent did not answer: nothing is known lost
 		}
-		reqs = reqs[k:]
+		for j, it := range items {
+			o := owner[at+j]
+			answered[o] = true
+			if it.Err() == nil {
+				live[o] = true
+			}
+		}
+	}
+	for i, js := range running {
+		if !answered[i] || live[i] {
+			continue
+		}
+		g.n.log.Info("delegate: the parent holds none of a sub-job's leases any more; cancelling it", "job", js.ID.Short(), "parent job", js.Delegated.Job.Short())
+		if _, err := g.n.Apply(ctx, coordinator.CancelJob{Job: js.ID, Peer: g.d.Name, Reason: "the parent cluster's leases on its shards ended", Now: time.Now().UnixMilli()}); err != nil {
+			g.n.log.Debug("delegate: cancelling a sub-job", "job", js.ID.Short(), "err", err)
+		}
 	}
 	return ttl
 }
@@ -217,7 +239,8 @@ func (g *delegator) lease(ctx context.Context) bool {
 	if batch <= 0 {
 		batch = DefaultDelegateBatch
 	}
-	resp, err := g.parent.Lease(lctx, api.LeaseRequest{Max: batch, RequestID: newRequestID()})
+	rid := newRequestID()
+	resp, err := g.parent.Lease(lctx, api.LeaseRequest{Max: batch, RequestID: rid})
 	if err != nil {
 		if ctx.Err() == nil {
 			g.n.log.Debug("delegate: leasing from the parent", "err", err)
@@ -238,7 +261,7 @@ func (g *delegator) lease(ctx context.Context) bool {
 	proposed := false
 	for _, id := range order {
 		grants := byJob[id]
-		if err := g.propose(ctx, id, grants); err != nil {
+		if err := g.propose(ctx, id, rid, grants); err != nil {
 			g.n.log.Warn("delegate: proposing a sub-job", "parent job", id.Short(), "err", err)
 			g.release(id, grants)
 			continue
@@ -316,13 +339,13 @@ func (g *delegator) copyBlob(ctx context.Context, ref content.Ref) ([]byte, erro
 }
 
 // propose submits grants of parent job id as one sub-job of this cluster.
-func (g *delegator) propose(ctx context.Context, id content.Ref, grants []coordinator.LeaseGrant) error {
+func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, grants []coordinator.LeaseGrant) error {
 	pj, err := g.parentJob(ctx, id)
 	if err != nil {
 		return err
 	}
 	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
-	del := coordinator.Delegation{Delegate: g.d.Name, Job: id}
+	del := coordinator.Delegation{Delegate: g.d.Name, Job: id, Lease: lease}
 	var shards []coordinator.ShardPlan
 	for i, gr := range grants {
 		if gr.Shard < 0 || gr.Shard >= len(pj.st.Shards) || pj.st.Shards[gr.Shard].ID != gr.ShardID {
@@ -335,7 +358,7 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, grants []coordi
 	name := fmt.Sprintf("%s (shards %d–%d of %s, for %s)", pj.st.Name, del.Shards[0], del.Shards[len(del.Shards)-1], id.Short(), g.d.Name)
 	res, err := g.n.Apply(ctx, coordinator.SubmitJob{
 		Job: coordinator.SubJobID(del), Name: name, Bundle: pj.st.Bundle, SecurityCritical: pj.st.SecurityCritical,
-		Shards: shards, Delegated: &del, Submitter: g.n.Self.Name, Now: time.Now().UnixMilli(),
+		Shards: shards, Delegated: &del, Submitter: g.d.Name, Now: time.Now().UnixMilli(),
 	})
 	if err != nil {
 		return err

@@ -30,11 +30,13 @@ type Delegation struct {
 	// Shards are the parent's index of each shard of the sub-job, in
 	// increasing order: sub-job shard i is parent shard Shards[i].
 	Shards []int `cbor:"shards" json:"shards"`
+	// Lease is the request ID of the parent lease that granted them: the
+	// same shards leased again (after this sub-job was cancelled or its
+	// shards flagged) make a new sub-job, not the old one again.
+	Lease string `cbor:"lease" json:"lease"`
 }
 
-// SubJobID is the ID of the sub-job serving d: the same parent shards
-// delegated again (after the child's lease expired) are the same sub-job,
-// so results the child already verified are not computed twice.
+// SubJobID is the ID of the sub-job serving d.
 func SubJobID(d Delegation) content.Ref {
 	h, err := content.HashOf(struct {
 		Domain string     `cbor:"domain"`
@@ -57,8 +59,8 @@ func checkDelegation(c SubmitJob, subject string) *diag.Diagnostic {
 			WithHelp("a sub-job is proposed by a child cluster's leader for shards it leased from its parent (docs/tree.md)")
 	}
 	switch {
-	case d.Delegate == "" || len(d.Delegate) > maxName:
-		return bad("the delegate's name must have 1 to %d bytes", maxName)
+	case d.Delegate == "" || len(d.Delegate) > maxName || len(d.Lease) > maxName:
+		return bad("the delegate's name must have 1 to %d bytes, the lease request ID at most %d", maxName, maxName)
 	case !content.IsRef(string(d.Job)):
 		return bad("parent job %q is not a content ref", d.Job)
 	case len(d.Shards) != len(c.Shards):
