@@ -1,0 +1,22 @@
+//go:build amd64 && !purego
+
+package secagg
+
+// encodeAVX2 is encodeTile's bulk in AVX2 (encode_amd64.s), four values
+// at a time, bit for bit the Go loop's arithmetic; n is a multiple of 4.
+//
+//go:noescape
+func encodeAVX2(dst *byte, x *float64, draws *byte, n int, scale float64, width int) (ties int)
+
+// roundBulk encodes as many values of x as it can four at a time
+// (encodeTile's arguments), with ties rounded down, and returns how many
+// it did and whether any tied. In AVX2 the encoding takes about half the
+// time of the Go loop (~1 ns a value against ~2 on this kind of core).
+func roundBulk(dst []byte, width int, x []float64, scale float64, draws []byte) (done int, tie bool) {
+	n := len(x) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0, false
+	}
+	_, _ = dst[width*n-1], draws[roundBytes*n-1] // the assembly writes and reads this far
+	return n, encodeAVX2(&dst[0], &x[0], &draws[0], n, scale, width) != 0
+}

@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package secagg
+
+// roundBulk does nothing here: encodeTile's Go loops encode every value.
+func roundBulk(dst []byte, width int, x []float64, scale float64, draws []byte) (done int, tie bool) {
+	return 0, false
+}
