@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,10 +54,13 @@ const entryHeader = 4 + 4 + sha256.Size
 
 var packMagic = []byte("SCPK")
 
-// packFile is one pack, open for reading.
+// packFile is one pack. Only this store's own packs stay open (r); others
+// are opened for each scan or read, so a store of many packs does not
+// hold a descriptor for each.
 type packFile struct {
-	r    *os.File
-	size int64 // the file's size at the last scan
+	name string
+	r    atomic.Pointer[os.File] // own pack being written only
+	size int64                   // the file's size at the last scan
 	// scanned: entries before this offset are indexed (or were bad);
 	// scanning resumes here when the file grows.
 	scanned int64
@@ -94,10 +98,21 @@ func (s *Store) packed(sum [32]byte, rescan bool) (packLoc, bool) {
 // readPacked returns l's bytes if they hash to sum.
 func readPacked(l packLoc, sum [32]byte) ([]byte, bool) {
 	b := make([]byte, l.n)
-	if _, err := l.p.r.ReadAt(b, l.off); err != nil || sha256.Sum256(b) != sum {
+	read := func(r *os.File) bool {
+		_, err := r.ReadAt(b, l.off)
+		return err == nil && sha256.Sum256(b) == sum
+	}
+	// The open handle may be closed under this read (the pack was
+	// rotated): then open the pack by name.
+	if r := l.p.r.Load(); r != nil && read(r) {
+		return b, true
+	}
+	r, err := os.Open(l.p.name)
+	if err != nil {
 		return nil, false
 	}
-	return b, true
+	defer r.Close()
+	return b, read(r)
 }
 
 // scanPacks indexes the entries of every pack written by others since the
@@ -114,28 +129,31 @@ func (s *Store) scanPacks() {
 		name := filepath.Join(s.packDir(), e.Name())
 		pf := s.packs[name]
 		if pf == nil {
-			r, err := os.Open(name)
-			if err != nil {
-				continue
-			}
-			pf = &packFile{r: r}
+			pf = &packFile{name: name}
 			s.packs[name] = pf
 		}
 		if pf.own {
 			continue
 		}
-		fi, err := pf.r.Stat()
-		if err != nil || fi.Size() == pf.size {
+		info, err := e.Info()
+		if err != nil || info.Size() == pf.size {
 			continue
 		}
-		pf.size = fi.Size()
-		s.scanPack(pf)
+		r, err := os.Open(name)
+		if err != nil {
+			continue
+		}
+		if fi, err := r.Stat(); err == nil {
+			pf.size = fi.Size()
+			s.scanPack(pf, r)
+		}
+		r.Close()
 	}
 }
 
 // scanPack indexes pf's entries from pf.scanned to pf.size, a window at a
 // time so a large pack is never read into memory at once.
-func (s *Store) scanPack(pf *packFile) {
+func (s *Store) scanPack(pf *packFile, r *os.File) {
 	const chunk = 1 << 20
 	maxEntry := int64(entryHeader + PackThreshold)
 	stuck := int64(-1) // the first entry that may still be being written
@@ -143,7 +161,7 @@ func (s *Store) scanPack(pf *packFile) {
 	for at < pf.size {
 		end := min(at+chunk+maxEntry, pf.size)
 		w := make([]byte, end-at)
-		if _, err := pf.r.ReadAt(w, at); err != nil {
+		if _, err := r.ReadAt(w, at); err != nil {
 			break // unreadable now: try again at the next scan
 		}
 		eof := end == pf.size
@@ -220,8 +238,7 @@ func (s *Store) appendRound(round []*staged) {
 		}
 		// What the failed write or fsync left is not trusted: the next
 		// round starts a new pack (a scan skips the damage).
-		s.w.Close()
-		s.w = nil
+		s.closeWriter()
 	}
 	if s.w == nil {
 		if err := s.newPack(); err != nil {
@@ -259,10 +276,19 @@ func (s *Store) appendRound(round []*staged) {
 	}
 	s.wp.size, s.wp.scanned = s.woff, s.woff
 	s.pmu.Unlock()
-	if s.woff >= PackRotate {
-		s.w.Close()
-		s.w = nil
+	if s.woff >= s.packRotate {
+		s.closeWriter()
 	}
+}
+
+// closeWriter ends appends to this store's pack; its blobs are read by
+// opening it by name from now on.
+func (s *Store) closeWriter() {
+	s.w.Close()
+	if r := s.wp.r.Swap(nil); r != nil {
+		r.Close()
+	}
+	s.w, s.wp = nil, nil
 }
 
 // newPack creates this store's next pack and makes its name durable.
@@ -296,7 +322,8 @@ func (s *Store) newPack() error {
 		os.Remove(name)
 		return err
 	}
-	pf := &packFile{r: r, own: true}
+	pf := &packFile{name: name, own: true}
+	pf.r.Store(r)
 	s.packed([32]byte{}, false) // the index exists before the pack is in it
 	s.pmu.Lock()
 	s.packs[name] = pf

@@ -282,3 +282,37 @@ func BenchmarkPackOpen(b *testing.B) {
 	b.ReportMetric(el*1e3, "ms-first-get")
 	b.ReportMetric(float64(size)/1e6, "MB-of-packs")
 }
+
+// TestPackRotation: a full pack is closed and a new one started; blobs of
+// the closed one are still served (opened by name), while other
+// goroutines read them across the rotation.
+func TestPackRotation(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir, 0)
+	s.packRotate = 1 << 10
+	var refs []content.Ref
+	for i := range 40 {
+		r, err := s.PutBytes(fmt.Appendf(bytes.Repeat([]byte{'p'}, 100), "%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, r)
+		var wg sync.WaitGroup
+		for _, r := range refs[max(0, i-4):] {
+			wg.Go(func() {
+				if _, err := s.Get(r); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if n := len(packsOf(t, dir)); n < 4 {
+		t.Fatalf("%d packs for 40 × 140 bytes rotated at 1 KiB", n)
+	}
+	for i, r := range refs {
+		if b, err := s.Get(r); err != nil || !bytes.HasSuffix(b, fmt.Appendf(nil, "%d", i)) {
+			t.Fatalf("blob %d: %q %v", i, b, err)
+		}
+	}
+}

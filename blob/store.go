@@ -35,6 +35,9 @@ type Store struct {
 	dir     string
 	maxSize int64
 	packMax int64 // blobs up to this size are packed: PackThreshold (benchmarks: -1)
+	// packRotate: a pack is closed after this many bytes (PackRotate;
+	// tests lower it)
+	packRotate int64
 
 	mu         sync.Mutex
 	queue      []*staged          // written, waiting for the next commit round
@@ -66,7 +69,7 @@ func Open(dir string, maxSize int64) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	return &Store{dir: dir, maxSize: maxSize, packMax: PackThreshold}, nil
+	return &Store{dir: dir, maxSize: maxSize, packMax: PackThreshold, packRotate: PackRotate}, nil
 }
 
 func (s *Store) path(ref content.Ref) (string, error) {
