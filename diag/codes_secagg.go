@@ -20,4 +20,5 @@ var (
 	SecAggParamsMismatch = define("SC6016", "round parameters differ between sites")
 	SecAggAborted        = define("SC6017", "client already aborted the round")
 	SecAggEquivocation   = define("SC6018", "aggregator's survivor set fails the consistency check")
+	SecAggRelayed        = define("SC6019", "a relayed sub-cohort sum opens only at the parent")
 )

@@ -50,6 +50,9 @@ type Client struct {
 	signedSurv, signedDrop []string
 	statement              []byte
 	named                  map[string]bool
+	// parentBox keys the box sealing this site's unmasking to the parent
+	// of a hierarchical round (Params.Parent).
+	parentBox []byte
 	// minSurvivors is the fewest sites whose inputs the client lets the
 	// sum hold (RequireSurvivors); the round's floor max(3, t) applies too.
 	minSurvivors int
@@ -157,7 +160,8 @@ func (c *Client) wipe() {
 		clear(h.seed)
 		clear(h.key)
 	}
-	c.seed, c.pairs, c.boxKeys, c.held, c.encKey, c.maskKey = nil, nil, nil, nil, nil, nil
+	clear(c.parentBox)
+	c.seed, c.pairs, c.boxKeys, c.held, c.encKey, c.maskKey, c.parentBox = nil, nil, nil, nil, nil, nil, nil
 	c.named = nil
 }
 
@@ -416,6 +420,13 @@ func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64
 	y, err := c.maskedVector(x, enc, weight, u2)
 	if err != nil {
 		return nil, c.fail(err)
+	}
+	if c.r.p.Parent != nil {
+		// The key that seals this site's unmasking to the parent needs
+		// c_u, which is dropped below.
+		if err := c.keyToParent(); err != nil {
+			return nil, c.fail(err)
+		}
 	}
 	// The pairwise secrets and the seed are in the shares now; the client
 	// needs only the shares it holds.
@@ -679,6 +690,11 @@ func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
 			out.Seeds = append(out.Seeds, Share{Of: v, Value: slices.Clone(c.held[v].seed)})
 		} else {
 			out.Keys = append(out.Keys, Share{Of: v, Value: slices.Clone(c.held[v].key)})
+		}
+	}
+	if c.r.p.Parent != nil {
+		if err := c.sealToParent(out); err != nil {
+			return nil, c.fail(err)
 		}
 	}
 	c.state = clientDone

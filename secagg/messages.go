@@ -212,6 +212,11 @@ type Unmasking struct {
 	From  string  `cbor:"from"`
 	Seeds []Share `cbor:"seeds"`
 	Keys  []Share `cbor:"keys"`
+	// Sealed, in a sub-cohort of a hierarchical round (Params.Parent),
+	// replaces Seeds and Keys: they travel sealed to the parent, so the
+	// relaying child cannot read them (docs/secagg.md, "Hierarchical
+	// secure aggregation").
+	Sealed []byte `cbor:"sealed,omitempty"`
 }
 
 // sharePayload is the plaintext inside a Box.
@@ -433,6 +438,9 @@ func (m *Unmasking) validate() error {
 	}
 	if len(m.Seeds)+len(m.Keys) > MaxSites {
 		return malformed(k, "%d shares, at most %d", len(m.Seeds)+len(m.Keys), MaxSites)
+	}
+	if m.Sealed != nil && (len(m.Seeds)+len(m.Keys) > 0 || len(m.Sealed) < sealedSize || len(m.Sealed) > maxSealedUnmasking) {
+		return malformed(k, "sealed shares of %d bytes beside %d shares in the clear", len(m.Sealed), len(m.Seeds)+len(m.Keys))
 	}
 	return validateShares(k, m.Keys)
 }

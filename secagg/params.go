@@ -57,6 +57,14 @@ type Params struct {
 	// or SecAggPlus (k = O(log n) neighbours on a random Harary graph).
 	// Empty means DefaultProtocol(len(Members)).
 	Protocol Protocol `cbor:"protocol,omitempty"`
+	// Parent, when set, makes the round a sub-cohort of a hierarchical
+	// round (docs/secagg.md, "Hierarchical secure aggregation"): the
+	// 32-byte X25519 public key of the parent aggregator. Sites seal their
+	// unmasking shares to it, so the host running this round (the child)
+	// only relays: it forwards the masked sum (Server.Relay) and cannot
+	// open it. The key must reach the sites by the same path as the rest
+	// of the params (the parent's plan), never from the child.
+	Parent []byte `cbor:"parent,omitempty"`
 }
 
 // DefaultPlusAbove is the cohort size above which DefaultProtocol picks
@@ -136,6 +144,7 @@ type paramsWire struct {
 	Protocol  Protocol `cbor:"protocol"`
 	Degree    int      `cbor:"degree"`
 	ShareT    int      `cbor:"share_threshold"`
+	Parent    []byte   `cbor:"parent,omitempty"`
 }
 
 func validID(s string) bool {
@@ -238,6 +247,10 @@ func newRound(p Params) (*round, error) {
 	if !r.prg.valid() {
 		return nil, bad("unknown PRG %q", string(p.PRG)).WithHelp("use %q or %q", string(AESCTR), string(ChaCha20))
 	}
+	if p.Parent != nil && len(p.Parent) != keySize {
+		return nil, bad("parent key of %d bytes, want a %d-byte X25519 public key", len(p.Parent), keySize).
+			WithHelp("take the parent aggregator's key for this round from its plan")
+	}
 	r.errBound1 = math.Ldexp(1, -r.fracBits)
 	r.scale, r.wScale = math.Ldexp(1, r.fracBits), math.Ldexp(1, r.wFracBits)
 	members := make([]Member, n)
@@ -253,7 +266,7 @@ func newRound(p Params) (*round, error) {
 		Domain: "scellis/secagg/v3/params", Round: p.Round, Members: members, Threshold: r.t,
 		Dim: p.Dim, Clip: p.Clip, Weighted: p.Weighted, MaxWeight: p.MaxWeight,
 		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg, RingBits: r.ringBits,
-		Protocol: r.proto, Degree: r.k, ShareT: r.st,
+		Protocol: r.proto, Degree: r.k, ShareT: r.st, Parent: p.Parent,
 	}))
 	r.session = sum[:]
 	r.graph()

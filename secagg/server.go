@@ -49,6 +49,10 @@ type Server struct {
 	sigs       map[string][]byte // U4: survivor signatures over statement
 	unmaskings map[string]*Unmasking
 
+	// opening is set on the parent's copy of a relayed sub-cohort
+	// (openPartial): it takes opened shares, as a flat round's server.
+	opening bool
+
 	// testRing, when set by a test, receives the unmasked ring sum.
 	testRing func([]uint64)
 }
@@ -416,7 +420,15 @@ func (s *Server) AddUnmasking(m *Unmasking) error {
 	held := func(ids []string) []string { // of ids, those whose shares m.From holds
 		return slices.DeleteFunc(slices.Clone(ids), func(v string) bool { return v != m.From && !s.r.neighbour(m.From, v) })
 	}
-	if !sameIDs(m.Seeds, held(s.survivors)) || !sameIDs(m.Keys, held(s.dropped)) {
+	if s.relaying() {
+		// A child relays shares sealed to the parent; the parent checks
+		// them once opened (openPartial).
+		if len(m.Sealed) == 0 {
+			return malformed("unmasking from "+m.From, "shares in the clear in a relayed sub-cohort; they must be sealed to the parent")
+		}
+	} else if len(m.Sealed) != 0 {
+		return malformed("unmasking from "+m.From, "sealed shares in a round without a parent")
+	} else if !sameIDs(m.Seeds, held(s.survivors)) || !sameIDs(m.Keys, held(s.dropped)) {
 		return malformed("unmasking from "+m.From, "shares do not match the request (seeds of the survivors, keys of the dropped)")
 	}
 	c := *m
@@ -466,6 +478,10 @@ func (s *Server) Finish() (*Result, error) {
 	defer s.mu.Unlock()
 	if err := s.enter("finish", PhaseUnmask, s.r.id); err != nil {
 		return nil, err
+	}
+	if s.relaying() {
+		return nil, diag.New(diag.SecAggRelayed, s.subject(), "the round is a sub-cohort of a hierarchical round; its shares are sealed to the parent").
+			WithHelp("forward the masked sum with Relay; only the parent can open it (CombinePartials)")
 	}
 	if err := s.r.checkFloor("unmasking", len(s.unmaskings)); err != nil {
 		return nil, s.fail(err)
