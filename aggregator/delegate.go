@@ -97,6 +97,11 @@ func ProbeParent(ctx context.Context, d *Delegate) error {
 // config names no delegate_batch.
 const DefaultDelegateBatch = 50
 
+// DefaultDelegateInFlight is how many sub-jobs a child runs at once by
+// default: two, so its workers compute one while the other is reported
+// and the next lease is proposed.
+const DefaultDelegateInFlight = 2
+
 // delegator is a leader's delegate loop state for one tenure.
 type delegator struct {
 	n      *Node
@@ -136,7 +141,11 @@ func (n *Node) delegateLoop(ctx context.Context) {
 			lastRenew = time.Now()
 		}
 		leased := false
-		if len(running) < max(d.InFlight, 1) {
+		inFlight := d.InFlight
+		if inFlight <= 0 {
+			inFlight = DefaultDelegateInFlight
+		}
+		if len(running) < inFlight {
 			leased = g.lease(ctx)
 		}
 		if leased {

@@ -74,7 +74,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 			if err != nil {
 				return err
 			}
-			delegate, err := childDelegate(cmd.Context(), c)
+			delegate, err := childDelegate(cmd.Context(), c, true)
 			if err != nil {
 				return err
 			}
@@ -141,9 +141,9 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 
 // childDelegate loads and checks a child cluster's delegate settings
 // (docs/tree.md): the parent federation lists delegate_name as a cluster
-// with the delegate key, and some parent aggregator answers it. Nil when
-// the node is no child.
-func childDelegate(ctx context.Context, c *config.Aggregator) (*aggregator.Delegate, error) {
+// with the delegate key, and (with probe, at start) some parent
+// aggregator answers it. Nil when the node is no child.
+func childDelegate(ctx context.Context, c *config.Aggregator, probe bool) (*aggregator.Delegate, error) {
 	if c.ParentFederation == "" {
 		return nil, nil
 	}
@@ -161,6 +161,9 @@ func childDelegate(ctx context.Context, c *config.Aggregator) (*aggregator.Deleg
 			return nil, c.Pos.At(ds[0], c.File, "delegate_name")
 		}
 		return nil, err
+	}
+	if !probe {
+		return d, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -102,9 +103,15 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 		if _, _, err := checkAggregator(a, stderr, false); err != nil {
 			return err
 		}
+		if _, err := childDelegate(context.Background(), a, false); err != nil {
+			return err
+		}
 		c, summary = a, fmt.Sprintf("aggregator %s is valid: data in %s, leases of %s", a.Name, a.DataDir, a.LeaseTTL)
 		if a.Join {
 			summary += ", joins a running cluster"
+		}
+		if a.ParentFederation != "" {
+			summary += fmt.Sprintf(", a node of child cluster %s of the parent in %s", a.DelegateName, a.ParentFederation)
 		}
 	case "worker":
 		w, err := config.LoadWorker(file)

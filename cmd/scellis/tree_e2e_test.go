@@ -168,6 +168,9 @@ func TestTreeOfClusters(t *testing.T) {
 	}
 	// child-b's key for child-a's name: not the key the parent lists.
 	badConfig(a, "delegate_identity: "+filepath.Join(b.dir, "delegate", "identity.key")+"\n", "SC7601")
+	if out, err := scellisCmd(t, a.dir, "config", "check", "--kind", "aggregator", "bad.yaml").CombinedOutput(); err == nil || !strings.Contains(string(out), "SC7601") {
+		t.Errorf("config check of a child node with another child's delegate key: %v\n%s", err, out)
+	}
 	p.startAggregators()
 	// Every child node checks its parent answers: before the parent
 	// starts it would not; here a parent federation whose addresses
