@@ -143,6 +143,9 @@ type Host struct {
 	rounds map[string]*hostRound
 	over   map[string]*tombstone
 	closed bool
+	// parents are the hierarchical rounds this host is the parent of
+	// (hier.go), by ID.
+	parents map[string]*hostParent
 }
 
 // tombstone is what stays of a round that is over.
@@ -237,6 +240,7 @@ func (h *Host) Open(p secagg.Params, dl Deadlines) error {
 			WithHelp("take the results of finished rounds, or raise HostOptions.MaxRounds")
 	}
 	rd := newHostRound(p, digest, srv, dl, keys)
+	rd.relayed = p.Parent != nil
 	h.rounds[p.Round] = rd
 	h.wg.Add(1)
 	go h.drive(rd)
@@ -264,8 +268,8 @@ func (h *Host) Result(round string) (*secagg.Result, error) {
 // take hands a finished round's outcome over and forgets the round.
 func (h *Host) take(rd *hostRound) (*secagg.Result, error) {
 	res, err := rd.take()
-	if !errors.Is(err, ErrRunning) && !errors.Is(err, ErrOver) {
-		h.forget(rd)
+	if !errors.Is(err, ErrRunning) && !errors.Is(err, ErrOver) && codeOf(err) != diag.SecAggRelayed {
+		h.forget(rd) // a relayed round's partial sum waits for WaitPartial
 	}
 	return res, err
 }

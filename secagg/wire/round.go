@@ -64,6 +64,10 @@ type hostRound struct {
 	// polls counts the GETs each caller (site, or aggregator peer) holds
 	// open on the round, bounded by maxPolls.
 	polls map[string]int
+	// relayed: a sub-cohort of a hierarchical round (Params.Parent); it
+	// ends with partial, the masked sum for the parent (hier.go).
+	relayed bool
+	partial *secagg.PartialSum
 }
 
 // waiting reports whether the current phase still waits for a site that
@@ -211,6 +215,9 @@ func (rd *hostRound) endConsistency() error {
 }
 
 func (rd *hostRound) finish() error {
+	if rd.relayed {
+		return rd.relay()
+	}
 	res, err := rd.srv.Finish()
 	if err != nil {
 		return rd.fail(err)
@@ -254,6 +261,9 @@ func (rd *hostRound) take() (*secagg.Result, error) {
 	}
 	if rd.isTaken {
 		return nil, ErrOver
+	}
+	if rd.relayed && rd.err == nil {
+		return nil, errRelayed(rd)
 	}
 	rd.isTaken = true
 	close(rd.taken)

@@ -1,0 +1,166 @@
+package wire
+
+import (
+	"context"
+	"crypto/ecdh"
+	"crypto/rand"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/secagg"
+)
+
+// TestHierarchicalRoundOverTLS runs a hierarchical round over real
+// sockets: a parent host (agg-1) and two child hosts (agg-2, agg-3), each
+// an aggregator of the federation serving mutual TLS on its own loopback
+// port under its own identity; nine silos in sub-cohorts of four and five
+// take part with ParticipateWith against their child, each child takes its
+// masked partial sum (WaitPartial) and forwards it to the parent over
+// mutual TLS as its aggregator (Forward), and the parent's released sum
+// must equal the flat sum of the nine inputs, exactly on the grid (the
+// inputs are sent as grid integers). Every unmasking a child received
+// must be sealed, and a child must refuse to hand out a sum (SC6019). A
+// silo may not post a partial sum (403).
+func TestHierarchicalRoundOverTLS(t *testing.T) {
+	w := newWorld(t, 9)
+	// The federation again, with two more aggregators: the children.
+	var src strings.Builder
+	fmt.Fprintf(&src, "federation: test\nregime: consortium\nmembers:\n")
+	for i, a := range []string{"agg-1", "agg-2", "agg-3"} {
+		if w.ids[a] == nil {
+			w.ids[a] = identity.NewFromSeed(seed(a))
+		}
+		fmt.Fprintf(&src, "  - {name: %s, role: aggregator, public_key: %s, address: \"127.0.0.1:%d\"}\n", a, w.ids[a].Public(), i+1)
+	}
+	for _, s := range w.silos {
+		fmt.Fprintf(&src, "  - {name: %s, role: silo, public_key: %s}\n", s, w.ids[s].Public())
+	}
+	fed, err := identity.ParseFederation("fed.yaml", []byte(src.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.fed = fed
+	// serveHost serves as w.agg: switch it for each child's identity.
+	serveAs := func(name string) *testHost {
+		w.agg = w.ids[name]
+		defer func() { w.agg = w.ids["agg-1"] }()
+		return serveHost(t, w, HostOptions{}, true)
+	}
+	parentHost, child2, child3 := serveAs("agg-1"), serveAs("agg-2"), serveAs("agg-3")
+	clientTo := func(from, server string) *http.Client {
+		cfg, err := identity.ClientTLSConfig(w.ids[from], fed, server, identity.Aggregator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: true}
+		w.transport = append(w.transport, tr)
+		return &http.Client{Transport: tr}
+	}
+
+	key, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const dim, grid = 64, 16
+	sub := func(round string, silos []string) secagg.Params {
+		p := w.params(round, dim, silos...)
+		p.GridBits, p.Parent = grid, key.PublicKey().Bytes()
+		return p
+	}
+	pa, pb := sub("hier-a", w.silos[:4]), sub("hier-b", w.silos[4:])
+	children := map[string]*testHost{"hier-a": child2, "hier-b": child3}
+	childName := map[string]string{"hier-a": "agg-2", "hier-b": "agg-3"}
+	if err := parentHost.OpenParent("hier", key, []secagg.Params{pa, pb}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// A silo may not post a partial sum.
+	if err := Forward(ctx, w.silo(w.silos[0]), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-a", Masked: []byte{0}}); codeOfErr(err) != diag.SecAggWireForbidden {
+		t.Fatalf("a silo's partial sum: %v, want SC6101", err)
+	}
+
+	bound, err := pa.EncodedBound()
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := make([]int64, dim)
+	var runs []chan error
+	for _, p := range []secagg.Params{pa, pb} {
+		if err := children[p.Round].Open(p, Deadlines{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range p.Members {
+			enc := make([]int64, dim)
+			for i, x := range testInput(m.ID, dim) {
+				enc[i] = int64(math.Round(x * float64(bound)))
+				flat[i] += enc[i]
+			}
+			done := make(chan error, 1)
+			hc := clientTo(m.ID, childName[p.Round])
+			go func() {
+				done <- ParticipateWith(ctx, hc, children[p.Round].url, p, w.keys[m.ID], Input{Encoded: enc, Weight: 1})
+			}()
+			runs = append(runs, done)
+		}
+		// The child relays: it takes its masked sum and forwards it.
+		done := make(chan error, 1)
+		child, hc := children[p.Round], clientTo(childName[p.Round], "agg-1")
+		go func() {
+			// Wait gives no sum of a relayed round (and takes nothing).
+			if _, err := child.Wait(ctx, p.Round); codeOfErr(err) != diag.SecAggRelayed {
+				done <- fmt.Errorf("child %s: Wait gave %v, want SC6019", p.Round, err)
+				return
+			}
+			ps, err := child.WaitPartial(ctx, p.Round)
+			if err == nil {
+				err = Forward(ctx, hc, parentHost.url, "hier", ps)
+			}
+			done <- err
+		}()
+		runs = append(runs, done)
+	}
+	for _, done := range runs {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := parentHost.WaitParent(ctx, "hier")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Contributors) != 9 || res.Weight != 9 {
+		t.Fatalf("contributors %v, weight %v; want the nine silos", res.Contributors, res.Weight)
+	}
+	for i, v := range res.Sum {
+		if got := math.Ldexp(v, grid); got != float64(flat[i]) {
+			t.Fatalf("sum[%d] = %v·2^-%d, want the flat sum %d·2^-%d", i, got, grid, flat[i], grid)
+		}
+	}
+
+	// What the children received: every unmasking sealed to the parent.
+	for round, th := range children {
+		sealed := 0
+		th.mu.Lock()
+		for _, b := range th.bodies {
+			if strings.HasSuffix(b.path, "/unmasking") {
+				u, err := secagg.ParseUnmasking(b.body)
+				if err != nil || len(u.Sealed) == 0 || len(u.Seeds)+len(u.Keys) != 0 {
+					t.Fatalf("%s: the child received an unmasking that is not sealed to the parent", round)
+				}
+				sealed++
+			}
+		}
+		th.mu.Unlock()
+		if sealed < 4 {
+			t.Fatalf("%s: the child received %d unmaskings", round, sealed)
+		}
+	}
+}
