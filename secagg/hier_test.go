@@ -56,6 +56,12 @@ func runChild(t *testing.T, p Params, stop map[string]step) (*harness, *PartialS
 	if err != nil {
 		t.Fatalf("parse partial sum: %v", err)
 	}
+	if again, err := back.Marshal(); err != nil || !bytes.Equal(again, b) {
+		t.Fatalf("a partial sum does not round-trip through its canonical bytes")
+	}
+	if _, err := ParsePartialSum(append(slices.Clone(b), 0)); err == nil {
+		t.Fatalf("a partial sum with a trailing byte was parsed")
+	}
 	return h, back, b
 }
 
