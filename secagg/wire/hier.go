@@ -163,8 +163,9 @@ func (h *Host) OpenParent(id string, key *ecdh.PrivateKey, cohorts []secagg.Para
 }
 
 // WaitParent waits until every sub-cohort's partial sum of the
-// hierarchical round id is in (or ctx ends) and returns the total, once;
-// the round is then forgotten.
+// hierarchical round id is in (or ctx ends, or the host closes: SC6107)
+// and returns the total, once; the round is then forgotten. A child that
+// never forwards its partial sum leaves the round waiting: ctx bounds it.
 func (h *Host) WaitParent(ctx context.Context, id string) (*secagg.Result, error) {
 	h.mu.Lock()
 	hp := h.parents[id]
@@ -176,6 +177,9 @@ func (h *Host) WaitParent(ctx context.Context, id string) (*secagg.Result, error
 	case <-hp.done:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-h.quit:
+		return nil, diag.New(diag.SecAggWireUnavailable, fmt.Sprintf("hierarchical secure aggregation round %q", id), "the aggregator's secure aggregation host closed during the round").
+			WithHelp("the round ends without a result; run it again under a new round ID")
 	}
 	h.mu.Lock()
 	delete(h.parents, id)
