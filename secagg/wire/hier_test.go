@@ -163,4 +163,13 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 			t.Fatalf("%s: the child received %d unmaskings", round, sealed)
 		}
 	}
+	// A hierarchical round open when the parent's host closes ends with
+	// SC6107, not a hang.
+	if err := parentHost.OpenParent("hier-2", key, []secagg.Params{sub("hier-2a", w.silos[:4]), sub("hier-2b", w.silos[4:])}); err != nil {
+		t.Fatal(err)
+	}
+	parentHost.Close()
+	if _, err := parentHost.WaitParent(ctx, "hier-2"); codeOfErr(err) != diag.SecAggWireUnavailable {
+		t.Fatalf("a parent round at Close: %v, want SC6107", err)
+	}
 }
