@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 )
@@ -27,6 +28,8 @@ type fsm struct {
 	// restore, after the machine changed (membership.go).
 	members func(*coordinator.Machine)
 }
+
+var _ consensus.Capturer = (*fsm)(nil)
 
 func (f *fsm) machine() *coordinator.Machine {
 	f.mu.Lock()
@@ -64,6 +67,15 @@ func encodeApplied(a api.Applied) []byte {
 }
 
 func (f *fsm) Snapshot() ([]byte, error) { return f.machine().Snapshot(), nil }
+
+// Capture makes f a consensus.Capturer: raft's snapshot only captures the
+// machine's state on the apply goroutine, and encodes it (tens of MB, a
+// second or more, with a long receipt chain) while persisting, so Apply —
+// and the leader's lease — do not wait for the encoding.
+func (f *fsm) Capture() (func() ([]byte, error), error) {
+	v := f.machine().Capture()
+	return func() ([]byte, error) { return v.Encode(), nil }, nil
+}
 
 func (f *fsm) Restore(state []byte) error {
 	m := f.machine()

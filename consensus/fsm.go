@@ -27,6 +27,19 @@ type StateMachine interface {
 	Restore(state []byte) error
 }
 
+// Capturer is a StateMachine whose state is cheap to capture and costly
+// to encode. Raft takes a snapshot on the goroutine that applies the log,
+// so with a plain StateMachine nothing applies while Snapshot encodes the
+// whole state; a Capturer's Capture runs there instead, between two
+// Applies, and returns a function that encodes what it captured — the
+// bytes Snapshot would have returned at that moment. Raft calls that
+// function while persisting the snapshot, off the apply goroutine and
+// alongside later Applies, so it must touch nothing Apply changes.
+type Capturer interface {
+	StateMachine
+	Capture() (encode func() ([]byte, error), err error)
+}
+
 // snapshotV1 is the first byte of every snapshot this package writes; the
 // state machine's bytes follow.
 const snapshotV1 byte = 0x01
@@ -65,8 +78,17 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return resps
 }
 
-// Snapshot captures the state machine between two Applies.
+// Snapshot captures the state machine between two Applies, on the apply
+// goroutine: a Capturer's state is only captured here and encoded in
+// Persist; any other machine's is encoded here.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if c, ok := f.sm.(Capturer); ok {
+		encode, err := c.Capture()
+		if err != nil {
+			return nil, fmt.Errorf("consensus: state machine capture: %w", err)
+		}
+		return &fsmSnapshot{encode: encode}, nil
+	}
 	state, err := f.sm.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("consensus: state machine snapshot: %w", err)
@@ -91,12 +113,24 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-// fsmSnapshot is a captured state, written by Persist while Apply goes on.
+// fsmSnapshot is a captured state, written by Persist while Apply goes on:
+// the encoded state, or (from a Capturer) the function that encodes it.
 type fsmSnapshot struct {
-	state []byte
+	state  []byte
+	encode func() ([]byte, error)
 }
 
+// Persist encodes the state if it was only captured, then writes it. Raft
+// runs it on its snapshot goroutine, not the apply goroutine.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if s.encode != nil {
+		state, err := s.encode()
+		if err != nil {
+			_ = sink.Cancel()
+			return fmt.Errorf("consensus: state machine snapshot: %w", err)
+		}
+		s.state, s.encode = state, nil
+	}
 	if _, err := sink.Write([]byte{snapshotV1}); err != nil {
 		_ = sink.Cancel()
 		return err
@@ -108,4 +142,6 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	return sink.Close()
 }
 
-func (s *fsmSnapshot) Release() {}
+// Release drops the state, so that raft, which may keep the snapshot
+// object a while, does not keep the captured state alive with it.
+func (s *fsmSnapshot) Release() { s.state, s.encode = nil, nil }

@@ -310,6 +310,12 @@ func (s *coordSM) Apply(cmd []byte) []byte {
 
 func (s *coordSM) Snapshot() ([]byte, error) { return s.m.Snapshot(), nil }
 
+// Capture makes coordSM a Capturer, as aggregator's fsm is.
+func (s *coordSM) Capture() (func() ([]byte, error), error) {
+	v := s.m.Capture()
+	return func() ([]byte, error) { return v.Encode(), nil }, nil
+}
+
 func (s *coordSM) Restore(b []byte) error { return s.m.Restore(b) }
 
 // newCoordCluster is newCluster with a coordinator machine (pool regime

@@ -70,8 +70,9 @@ func (s *sim) apply(c Command) Result {
 	if err != nil {
 		s.t.Fatalf("decode %T: %v", c, err)
 	}
-	before := s.m.StateHash()
+	before, captured := captureProbe(s.t, s.m)
 	r := s.m.Apply(dc)
+	captured()
 	if r.Refused() && s.m.StateHash() != before {
 		s.t.Fatalf("seed %d: refused %T changed the state: %v", s.seed, c, r.Refusal)
 	}

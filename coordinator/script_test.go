@@ -183,8 +183,9 @@ func (h *harness) apply(c Command) []string {
 	if err != nil {
 		h.t.Fatalf("decoding %T: %v", c, err)
 	}
-	before := h.m.StateHash()
+	before, captured := captureProbe(h.t, h.m)
 	r := h.m.Apply(dc)
+	captured()
 	if r.Refused() && h.m.StateHash() != before {
 		h.t.Errorf("refused %T changed the state", c)
 	}

@@ -15,15 +15,18 @@ import (
 // Snapshot returns the canonical encoding (deterministic CBOR) of the
 // whole state: pool config, clock, jobs with their shards, leases, reports
 // and decisions, peer records, lease-request memos and the receipt chain.
-// Two machines with equal snapshots are in the same state.
+// Two machines with equal snapshots are in the same state. It is
+// Capture().Encode(): the lock is held only for the capture.
 func (m *Machine) Snapshot() []byte {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.snapshot()
+	return m.Capture().Encode()
 }
 
 func (m *Machine) snapshot() []byte {
-	b, err := content.Encode(&m.st)
+	return encodeState(&m.st)
+}
+
+func encodeState(st *state) []byte {
+	b, err := content.Encode(st)
 	if err != nil {
 		panic("coordinator: state is not encodable: " + err.Error())
 	}
@@ -31,9 +34,152 @@ func (m *Machine) snapshot() []byte {
 }
 
 // StateHash is the content hash of Snapshot: replicas that applied the same
-// log have the same StateHash.
+// log have the same StateHash. Like Snapshot it holds the lock only to
+// capture the state, so a status query does not stall Apply while it
+// encodes.
 func (m *Machine) StateHash() content.Ref {
 	return content.Hash(m.Snapshot())
+}
+
+// View is a consistent, immutable view of a machine's whole state, taken
+// by Capture. Encode returns exactly the bytes Snapshot would have
+// returned at the moment of the capture, however many commands the
+// machine applied since; it may run on any goroutine, alongside Apply.
+type View struct {
+	st state
+}
+
+// Capture takes a View of the whole state, under the machine's lock. It
+// is cheap next to encoding (no CBOR, no hashing): it is what a Raft
+// snapshot does on the apply goroutine, leaving the encoding to the
+// snapshot's writer (see docs/consensus.md, Snapshots).
+//
+// What it copies follows how Apply changes the state (state.go): the
+// receipt chain only grows (mint appends; existing receipts and the
+// slices they hold are never written), so the view keeps a prefix of it,
+// capped so that no append can reach it. Jobs, shards, peer records,
+// lease memos and runs change in place, so each is copied, with every
+// slice Apply may write in place. Slices that Apply only ever replaces,
+// never writes into (a receipt's peers, a report's signature, a
+// delegation's shard list, a verdict's agreeing list), and the
+// membership, which membership.go replaces on every change
+// (copy-on-write), are shared.
+func (m *Machine) Capture() *View {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return &View{st: m.st.capture()}
+}
+
+// Encode returns the canonical encoding of the captured state: the bytes
+// Snapshot returned when the view was captured.
+func (v *View) Encode() []byte { return encodeState(&v.st) }
+
+// capture returns a copy of st that shares nothing Apply writes in place.
+// Nil and empty slices and maps stay as they were: a field without
+// omitempty encodes them differently.
+func (st *state) capture() state {
+	c := *st
+	n := len(st.Receipts)
+	c.Receipts = st.Receipts[:n:n]
+	if st.Jobs != nil {
+		c.Jobs = make([]*jobState, len(st.Jobs))
+		for i, j := range st.Jobs {
+			c.Jobs[i] = j.capture()
+		}
+	}
+	if st.Peers != nil {
+		c.Peers = make(map[string]*PeerRecord, len(st.Peers))
+		recs := make([]PeerRecord, 0, len(st.Peers))
+		for name, p := range st.Peers {
+			if p == nil {
+				c.Peers[name] = nil
+				continue
+			}
+			recs = append(recs, *p)
+			c.Peers[name] = &recs[len(recs)-1]
+		}
+	}
+	if st.LeaseMemo != nil {
+		c.LeaseMemo = make(map[string]*leaseMemo, len(st.LeaseMemo))
+		for name, memo := range st.LeaseMemo {
+			if memo != nil {
+				memo = &leaseMemo{RequestID: memo.RequestID, Grants: slices.Clone(memo.Grants)}
+			}
+			c.LeaseMemo[name] = memo
+		}
+	}
+	if st.Runs != nil {
+		c.Runs = make([]*runState, len(st.Runs))
+		for i, r := range st.Runs {
+			if r != nil {
+				rc := *r
+				rc.Silos, rc.Jobs, rc.Models = slices.Clone(r.Silos), slices.Clone(r.Jobs), slices.Clone(r.Models)
+				r = &rc
+			}
+			c.Runs[i] = r
+		}
+	}
+	return c
+}
+
+// capture copies j and its shards. Its allocations do not grow with the
+// shards: one array holds every shard, and one per element type every
+// slice of theirs.
+func (j *jobState) capture() *jobState {
+	if j == nil {
+		return nil
+	}
+	c := *j
+	c.ReductionChecks = slices.Clone(j.ReductionChecks)
+	if j.Delegated != nil {
+		d := *j.Delegated
+		c.Delegated = &d
+	}
+	if j.Shards == nil {
+		return &c
+	}
+	var nStrings, nLeases, nCommits, nReports, nVerdicts int
+	for _, s := range j.Shards {
+		if s != nil {
+			nStrings += len(s.Holders) + len(s.Agreeing) + len(s.Losers)
+			nLeases += len(s.Leases)
+			nCommits += len(s.Commits)
+			nReports += len(s.Reports)
+			nVerdicts += len(s.Verdicts)
+		}
+	}
+	strs, leases, commits := newArena[string](nStrings), newArena[lease](nLeases), newArena[commitment](nCommits)
+	reports, verdicts := newArena[report](nReports), newArena[verdictRecord](nVerdicts)
+	c.Shards = make([]*shardState, len(j.Shards))
+	shards := make([]shardState, len(j.Shards))
+	for i, s := range j.Shards {
+		if s == nil {
+			continue
+		}
+		shards[i] = *s
+		sc := &shards[i]
+		sc.Holders, sc.Agreeing, sc.Losers = strs.clone(s.Holders), strs.clone(s.Agreeing), strs.clone(s.Losers)
+		sc.Leases, sc.Commits = leases.clone(s.Leases), commits.clone(s.Commits)
+		sc.Reports, sc.Verdicts = reports.clone(s.Reports), verdicts.clone(s.Verdicts)
+		c.Shards[i] = sc
+	}
+	return &c
+}
+
+// arena hands out copies of slices, carved from one allocation.
+type arena[T any] struct{ buf []T }
+
+func newArena[T any](n int) *arena[T] { return &arena[T]{buf: make([]T, 0, n)} }
+
+// clone returns a copy of s (nil if s is nil), capped so that appending to
+// it cannot reach the next copy.
+func (a *arena[T]) clone(s []T) []T {
+	if s == nil {
+		return nil
+	}
+	n := len(a.buf)
+	a.buf = append(a.buf, s...)
+	return a.buf[n:len(a.buf):len(a.buf)]
 }
 
 // Load returns a machine restored from a snapshot.
