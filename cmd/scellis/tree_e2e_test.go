@@ -130,9 +130,12 @@ func peerCounts(st jobStatus) (agreeing, leased map[string]int) {
 // resumes the delegation from its Raft state), then the whole of child-b
 // while it holds parent leases (they expire and child-a takes the
 // shards). The job completes with the solo run's result, `receipts
-// verify` walks the tree, and a tampered or missing child chain fails it.
-// Nine aggregators and two workers: this test costs more than most (see
-// the report of issue 22 for its wall time).
+// verify` walks the tree (child-a's chain fetched from its cluster,
+// child-b's from an export made before it died), and a tampered or
+// missing child chain fails it. Nine aggregators and two workers: the
+// issue asks for this tree, so it costs more than the ~10 s a test may
+// (27 s at load 7 on two cores, 50 s at load 11; most of it waits on elections,
+// lease expiry and 1,000 shards through two levels).
 func TestTreeOfClusters(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
@@ -148,7 +151,7 @@ func TestTreeOfClusters(t *testing.T) {
 	}()
 
 	// Bad delegate settings are refused before the node starts (exit 2).
-	badConfig := func(c *cluster, extra, code string) {
+	badConfig := func(c *cluster, file, extra, code string) {
 		t.Helper()
 		b, _ := os.ReadFile(filepath.Join(c.dir, c.aggs[0]+".yaml"))
 		key, _, _ := strings.Cut(extra, ":")
@@ -158,8 +161,8 @@ func TestTreeOfClusters(t *testing.T) {
 				lines = append(lines, l)
 			}
 		}
-		c.write("bad.yaml", strings.Join(lines, "\n")+extra)
-		cmd := scellisCmd(t, c.dir, "aggregator", "--config", "bad.yaml")
+		c.write(file, strings.Join(lines, "\n")+extra)
+		cmd := scellisCmd(t, c.dir, "aggregator", "--config", file)
 		out, err := cmd.CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), code) {
@@ -167,14 +170,14 @@ func TestTreeOfClusters(t *testing.T) {
 		}
 	}
 	// child-b's key for child-a's name: not the key the parent lists.
-	badConfig(a, "delegate_identity: "+filepath.Join(b.dir, "delegate", "identity.key")+"\n", "SC7601")
-	if out, err := scellisCmd(t, a.dir, "config", "check", "--kind", "aggregator", "bad.yaml").CombinedOutput(); err == nil || !strings.Contains(string(out), "SC7601") {
+	badConfig(a, "bad-key.yaml", "delegate_identity: "+filepath.Join(b.dir, "delegate", "identity.key")+"\n", "SC7601")
+	if out, err := scellisCmd(t, a.dir, "config", "check", "--kind", "aggregator", "bad-key.yaml").CombinedOutput(); err == nil || !strings.Contains(string(out), "SC7601") {
 		t.Errorf("config check of a child node with another child's delegate key: %v\n%s", err, out)
 	}
-	p.startAggregators()
 	// Every child node checks its parent answers: before the parent
 	// starts it would not; here a parent federation whose addresses
-	// nobody serves stands for one out of reach.
+	// nobody serves stands for one out of reach. (Checked while the parent
+	// starts: the probe gives up only after some seconds.)
 	fed, _ := os.ReadFile(filepath.Join(p.dir, "federation.yaml"))
 	pp := &ports{t: t}
 	dead := string(fed)
@@ -186,7 +189,13 @@ func TestTreeOfClusters(t *testing.T) {
 	}
 	pp.release()
 	p.write("unreachable.yaml", dead)
-	badConfig(a, "parent_federation: "+filepath.Join(p.dir, "unreachable.yaml")+"\n", "SC7602")
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		badConfig(a, "bad-parent.yaml", "parent_federation: "+filepath.Join(p.dir, "unreachable.yaml")+"\n", "SC7602")
+	}()
+	p.startAggregators()
+	<-probed
 
 	for _, c := range []*cluster{a, b} {
 		for _, n := range c.aggs {
@@ -226,6 +235,8 @@ func TestTreeOfClusters(t *testing.T) {
 		held = leased["child-b"]
 		return held > 0
 	})
+	// Its chain no longer grows (no worker): keep a copy to walk later.
+	p.write("child-b.json", b.mustCLI("alice", "receipts", "export", "--format", "json"))
 	for _, n := range b.aggs {
 		b.kill(n, syscall.SIGKILL)
 	}
@@ -251,14 +262,10 @@ func TestTreeOfClusters(t *testing.T) {
 		}
 	}
 
-	// child-b's chain is on its nodes' disks: bring it back to read it.
-	for _, n := range b.aggs {
-		b.waitExit(n)
-		b.restartAggregator(n)
-	}
-	b.waitLeader()
+	// child-a's chain is fetched from its cluster, child-b's (down) read
+	// from its export.
 	childA := "child-a=" + filepath.Join(a.dir, "federation.yaml")
-	childB := "child-b=" + filepath.Join(b.dir, "federation.yaml")
+	childB := "child-b=" + filepath.Join(p.dir, "child-b.json")
 	out := p.mustCLI("alice", "receipts", "verify", "--child", childA, "--child", childB)
 	for _, want := range []string{"intact: 1000 receipts", "child cluster child-a: chain intact", "child cluster child-b: chain intact"} {
 		if !strings.Contains(out, want) {
