@@ -21,16 +21,10 @@ import (
 // rounds would cost nothing.
 const roundJournal = "rounds.journal"
 
-// recordRound notes round k as accepted at t, in memory and in the
-// journal. A journal that cannot be written is logged, not fatal: the
-// in-memory log still counts the round until the process ends.
-func (a *Appliance) recordRound(k RoundKey, t time.Time) {
-	a.Rounds.Record(k, t)
-	a.journalRound(k, t)
-}
-
-// startRecordRound is recordRound with the journal's write and fsync left
-// running: the round goes on fetching what it needs meanwhile (issue 19:
+// startRecordRound notes round k as accepted at t, in memory and in the
+// journal, with the journal's write and fsync left running (a journal
+// that cannot be written is logged, not fatal: the in-memory log still
+// counts the round until the process ends): the round goes on fetching what it needs meanwhile (issue 19:
 // the fsync was a wait of its own on every round's path). The returned
 // wait blocks until the line is durable; the round calls it before it
 // reads the run's data (and so before the run's content runs on it) and
