@@ -22,14 +22,14 @@ import (
 const roundJournal = "rounds.journal"
 
 // startRecordRound notes round k as accepted at t, in memory and in the
-// journal, with the journal's write and fsync left running (a journal
-// that cannot be written is logged, not fatal: the in-memory log still
-// counts the round until the process ends): the round goes on fetching what it needs meanwhile (issue 19:
-// the fsync was a wait of its own on every round's path). The returned
-// wait blocks until the line is durable; the round calls it before it
-// reads the run's data (and so before the run's content runs on it) and
-// before it returns (before a decline is reported), so a round that fails
-// or crashes the silo from then on is counted across restarts, as before.
+// journal, and leaves the journal's write and fsync running while the
+// round fetches what it needs (issue 19: the fsync was a wait of its own
+// on every round's path). A journal that cannot be written is logged, not
+// fatal: the in-memory log still counts the round until the process ends.
+// The returned wait blocks until the line is durable; the round calls it
+// before it reads the run's data (and so before the run's content runs on
+// it) and before it returns (before a decline is reported), so a round
+// that fails or crashes the silo from then on is counted across restarts.
 // It may be called more than once.
 func (a *Appliance) startRecordRound(k RoundKey, t time.Time) (wait func()) {
 	a.Rounds.Record(k, t)
