@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bytes"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/scellis/scellis/content"
@@ -199,4 +201,71 @@ func TestCaptureEncodesWhileApplying(t *testing.T) {
 	if content.Hash(views[0].want) == m.StateHash() {
 		t.Fatal("the commands changed nothing: the test checks nothing")
 	}
+}
+
+// TestCaptureSharesOnlyWhatApplyNeverWrites walks a captured view beside
+// the machine's state and fails on any pointer, map or non-empty slice
+// they share, except the parts Capture documents as shared (the receipt
+// chain, the membership, and slices Apply only ever replaces). A field
+// added to the state that Capture does not copy fails here even if no
+// test command writes it in place.
+// runProperty runs the same check on each seed's final state.
+func TestCaptureSharesOnlyWhatApplyNeverWrites(t *testing.T) {
+	m, _ := busy(t)
+	checkCaptureShares(t, m)
+}
+
+func checkCaptureShares(t testing.TB, m *Machine) {
+	t.Helper()
+	v := m.Capture()
+	shared := map[string]bool{
+		"Receipts": true, "Membership": true, // append-only; copy-on-write
+		"Reports.Sig": true, "Reports.Cite": true, "Verdicts.Agreeing": true, "Verdicts.Sig": true,
+		"Jobs.Delegated.Shards": true,
+	}
+	var walk func(path string, a, b reflect.Value)
+	walk = func(path string, a, b reflect.Value) {
+		if shared[path] {
+			return
+		}
+		switch a.Kind() {
+		case reflect.Pointer:
+			if a.IsNil() || b.IsNil() {
+				return
+			}
+			if a.Pointer() == b.Pointer() {
+				t.Errorf("%s: the view shares the machine's pointer", path)
+				return
+			}
+			walk(path, a.Elem(), b.Elem())
+		case reflect.Map:
+			if a.Len() > 0 && a.Pointer() == b.Pointer() {
+				t.Errorf("%s: the view shares the machine's map", path)
+				return
+			}
+			for _, k := range a.MapKeys() {
+				walk(path, a.MapIndex(k), b.MapIndex(k))
+			}
+		case reflect.Slice:
+			if a.Len() > 0 && b.Len() > 0 && a.Pointer() == b.Pointer() {
+				t.Errorf("%s: the view shares the machine's slice", path)
+				return
+			}
+			for i := range min(a.Len(), b.Len()) {
+				walk(path, a.Index(i), b.Index(i))
+			}
+		case reflect.Struct:
+			for i := range a.NumField() {
+				f := a.Type().Field(i)
+				p := f.Name
+				if path != "" && !f.Anonymous {
+					p = path + "." + f.Name
+				} else if f.Anonymous {
+					p = path
+				}
+				walk(strings.TrimPrefix(p, "Jobs.Shards."), a.Field(i), b.Field(i))
+			}
+		}
+	}
+	walk("", reflect.ValueOf(v.st), reflect.ValueOf(m.st))
 }
