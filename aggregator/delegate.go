@@ -112,6 +112,31 @@ type delegator struct {
 	parents map[content.Ref]*parentJob
 	// reported: sub-jobs whose results went up in this tenure.
 	reported map[content.Ref]bool
+	// refused: parent jobs this cluster cannot serve (undelegable),
+	// logged once.
+	refused map[content.Ref]bool
+	// leaseAfter: no lease before then (refusedBackoff).
+	leaseAfter time.Time
+}
+
+// errRefusedJob: the parent job is one a child cannot serve.
+var errRefusedJob = errors.New("a parent job this cluster cannot serve")
+
+// undelegable says why a parent job with policy p cannot be served by a
+// child as built ("" when it can): a child reports each result once,
+// outright (no commit–reveal), and its sub-job is verified by exact
+// match; so a parent job of two or more replicas, or checked in the
+// convergent tier or by Freivalds, stays with the parent's own peers.
+func undelegable(p coordinator.Policy) string {
+	switch {
+	case p.Replicas > 1:
+		return fmt.Sprintf("it needs %d agreeing replicas, and a child reports without commit–reveal", p.Replicas)
+	case p.Check != "":
+		return fmt.Sprintf("its shards are checked by %s, and a child's sub-job is verified by exact match", p.Check)
+	case p.Mode == coordinator.ModeAdaptive:
+		return "it is verified by spot checks, which audit peers, not clusters"
+	}
+	return ""
 }
 
 type parentJob struct {
@@ -127,7 +152,7 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		n.log.Error("delegate", "err", err)
 		return
 	}
-	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}}
+	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}}
 	events, cancel := n.hub.Subscribe("")
 	defer func() { cancel() }()
 	renewEvery := 500 * time.Millisecond
@@ -145,7 +170,7 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		if inFlight <= 0 {
 			inFlight = DefaultDelegateInFlight
 		}
-		if len(running) < inFlight {
+		if len(running) < inFlight && time.Now().After(g.leaseAfter) {
 			leased = g.lease(ctx)
 		}
 		if leased {
@@ -267,18 +292,32 @@ func (g *delegator) lease(ctx context.Context) bool {
 		}
 		byJob[gr.Job] = append(byJob[gr.Job], gr)
 	}
-	proposed := false
+	proposed, refused := false, 0
 	for _, id := range order {
 		grants := byJob[id]
 		if err := g.propose(ctx, id, rid, grants); err != nil {
-			g.n.log.Warn("delegate: proposing a sub-job", "parent job", id.Short(), "err", err)
+			if errors.Is(err, errRefusedJob) {
+				refused++
+			} else {
+				g.n.log.Warn("delegate: proposing a sub-job", "parent job", id.Short(), "err", err)
+			}
 			g.release(id, grants)
 			continue
 		}
 		proposed = true
 	}
+	if refused == len(order) {
+		// Only work this cluster hands back: ask again later, not at
+		// every pass, so the parent's own peers take it meanwhile (the
+		// loop goes on renewing what runs).
+		g.leaseAfter = time.Now().Add(refusedBackoff)
+	}
 	return proposed
 }
+
+// refusedBackoff is how long a child waits before leasing again after a
+// lease that held only shards of parent jobs it cannot serve.
+const refusedBackoff = 5 * time.Second
 
 // release hands leases back to the parent.
 func (g *delegator) release(id content.Ref, grants []coordinator.LeaseGrant) {
@@ -352,6 +391,13 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 	pj, err := g.parentJob(ctx, id)
 	if err != nil {
 		return err
+	}
+	if why := undelegable(pj.st.Policy); why != "" {
+		if !g.refused[id] {
+			g.n.log.Warn("delegate: a parent job this cluster cannot serve; handing its shards back", "parent job", id.Short(), "why", why)
+			g.refused[id] = true
+		}
+		return errRefusedJob
 	}
 	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
 	del := coordinator.Delegation{Delegate: g.d.Name, Job: id, Lease: lease}

@@ -207,6 +207,10 @@ func TestTreeOfClusters(t *testing.T) {
 	a.startWorker("w1")
 	b.startWorker("w2")
 	id := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "sweep.yaml"))
+	// A job of two replicas is not one a child serves (it reports
+	// without commit–reveal): the children hand its shards back.
+	p.write("two.yaml", "name: two\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 40, chunks: 2}}\nreducer: {use: mean, params: {weight: samples}}\nverification: {replicas: 2}\n")
+	two := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "two.yaml"))
 
 	// Both children deliver verified shards upward.
 	waitFor(t, "both children to report shards", 2*time.Minute, func() bool {
@@ -247,6 +251,15 @@ func TestTreeOfClusters(t *testing.T) {
 		t.Fatalf("verified %d/1000, by %v", st.Counts.Verified, ag)
 	}
 	t.Logf("child-b held %d parent leases when it died; shards verified by child: %v", held, ag)
+	var subs []struct{ Delegated *struct{ Job string } }
+	if err := json.Unmarshal([]byte(a.mustCLI("w1", "--json", "job", "ls")), &subs); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range subs {
+		if s.Delegated != nil && s.Delegated.Job == two {
+			t.Fatalf("child-a took a job of two replicas as a sub-job")
+		}
+	}
 
 	// The same result as the pool of one.
 	if err := <-solo; err != nil {
