@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/trust"
 )
 
 // A child cluster in a tree of coordinator clusters (docs/tree.md). Every
@@ -142,6 +144,25 @@ func undelegable(p coordinator.Policy) string {
 type parentJob struct {
 	st     coordinator.JobStatus
 	copied bool
+	// refused says why this cluster will not run the job's shards (its
+	// inputs or models are not admissible under this cluster's regime);
+	// nothing of such a job but its bundle is copied here.
+	refused string
+}
+
+// admitHere checks a parent job's bundle against this cluster's regime,
+// as trust.Admit checks a job submitted here: its inputs' and models'
+// classes and whether it is security-critical. The job's declared regime
+// is the parent's, so it is not compared with this cluster's.
+func admitHere(regime trust.Regime, b *job.Bundle) diag.List {
+	req := trust.Request{Subject: "parent job " + b.Name, SecurityCritical: b.SecurityCritical}
+	for _, name := range slices.Sorted(maps.Keys(b.Inputs)) {
+		req.Inputs = append(req.Inputs, trust.Item{Name: name, Class: trust.Class(b.Inputs[name].Class)})
+	}
+	for _, k := range slices.Sorted(maps.Keys(b.Classes)) {
+		req.Models = append(req.Models, trust.Item{Name: "the job's " + k, Class: trust.Class(b.Classes[k])})
+	}
+	return trust.Admit(regime, req)
 }
 
 // delegateLoop runs while this node leads (ctx is the tenure).
@@ -333,7 +354,7 @@ func (g *delegator) release(id content.Ref, grants []coordinator.LeaseGrant) {
 // parentJob returns what the loop knows of a parent job, asking the
 // parent once and copying the job's bundle and content here.
 func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, error) {
-	if pj := g.parents[id]; pj != nil && pj.copied {
+	if pj := g.parents[id]; pj != nil && (pj.copied || pj.refused != "") {
 		return pj, nil
 	}
 	st, err := g.parent.Job(ctx, id)
@@ -350,6 +371,16 @@ func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, 
 	var b job.Bundle
 	if err := content.Decode(raw, &b); err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", st.Bundle.Short(), err)
+	}
+	// The parent admitted the job under its own regime; the shards would
+	// run here, on this cluster's workers, so its inputs and models must
+	// be admissible under this cluster's regime too (a confidential table
+	// must not reach an open child's peers). Checked before any input is
+	// copied here.
+	if ds := admitHere(g.n.fsm.machine().Regime(), &b); ds.HasErrors() {
+		pj := &parentJob{st: st, refused: "this cluster's regime refuses it: " + ds.Error()}
+		g.parents[id] = pj
+		return pj, nil
 	}
 	var refs []content.Ref
 	for _, ref := range b.Content {
@@ -392,7 +423,11 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 	if err != nil {
 		return err
 	}
-	if why := undelegable(pj.st.Policy); why != "" {
+	why := pj.refused
+	if why == "" {
+		why = undelegable(pj.st.Policy)
+	}
+	if why != "" {
 		if !g.refused[id] {
 			g.n.log.Warn("delegate: a parent job this cluster cannot serve; handing its shards back", "parent job", id.Short(), "why", why)
 			g.refused[id] = true
