@@ -79,6 +79,7 @@ func TestBuiltinKinds(t *testing.T) {
 		"numeric": catalog.Library, "select": catalog.Library, "fl-common": catalog.Library,
 		"fedavg": catalog.Strategy, "fedprox": catalog.Strategy, "scaffold": catalog.Strategy,
 		"diloco": catalog.Strategy, "fedbuff": catalog.Strategy,
+		"flat": catalog.Topology, "tree": catalog.Topology,
 	}
 	for name, kind := range want {
 		e := lookup(t, c, name)
