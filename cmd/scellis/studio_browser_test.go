@@ -195,7 +195,7 @@ verification: {replicas: 2}
 	assertPNG(t, filepath.Join(c.dir, "heatmap.png"))
 
 	phase("sweep checked")
-	// 2. A run without DP: the loss curve gains a point each round.
+	// 2. A run without DP: the loss curve grows while the run goes on.
 	plain := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "plain.yaml"))
 	plainHex := strings.TrimPrefix(plain, "sha256:")
 	waitPage(t, tabA, fmt.Sprintf(`(() => { const r = document.querySelector('.run[data-run$="%s"]'); return r && r.dataset.state === "done"; })()`, plainHex))
@@ -207,8 +207,13 @@ verification: {replicas: 2}
 		}
 		return 0, false
 	})
-	if !slices.Equal(distinct(points), []float64{0, 1, 2, 3}) && !slices.Equal(distinct(points), []float64{1, 2, 3}) {
-		t.Fatalf("the loss curve did not gain a point per round: the pictures showed %v points", points)
+	// The Studio rebuilds its picture at most every 50 ms (docs/studio.md)
+	// and a round here takes about as long, so one picture may show two
+	// more rounds than the last (CI once saw 0, 1, 3). What holds: the
+	// curve only grows, the page showed the run before its last point
+	// (it updated live), and it ends with every round's point.
+	if d := distinct(points); len(d) < 2 || !slices.IsSorted(d) || d[len(d)-1] != 3 {
+		t.Fatalf("the loss curve did not grow live to 3 points: the pictures showed %v points", points)
 	}
 	if n, err := chromedp.Run(tabA, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll('.run[data-run$="%s"] circle[data-series="train_loss"]').length`, plainHex))); err != nil || n != 3 {
 		t.Fatalf("the run view draws %d loss points, want 3 (%v)", n, err)
