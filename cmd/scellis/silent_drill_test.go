@@ -254,8 +254,8 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 		return seq
 	}
 	drill := func(role, node string) {
-		base := verified()
 		seq0 := chainSeq()
+		base := verified()
 		from := time.Now()
 		b.isolate(node)
 		waitFor(t, fmt.Sprintf("40 shards verified while the %s %s is silent", role, node), 3*time.Minute,
@@ -295,14 +295,15 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 		first, longest, stamped := stall(times, w.from, w.to)
 		t.Logf("%s %s silent for %v: first receipt after %v, longest gap between receipts %v, %d receipts stamped meanwhile",
 			w.role, w.node, w.to.Sub(w.from).Round(time.Millisecond), first, longest, stamped)
-		// Counted by the chain's length, not by the receipts' leader
-		// times: a receipt's time is stamped when the leader accepts the
-		// report, before its batch commits, so a receipt minted while the
-		// node was silent can carry a time from just before (one CI run
-		// counted 38 by time for 40 verified).
-		if minted := w.seq1 - w.seq0; minted < 40 {
-			t.Errorf("only %d receipts minted while %s was silent", minted, w.node)
-		}
+		// The pool's progress while the node was silent is asserted above
+		// (40 shards verified, by the job's status, before it is healed),
+		// and the chains after the drill; these are figures. A receipt's
+		// time is stamped when the leader accepts the report, before its
+		// batch commits, so counting by time undercounts at the window's
+		// edge (one CI run counted 38 for 40 verified); the chain's
+		// length, read from whichever nodes answer while one is silent,
+		// may lag the leader's (another counted 39).
+		t.Logf("%s %s silent: the receipt chain grew by %d", w.role, w.node, w.seq1-w.seq0)
 	}
 }
 
