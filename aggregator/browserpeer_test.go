@@ -209,7 +209,6 @@ func TestBrowserDataPlane(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drives a browser")
 	}
-	t.Parallel()
 	bp := startBrowserPool(t, 22000)
 	tab := bp.openTab(t)
 

@@ -129,7 +129,6 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the wasm worker and drives a browser")
 	}
-	t.Parallel()
 	if browsertest.Chromium() == "" {
 		browsertest.Start(t) // skips with the install hint
 	}
