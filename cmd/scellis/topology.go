@@ -61,6 +61,23 @@ func (f *topologyFlags) resolve() (*catalog.Catalog, *catalog.Entry, map[string]
 	return c, e, params, nil
 }
 
+// plan evaluates the topology over the federation file's members.
+func (f *topologyFlags) plan(ctx context.Context, fedFile string) (*identity.Federation, *topology.Plan, error) {
+	fed, err := identity.LoadFederation(fedFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, e, params, err := f.resolve()
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := topology.Evaluate(ctx, c, e, topology.Members(fed), params)
+	if err != nil {
+		return nil, nil, err
+	}
+	return fed, p, nil
+}
+
 // parseParams reads KEY=VALUE pairs, typing each value as YAML would a
 // plain scalar: an integer, a number, true or false, else a string.
 func parseParams(kvs []string) (map[string]any, error) {
@@ -111,15 +128,7 @@ a diagnostic (exit code 2).`,
 			if fedFile == "" {
 				return usageError{fmt.Errorf("--federation FILE is required")}
 			}
-			fed, err := identity.LoadFederation(fedFile)
-			if err != nil {
-				return err
-			}
-			c, e, params, err := tf.resolve()
-			if err != nil {
-				return err
-			}
-			p, err := topology.Evaluate(cmd.Context(), c, e, topology.Members(fed), params)
+			_, p, err := tf.plan(cmd.Context(), fedFile)
 			if err != nil {
 				return err
 			}

@@ -48,15 +48,7 @@ already is refused.`,
 			if fedFile == "" || out == "" {
 				return usageError{fmt.Errorf("--federation FILE and --out DIR are required")}
 			}
-			fed, err := identity.LoadFederation(fedFile)
-			if err != nil {
-				return err
-			}
-			c, e, params, err := tf.resolve()
-			if err != nil {
-				return err
-			}
-			p, err := topology.Evaluate(cmd.Context(), c, e, topology.Members(fed), params)
+			fed, p, err := tf.plan(cmd.Context(), fedFile)
 			if err != nil {
 				return err
 			}
