@@ -350,8 +350,24 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 // 0 on an unweighted round and in [0, MaxWeight] on a weighted one. A bad
 // input is refused without aborting, so the caller can fix it and retry.
 func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*MaskedInput, error) {
-	return c.mask(d, x, nil, weight)
+	return c.mask(nil, d, x, nil, weight)
 }
+
+// MaskInputTo is MaskInput writing the masked vector into buf when its
+// capacity holds it (MaskedVectorSize bytes), so that a site masking
+// round after round reuses one buffer instead of allocating, and the
+// allocator zeroing, 8·Dim bytes a round. The returned input's Masked is
+// then buf[:MaskedVectorSize()]: buf must not be changed until the input
+// is sent (or marshalled). buf's contents do not matter; every byte is
+// overwritten. A buf too small (nil included) is ignored.
+func (c *Client) MaskInputTo(buf []byte, d *ShareDelivery, x []float64, weight float64) (*MaskedInput, error) {
+	return c.mask(buf, d, x, nil, weight)
+}
+
+// MaskedVectorSize is the length in bytes of the masked vector this
+// client's round sends: the capacity MaskInputTo and MaskEncodedTo need
+// to reuse a buffer.
+func (c *Client) MaskedVectorSize() int { return c.r.lay.size() }
 
 // MaskEncoded is MaskInput for an input the site has put on the round's
 // grid itself: y_i is the integer standing for y_i·2^-f (f = FracBits),
@@ -360,14 +376,19 @@ func (c *Client) MaskInput(d *ShareDelivery, x []float64, weight float64) (*Mask
 // floating-point step follows the noise. The weight is encoded as in
 // MaskInput.
 func (c *Client) MaskEncoded(d *ShareDelivery, y []int64, weight float64) (*MaskedInput, error) {
+	return c.MaskEncodedTo(nil, d, y, weight)
+}
+
+// MaskEncodedTo is MaskEncoded writing into buf, as MaskInputTo.
+func (c *Client) MaskEncodedTo(buf []byte, d *ShareDelivery, y []int64, weight float64) (*MaskedInput, error) {
 	if y == nil {
 		y = []int64{}
 	}
-	return c.mask(d, nil, y, weight)
+	return c.mask(buf, d, nil, y, weight)
 }
 
-// mask is MaskInput (enc nil) and MaskEncoded (x nil).
-func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64) (*MaskedInput, error) {
+// mask is MaskInputTo (enc nil) and MaskEncodedTo (x nil).
+func (c *Client) mask(buf []byte, d *ShareDelivery, x []float64, enc []int64, weight float64) (*MaskedInput, error) {
 	if d == nil {
 		return nil, malformed("share delivery", "no message")
 	}
@@ -417,7 +438,7 @@ func (c *Client) mask(d *ShareDelivery, x []float64, enc []int64, weight float64
 	}
 	slices.Sort(u2)
 	c.u2 = u2
-	y, err := c.maskedVector(x, enc, weight, u2)
+	y, err := c.maskedVector(buf, x, enc, weight, u2)
 	if err != nil {
 		return nil, c.fail(err)
 	}
@@ -497,10 +518,18 @@ func (c *Client) checkWeight(weight float64) error {
 
 // maskedVector encodes x (or takes enc, already on the grid) and the
 // weight in the ring and adds the client's masks for the survivors u2, in
-// one pass over the output (the masked input's bytes), on all cores.
-func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []string) ([]byte, error) {
+// one pass over the output (the masked input's bytes), on all cores. The
+// output is buf[:size] when buf has the capacity, else a new slice: every
+// byte of it is written, so buf's old contents never matter and a reused
+// buffer costs no zeroing.
+func (c *Client) maskedVector(buf []byte, x []float64, enc []int64, weight float64, u2 []string) ([]byte, error) {
 	l := c.r.lay
-	out := make([]byte, l.size())
+	var out []byte
+	if cap(buf) >= l.size() {
+		out = buf[:l.size()]
+	} else {
+		out = make([]byte, l.size())
+	}
 	rd, err := newRounder(c.r.prg)
 	if err != nil {
 		return nil, err
@@ -511,10 +540,12 @@ func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []str
 		rec = make([]uint64, c.r.dim)
 	}
 	woff, scale := l.weightOff(), c.r.scale
-	fill := func(sc *scratch, vec []byte, lo, hi, width int) {
+	fill := func(sc *scratch, vec []byte, lo, hi, width int, m uint64, src *[maskBatch][]byte, k int) {
+		tile := vec[lo:hi]
 		if lo >= woff {
 			w := encodeValue(weight, c.r.wScale, rd.at(c.r.p.Dim))
-			le.PutUint64(vec[lo:], w)
+			le.PutUint64(tile, w)
+			sumWords(tile, m, src, k)
 			if rec != nil {
 				rec[c.r.p.Dim] = w
 			}
@@ -522,7 +553,8 @@ func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []str
 		}
 		i, cnt := lo/width, (hi-lo)/width
 		if enc != nil {
-			putCoords(vec[lo:hi], width, enc[i:i+cnt]) // two's complement: the ring image of enc
+			putCoords(tile, width, enc[i:i+cnt]) // two's complement: the ring image of enc
+			sumWords(tile, m, src, k)
 			if rec != nil {
 				for j, v := range enc[i : i+cnt] {
 					rec[i+j] = uint64(v)
@@ -535,11 +567,15 @@ func (c *Client) maskedVector(x []float64, enc []int64, weight float64, u2 []str
 		}
 		draws := sc.rk[:roundBytes*cnt]
 		sc.rd.draws(draws)
-		encodeTile(vec[lo:hi], width, x[i:i+cnt], scale, draws)
+		encodeAddTile(tile, width, x[i:i+cnt], scale, draws, m, src, k)
 		if rec != nil {
+			// A test's record of the plaintext: take the masks off the
+			// tile, read it, put them back.
+			subWords(tile, m, src, k)
 			for j := range cnt {
 				rec[i+j] = uint64(coordAt(vec, l, i+j))
 			}
+			sumWords(tile, m, src, k)
 		}
 		sc.next = i + cnt
 	}

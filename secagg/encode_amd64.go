@@ -20,3 +20,31 @@ func roundBulk(dst []byte, width int, x []float64, scale float64, draws []byte) 
 	_, _ = dst[width*n-1], draws[roundBytes*n-1] // the assembly writes and reads this far
 	return n, encodeAVX2(&dst[0], &x[0], &draws[0], n, scale, width) != 0
 }
+
+// encodeAddAVX2 is encodeAVX2 that adds c and the words of s0 … s3 at
+// the same offsets to each encoded word before storing it (the sources
+// a batch of keystream tiles, or zeroChunk where the batch is short).
+//
+//go:noescape
+func encodeAddAVX2(dst *byte, x *float64, draws *byte, n int, scale float64, width int, c uint64, s0, s1, s2, s3 *byte) (ties int)
+
+// roundAddBulk is roundBulk adding c and src[:k] (encodeAddTile's
+// arguments) as it stores: the tile's one pass for its encoding and
+// first masks.
+func roundAddBulk(dst []byte, width int, x []float64, scale float64, draws []byte, c uint64, src *[maskBatch][]byte, k int) (done int, tie bool) {
+	n := len(x) &^ 3
+	if !hasAVX2 || n == 0 {
+		return 0, false
+	}
+	m := width * n
+	_, _ = dst[m-1], draws[roundBytes*n-1] // the assembly writes and reads this far
+	var s [maskBatch]*byte
+	for i := range s {
+		if i < k {
+			s[i] = &src[i][:m][0]
+		} else {
+			s[i] = &zeroChunk[:m][0] // adds nothing; a tile is at most tileBytes
+		}
+	}
+	return n, encodeAddAVX2(&dst[0], &x[0], &draws[0], n, scale, width, c, s[0], s[1], s[2], s[3]) != 0
+}

@@ -111,3 +111,86 @@ done:
 	MOVQ    AX, ties+48(FP)
 	VZEROUPPER
 	RET
+
+// func encodeAddAVX2(dst *byte, x *float64, draws *byte, n int, scale float64, width int, c uint64, s0, s1, s2, s3 *byte) (ties int)
+//
+// encodeAVX2, but each stored word is the encoded word plus c plus the
+// words at the same offset of s0 … s3, mod 2^64 (in Z_2^32 a word is a
+// pair of coordinates, as in sumAVX2): the encoding and a batch of masks
+// in one store. Every vector register is taken by ROUND4's constants
+// and temporaries, so c is broadcast from the frame on each step (an L1
+// load, beside the four source loads).
+TEXT ·encodeAddAVX2(SB), NOSPLIT, $0-96
+	MOVQ         dst+0(FP), DI
+	MOVQ         x+8(FP), SI
+	MOVQ         draws+16(FP), DX
+	MOVQ         n+24(FP), CX
+	VBROADCASTSD scale+32(FP), Y15
+	MOVQ         width+40(FP), R8
+	MOVQ         s0+56(FP), R9
+	MOVQ         s1+64(FP), R10
+	MOVQ         s2+72(FP), R11
+	MOVQ         s3+80(FP), R12
+
+	MOVQ         $0x40F0000000000000, AX // 2^16
+	VMOVQ        AX, X14
+	VPBROADCASTQ X14, Y14
+	MOVQ         $0x000FFFFFFFFFFFFF, AX // mantissa
+	VMOVQ        AX, X13
+	VPBROADCASTQ X13, Y13
+	MOVQ         $0x0010000000000000, AX // implicit bit
+	VMOVQ        AX, X12
+	VPBROADCASTQ X12, Y12
+	MOVQ         $1075, AX // exponent bias + 52
+	VMOVQ        AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ         $0x7FF, AX // exponent
+	VMOVQ        AX, X10
+	VPBROADCASTQ X10, Y10
+	VPXOR        Y9, Y9, Y9 // ties
+	VPXOR        Y8, Y8, Y8 // zero
+
+	XORQ BX, BX
+	TESTQ CX, CX
+	JZ    adone
+	CMPQ  R8, $8
+	JNE   aloop4
+
+aloop8:
+	ROUND4
+	VPBROADCASTQ c+48(FP), Y0
+	VPADDQ       (R9)(BX*8), Y6, Y6
+	VPADDQ       (R10)(BX*8), Y0, Y0
+	VPADDQ       (R11)(BX*8), Y6, Y6
+	VPADDQ       (R12)(BX*8), Y0, Y0
+	VPADDQ       Y0, Y6, Y6
+	VMOVDQU      Y6, (DI)(BX*8)
+	ADDQ         $4, BX
+	CMPQ         BX, CX
+	JB           aloop8
+	JMP          adone
+
+aloop4:
+	ROUND4
+	VPSLLQ       $32, Y6, Y7
+	VPERMQ       $0x08, Y6, Y4
+	VPERMQ       $0x0D, Y7, Y5
+	VPADDQ       Y5, Y4, Y4
+	VPBROADCASTQ c+48(FP), X0
+	VPADDQ       (R9)(BX*4), X4, X4
+	VPADDQ       (R10)(BX*4), X0, X0
+	VPADDQ       (R11)(BX*4), X4, X4
+	VPADDQ       (R12)(BX*4), X0, X0
+	VPADDQ       X0, X4, X4
+	VMOVDQU      X4, (DI)(BX*4)
+	ADDQ         $4, BX
+	CMPQ         BX, CX
+	JB           aloop4
+
+adone:
+	XORQ    AX, AX
+	VPTEST  Y9, Y9
+	SETNE   AL
+	MOVQ    AX, ties+88(FP)
+	VZEROUPPER
+	RET

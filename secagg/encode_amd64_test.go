@@ -73,3 +73,61 @@ func TestEncodeAVX2MatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeAddAVX2MatchesGo: the fused encoding and first batch of
+// masks (encodeAddTile, AVX2 bulk) stores, byte for byte, what the Go
+// path does in two steps — encodeTile, then sumWords — in both widths,
+// for every batch size (short batches read zeroChunk in the assembly),
+// every count of subtracted masks, lengths around the four-value steps
+// and a last odd 4-byte coordinate, with draws forced to tie.
+func TestEncodeAddAVX2MatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("the CPU has no AVX2: the Go path is the only one")
+	}
+	defer func(f func() uint64) { tieDraw = f }(tieDraw)
+	rng := rand.New(rand.NewPCG(5, 6)) // test data, not secrets
+	tieBits := uint64(0)
+	tieDraw = func() uint64 { tieBits += 0x9e3779b97f4a7c15; return tieBits }
+	const scale = 1 << 20
+	for _, w := range []int{8, 4} {
+		n := tileBytes / w // a whole tile, the kernel's unit
+		x := make([]float64, n)
+		draws := make([]byte, roundBytes*n)
+		for i := range x {
+			x[i] = math.Ldexp(rng.Float64()*2-1, rng.IntN(20)-10)
+			d := uint16(rng.Uint32())
+			if i%7 == 0 {
+				v := x[i] * scale
+				d = uint16(int64((v - math.Floor(v)) * 0x1p16))
+			}
+			le.PutUint16(draws[2*i:], d)
+		}
+		var src [maskBatch][]byte
+		for j := range src {
+			src[j] = make([]byte, tileBytes)
+			for i := range src[j] {
+				src[j][i] = byte(rng.Uint32())
+			}
+		}
+		for k := 0; k <= maskBatch; k++ {
+			for _, c := range []uint64{0, uint64(k), ^uint64(0)} {
+				if k == 0 && c != 0 {
+					continue // c counts subtracted masks
+				}
+				for _, m := range []int{n, n - 1, 4, 5, 7, 1} {
+					got, want := make([]byte, w*m), make([]byte, w*m)
+					tieBits = 0
+					encodeAddTile(got, w, x[:m], scale, draws, c, &src, k)
+					hasAVX2 = false
+					tieBits = 0
+					encodeTile(want, w, x[:m], scale, draws)
+					sumWords(want, c, &src, k)
+					hasAVX2 = true
+					if !bytes.Equal(got, want) {
+						t.Fatalf("width %d, %d values, k=%d c=%#x: fused AVX2 differs from encodeTile + sumWords in Go", w, m, k, c)
+					}
+				}
+			}
+		}
+	}
+}

@@ -6,3 +6,8 @@ package secagg
 func roundBulk(dst []byte, width int, x []float64, scale float64, draws []byte) (done int, tie bool) {
 	return 0, false
 }
+
+// roundAddBulk does nothing here: encodeAddTile encodes, then adds.
+func roundAddBulk(dst []byte, width int, x []float64, scale float64, draws []byte, c uint64, src *[maskBatch][]byte, k int) (done int, tie bool) {
+	return 0, false
+}

@@ -1,6 +1,7 @@
 package secagg
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"fmt"
@@ -79,6 +80,7 @@ type harness struct {
 	stop    map[string]step     // last step a client takes part in
 	failed  map[string]bool     // clients that refused something
 	wire    bool
+	reuse   bool     // clients mask into used buffers (MaskInputTo, MaskEncodedTo)
 	recv    [][]byte // every byte string the server received (wire mode)
 	evil    map[string]string
 
@@ -275,14 +277,22 @@ func (h *harness) mask() bool {
 			d = viaWire(h, false, d, ParseShareDelivery)
 		}
 		var m *MaskedInput
+		var buf []byte
+		if h.reuse {
+			// A used buffer: its stale bytes must not reach the sum.
+			buf = bytes.Repeat([]byte{0xa5}, h.clients[id].MaskedVectorSize())
+		}
 		if e, ok := h.enc[id]; ok {
-			m, err = h.clients[id].MaskEncoded(d, e, h.weights[id])
+			m, err = h.clients[id].MaskEncodedTo(buf, d, e, h.weights[id])
 		} else {
-			m, err = h.clients[id].MaskInput(d, h.inputs[id], h.weights[id])
+			m, err = h.clients[id].MaskInputTo(buf, d, h.inputs[id], h.weights[id])
 		}
 		if err != nil {
 			h.clientErr(id, err)
 			continue
+		}
+		if h.reuse && &m.Masked[0] != &buf[0] {
+			h.tb.Fatalf("%s masked into a new slice, not the buffer it was given", id)
 		}
 		if h.wire {
 			m = viaWire(h, true, m, ParseMaskedInput)

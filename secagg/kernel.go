@@ -132,8 +132,12 @@ type scratch struct {
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // fillFunc writes (or adds) the plaintext part of the coordinates in
-// vec[lo:hi] (width bytes each) before the masks are applied to them.
-type fillFunc func(sc *scratch, vec []byte, lo, hi, width int)
+// vec[lo:hi] (width bytes each) together with the first batch of masks:
+// c plus the words of src[:k], the batch's keystream tiles (k = 0: no
+// mask; see sumWords). The masks' first pass over the tile is the
+// plaintext's: the client encodes x and adds its first masks with one
+// store per word (encodeAddTile).
+type fillFunc func(sc *scratch, vec []byte, lo, hi, width int, c uint64, src *[maskBatch][]byte, k int)
 
 // applyMasks runs fill (if any) over vec and adds (sign > 0) or subtracts
 // every mask's keystream, tile by tile, on all cores. Masks are expanded
@@ -174,26 +178,35 @@ func applySegment(g PRG, vec []byte, sg segment, masks []mask, fill fillFunc) {
 		streams[i] = g.streamAt(mk.key, sg.off)
 	}
 	var src [maskBatch][]byte
+	// readBatch reads out the keystreams of masks[b:b+maskBatch] for a
+	// tile of n bytes into src, and returns how many and the count of
+	// subtracted ones.
+	readBatch := func(b, n int) (k int, neg uint64) {
+		batch := masks[b:min(b+maskBatch, len(masks))]
+		for j, mk := range batch {
+			ks := sc.ks[j][:n]
+			if mk.sign < 0 {
+				streams[b+j].XORKeyStream(ks, onesChunk[:n])
+				neg++
+			} else {
+				streams[b+j].XORKeyStream(ks, zeroChunk[:n])
+			}
+			src[j] = ks
+		}
+		return len(batch), neg
+	}
 	for lo := sg.off; lo < sg.end; lo += tileBytes {
 		hi := min(lo+tileBytes, sg.end)
 		tile := vec[lo:hi]
+		b := 0
 		if fill != nil {
-			fill(sc, vec, lo, hi, sg.width)
+			k, neg := readBatch(0, len(tile))
+			fill(sc, vec, lo, hi, sg.width, neg, &src, k)
+			b = k
 		}
-		for b := 0; b < len(masks); b += maskBatch {
-			batch := masks[b:min(b+maskBatch, len(masks))]
-			var neg uint64
-			for j, mk := range batch {
-				ks := sc.ks[j][:len(tile)]
-				if mk.sign < 0 {
-					streams[b+j].XORKeyStream(ks, onesChunk[:len(ks)])
-					neg++
-				} else {
-					streams[b+j].XORKeyStream(ks, zeroChunk[:len(ks)])
-				}
-				src[j] = ks
-			}
-			sumWords(tile, neg, &src, len(batch))
+		for ; b < len(masks); b += maskBatch {
+			k, neg := readBatch(b, len(tile))
+			sumWords(tile, neg, &src, k)
 		}
 	}
 }
@@ -211,6 +224,13 @@ var onesChunk = func() (b [tileBytes]byte) {
 // coordinate of a 32-bit ring) in 32 bits. A pair of 4-byte coordinates
 // is one word of Z_2^64 (see putCoords), so both rings add the same way.
 func sumWords(dst []byte, c uint64, src *[maskBatch][]byte, k int) {
+	if k == 0 {
+		// No mask: c counts subtracted masks, so it is 0 too.
+		if c != 0 {
+			panic("secagg: sumWords: a subtracted-mask count without masks")
+		}
+		return
+	}
 	sumBulk(dst, c, src, k)
 	o := len(dst) &^ 63
 	for ; o+8 <= len(dst); o += 8 {
@@ -376,8 +396,32 @@ func weightAt(vec []byte, l layout) int64 { return int64(le.Uint64(vec[l.weightO
 // addVectors adds the ring vector in to acc (both in layout l), on all
 // cores: the server's accumulation of a masked input.
 func addVectors(acc, in []byte, l layout) {
-	applyMasks(AESCTR, acc, l, nil, func(_ *scratch, vec []byte, lo, hi, _ int) {
-		src := [maskBatch][]byte{in[lo:hi]}
-		sumWords(vec[lo:hi], 0, &src, 1)
+	applyMasks(AESCTR, acc, l, nil, func(_ *scratch, vec []byte, lo, hi, _ int, c uint64, src *[maskBatch][]byte, k int) {
+		if k == maskBatch { // no masks here, but fill's contract allows a full batch
+			sumWords(vec[lo:hi], c, src, k)
+			c, k = 0, 0
+		}
+		src[k] = in[lo:hi]
+		sumWords(vec[lo:hi], c, src, k+1)
 	})
+}
+
+// subWords is sumWords' inverse: it subtracts c and the words of
+// src[:k] from dst (for a test's record of the plaintext).
+func subWords(dst []byte, c uint64, src *[maskBatch][]byte, k int) {
+	o := 0
+	for ; o+8 <= len(dst); o += 8 {
+		v := le.Uint64(dst[o:]) - c
+		for _, s := range src[:k] {
+			v -= le.Uint64(s[o:])
+		}
+		le.PutUint64(dst[o:], v)
+	}
+	if o+4 <= len(dst) {
+		v := le.Uint32(dst[o:]) - uint32(c)
+		for _, s := range src[:k] {
+			v -= le.Uint32(s[o:])
+		}
+		le.PutUint32(dst[o:], v)
+	}
 }

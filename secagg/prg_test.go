@@ -134,7 +134,10 @@ func TestKernelMatchesReference(t *testing.T) {
 				plain[i] = byte(i*7 + 3)
 			}
 			got := make([]byte, l.size())
-			applyMasks(g, got, l, masks, func(_ *scratch, vec []byte, lo, hi, _ int) { copy(vec[lo:hi], plain[lo:hi]) })
+			applyMasks(g, got, l, masks, func(_ *scratch, vec []byte, lo, hi, _ int, c uint64, src *[maskBatch][]byte, k int) {
+				copy(vec[lo:hi], plain[lo:hi])
+				sumWords(vec[lo:hi], c, src, k) // the first batch of masks is the fill's to add
+			})
 			want := slices.Clone(plain)
 			for _, mk := range masks {
 				ks := make([]byte, l.size())

@@ -19,7 +19,9 @@ import (
 // run on a sparse Harary graph (n ≥ 8) and the rest on every pair. A
 // third of the rounds take the finest fixed grid whose sum fits Z_2^32,
 // as a DP round's does, so they run in the narrow ring (coordinates in
-// pairs, odd dimensions too) with extremes at ±clip.
+// pairs, odd dimensions too) with extremes at ±clip. Every other round
+// the clients mask into used buffers (MaskInputTo), whose stale bytes
+// must not show in the sum.
 func TestSecureSumMatchesPlainSum(t *testing.T) {
 	for _, proto := range []Protocol{Pairwise, SecAggPlus} {
 		t.Run(string(proto), func(t *testing.T) { secureSumMatchesPlainSum(t, proto) })
@@ -75,6 +77,7 @@ func secureSumMatchesPlainSum(t *testing.T, proto Protocol) {
 			sparse++
 		}
 		h.wire = rng.IntN(2) == 0
+		h.reuse = i%2 == 1
 		for _, id := range h.ids {
 			x := h.inputs[id]
 			for j := range x {

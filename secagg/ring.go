@@ -215,6 +215,32 @@ func encodeTile(dst []byte, width int, x []float64, scale float64, draws []byte)
 	}
 }
 
+// encodeAddTile is encodeTile followed by sumWords(dst, c, src, k) in
+// one pass: each word of the tile is stored once, the encoded value plus
+// the first batch of masks (see fillFunc). On amd64 with AVX2 the bulk
+// does both in registers (encodeAddAVX2); elsewhere, and for the last
+// values, the tile is encoded, then the masks added while it is in L1.
+// Ties are settled afterwards: one more on a coordinate commutes with
+// the masks.
+func encodeAddTile(dst []byte, width int, x []float64, scale float64, draws []byte, c uint64, src *[maskBatch][]byte, k int) {
+	draws = draws[:roundBytes*len(x)]
+	dst = dst[:width*len(x)]
+	n, tie := roundAddBulk(dst, width, x, scale, draws, c, src, k)
+	if tie {
+		settleTies(dst[:width*n], width, x[:n], scale, draws[:roundBytes*n])
+	}
+	if n == len(x) {
+		return
+	}
+	o := width * n
+	encodeTile(dst[o:], width, x[n:], scale, draws[roundBytes*n:])
+	var rest [maskBatch][]byte
+	for j := range k {
+		rest[j] = src[j][o:len(dst)]
+	}
+	sumWords(dst[o:], c, &rest, k)
+}
+
 // settleTies adds tieUp's verdict to every value of a tile encoded with
 // ties rounded down (roundBulk) whose draw tied with its fraction, with
 // encodeTile's arithmetic.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"sync"
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/secagg"
@@ -90,11 +91,11 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 		return err
 	}
 	c.RequireSurvivors(in.MinSurvivors)
-	check, maskIn := c.CheckInput, c.MaskInput
+	check, maskIn := c.CheckInput, c.MaskInputTo
 	if in.Encoded != nil {
 		check = func([]float64, float64) error { return c.CheckEncoded(in.Encoded, weight) }
-		maskIn = func(d *secagg.ShareDelivery, _ []float64, w float64) (*secagg.MaskedInput, error) {
-			return c.MaskEncoded(d, in.Encoded, w)
+		maskIn = func(buf []byte, d *secagg.ShareDelivery, _ []float64, w float64) (*secagg.MaskedInput, error) {
+			return c.MaskEncodedTo(buf, d, in.Encoded, w)
 		}
 	}
 	if err := check(input, weight); err != nil {
@@ -131,11 +132,15 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 	if err != nil {
 		return err
 	}
-	m, err := maskIn(d, input, weight)
+	buf := maskBuf.take()
+	m, err := maskIn(buf, d, input, weight)
 	if err != nil {
+		maskBuf.give(buf)
 		return err
 	}
-	if err := s.send(ctx, stageMasked, m); err != nil {
+	err = s.send(ctx, stageMasked, m) // marshals m: its buffer is free after
+	maskBuf.give(m.Masked)
+	if err != nil {
 		return err
 	}
 	if b, err = s.fetch(ctx, "survivor set", "survivors", 1<<10+int64(s.n)*192); err != nil {
@@ -164,6 +169,37 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 		return err
 	}
 	return s.send(ctx, stageUnmasking, u)
+}
+
+// maskBuf keeps the last masked vector's buffer for the next round
+// (secagg.Client.MaskInputTo), so a site masking a d-vector round after
+// round neither allocates nor has the allocator zero 8·d bytes each time.
+// One buffer is kept, the largest returned; a round running beside
+// another takes none and allocates. What it holds was sent in the clear
+// (a masked input), so keeping it exposes nothing.
+var maskBuf bufSlot
+
+type bufSlot struct {
+	mu sync.Mutex
+	b  []byte
+}
+
+// take returns the kept buffer (nil if none) and keeps none.
+func (s *bufSlot) take() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b := s.b
+	s.b = nil
+	return b
+}
+
+// give keeps b if it is larger than the buffer kept.
+func (s *bufSlot) give(b []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cap(b) > cap(s.b) {
+		s.b = b
+	}
 }
 
 // FetchResult waits for the sum of the round params on the Host at base
