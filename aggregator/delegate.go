@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/scellis/scellis/api"
@@ -119,6 +120,12 @@ type delegator struct {
 	refused map[content.Ref]bool
 	// leaseAfter: no lease before then (refusedBackoff).
 	leaseAfter time.Time
+	// mu guards parents and reported: the reporter (reportLoop) and the
+	// lease loop both use them.
+	mu sync.Mutex
+	// inherited: sub-jobs already decided when this tenure began; an
+	// earlier leader may have reported them (reportUp asks the parent).
+	inherited map[content.Ref]bool
 }
 
 // errRefusedJob: the parent job is one a child cannot serve.
@@ -173,13 +180,36 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		n.log.Error("delegate", "err", err)
 		return
 	}
-	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}}
+	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{}}
+	for _, js := range n.fsm.machine().Jobs() {
+		if js.Delegated != nil && js.Delegated.Delegate == d.Name && js.State != coordinator.JobRunning {
+			g.inherited[js.ID] = true
+		}
+	}
 	events, cancel := n.hub.Subscribe("")
 	defer func() { cancel() }()
+	// Reporting runs beside this loop, not in it: uploading a sub-job's
+	// results and reporting them may take seconds (a new leader reports
+	// what its predecessor had decided), and meanwhile the running
+	// sub-jobs' parent leases must be renewed and new work leased, or
+	// they expire and the cluster's workers idle.
+	decided := make(chan struct{}, 1)
+	reporter := make(chan struct{})
+	go func() {
+		defer close(reporter)
+		g.reportLoop(ctx, decided)
+	}()
+	defer func() { <-reporter }()
 	renewEvery := 500 * time.Millisecond
 	lastRenew := time.Time{}
 	for ctx.Err() == nil {
-		running := g.report(ctx)
+		running, unreported := g.running()
+		if unreported {
+			select {
+			case decided <- struct{}{}:
+			default:
+			}
+		}
 		if time.Since(lastRenew) >= renewEvery {
 			if ttl := g.renew(ctx, running); ttl > 0 {
 				renewEvery = max(ttl/3, 100*time.Millisecond)
@@ -210,27 +240,59 @@ func (n *Node) delegateLoop(ctx context.Context) {
 	}
 }
 
-// report reports every decided sub-job not yet reported and returns the
-// running ones.
-func (g *delegator) report(ctx context.Context) []coordinator.JobStatus {
-	var running []coordinator.JobStatus
+// running returns the running sub-jobs, and whether any other is
+// decided and not yet reported in this tenure.
+func (g *delegator) running() (running []coordinator.JobStatus, unreported bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for _, js := range g.n.fsm.machine().Jobs() {
-		if js.Delegated == nil || js.Delegated.Delegate != g.d.Name || g.reported[js.ID] {
+		if js.Delegated == nil || js.Delegated.Delegate != g.d.Name {
 			continue
 		}
 		if js.State == coordinator.JobRunning {
 			running = append(running, js)
-			continue
+		} else if !g.reported[js.ID] {
+			unreported = true
 		}
-		if err := g.reportUp(ctx, js.ID); err != nil {
-			if ctx.Err() == nil {
-				g.n.log.Warn("delegate: reporting to the parent", "job", js.ID.Short(), "err", err)
-			}
-			continue
-		}
-		g.reported[js.ID] = true
 	}
-	return running
+	return running, unreported
+}
+
+// reportLoop reports every decided sub-job not yet reported, each time
+// the lease loop says there are some, until ctx ends. A report that
+// fails is tried again at the next signal (the lease loop sends one at
+// every pass while any is unreported).
+func (g *delegator) reportLoop(ctx context.Context, decided <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-decided:
+		}
+		for _, js := range g.n.fsm.machine().Jobs() {
+			if ctx.Err() != nil {
+				return
+			}
+			if js.Delegated == nil || js.Delegated.Delegate != g.d.Name || js.State == coordinator.JobRunning {
+				continue
+			}
+			g.mu.Lock()
+			done := g.reported[js.ID]
+			g.mu.Unlock()
+			if done {
+				continue
+			}
+			if err := g.reportUp(ctx, js.ID); err != nil {
+				if ctx.Err() == nil {
+					g.n.log.Warn("delegate: reporting to the parent", "job", js.ID.Short(), "err", err)
+				}
+				continue
+			}
+			g.mu.Lock()
+			g.reported[js.ID] = true
+			g.mu.Unlock()
+		}
+	}
 }
 
 // renew renews the parent leases of the running sub-jobs and returns
@@ -248,9 +310,11 @@ func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) 
 			reqs = append(reqs, api.RenewRequest{Job: js.Delegated.Job, Shard: s})
 			owner = append(owner, i)
 		}
+		g.mu.Lock()
 		if pj := g.parents[js.Delegated.Job]; pj != nil {
 			ttl = time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond
 		}
+		g.mu.Unlock()
 	}
 	live := make([]bool, len(running))
 	answered := make([]bool, len(running))
@@ -354,7 +418,10 @@ func (g *delegator) release(id content.Ref, grants []coordinator.LeaseGrant) {
 // parentJob returns what the loop knows of a parent job, asking the
 // parent once and copying the job's bundle and content here.
 func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, error) {
-	if pj := g.parents[id]; pj != nil && (pj.copied || pj.refused != "") {
+	g.mu.Lock()
+	pj := g.parents[id]
+	g.mu.Unlock()
+	if pj != nil && (pj.copied || pj.refused != "") {
 		return pj, nil
 	}
 	st, err := g.parent.Job(ctx, id)
@@ -379,7 +446,9 @@ func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, 
 	// copied here.
 	if ds := admitHere(g.n.fsm.machine().Regime(), &b); ds.HasErrors() {
 		pj := &parentJob{st: st, refused: "this cluster's regime refuses it: " + ds.Error()}
+		g.mu.Lock()
 		g.parents[id] = pj
+		g.mu.Unlock()
 		return pj, nil
 	}
 	var refs []content.Ref
@@ -397,8 +466,10 @@ func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, 
 			return nil, err
 		}
 	}
-	pj := &parentJob{st: st, copied: true}
+	pj = &parentJob{st: st, copied: true}
+	g.mu.Lock()
 	g.parents[id] = pj
+	g.mu.Unlock()
 	return pj, nil
 }
 
@@ -473,6 +544,22 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 	if err != nil {
 		return err
 	}
+	// A sub-job decided before this tenure may have been reported by the
+	// previous leader: what the parent has decided is not sent again
+	// (its results need not be fetched here and uploaded once more).
+	var decidedUp map[int]bool
+	if g.inherited[sub] {
+		fresh, err := g.parent.Job(ctx, d.Job)
+		if err != nil {
+			return err
+		}
+		decidedUp = map[int]bool{}
+		for _, s := range fresh.Shards {
+			if s.State == coordinator.StateVerified {
+				decidedUp[s.Index] = true
+			}
+		}
+	}
 	seq, head := m.Head()
 	cite := &receipt.Citation{Peer: g.d.Name, Seq: seq, Head: head}
 	cite.Sig = identity.Sign(g.d.Identity, identity.PurposeCite, receipt.CitationBytes(cite.Peer, cite.Seq, cite.Head))
@@ -481,6 +568,9 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 	var unverified []coordinator.LeaseGrant
 	for i, s := range js.Shards {
 		ps := d.Shards[i]
+		if decidedUp[ps] {
+			continue
+		}
 		if s.State != coordinator.StateVerified {
 			unverified = append(unverified, coordinator.LeaseGrant{Job: d.Job, Shard: ps})
 			continue

@@ -84,3 +84,60 @@ func TestBrokenConnectionRedialsInBackground(t *testing.T) {
 		t.Fatalf("a call during the background redial: %v", err)
 	}
 }
+
+// A transfer in flight when the remote dies without a goodbye (a killed
+// host: no DTLS close, no SCTP shutdown) ends once ICE declares the
+// connection gone — a few seconds — not at the transfer's stall deadline
+// (a minute for a call): closing a detached channel whose association is
+// dead does not wake a blocked read, so the transfer is aborted with a
+// deadline in the past. Here b's service never answers, then b's ICE
+// transport stops silently, as a killed process's would.
+func TestTransferEndsWhenRemoteDiesSilently(t *testing.T) {
+	fed, ids := testFed(t, "a", "b")
+	box := &Mailbox{}
+	a := startPeer(t, fed, ids, box, "a", nil)
+	called := make(chan struct{}, 1)
+	release := make(chan struct{})
+	defer close(release)
+	b := startPeer(t, fed, ids, box, "b", func(c *Config) {
+		c.Services = map[string]Service{"hang": func(ctx context.Context, _ identity.Member, _ []byte) ([]byte, error) {
+			called <- struct{}{}
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, errors.New("released")
+		}}
+	})
+	// Well under the call's own read deadline (2 × stall): a call that
+	// waited for it fails the test with this context's error instead.
+	ctx, cancel := context.WithTimeout(context.Background(), stall)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Call(ctx, "b", "hang", []byte("hi"), 100)
+		errc <- err
+	}()
+	<-called
+	var c *conn
+	b.mu.Lock()
+	for o := range b.open {
+		if o.remote == "a" {
+			c = o
+		}
+	}
+	b.mu.Unlock()
+	if c == nil {
+		t.Fatal("b holds no connection to a")
+	}
+	c.mu.Lock()
+	pc := c.pc
+	c.mu.Unlock()
+	if err := pc.SCTP().Transport().ICETransport().Stop(); err != nil {
+		t.Fatal(err)
+	}
+	err := <-errc
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("the call to a silently dead peer: %v (context: %v); want its end when ICE declared the connection gone", err, ctx.Err())
+	}
+}

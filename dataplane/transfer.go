@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/pion/datachannel"
@@ -50,13 +51,58 @@ type channel struct {
 	datachannel.ReadWriteCloserDeadliner
 	dc  *webrtc.DataChannel
 	low chan struct{}
+	// dead is closed by abort: the transfer is over, whatever it waits on.
+	dead      chan struct{}
+	abortOnce sync.Once
+}
+
+// abort ends every read and write on ch at once, now and later. Closing
+// a detached channel alone does not: when the remote died (a killed host,
+// no SCTP shutdown) a blocked Read waits for its deadline — the whole
+// stall — although ICE declared the connection gone seconds before. A
+// deadline in the past wakes it, and stays: readJSON and the others set
+// their own deadlines per call, which SetReadDeadline and SetWriteDeadline
+// below refuse to move once aborted.
+func (ch *channel) abort() {
+	ch.abortOnce.Do(func() {
+		close(ch.dead)
+		past := time.Unix(1, 0)
+		ch.ReadWriteCloserDeadliner.SetReadDeadline(past)
+		ch.ReadWriteCloserDeadliner.SetWriteDeadline(past)
+		ch.Close()
+	})
+}
+
+func (ch *channel) aborted() bool {
+	select {
+	case <-ch.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// SetReadDeadline sets the read deadline unless the channel was aborted.
+func (ch *channel) SetReadDeadline(t time.Time) error {
+	if ch.aborted() {
+		return nil
+	}
+	return ch.ReadWriteCloserDeadliner.SetReadDeadline(t)
+}
+
+// SetWriteDeadline sets the write deadline unless the channel was aborted.
+func (ch *channel) SetWriteDeadline(t time.Time) error {
+	if ch.aborted() {
+		return nil
+	}
+	return ch.ReadWriteCloserDeadliner.SetWriteDeadline(t)
 }
 
 // Flow-control marks of a channel's send buffer (bench_test.go).
 var highWater, lowWater uint64 = 4 << 20, 1 << 20
 
 func newChannel(dc *webrtc.DataChannel, rw datachannel.ReadWriteCloserDeadliner) *channel {
-	ch := &channel{ReadWriteCloserDeadliner: rw, dc: dc, low: make(chan struct{}, 1)}
+	ch := &channel{ReadWriteCloserDeadliner: rw, dc: dc, low: make(chan struct{}, 1), dead: make(chan struct{})}
 	dc.SetBufferedAmountLowThreshold(lowWater)
 	dc.OnBufferedAmountLow(func() {
 		select {
@@ -74,6 +120,8 @@ func (ch *channel) Write(b []byte) (int, error) {
 	for ch.dc.BufferedAmount() > highWater {
 		select {
 		case <-ch.low:
+		case <-ch.dead:
+			return 0, errors.New("dataplane: the transfer was aborted (the connection went, or the caller gave up)")
 		case <-deadline.C:
 			return 0, fmt.Errorf("dataplane: the peer read nothing for %v", stall)
 		}
@@ -114,19 +162,19 @@ func (c *conn) open(ctx context.Context, label string) (*channel, error) {
 	}
 }
 
-// watch closes rw when ctx ends or the connection c goes (ICE finds the
+// watch aborts rw when ctx ends or the connection c goes (ICE finds the
 // peer silent: a few seconds, not the whole stall), so blocked reads and
 // writes return.
-func watch(ctx context.Context, c *conn, rw io.Closer) (stop func()) {
+func watch(ctx context.Context, c *conn, rw *channel) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		select {
 		case <-c.gone:
-			rw.Close()
+			rw.abort()
 		case <-done:
 		}
 	}()
-	stopCtx := context.AfterFunc(ctx, func() { rw.Close() })
+	stopCtx := context.AfterFunc(ctx, rw.abort)
 	return func() {
 		close(done)
 		stopCtx()

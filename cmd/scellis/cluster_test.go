@@ -254,13 +254,40 @@ func (c *cluster) kill(name string, sig syscall.Signal) {
 }
 
 func (c *cluster) stopAll() {
+	failed := c.t.Failed()
+	if failed {
+		// A failed test asks every process still running for its
+		// goroutines' stacks first (SIGQUIT): what a stuck process was
+		// waiting on is in its log, below.
+		for name := range c.procs {
+			select {
+			case <-c.exits[name]:
+			default:
+				c.kill(name, syscall.SIGQUIT)
+				select {
+				case <-c.exits[name]:
+				case <-time.After(5 * time.Second):
+				}
+			}
+		}
+	}
 	for name := range c.procs {
 		c.kill(name, syscall.SIGKILL)
 	}
-	if c.t.Failed() {
+	if failed {
 		for name := range c.procs {
 			b, _ := os.ReadFile(filepath.Join(c.dir, name+".log"))
-			if len(b) > 3000 {
+			if dir := os.Getenv("SCELLIS_TEST_LOGS"); dir != "" {
+				// Whole logs kept for a developer chasing a failure.
+				os.MkdirAll(dir, 0o755)
+				os.WriteFile(filepath.Join(dir, filepath.Base(c.dir)+"-"+name+".log"), b, 0o644)
+			}
+			if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
+				b = b[i:] // the stacks, not the lines before
+				if len(b) > 12000 {
+					b = b[:12000]
+				}
+			} else if len(b) > 3000 {
 				b = b[len(b)-3000:]
 			}
 			c.t.Logf("--- %s.log (tail) ---\n%s", name, b)

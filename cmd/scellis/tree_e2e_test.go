@@ -95,7 +95,7 @@ func newTree(t *testing.T) *treeOf {
 			if err != nil {
 				t.Fatalf("topology split wrote no config for %s: %v", a, err)
 			}
-			c.write(a+".yaml", string(b)+"lease_ttl: 2s\nlog_level: error\n")
+			c.write(a+".yaml", string(b)+"lease_ttl: 2s\nlog_level: warn\n")
 		}
 		if cl.lead == "" {
 			tr.parent = c
