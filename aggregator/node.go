@@ -432,6 +432,7 @@ func (n *Node) Close() error {
 	n.closeDataPlane()
 	err := n.raft.Close()
 	n.done.Wait()
+	n.planner.close()
 	n.logSum.Close()
 	return err
 }

@@ -112,8 +112,12 @@ type planner struct {
 	// plan and reduce the job after this node is gone.
 	durable func(ctx context.Context, ref content.Ref) error
 
-	slots   chan struct{} // the worker pool's free slots
-	running atomic.Int64  // plans and reductions in a child right now
+	slots chan struct{} // the worker pool's free slots
+	// warm starts each child ahead of its request (one process per
+	// request still, under the same limits: sandboxproc.Warm), so a plan
+	// or a reduction does not wait for a process to start.
+	warm    *sandboxproc.Warm
+	running atomic.Int64 // plans and reductions in a child right now
 
 	mu       sync.Mutex
 	perPeer  map[string]int
@@ -139,10 +143,14 @@ func newPlanner(blobs *blob.Store, blobDir string, builtin *catalog.Catalog, cac
 	return &planner{
 		blobs: blobs, blobDir: blobDir, builtin: builtin, cacheDir: cacheDir, caps: caps,
 		slots:   make(chan struct{}, caps.Workers),
+		warm:    sandboxproc.NewWarm(caps.processLimits()),
 		perPeer: map[string]int{}, cache: map[content.Ref]*list.Element{}, lru: list.New(),
 		inflight: map[content.Ref]*planCall{},
 	}
 }
+
+// close kills the spare child.
+func (p *planner) close() { p.warm.Close() }
 
 // Running is the number of plans and reductions running now.
 func (p *planner) Running() int { return int(p.running.Load()) }
@@ -197,7 +205,7 @@ func (p *planner) inChild(ctx context.Context, handler string, req any) ([]byte,
 	defer func() { <-p.slots }()
 	p.running.Add(1)
 	defer p.running.Add(-1)
-	out, err := sandboxproc.Run(ctx, handler, p.caps.processLimits(), b)
+	out, err := p.warm.Run(ctx, handler, b)
 	switch {
 	case errors.Is(err, sandboxproc.ErrMemory):
 		return nil, diag.New(diag.ContentKilled, "content", "the job's content was killed at this pool's memory cap (%d MiB for content, %d MiB for the process)",

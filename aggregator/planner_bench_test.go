@@ -8,13 +8,16 @@ import (
 	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/internal/sandboxproc"
 	"github.com/scellis/scellis/job"
 )
 
 // BenchmarkPlanIsolation measures what running a submitted plan in a child
 // process under RLIMIT_AS costs: planning one 50-shard Monte Carlo bundle
 // in this process (the baseline, as before) and in a child, in one run.
-// Compare the two ns/op: the ratio is the isolation's price per plan.
+// Compare the ns/op: the ratio is the isolation's price per plan. "child"
+// is the planner's way (a spare child started ahead, sandboxproc.Warm),
+// "child-cold" a child started for each plan (sandboxproc.Run).
 func BenchmarkPlanIsolation(b *testing.B) {
 	dir := b.TempDir()
 	store, err := blob.Open(filepath.Join(dir, "blobs"), 0)
@@ -42,6 +45,7 @@ func BenchmarkPlanIsolation(b *testing.B) {
 		b.Fatal(err)
 	}
 	p := newPlanner(store, filepath.Join(dir, "blobs"), builtin, filepath.Join(dir, "plans"), ContentCaps{})
+	defer p.close()
 	req := planRequest{Bundle: ref, BlobDir: p.blobDir, CacheDir: p.cacheDir, Caps: p.wireCaps()}
 	enc, err := content.Encode(req)
 	if err != nil {
@@ -57,6 +61,13 @@ func BenchmarkPlanIsolation(b *testing.B) {
 	b.Run("child", func(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			if _, err := p.inChild(context.Background(), planHandler, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("child-cold", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if _, err := sandboxproc.Run(context.Background(), planHandler, p.caps.processLimits(), enc); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -19,6 +19,7 @@
 package sandboxproc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -95,14 +96,28 @@ var Executable = os.Executable
 // Run runs the handler name in a child process under lim, sends it req and
 // returns its response. A cancelled ctx kills the child.
 func Run(ctx context.Context, name string, lim Limits, req []byte) ([]byte, error) {
+	c, err := start(name, lim)
+	if err != nil {
+		return nil, err
+	}
+	return c.serve(ctx, name, lim, req)
+}
+
+// proc is one started child: it serves one request, then exits.
+type proc struct {
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	stdout, stderr *capped
+	done           chan struct{} // closed when the child has exited
+	err            error         // cmd.Wait's answer, once done
+}
+
+// start starts a child under lim. name is the handler, or anyName for a
+// child that reads the handler's name from its request (a spare, Warm).
+func start(name string, lim Limits) (*proc, error) {
 	exe, err := Executable()
 	if err != nil {
 		return nil, fmt.Errorf("sandboxproc: finding this binary: %w", err)
-	}
-	if lim.WallClock > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lim.WallClock)
-		defer cancel()
 	}
 	maxOut := lim.MaxOutput
 	if maxOut <= 0 {
@@ -110,25 +125,69 @@ func Run(ctx context.Context, name string, lim Limits, req []byte) ([]byte, erro
 	}
 	cmd := exec.Command(exe, Subcommand, name)
 	cmd.Env = append(os.Environ(), envMemory+"="+strconv.FormatUint(lim.MemoryBytes, 10))
-	cmd.Stdin = bytes.NewReader(req)
-	stdout := &capped{max: maxOut + 1}
-	stderr := &capped{max: 64 << 10}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("sandboxproc: starting the child: %w", err)
+	}
+	c := &proc{cmd: cmd, stdin: stdin, stdout: &capped{max: maxOut + 1}, stderr: &capped{max: 64 << 10}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
 	// Its own process group, so a kill reaches anything it started.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("sandboxproc: starting the child: %w", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// kill ends the child's process group and waits for the child.
+func (c *proc) kill() error {
+	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	<-c.done
+	return c.err
+}
+
+// exited reports whether the child has already ended (a spare that died
+// waiting must not be handed a request).
+func (c *proc) exited() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// serve sends the child its request (preceded by the handler's name when
+// the child was started without one), waits for its answer under lim's
+// wall clock, counted from now, and decodes it.
+func (c *proc) serve(ctx context.Context, name string, lim Limits, req []byte) ([]byte, error) {
+	if lim.WallClock > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, lim.WallClock)
+		defer cancel()
+	}
+	maxOut := c.stdout.max - 1
+	go func() {
+		// A child that dies or is killed before reading everything makes
+		// these writes fail; its exit is what Run reports.
+		if c.cmd.Args[2] == anyName {
+			io.WriteString(c.stdin, name+"\n")
+		}
+		c.stdin.Write(req)
+		c.stdin.Close()
+	}()
 	var waitErr error
 	killed := false
 	select {
-	case waitErr = <-done:
+	case <-c.done:
+		waitErr = c.err
 	case <-ctx.Done():
 		killed = true
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		waitErr = <-done
+		waitErr = c.kill()
 	}
 	if killed {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -136,18 +195,19 @@ func Run(ctx context.Context, name string, lim Limits, req []byte) ([]byte, erro
 		}
 		return nil, ctx.Err()
 	}
+	stderr := c.stderr.String()
 	if waitErr != nil {
-		if isOOM(stderr.String()) {
+		if isOOM(stderr) {
 			return nil, ErrMemory
 		}
-		return nil, fmt.Errorf("%w: %v%s", ErrCrashed, waitErr, tail(stderr.String()))
+		return nil, fmt.Errorf("%w: %v%s", ErrCrashed, waitErr, tail(stderr))
 	}
-	out := stdout.Bytes()
+	out := c.stdout.Bytes()
 	if len(out) > maxOut {
 		return nil, fmt.Errorf("%w: its response exceeds %d bytes", ErrCrashed, maxOut)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: empty response%s", ErrCrashed, tail(stderr.String()))
+		return nil, fmt.Errorf("%w: empty response%s", ErrCrashed, tail(stderr))
 	}
 	switch out[0] {
 	case statusOK:
@@ -234,6 +294,17 @@ func child(name string, in io.Reader, out io.Writer) int {
 			return 3
 		}
 	}
+	br := bufio.NewReader(in)
+	if name == anyName {
+		// A spare (Warm): started before its work was known, it learns
+		// the handler from the request's first line.
+		line, err := br.ReadString('\n')
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxproc: reading the handler's name: %v\n", err)
+			return 3
+		}
+		name = strings.TrimSuffix(line, "\n")
+	}
 	mu.RLock()
 	h := handlers[name]
 	mu.RUnlock()
@@ -241,7 +312,7 @@ func child(name string, in io.Reader, out io.Writer) int {
 		fmt.Fprintf(os.Stderr, "sandboxproc: no handler %q\n", name)
 		return 3
 	}
-	req, err := io.ReadAll(in)
+	req, err := io.ReadAll(br)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "sandboxproc: reading the request: %v\n", err)
 		return 3
