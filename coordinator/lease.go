@@ -52,7 +52,7 @@ func (m *Machine) lease(c Lease) Result {
 	}
 	if c.RequestID != "" {
 		if memo := m.st.LeaseMemo[c.Peer]; memo != nil && memo.RequestID == c.RequestID {
-			return Result{Response: &LeaseResponse{Grants: slices.Clone(memo.Grants)}}
+			return Result{Response: &LeaseResponse{Grants: slices.Clone(memo.Grants), Jobs: m.leaseJobs(memo.Grants)}}
 		}
 	}
 
@@ -108,7 +108,29 @@ func (m *Machine) lease(c Lease) Result {
 		}
 		m.st.LeaseMemo[c.Peer] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
 	}
-	return Result{Response: &LeaseResponse{Grants: grants}, Events: events}
+	return Result{Response: &LeaseResponse{Grants: grants, Jobs: m.leaseJobs(grants)}, Events: events}
+}
+
+// leaseJobs describes, once each and in grant order, the jobs grants name.
+func (m *Machine) leaseJobs(grants []LeaseGrant) []LeaseJob {
+	var out []LeaseJob
+	for i, g := range grants {
+		if i > 0 && grants[i-1].Job == g.Job {
+			continue // grants of one job come together
+		}
+		j := m.jobs[string(g.Job)]
+		if j == nil || slices.ContainsFunc(out, func(l LeaseJob) bool { return l.Job == g.Job }) {
+			continue
+		}
+		l := LeaseJob{Job: j.ID, Bundle: j.Bundle, Policy: j.Policy}
+		if d := j.Delegated; d != nil {
+			dc := *d
+			dc.Shards = slices.Clone(d.Shards)
+			l.Delegated = &dc
+		}
+		out = append(out, l)
+	}
+	return out
 }
 
 // liveLeasesOf counts peer's leases that are live at now, over the

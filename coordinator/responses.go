@@ -52,6 +52,21 @@ type LeaseGrant struct {
 // the peer now.
 type LeaseResponse struct {
 	Grants []LeaseGrant `json:"grants"`
+	// Jobs describes each job the grants name, once: what a worker
+	// needs to compile the job and deliver its results, so it need not
+	// read the job's status (with every shard) before its first shard.
+	Jobs []LeaseJob `json:"jobs,omitempty"`
+}
+
+// LeaseJob is what a lease tells its peer about a granted shard's job:
+// the same fields as the job's status.
+type LeaseJob struct {
+	Job    content.Ref `json:"job"`
+	Bundle content.Ref `json:"bundle"`
+	Policy Policy      `json:"policy"`
+	// Delegated is set for a sub-job: it runs its parent job's plan
+	// (docs/tree.md).
+	Delegated *Delegation `json:"delegated,omitempty"`
 }
 
 // RenewResponse answers RenewLease with the lease's new expiry.

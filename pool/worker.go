@@ -108,6 +108,10 @@ type Worker struct {
 	plans    map[content.Ref]*job.Plan
 	isolated map[content.Ref]*isolatedJob       // bundles kept for child processes
 	policies map[content.Ref]coordinator.Policy // each job's verification policy (Deliver)
+	// leased holds what lease responses said about jobs not compiled
+	// yet (bundle, policy, delegation): plan reads it instead of the
+	// job's status, and drops it once the job is compiled.
+	leased map[content.Ref]coordinator.LeaseJob
 	// subShards maps a sub-job (a child cluster's share of a parent
 	// cluster's job, docs/tree.md) to the parent shard index of each of
 	// its shards: its plan is the parent job's.
@@ -229,6 +233,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		failures, lastErr = 0, ""
+		w.noteJobs(resp.Jobs)
 		if len(resp.Grants) == 0 {
 			if w.LongPoll <= 0 || time.Since(asked) < w.LongPoll/2 {
 				// Not held (a plain poll, or a node that does not hold):
@@ -277,6 +282,40 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// noteJobs keeps what a lease response said about its jobs, for plan.
+func (w *Worker) noteJobs(jobs []coordinator.LeaseJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, l := range jobs {
+		if _, compiled := w.plans[l.Job]; compiled {
+			continue
+		}
+		if w.leased == nil {
+			w.leased = map[content.Ref]coordinator.LeaseJob{}
+		}
+		w.leased[l.Job] = l
+	}
+}
+
+// jobInfo is what plan needs of a job's status: from the lease that
+// granted its shard when the pool sent it, else read from the pool.
+func (w *Worker) jobInfo(ctx context.Context, id content.Ref) (coordinator.LeaseJob, error) {
+	w.mu.Lock()
+	l, ok := w.leased[id]
+	w.mu.Unlock()
+	if ok {
+		return l, nil
+	}
+	st, err := w.Client.Job(ctx, id)
+	if err != nil {
+		return coordinator.LeaseJob{}, err
+	}
+	return coordinator.LeaseJob{Job: st.ID, Bundle: st.Bundle, Policy: st.Policy, Delegated: st.Delegated}, nil
+}
+
 // plan compiles a job's bundle once per worker, checking it is the job
 // the coordinator named.
 func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
@@ -294,7 +333,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 		return p, nil
 	}
 	w.mu.Unlock()
-	st, err := w.Client.Job(ctx, id)
+	st, err := w.jobInfo(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -314,6 +353,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 		w.subShards[id] = d.Shards
 		if ok {
 			w.plans[id], w.isolated[id] = p, w.isolated[want]
+			delete(w.leased, id)
 		}
 		w.mu.Unlock()
 		if ok {
@@ -350,6 +390,7 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 	w.plans[id], w.plans[want] = p, p
 	w.isolated[id] = &isolatedJob{bundle: raw, dir: dir}
 	w.isolated[want] = w.isolated[id]
+	delete(w.leased, id)
 	w.mu.Unlock()
 	w.setPolicy(id, st.Policy)
 	return p, nil
