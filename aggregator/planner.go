@@ -253,7 +253,14 @@ const (
 func init() {
 	sandboxproc.Register(planHandler, childPlan)
 	sandboxproc.Register(reduceHandler, childReduce)
+	// Parsing the built-in catalog is most of a small plan's work: a
+	// spare child does it before it is handed a job.
+	sandboxproc.Warmup(func() { childBuiltin() })
 }
+
+// childBuiltin is the built-in catalog of a child process, loaded once
+// (a child serves one request, so nothing of one job's reaches another).
+var childBuiltin = sync.OnceValues(catalog.Builtin)
 
 // compileInChild compiles a bundle inside a child: only the local blob
 // store is read, and every content call runs under the caps.
@@ -262,7 +269,7 @@ func compileInChild(ctx context.Context, bundleRef content.Ref, blobDir, cacheDi
 	if err != nil {
 		return nil, nil, err
 	}
-	builtin, err := catalog.Builtin()
+	builtin, err := childBuiltin()
 	if err != nil {
 		return nil, nil, err
 	}

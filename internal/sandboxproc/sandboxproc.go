@@ -64,7 +64,19 @@ type Handler func(ctx context.Context, req []byte) ([]byte, error)
 var (
 	mu       sync.RWMutex
 	handlers = map[string]Handler{}
+	warmups  []func()
 )
+
+// Warmup registers f to run in every child once its limits are set and
+// before it reads its request: the engine's own preparation (such as
+// loading its built-in content), never a request's work. In a spare
+// (Warm) it runs while the spare waits, so requests do not wait for it.
+// Call it from an init function.
+func Warmup(f func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	warmups = append(warmups, f)
+}
 
 // Register makes h runnable under name. Call it from an init function.
 func Register(name string, h Handler) {
@@ -293,6 +305,12 @@ func child(name string, in io.Reader, out io.Writer) int {
 			fmt.Fprintf(os.Stderr, "sandboxproc: %v\n", err)
 			return 3
 		}
+	}
+	mu.RLock()
+	prepare := warmups
+	mu.RUnlock()
+	for _, f := range prepare {
+		f()
 	}
 	br := bufio.NewReader(in)
 	if name == anyName {
