@@ -553,8 +553,7 @@ func (c *Client) maskedVector(buf []byte, x []float64, enc []int64, weight float
 		}
 		i, cnt := lo/width, (hi-lo)/width
 		if enc != nil {
-			putCoords(tile, width, enc[i:i+cnt]) // two's complement: the ring image of enc
-			sumWords(tile, m, src, k)
+			coordsAddTile(tile, width, enc[i:i+cnt], m, src, k) // two's complement: the ring image of enc
 			if rec != nil {
 				for j, v := range enc[i : i+cnt] {
 					rec[i+j] = uint64(v)

@@ -131,3 +131,56 @@ func TestEncodeAddAVX2MatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// TestCoordsAddAVX2MatchesGo: a DP round's integers put on the ring with
+// the first batch of masks in one pass (coordsAddTile, AVX2 bulk) give
+// the bytes of putCoords then sumWords in Go, in both widths, for every
+// batch size, with integers of both signs up to the 64-bit extremes and
+// lengths around the eight-value steps and a last odd 4-byte coordinate.
+func TestCoordsAddAVX2MatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("the CPU has no AVX2: the Go path is the only one")
+	}
+	rng := rand.New(rand.NewPCG(7, 8)) // test data, not secrets
+	var src [maskBatch][]byte
+	for j := range src {
+		src[j] = make([]byte, tileBytes)
+		for i := range src[j] {
+			src[j][i] = byte(rng.Uint32())
+		}
+	}
+	for _, w := range []int{8, 4} {
+		n := tileBytes / w
+		v := make([]int64, n)
+		for i := range v {
+			switch i % 4 {
+			case 0:
+				v[i] = rng.Int64N(1<<31) - 1<<30
+			case 1:
+				v[i] = int64(rng.Uint64())
+			case 2:
+				v[i] = []int64{0, -1, 1, math.MaxInt32, math.MinInt32, math.MaxInt64, math.MinInt64}[rng.IntN(7)]
+			default:
+				v[i] = -rng.Int64N(1 << 16)
+			}
+		}
+		for k := 0; k <= maskBatch; k++ {
+			for _, c := range []uint64{0, uint64(k), ^uint64(0)} {
+				if k == 0 && c != 0 {
+					continue // c counts subtracted masks
+				}
+				for _, m := range []int{n, n - 1, 8, 9, 15, 3} {
+					got, want := make([]byte, w*m), make([]byte, w*m)
+					coordsAddTile(got, w, v[:m], c, &src, k)
+					hasAVX2 = false
+					putCoords(want, w, v[:m])
+					sumWords(want, c, &src, k)
+					hasAVX2 = true
+					if !bytes.Equal(got, want) {
+						t.Fatalf("width %d, %d values, k=%d c=%#x: fused AVX2 differs from putCoords + sumWords", w, m, k, c)
+					}
+				}
+			}
+		}
+	}
+}

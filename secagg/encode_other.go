@@ -11,3 +11,8 @@ func roundBulk(dst []byte, width int, x []float64, scale float64, draws []byte) 
 func roundAddBulk(dst []byte, width int, x []float64, scale float64, draws []byte, c uint64, src *[maskBatch][]byte, k int) (done int, tie bool) {
 	return 0, false
 }
+
+// coordsAddBulk does nothing here: coordsAddTile writes, then adds.
+func coordsAddBulk(dst []byte, width int, v []int64, c uint64, src *[maskBatch][]byte, k int) int {
+	return 0
+}

@@ -372,6 +372,25 @@ func putCoords[T int64 | uint64](dst []byte, width int, v []T) {
 	}
 }
 
+// coordsAddTile is putCoords(dst, width, v) followed by sumWords(dst,
+// c, src, k) in one pass (AVX2 where the CPU has it, coordsAddBulk;
+// elsewhere and for the last values, the two steps while the tile is in
+// L1): a DP round's input put on the ring with its first batch of masks.
+func coordsAddTile(dst []byte, width int, v []int64, c uint64, src *[maskBatch][]byte, k int) {
+	dst = dst[:width*len(v)]
+	n := coordsAddBulk(dst, width, v, c, src, k)
+	if n == len(v) {
+		return
+	}
+	o := width * n
+	putCoords(dst[o:], width, v[n:])
+	var rest [maskBatch][]byte
+	for j := range k {
+		rest[j] = src[j][o:len(dst)]
+	}
+	sumWords(dst[o:], c, &rest, k)
+}
+
 // coordAt reads coordinate i of a summed vector of layout l as a signed
 // integer: the exact sum whenever the round's bound holds
 // (|sum| < 2^(8·width−1) in every coordinate).
