@@ -237,8 +237,9 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 	b.ReportMetric(ms(fedCPU, iter), "cpu-ms/round")
 	b.ReportMetric(ms(goDPCPU, iter*sz.goReps), "go-dp-cpu-ms/round")
 	split.report(b, iter)
-	// The secure-aggregation phases as the host timed them (advertise
-	// includes the silos' local training and ledger charge).
+	// The secure-aggregation phases as the host timed them (silos
+	// advertise before they train: mask includes their local training,
+	// release cache, outbox entry and ledger charge).
 	if mfs, err := p.node.metrics.reg.Gather(); err == nil {
 		for _, mf := range mfs {
 			if mf.GetName() != "scellis_secagg_phase_seconds" {

@@ -42,7 +42,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			Buckets: prometheus.ExponentialBuckets(0.25, 2, 14),
 		}, []string{"step"}),
 		phaseTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "scellis_secagg_phase_seconds", Help: "Duration of each phase of the secure aggregation rounds this node hosted (advertise includes the silos' local training).",
+			Name: "scellis_secagg_phase_seconds", Help: "Duration of each phase of the secure aggregation rounds this node hosted (silos advertise before they train: mask includes their local training and ledger charge).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
 		}, []string{"phase"}),
 		survivors: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -16,7 +16,9 @@ func (n *Node) openSum(b *fl.RoundBundle) error {
 	if b.HE != nil {
 		return n.hesagg.Open(b.HE.Params, n.opt.SecAgg)
 	}
-	return n.sagg.Open(b.SecAgg, n.opt.SecAgg)
+	dl := n.opt.SecAgg
+	dl.TrainInMask = true // silos advertise before they train (silo.keyExchange)
+	return n.sagg.Open(b.SecAgg, dl)
 }
 
 func (n *Node) abortSum(b *fl.RoundBundle, reason string) {

@@ -22,8 +22,10 @@ type Aggregator struct {
 	LeaseTTL       time.Duration // default lease length for shards
 	LogLevel       string        // off, error, warn, info, debug
 	// RoundJoinTimeout is how long a training round waits for the cohort's
-	// silos to join secure aggregation (train, charge, advertise) before it
-	// goes on without the missing ones as dropouts.
+	// silos to join secure aggregation (advertise) before it goes on without
+	// the missing ones as dropouts; silos advertise before they train, and
+	// what the join left of this time is theirs to train and charge in
+	// (wire.Deadlines.TrainInMask).
 	RoundJoinTimeout time.Duration
 	// SiloLease: a silo that has not polled for leases for this long is
 	// left out of the next round and excused from the current one.

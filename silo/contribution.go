@@ -22,8 +22,11 @@ const (
 	// Declined: the silo refused the round before doing anything (its
 	// policy, its ledger, or a malformed round); nothing was charged.
 	Declined = "declined"
-	// Failed: the silo was charged for an update but its secure
-	// aggregation did not complete (the charge stands: law 6).
+	// Failed: the silo's secure aggregation did not complete. When the
+	// record names a ledger entry the silo was charged for its update and
+	// the charge stands (law 6); when it names none, the round's secure
+	// aggregation failed, or the silo could not cache its release, before
+	// the charge, and nothing was charged or sent but its keys.
 	Failed = "failed"
 )
 

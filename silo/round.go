@@ -268,6 +268,22 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(bad("the global model %s cannot be decoded: %v", from.Short(), err))
 	}
+	// The key exchange of secure aggregation starts now, while the silo
+	// trains, caches and charges; the update joins it only once charged
+	// (keyExchange.give). From here on nothing hands the lease back to be
+	// retried: this silo's keys are in the round, and a retry would bring
+	// other keys into it. A round that ends without an update stops the
+	// exchange before it is reported.
+	minSurvivors := max(a.Policy.MinCohort, secagg.MinSites)
+	kx := a.startKeyExchange(ctx, b, minSurvivors)
+	if kx != nil {
+		defer kx.drop()
+	}
+	failed := func(err error) (Contribution, error) {
+		rec.Status, rec.Refusals = Failed, refusalsOf(err)
+		a.logRefusal(subject, err)
+		return rec, nil
+	}
 	journaled() // the data is read from here on
 	train, held, err := a.runData(st.Run, &spec, &b)
 	if err != nil {
@@ -278,7 +294,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		return decline(bad("%v", err))
 	}
 	var out fl.ClientOutput
-	in := wire.Input{MinSurvivors: max(a.Policy.MinCohort, secagg.MinSites)}
+	in := wire.Input{MinSurvivors: minSurvivors}
 	var evalMechs []dp.Mechanism // held-out metrics: charged to the evaluation dataset when it is a separate one
 	switch b.Step {
 	case fl.StepStats:
@@ -378,6 +394,11 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err := a.checkHE(b, in); err != nil {
 		return decline(err) // refused before the charge: nothing was paid for
 	}
+	if kx != nil {
+		if err := kx.over(); err != nil {
+			return failed(err) // nothing cached, nothing charged
+		}
+	}
 	// Law 12: what is released for this round is kept, durably, before it
 	// is paid for; a retried round re-sends it (resend) instead of
 	// training and noising again. Cached at the point of release: input
@@ -407,10 +428,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			// the same consumer).
 			a.outboxDone(g.Job, g.Shard, false)
 		}
-		return rec, fmt.Errorf("caching the round's release: %w", err) // nothing charged: retry
+		err = fmt.Errorf("caching the round's release: %w", err)
+		if kx != nil {
+			return failed(err) // nothing charged; the round goes on without this silo
+		}
+		return rec, err // nothing charged: retry
 	}
 	if outboxErr != nil {
-		return rec, fmt.Errorf("writing the round's outbox entry: %w", outboxErr) // nothing charged: retry
+		err := fmt.Errorf("writing the round's outbox entry: %w", outboxErr)
+		if kx != nil {
+			return failed(err) // nothing charged; the round goes on without this silo
+		}
+		return rec, err // nothing charged: retry
 	}
 	if a.Logf != nil { // the digest hashes the whole release: only for a log that shows it
 		a.logf("%s: cached the round's release %s", subject, releaseDigest(in))
@@ -447,9 +476,13 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		a.logRefusal(subject, ctx.Err())
 		return rec, nil
 	}
-	base, err := a.secaggHost(ctx, b)
-	if err == nil {
-		err = a.participate(ctx, base, b, in)
+	var base string
+	if kx != nil {
+		base, err = kx.give(in) // the charge is durable: the update may leave
+	} else {
+		if base, err = a.secaggHost(ctx, b); err == nil {
+			err = a.participate(ctx, base, b, in)
+		}
 	}
 	clear(in.Values)
 	clear(in.Encoded)

@@ -32,9 +32,9 @@ var (
 // and the others count as dropped out. A zero field takes the default of
 // DefaultDeadlines.
 type Deadlines struct {
-	// Advertise must cover the sites' local training: a silo calls
-	// Participate with its finished, charged update, so its advert arrives
-	// only after training.
+	// Advertise must cover the sites' local training: a site that calls
+	// Participate with its finished, charged update advertises only after
+	// training (but see TrainInMask).
 	Advertise time.Duration
 	Share     time.Duration
 	// Mask must cover uploading a masked vector of 8·(Dim+1) bytes.
@@ -44,6 +44,12 @@ type Deadlines struct {
 	// the same small size), so callers that set only Unmask bound both.
 	Consistency time.Duration
 	Unmask      time.Duration
+	// TrainInMask says the sites advertise before they train
+	// (ParticipateBeforeInput, as silos do: the key exchange runs while
+	// they train and charge), so their training falls in the mask phase:
+	// that phase then also has what the advertise phase left of
+	// Advertise. The round's worst case is unchanged.
+	TrainInMask bool
 }
 
 // DefaultDeadlines are the deadlines of a zero Deadlines field.
@@ -322,9 +328,17 @@ func (h *Host) drive(rd *hostRound) {
 		{"unmask", rd.dl.Unmask, rd.finish},
 	}
 	var err error
+	var advertised time.Duration // how long the advertise phase took
 	for _, st := range steps {
 		began := time.Now()
-		if !h.await(rd, st.d) {
+		d := st.d
+		if st.name == "mask" && rd.dl.TrainInMask {
+			// The sites train in this phase: what the advertise phase
+			// left of its deadline is theirs (Advertise + Share + Mask
+			// still bounds the round up to here).
+			d += max(rd.dl.Advertise-advertised, 0)
+		}
+		if !h.await(rd, d) {
 			err = diag.New(diag.SecAggWireUnavailable, rd.subject(), "the aggregator's secure aggregation host closed during the round").
 				WithHelp("the round ends without a result; run it again under a new round ID")
 			select {
@@ -337,6 +351,9 @@ func (h *Host) drive(rd *hostRound) {
 		}
 		if err = st.end(); err != nil {
 			break
+		}
+		if st.name == "advertise" {
+			advertised = time.Since(began)
 		}
 		if h.opt.OnPhase != nil {
 			h.opt.OnPhase(rd.id, st.name, time.Since(began))

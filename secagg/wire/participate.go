@@ -81,7 +81,27 @@ func ParticipateWith(ctx context.Context, hc *http.Client, base string, params s
 // ParticipateOver is ParticipateWith over any round transport: HTTPS to
 // the host, or a data channel to its aggregator (transport.DataChannel).
 func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, in Input) error {
-	input, weight := in.Values, in.Weight
+	return participateSite(ctx, t, params, id, in.MinSurvivors, func(context.Context) (Input, error) { return in, nil }, true)
+}
+
+// ParticipateBeforeInput is ParticipateOver for a site whose input is not
+// ready yet: it advertises and shares its keys at once — neither message
+// carries anything of the input, only fresh keys and shares of them — and
+// calls input only then, to mask what it returns. A silo starts it as soon
+// as its policy accepted the round, and hands over its update from input
+// once the ledger charge paying for it is durable (law 6), so that the key
+// exchange runs while it trains and writes (issue 19). When input returns
+// an error the site sends nothing more and returns that error: to the host
+// it is a site that dropped out after sharing its keys (its masks with the
+// others are removed at unmasking, as for any dropout). minSurvivors is
+// Input.MinSurvivors; that of input's answer is ignored.
+func ParticipateBeforeInput(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, minSurvivors int, input func(context.Context) (Input, error)) error {
+	return participateSite(ctx, t, params, id, minSurvivors, input, false)
+}
+
+// participateSite runs a site's part; inputFirst: input is called (and
+// its answer checked) before anything is sent.
+func participateSite(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, minSurvivors int, input func(context.Context) (Input, error), inputFirst bool) error {
 	site, err := siteOf(params, id)
 	if err != nil {
 		return err
@@ -90,16 +110,21 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 	if err != nil {
 		return err
 	}
-	c.RequireSurvivors(in.MinSurvivors)
-	check, maskIn := c.CheckInput, c.MaskInputTo
-	if in.Encoded != nil {
-		check = func([]float64, float64) error { return c.CheckEncoded(in.Encoded, weight) }
-		maskIn = func(buf []byte, d *secagg.ShareDelivery, _ []float64, w float64) (*secagg.MaskedInput, error) {
-			return c.MaskEncodedTo(buf, d, in.Encoded, w)
+	c.RequireSurvivors(minSurvivors)
+	var in Input
+	check := func() error {
+		if in.Encoded != nil {
+			return c.CheckEncoded(in.Encoded, in.Weight)
 		}
+		return c.CheckInput(in.Values, in.Weight)
 	}
-	if err := check(input, weight); err != nil {
-		return err
+	if inputFirst {
+		if in, err = input(ctx); err != nil {
+			return err
+		}
+		if err := check(); err != nil {
+			return err
+		}
 	}
 	s := newSession(t, params)
 
@@ -132,8 +157,21 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 	if err != nil {
 		return err
 	}
+	if !inputFirst {
+		if in, err = input(ctx); err != nil {
+			return err
+		}
+		if err := check(); err != nil {
+			return err
+		}
+	}
 	buf := maskBuf.take()
-	m, err := maskIn(buf, d, input, weight)
+	var m *secagg.MaskedInput
+	if in.Encoded != nil {
+		m, err = c.MaskEncodedTo(buf, d, in.Encoded, in.Weight)
+	} else {
+		m, err = c.MaskInputTo(buf, d, in.Values, in.Weight)
+	}
 	if err != nil {
 		maskBuf.give(buf)
 		return err
