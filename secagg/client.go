@@ -561,11 +561,7 @@ func (c *Client) maskedVector(buf []byte, x []float64, enc []int64, weight float
 			}
 			return
 		}
-		if sc.rd == nil || sc.next != i {
-			sc.rd = rd.at(i)
-		}
-		draws := sc.rk[:roundBytes*cnt]
-		sc.rd.draws(draws)
+		draws := sc.takeDraws(rd, i, cnt)
 		encodeAddTile(tile, width, x[i:i+cnt], scale, draws, m, src, k)
 		if rec != nil {
 			// A test's record of the plaintext: take the masks off the
@@ -576,7 +572,6 @@ func (c *Client) maskedVector(buf []byte, x []float64, enc []int64, weight float
 			}
 			sumWords(tile, m, src, k)
 		}
-		sc.next = i + cnt
 	}
 	masks := make([]mask, 0, len(u2))
 	defer func() {

@@ -391,3 +391,30 @@ func TestEncodeTileMatchesOneByOne(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeDrawsFollowsTheCoordinates: the draws read ahead (a tile's
+// bytes a keystream call) are still coordinate i's bytes [2i, 2i+2) of
+// the rounding keystream, across calls of both tile sizes, counts that
+// do not divide the read-ahead, and a jump that re-seeks.
+func TestTakeDrawsFollowsTheCoordinates(t *testing.T) {
+	for _, g := range []PRG{AESCTR, ChaCha20} {
+		rd := (&rounder{g: g, key: bytes.Repeat([]byte{9}, 32)}).at(0)
+		all := make([]byte, 1<<16)
+		for o := 0; o < len(all); o += tileBytes {
+			rd.draws(all[o : o+tileBytes])
+		}
+		sc := new(scratch)
+		i := 0
+		for _, n := range []int{512, 512, 1024, 301, 512, 1024, 1024, 7, -4000, 512, 1024} {
+			if n < 0 { // jump ahead: a new segment's start
+				i -= n
+				continue
+			}
+			got := sc.takeDraws(rd, i, n)
+			if !bytes.Equal(got, all[roundBytes*i:roundBytes*(i+n)]) {
+				t.Fatalf("%s: draws of coordinates [%d, %d) are not their keystream bytes", g, i, i+n)
+			}
+			i += n
+		}
+	}
+}
