@@ -167,28 +167,74 @@ func (p *planner) fetch(ctx context.Context, ref content.Ref) ([]byte, error) {
 // local makes every blob a bundle names present in this node's store, so
 // the child, which reads only the local store, finds them.
 func (p *planner) local(ctx context.Context, bundleRef content.Ref) error {
+	_, err := p.gather(ctx, bundleRef)
+	return err
+}
+
+// sendMax bounds the blob bytes a parent hands a child with its request
+// (planRequest.Blobs); the child reads the rest from the store.
+const sendMax = 16 << 20
+
+// sent is the small blobs a parent hands a child with its request, within
+// sendMax in all.
+type sent struct {
+	blobs map[content.Ref][]byte
+	size  int
+}
+
+// add keeps b for the child if it is small (a packed blob) and fits.
+func (s *sent) add(ref content.Ref, b []byte) {
+	if len(b) > blob.PackThreshold || s.size+len(b) > sendMax {
+		return
+	}
+	if _, dup := s.blobs[ref]; !dup {
+		s.blobs[ref] = b
+		s.size += len(b)
+	}
+}
+
+// gather does local's work and returns the small blobs it read (the
+// bundle, its content, small inputs), for the child's request.
+func (p *planner) gather(ctx context.Context, bundleRef content.Ref) (*sent, error) {
+	out := &sent{blobs: map[content.Ref][]byte{}}
 	raw, err := p.fetch(ctx, bundleRef)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out.add(bundleRef, raw)
 	var b job.Bundle
 	if err := content.Decode(raw, &b); err != nil {
-		return diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
+		return nil, diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
 	}
 	for _, ref := range b.Content {
 		if _, builtin := p.builtin.Lookup(string(ref)); builtin {
 			continue
 		}
-		if _, err := p.fetch(ctx, ref); err != nil {
-			return err
+		src, err := p.fetch(ctx, ref)
+		if err != nil {
+			return nil, err
 		}
+		out.add(ref, src)
 	}
 	for _, in := range b.Inputs {
-		if _, err := p.fetch(ctx, in.Ref); err != nil {
-			return err
+		data, err := p.fetch(ctx, in.Ref)
+		if err != nil {
+			return nil, err
 		}
+		out.add(in.Ref, data)
 	}
-	return nil
+	return out, nil
+}
+
+// request is the planRequest of a bundle, with the small blobs the child
+// will read handed over with it (gather); more may be added to the
+// returned sent (its blobs are the request's Blobs) before it is sent.
+func (p *planner) request(ctx context.Context, bundleRef content.Ref) (planRequest, *sent, error) {
+	s, err := p.gather(ctx, bundleRef)
+	if err != nil {
+		return planRequest{}, nil, err
+	}
+	return planRequest{Bundle: bundleRef, BlobDir: p.blobDir, CacheDir: p.cacheDir, Caps: p.wireCaps(), Blobs: s.blobs}, s, nil
 }
 
 // inChild runs a sandboxed handler in a slot of the worker pool.
@@ -225,6 +271,12 @@ type planRequest struct {
 	BlobDir  string      `cbor:"blob_dir"`
 	CacheDir string      `cbor:"cache_dir"`
 	Caps     capsWire    `cbor:"caps"`
+	// Blobs are small blobs the parent read already (the bundle, its
+	// content and inputs, a reduction's results), handed over so the
+	// child need not look them up in the store: finding a packed blob
+	// from another process means scanning every pack, a cost that grows
+	// with everything the node ever stored. The child re-hashes each.
+	Blobs map[content.Ref][]byte `cbor:"blobs,omitempty"`
 }
 
 type capsWire struct {
@@ -262,36 +314,57 @@ func init() {
 // (a child serves one request, so nothing of one job's reaches another).
 var childBuiltin = sync.OnceValues(catalog.Builtin)
 
-// compileInChild compiles a bundle inside a child: only the local blob
-// store is read, and every content call runs under the caps.
-func compileInChild(ctx context.Context, bundleRef content.Ref, blobDir, cacheDir string, caps capsWire) (*job.Plan, *catalog.Catalog, error) {
-	store, err := blob.Open(blobDir, 0)
-	if err != nil {
-		return nil, nil, err
+// childBlobs is a child's read path: the blobs its parent handed over
+// (re-hashed before use, law 14), else the node's store.
+type childBlobs struct {
+	sent  map[content.Ref][]byte
+	store *blob.Store
+}
+
+func (c *childBlobs) get(ref content.Ref) ([]byte, error) {
+	if b, ok := c.sent[ref]; ok {
+		if content.Hash(b) != ref {
+			return nil, fmt.Errorf("blob %s handed to the child does not hash to its ref", ref.Short())
+		}
+		return b, nil
 	}
+	return c.store.Get(ref)
+}
+
+// compileInChild compiles a bundle inside a child: only the blobs handed
+// over and the local blob store are read, and every content call runs
+// under the caps. It returns the child's read path for the caller's own
+// blobs.
+func compileInChild(ctx context.Context, req planRequest) (*job.Plan, *catalog.Catalog, *childBlobs, error) {
+	store, err := blob.Open(req.BlobDir, 0)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	blobs := &childBlobs{sent: req.Blobs, store: store}
 	builtin, err := childBuiltin()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	fetch := func(_ context.Context, ref content.Ref) ([]byte, error) {
-		b, err := store.Get(ref)
+		b, err := blobs.get(ref)
 		if err != nil {
 			return nil, diag.New(diag.BlobMissing, ref.Short(), "blob %s is not on this aggregator", ref).
 				WithHelp("upload the bundle's content and inputs before submitting (scellis job submit does this)")
 		}
 		return b, nil
 	}
-	raw, err := fetch(ctx, bundleRef)
+	raw, err := fetch(ctx, req.Bundle)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var b job.Bundle
 	if err := content.Decode(raw, &b); err != nil {
-		return nil, nil, diag.New(diag.PoolBadJob, bundleRef.Short(), "not a job bundle: %v", err)
+		return nil, nil, nil, diag.New(diag.PoolBadJob, req.Bundle.Short(), "not a job bundle: %v", err)
 	}
-	dir := filepath.Join(cacheDir, bundleRef.Hex()[:16])
+	dir := filepath.Join(req.CacheDir, req.Bundle.Hex()[:16])
+	caps := req.Caps
 	pl, err := job.CompileBundle(ctx, &b, builtin, fetch, dir, script.Limits{Steps: caps.Steps, MemoryBytes: caps.MemoryBytes})
-	return pl, builtin, err
+	return pl, builtin, blobs, err
 }
 
 func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
@@ -299,7 +372,7 @@ func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	pl, builtin, err := compileInChild(ctx, req.Bundle, req.BlobDir, req.CacheDir, req.Caps)
+	pl, builtin, _, err := compileInChild(ctx, req)
 	if err != nil {
 		return nil, err
 	}
@@ -461,10 +534,11 @@ func (p *planner) rememberLocked(bundleRef content.Ref, r planReply) {
 }
 
 func (p *planner) planInChild(ctx context.Context, bundleRef content.Ref) (planReply, error) {
-	if err := p.local(ctx, bundleRef); err != nil {
+	req, _, err := p.request(ctx, bundleRef)
+	if err != nil {
 		return planReply{}, err
 	}
-	out, err := p.inChild(ctx, planHandler, planRequest{Bundle: bundleRef, BlobDir: p.blobDir, CacheDir: p.cacheDir, Caps: p.wireCaps()})
+	out, err := p.inChild(ctx, planHandler, req)
 	if err != nil {
 		return planReply{}, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/job"
@@ -38,22 +37,26 @@ func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, erro
 	if err != nil {
 		return "", err
 	}
-	if err := n.planner.local(ctx, st.Bundle); err != nil {
+	plan, sent, err := n.planner.request(ctx, st.Bundle)
+	if err != nil {
 		return "", err
 	}
 	req := reduceRequest{
-		Plan: planRequest{Bundle: st.Bundle, BlobDir: n.planner.blobDir, CacheDir: n.planner.cacheDir, Caps: n.planner.wireCaps()},
+		Plan: plan,
 		Job:  id, Method: st.Method, Results: make([]content.Ref, len(st.Shards)),
-		Receipts: []content.Ref{},
+		Receipts: n.fsm.machine().JobReceipts(id),
 	}
 	for _, s := range st.Shards {
 		if s.State != coordinator.StateVerified {
 			continue
 		}
-		// The child reads the local store only: bring the result here.
-		if _, err := n.fetchBlob(ctx, s.Result); err != nil {
+		// The child reads the local store only: bring the result here,
+		// and hand it over when it is small.
+		b, err := n.fetchBlob(ctx, s.Result)
+		if err != nil {
 			return "", fmt.Errorf("shard %d: result %s: %w", s.Index, s.Result.Short(), err)
 		}
+		sent.add(s.Result, b)
 		req.Results[s.Index] = s.Result
 		if st.Policy.Mode == coordinator.ModeAdaptive {
 			if req.Methods == nil {
@@ -68,11 +71,6 @@ func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, erro
 			req.Verifiers[s.Index] = s.Verdicts[k-1].Verifier
 		}
 	}
-	for _, r := range n.fsm.machine().Receipts(0) {
-		if r.Job == id {
-			req.Receipts = append(req.Receipts, r.Hash)
-		}
-	}
 	doc, err := n.planner.inChild(ctx, reduceHandler, req)
 	if err != nil {
 		return "", err
@@ -85,7 +83,7 @@ func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	pl, _, err := compileInChild(ctx, req.Plan.Bundle, req.Plan.BlobDir, req.Plan.CacheDir, req.Plan.Caps)
+	pl, _, blobs, err := compileInChild(ctx, req.Plan)
 	if err != nil {
 		return nil, err
 	}
@@ -95,10 +93,6 @@ func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
 	if len(req.Results) != len(pl.Shards) {
 		return nil, fmt.Errorf("job %s has %d shards, the request lists %d", req.Job.Short(), len(pl.Shards), len(req.Results))
 	}
-	store, err := blob.Open(req.Plan.BlobDir, 0)
-	if err != nil {
-		return nil, err
-	}
 	var results []*job.Result
 	var unverified []int
 	for i, ref := range req.Results {
@@ -106,7 +100,7 @@ func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
 			unverified = append(unverified, i)
 			continue
 		}
-		b, err := store.Get(ref)
+		b, err := blobs.get(ref)
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: result %s: %w", i, ref.Short(), err)
 		}

@@ -154,7 +154,7 @@ func childStudioPlan(ctx context.Context, raw []byte) ([]byte, error) {
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	pl, _, err := compileInChild(ctx, req.Bundle, req.BlobDir, req.CacheDir, req.Caps)
+	pl, _, _, err := compileInChild(ctx, req)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func childVerdict(ctx context.Context, raw []byte) ([]byte, error) {
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	pl, _, err := compileInChild(ctx, req.Plan.Bundle, req.Plan.BlobDir, req.Plan.CacheDir, req.Plan.Caps)
+	pl, _, _, err := compileInChild(ctx, req.Plan)
 	if err != nil {
 		return nil, err
 	}

@@ -44,3 +44,45 @@ func TestLeaseDescribesJobs(t *testing.T) {
 		t.Fatalf("no grants, yet %+v", resp)
 	}
 }
+
+// JobReceipts lists what the chain filtered by job lists, in chain order.
+func TestJobReceipts(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Own})
+	var jobs []content.Ref
+	for _, name := range []string{"a", "b"} {
+		sub := SubmitJob{Job: content.Hash([]byte(name)), Name: name, Bundle: content.Hash([]byte("bundle " + name)), Submitter: "alice", Now: 1}
+		for i := 0; i < 3; i++ {
+			sub.Shards = append(sub.Shards, ShardPlan{Index: i, ID: content.Hash([]byte(name + string(rune('0'+i)))), Price: 1, PriceBasis: "flat"})
+		}
+		applyEncoded(t, m, sub)
+		jobs = append(jobs, sub.Job)
+	}
+	applyEncoded(t, m, Lease{Peer: "w1", Now: 2, Max: 6})
+	for i := 0; i < 3; i++ { // interleaved: b's shard, then a's
+		for _, j := range []content.Ref{jobs[1], jobs[0]} {
+			if r := applyEncoded(t, m, ReportResult{Peer: "w1", Job: j, Shard: i, Result: content.Hash([]byte{byte(i)}), Now: 3}); r.Refused() {
+				t.Fatal(r.Refusal)
+			}
+		}
+	}
+	for _, j := range jobs {
+		var want []content.Ref
+		for _, r := range m.Receipts(0) {
+			if r.Job == j {
+				want = append(want, r.Hash)
+			}
+		}
+		got := m.JobReceipts(j)
+		if len(want) != 3 || len(got) != len(want) {
+			t.Fatalf("job %s: %d receipts, want %d (3)", j.Short(), len(got), len(want))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("job %s receipt %d: %s, want %s", j.Short(), i, got[i].Short(), want[i].Short())
+			}
+		}
+	}
+	if got := m.JobReceipts(content.Hash([]byte("none"))); got == nil || len(got) != 0 {
+		t.Fatalf("a job without receipts: %v", got)
+	}
+}

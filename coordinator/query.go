@@ -262,6 +262,21 @@ func (m *Machine) Receipts(since uint64) []receipt.Receipt {
 	return out
 }
 
+// JobReceipts returns the hashes of job's receipts (reversals included),
+// in chain order: what Receipts(0) filtered by job gives, without copying
+// the whole chain (a reduction lists its job's receipts).
+func (m *Machine) JobReceipts(job content.Ref) []content.Ref {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := []content.Ref{}
+	for i := range m.st.Receipts {
+		if r := &m.st.Receipts[i]; r.Job == job {
+			out = append(out, r.Hash)
+		}
+	}
+	return out
+}
+
 // Head returns the receipt chain's head: its last Seq and hash, or
 // (0, receipt.Genesis). Every replica's head must match after it applied
 // the same log.
