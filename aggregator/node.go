@@ -558,7 +558,8 @@ func (n *Node) leaderDuties(ctx context.Context) {
 		n.drawAudits(ctx, m, now)
 		n.driveRuns(tenure.ctx, m)
 		n.verifyDue(ctx, m)
-		for _, js := range m.Jobs() {
+		// Only decided jobs: this pass runs on every event (JobsIn).
+		for _, js := range m.JobsIn(coordinator.JobDecided) {
 			// A round job is reduced by its run's round (runs.go).
 			// A sub-job is reported to its parent cluster, which reduces
 			// the whole job (delegate.go).

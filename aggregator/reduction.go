@@ -33,7 +33,7 @@ func (n *Node) checkReductions(ctx context.Context, m *coordinator.Machine) {
 	if n.peerClient == nil {
 		return
 	}
-	for _, js := range m.Jobs() {
+	for _, js := range m.JobsIn(coordinator.JobDone) {
 		// Round jobs are reduced by their run's round (runs.go).
 		if js.State != coordinator.JobDone || js.Run != "" || js.Reduced == "" || js.Reducer == n.Self.Name {
 			continue

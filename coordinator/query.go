@@ -155,14 +155,36 @@ func (m *Machine) Jobs() []JobStatus {
 	return out
 }
 
-func (j *jobState) status() JobStatus {
-
-	js := JobStatus{
+// brief is a job's status without its counts.
+func (j *jobState) brief() JobStatus {
+	return JobStatus{
 		ID: j.ID, Name: j.Name, Bundle: j.Bundle, Run: j.Run, Round: j.Round, Regime: j.Regime, SecurityCritical: j.SecurityCritical, ReadsInputs: j.ReadsInputs, Policy: j.Policy,
 		Method: j.Method, State: j.State, SubmittedAt: j.SubmittedAt, Submitter: j.Submitter,
 		Reduced: j.Reduced, Reducer: j.Reducer, DoneAt: j.DoneAt,
 		ReductionChecks: slices.Clone(j.ReductionChecks), Delegated: cloneDelegation(j.Delegated),
 	}
+}
+
+// JobsIn returns the jobs in any of states, in submission order, as Jobs
+// does but without their Counts (left zero): a look cheap enough for
+// duties that run on every event, such as finding the jobs to reduce,
+// where Jobs, which counts every shard of every job ever submitted, costs
+// time that grows with the pool's history (about 15 ms at 500 jobs of 200
+// shards, twice per event on the leader).
+func (m *Machine) JobsIn(states ...JobState) []JobStatus {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := []JobStatus{}
+	for _, j := range m.st.Jobs {
+		if slices.Contains(states, j.State) {
+			out = append(out, j.brief())
+		}
+	}
+	return out
+}
+
+func (j *jobState) status() JobStatus {
+	js := j.brief()
 	js.Counts.Total = len(j.Shards)
 	for _, s := range j.Shards {
 		switch {
