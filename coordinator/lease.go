@@ -122,7 +122,7 @@ func (m *Machine) leaseJobs(grants []LeaseGrant) []LeaseJob {
 		if j == nil || slices.ContainsFunc(out, func(l LeaseJob) bool { return l.Job == g.Job }) {
 			continue
 		}
-		l := LeaseJob{Job: j.ID, Bundle: j.Bundle, Policy: j.Policy}
+		l := LeaseJob{Job: j.ID, Bundle: j.Bundle, Policy: j.Policy, Run: j.Run, Round: j.Round}
 		if d := j.Delegated; d != nil {
 			dc := *d
 			dc.Shards = slices.Clone(d.Shards)

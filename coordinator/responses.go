@@ -64,6 +64,11 @@ type LeaseJob struct {
 	Job    content.Ref `json:"job"`
 	Bundle content.Ref `json:"bundle"`
 	Policy Policy      `json:"policy"`
+	// Run and Round name the training run a round job belongs to (empty
+	// for other jobs): a silo takes its round from here without reading
+	// the job's status first (issue 19).
+	Run   content.Ref `json:"run,omitempty"`
+	Round int         `json:"round,omitempty"`
 	// Delegated is set for a sub-job: it runs its parent job's plan
 	// (docs/tree.md).
 	Delegated *Delegation `json:"delegated,omitempty"`

@@ -81,9 +81,14 @@ func TestTrainingRunRounds(t *testing.T) {
 		t.Fatalf("a worker leased a silo's shard: %+v", g)
 	}
 	for i, s := range []string{"s1", "s2", "s3"} {
-		g := applyEncoded(t, m, Lease{Peer: s, Now: 111, Max: 3}).Response.(*LeaseResponse).Grants
+		resp := applyEncoded(t, m, Lease{Peer: s, Now: 111, Max: 3}).Response.(*LeaseResponse)
+		g := resp.Grants
 		if len(g) != 1 || g[0].Shard != i {
 			t.Fatalf("%s got %+v", s, g)
+		}
+		// The silo learns its round from the lease, not from a status read.
+		if len(resp.Jobs) != 1 || resp.Jobs[0].Run != run || resp.Jobs[0].Round != 0 || resp.Jobs[0].Bundle != r0.Bundle {
+			t.Fatalf("%s: the lease describes %+v, want run %s round 0", s, resp.Jobs, run.Short())
 		}
 		if r := applyEncoded(t, m, ReportResult{Peer: s, Job: r0.Job, Shard: i, Result: content.Hash([]byte(s)), Now: 112}); r.Refused() {
 			t.Fatal(r.Refusal)

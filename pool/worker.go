@@ -300,6 +300,18 @@ func (w *Worker) noteJobs(jobs []coordinator.LeaseJob) {
 	}
 }
 
+// TakeLeased returns, and forgets, what the lease response that granted
+// a shard of job said about it (false when it said nothing): a Dispatch
+// that handles its own shards (a silo's rounds) reads it instead of the
+// job's status.
+func (w *Worker) TakeLeased(job content.Ref) (coordinator.LeaseJob, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l, ok := w.leased[job]
+	delete(w.leased, job)
+	return l, ok
+}
+
 // jobInfo is what plan needs of a job's status: from the lease that
 // granted its shard when the pool sent it, else read from the pool.
 func (w *Worker) jobInfo(ctx context.Context, id content.Ref) (coordinator.LeaseJob, error) {

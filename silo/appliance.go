@@ -297,14 +297,22 @@ func (a *Appliance) Dispatch(ctx context.Context, g coordinator.LeaseGrant) {
 		a.handBackGeneric(ctx, g)
 		return
 	}
-	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	st, err := a.Client.Job(jctx, g.Job)
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			w.ReleaseGrant(g, fmt.Errorf("reading the job: %w", err))
+	var st coordinator.JobStatus
+	if l, ok := w.TakeLeased(g.Job); ok && l.Run != "" {
+		// A round job, as the lease response described it: no status
+		// read on the round's path (issue 19).
+		st = coordinator.JobStatus{ID: l.Job, Bundle: l.Bundle, Policy: l.Policy, Run: l.Run, Round: l.Round, State: coordinator.JobRunning}
+	} else {
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var err error
+		st, err = a.Client.Job(jctx, g.Job)
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				w.ReleaseGrant(g, fmt.Errorf("reading the job: %w", err))
+			}
+			return
 		}
-		return
 	}
 	if st.Run != "" {
 		// The job's policy is known now: reporting does not ask again.
