@@ -25,6 +25,11 @@ import (
 // reported as a ratio to it (vs-solo).
 //
 //	go test -run x -bench . -benchtime 3x ./aggregator/
+//
+// A -bench pattern with more levels than "solo" has (such as
+// 'PoolShards/(solo|own)$/replicas=1/workers=4') matches solo only in
+// part: Go then runs it once, with b.N = 1, and does not print it, so
+// vs-solo is against one solo job.
 
 const (
 	benchShards = 200
