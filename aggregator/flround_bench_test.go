@@ -3,6 +3,7 @@ package aggregator
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -54,7 +55,11 @@ import (
 // go-dp-cpu-ms/round are the process CPU time of each (getrusage), which
 // a loaded machine inflates far less than wall time; best-overhead-ms is
 // the fastest federated round less the fastest plain-Go DP round, the
-// rounds that found the cores free.
+// rounds that found the cores free; fsync-ms is the disk's floor measured
+// between the rounds (one fsync of a small append on the same file
+// system) and overhead/fsync the round's overhead in those units (issue
+// 19: the round's critical path holds twelve fsyncs in a row that the
+// laws require, docs/fl.md).
 //
 // Two sizes: d=tiny, the demo's logistic model on 1,500 rows per site
 // (a dozen parameters: the figure is the system's overhead), and d=1e6,
@@ -142,6 +147,7 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 		}
 	}
 	var split flBenchSplit
+	floor := newFsyncFloor(b, p.dir)
 	events, unsub := p.node.hub.Subscribe("")
 	defer unsub()
 	iter, dim := 0, 0
@@ -171,6 +177,7 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 		}
 
 		b.StopTimer()
+		floor.measure(b, fsyncsPerRound)
 		if iter == 1 {
 			r, g := p.roundResult(st.Models[0])
 			// Under DP a round sums no metrics (they would leave unnoised).
@@ -235,6 +242,9 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 	b.ReportMetric(fedMS-goDPMS, "overhead-ms/round")
 	b.ReportMetric(ms(fedBest, 1)-ms(goDPBest, 1), "best-overhead-ms")
 	b.ReportMetric(ms(fedCPU, iter), "cpu-ms/round")
+	fsyncMS := floor.ms()
+	b.ReportMetric(fsyncMS, "fsync-ms")
+	b.ReportMetric((fedMS-goDPMS)/fsyncMS, "overhead/fsync")
 	b.ReportMetric(ms(goDPCPU, iter*sz.goReps), "go-dp-cpu-ms/round")
 	split.report(b, iter)
 	// The secure-aggregation phases as the host timed them (silos
@@ -252,6 +262,53 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 			}
 		}
 	}
+}
+
+// fsyncsPerRound is how many single fsyncs the floor measures after each
+// round.
+const fsyncsPerRound = 8
+
+// fsyncFloor measures the disk's floor in the same run as the rounds: the
+// wall time of one fsync of a small append to a file on the file system
+// the silos and the node write to (the benchmark's folder), taken between
+// rounds, so that the overhead of a round can be read as a number of
+// fsyncs in a row (overhead/fsync). A round's critical path holds at least
+// eleven durable writes the laws require (docs/fl.md).
+type fsyncFloor struct {
+	f     *os.File
+	total time.Duration
+	n     int
+}
+
+func newFsyncFloor(b *testing.B, dir string) *fsyncFloor {
+	f, err := os.OpenFile(filepath.Join(dir, "fsync-floor"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	return &fsyncFloor{f: f}
+}
+
+func (ff *fsyncFloor) measure(b *testing.B, n int) {
+	line := make([]byte, 100) // about a journal line or a ledger entry's size
+	for range n {
+		start := time.Now()
+		if _, err := ff.f.Write(line); err != nil {
+			b.Fatal(err)
+		}
+		if err := ff.f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		ff.total += time.Since(start)
+		ff.n++
+	}
+}
+
+func (ff *fsyncFloor) ms() float64 {
+	if ff.n == 0 {
+		return 0
+	}
+	return float64(ff.total.Microseconds()) / 1e3 / float64(ff.n)
 }
 
 // flBenchSplit splits the federated rounds' wall time by the replicated
