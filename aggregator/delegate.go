@@ -126,6 +126,13 @@ type delegator struct {
 	// inherited: sub-jobs already decided when this tenure began; an
 	// earlier leader may have reported them (reportUp asks the parent).
 	inherited map[content.Ref]bool
+	// ctx is the tenure; rounds holds the round sub-jobs whose
+	// sub-cohort round this tenure opened (delegate_round.go), each with
+	// the cancel of its goroutine; gaveUp those it handed back. Both are
+	// the lease loop's only.
+	ctx    context.Context
+	rounds map[content.Ref]context.CancelFunc
+	gaveUp map[content.Ref]bool
 }
 
 // errRefusedJob: the parent job is one a child cannot serve.
@@ -155,6 +162,8 @@ type parentJob struct {
 	// inputs or models are not admissible under this cluster's regime);
 	// nothing of such a job but its bundle is copied here.
 	refused string
+	// round: the job is a round of a training run (delegate_round.go).
+	round *roundJob
 }
 
 // admitHere checks a parent job's bundle against this cluster's regime,
@@ -180,7 +189,8 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		n.log.Error("delegate", "err", err)
 		return
 	}
-	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{}}
+	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{},
+		ctx: ctx, rounds: map[content.Ref]context.CancelFunc{}, gaveUp: map[content.Ref]bool{}}
 	for _, js := range n.fsm.machine().Jobs() {
 		if js.Delegated != nil && js.Delegated.Delegate == d.Name && js.State != coordinator.JobRunning {
 			g.inherited[js.ID] = true
@@ -227,7 +237,14 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		if leased {
 			continue
 		}
-		t := time.NewTimer(renewEvery)
+		// Renewals follow the parent's lease TTL (a round's is an hour);
+		// a child with room asks its parent for work every leasePoll
+		// (the parent answers an idle poll without a log write).
+		wait := renewEvery
+		if len(running) < inFlight {
+			wait = min(wait, leasePoll)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 		case _, ok := <-events:
@@ -243,6 +260,12 @@ func (n *Node) delegateLoop(ctx context.Context) {
 // running returns the running sub-jobs, and whether any other is
 // decided and not yet reported in this tenure.
 func (g *delegator) running() (running []coordinator.JobStatus, unreported bool) {
+	var lost []content.Ref // round sub-jobs to give back, outside the lock
+	defer func() {
+		for _, id := range lost {
+			g.giveUp(id, "its sub-cohort's round was hosted by an earlier leader of this cluster")
+		}
+	}()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, js := range g.n.fsm.machine().Jobs() {
@@ -250,6 +273,15 @@ func (g *delegator) running() (running []coordinator.JobStatus, unreported bool)
 			continue
 		}
 		if js.State == coordinator.JobRunning {
+			if js.Run != "" && g.rounds[js.ID] == nil {
+				// A round sub-job an earlier leader opened: its
+				// sub-cohort's round died with that leader.
+				if !g.gaveUp[js.ID] {
+					g.gaveUp[js.ID] = true
+					lost = append(lost, js.ID)
+				}
+				continue
+			}
 			running = append(running, js)
 		} else if !g.reported[js.ID] {
 			unreported = true
@@ -311,8 +343,10 @@ func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) 
 			owner = append(owner, i)
 		}
 		g.mu.Lock()
-		if pj := g.parents[js.Delegated.Job]; pj != nil {
-			ttl = time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond
+		if pj := g.parents[js.Delegated.Job]; pj != nil && pj.st.Policy.LeaseTTL > 0 {
+			if d := time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond; ttl == 0 || d < ttl {
+				ttl = d // the shortest TTL of the running sub-jobs' parent jobs
+			}
 		}
 		g.mu.Unlock()
 	}
@@ -342,6 +376,9 @@ func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) 
 			continue
 		}
 		g.n.log.Info("delegate: the parent holds none of a sub-job's leases any more; cancelling it", "job", js.ID.Short(), "parent job", js.Delegated.Job.Short())
+		if stop := g.rounds[js.ID]; stop != nil {
+			stop() // its sub-cohort's round is over for the parent
+		}
 		if _, err := g.n.Apply(ctx, coordinator.CancelJob{Job: js.ID, Peer: g.d.Name, Reason: "the parent cluster's leases on its shards ended", Now: time.Now().UnixMilli()}); err != nil {
 			g.n.log.Debug("delegate: cancelling a sub-job", "job", js.ID.Short(), "err", err)
 		}
@@ -400,6 +437,10 @@ func (g *delegator) lease(ctx context.Context) bool {
 	return proposed
 }
 
+// leasePoll is how often a child with room for a sub-job asks its parent
+// for shards when nothing else wakes its loop.
+const leasePoll = 250 * time.Millisecond
+
 // refusedBackoff is how long a child waits before leasing again after a
 // lease that held only shards of parent jobs it cannot serve.
 const refusedBackoff = 5 * time.Second
@@ -429,7 +470,14 @@ func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, 
 		return nil, err
 	}
 	if st.Run != "" {
-		return nil, fmt.Errorf("parent job %s is a training round; rounds are not delegated", id.Short())
+		pj, err := g.parentRound(ctx, st)
+		if err != nil {
+			return nil, err
+		}
+		g.mu.Lock()
+		g.parents[id] = pj
+		g.mu.Unlock()
+		return pj, nil
 	}
 	raw, err := g.copyBlob(ctx, st.Bundle)
 	if err != nil {
@@ -504,6 +552,9 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 			g.refused[id] = true
 		}
 		return errRefusedJob
+	}
+	if pj.round != nil {
+		return g.proposeRound(ctx, id, lease, grants, pj)
 	}
 	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
 	del := coordinator.Delegation{Delegate: g.d.Name, Job: id, Lease: lease}
@@ -582,7 +633,10 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 		})
 		blobs = append(blobs, s.Result)
 	}
-	if len(unverified) > 0 {
+	// A round's silent silos stay with the parent, which flags them
+	// when its round is summed; handing them back would read as this
+	// cluster giving up its sub-cohort (hier.go, watchChildren).
+	if len(unverified) > 0 && js.Run == "" {
 		g.release(d.Job, unverified)
 	}
 	for len(reports) > 0 {

@@ -3,6 +3,7 @@ package aggregator
 import (
 	"bytes"
 	"context"
+	"crypto/ecdh"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -149,6 +150,14 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 	cohort, err := n.cohort(spec)
 	if err != nil {
 		return coordinator.StartRun{}, err
+	}
+	// A cohort led by child clusters is summed there (hier.go): refused
+	// at launch when it cannot be.
+	if byChild, err := n.hierCohort(subject, cohort, spec.MinCohort); err != nil {
+		return coordinator.StartRun{}, err
+	} else if byChild != nil && spec.AggregationMode() == fl.AggThresholdHE {
+		return coordinator.StartRun{}, diag.New(diag.TreeRound, subject, "the run's silos are led by child clusters, and a threshold-he round is not summed over a tree").
+			WithHelp("run it with pairwise or SecAgg+ masking (aggregation: secure), or with silos led by this cluster")
 	}
 	if spec.WarmStart != "" {
 		// A model that does not fit is refused at launch, not at round 0.
@@ -401,7 +410,9 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			absentNames = append(absentNames, s)
 			continue
 		}
-		if !n.alive(s) {
+		// A silo led by a child cluster polls there, not here: its
+		// child's round of the sub-cohort leaves it out if it is gone.
+		if m.Cluster == "" && !n.alive(s) {
 			absent = append(absent, s)
 			absentNames = append(absentNames, s)
 			continue
@@ -445,6 +456,15 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
 		}
 	}
+	// Silos led by child clusters: a hierarchical round (hier.go).
+	var parentKey *ecdh.PrivateKey
+	if byChild, err := n.hierCohort(fmt.Sprintf("run %s round %d", spec.Name, r), sampled, spec.MinCohort); err != nil {
+		return n.stopRun(ctx, st.ID, err.Error())
+	} else if byChild != nil {
+		if parentKey, err = splitRound(&bundle, byChild, spec.MinCohort); err != nil {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %v", r, err))
+		}
+	}
 	bb, err := content.Encode(&bundle)
 	if err != nil {
 		return err
@@ -457,7 +477,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if err != nil {
 		return err
 	}
-	if err := n.openSum(&bundle); err != nil {
+	if err := n.openSum(&bundle, parentKey); err != nil {
 		return n.retryRound(ctx, st, "", true, fmt.Sprintf("round %d: secure aggregation cannot open: %v", r, err))
 	}
 	opened := time.Now()
@@ -486,7 +506,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		if err != nil {
 			return err
 		}
-		cmd.Shards = append(cmd.Shards, coordinator.ShardPlan{Index: i, ID: sid, Price: 1, PriceBasis: roundPriceBasis, Peer: s})
+		cmd.Shards = append(cmd.Shards, coordinator.ShardPlan{Index: i, ID: sid, Price: 1, PriceBasis: roundPriceBasis, Peer: s, Via: n.viaOf(s)})
 	}
 	res, err := n.Apply(ctx, cmd)
 	if err != nil {
@@ -504,10 +524,12 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	}
 
 	excuseCtx, stopExcusing := context.WithCancel(ctx)
-	var declines sync.Map // silo → its refusal codes
-	go n.excuseDecliners(excuseCtx, jobID, bundle.SecAgg.Round, &declines)
-	go n.excuseLapsed(excuseCtx, bundle.SecAgg.Round, members)
-	sum, err := n.waitSum(ctx, &bundle)
+	var declines sync.Map         // silo → its refusal codes
+	if bundle.SubCohorts == nil { // a child excuses its sub-cohort's silos
+		go n.excuseDecliners(excuseCtx, jobID, bundle.SecAgg.Round, &declines)
+		go n.excuseLapsed(excuseCtx, bundle.SecAgg.Round, members)
+	}
+	sum, err := n.waitSum(ctx, &bundle, jobID)
 	stopExcusing()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -640,7 +662,11 @@ func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors [
 		pending, next := false, time.Hour
 		for _, s := range js.Shards {
 			if s.State != coordinator.StateVerified && s.State != coordinator.StateUnverified && slices.Contains(contributors, s.Peer) {
-				if d := n.lapsesIn(s.Peer); d >= 0 {
+				who := s.Peer
+				if s.Via != "" {
+					who = s.Via // the child cluster reports for its silo
+				}
+				if d := n.lapsesIn(who); d >= 0 {
 					pending, next = true, min(next, d)
 				}
 			}

@@ -2,7 +2,9 @@ package aggregator
 
 import (
 	"context"
+	"crypto/ecdh"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/secagg"
 )
@@ -12,7 +14,14 @@ import (
 // threshold-he, threshold homomorphic encryption (secagg/hewire). The mode
 // changes only how the sum is formed; the round flow around it is the same.
 
-func (n *Node) openSum(b *fl.RoundBundle) error {
+func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey) error {
+	if b.SubCohorts != nil {
+		cohorts := make([]secagg.Params, len(b.SubCohorts))
+		for i, sc := range b.SubCohorts {
+			cohorts[i] = sc.SecAgg
+		}
+		return n.sagg.OpenParent(b.SecAgg.Round, parent, cohorts)
+	}
 	if b.HE != nil {
 		return n.hesagg.Open(b.HE.Params, n.opt.SecAgg)
 	}
@@ -22,6 +31,10 @@ func (n *Node) openSum(b *fl.RoundBundle) error {
 }
 
 func (n *Node) abortSum(b *fl.RoundBundle, reason string) {
+	if b.SubCohorts != nil {
+		n.sagg.AbortParent(b.SecAgg.Round, reason)
+		return
+	}
 	if b.HE != nil {
 		n.hesagg.Abort(b.SecAgg.Round, reason)
 		return
@@ -30,7 +43,12 @@ func (n *Node) abortSum(b *fl.RoundBundle, reason string) {
 }
 
 // waitSum waits for the round's sum, in masking's form either way.
-func (n *Node) waitSum(ctx context.Context, b *fl.RoundBundle) (*secagg.Result, error) {
+// A hierarchical round's is the total of its sub-cohorts' partial sums
+// (waitParent; job is its round job).
+func (n *Node) waitSum(ctx context.Context, b *fl.RoundBundle, job content.Ref) (*secagg.Result, error) {
+	if b.SubCohorts != nil {
+		return n.waitParent(ctx, b, job)
+	}
 	if b.HE == nil {
 		return n.sagg.Wait(ctx, b.SecAgg.Round)
 	}

@@ -56,7 +56,7 @@ func (m *Machine) cancel(c CancelJob) Result {
 	if d := mayCancel(c.Peer, c.Operator, "job "+j.Name, j.Submitter); d != nil {
 		return refuse(d)
 	}
-	if j.Run != "" {
+	if j.Run != "" && j.Delegated == nil {
 		return refuse(diag.New(diag.RunBadRound, "job "+j.Name, "job %s is a round of a training run", j.ID.Short()).
 			WithHelp("stop the run instead; its open round ends with it"))
 	}

@@ -67,6 +67,10 @@ type ShardPlan struct {
 	// Peer, when set, is the only peer that may lease the shard: work that
 	// needs data only that peer holds (a silo's training step).
 	Peer string `cbor:"peer,omitempty" json:"peer,omitempty"`
+	// Via, with Peer, names the child cluster that leads the silo Peer in
+	// a tree of clusters: the child's delegate may lease the shard for it
+	// (a hierarchical round's sub-cohort, docs/tree.md).
+	Via string `cbor:"via,omitempty" json:"via,omitempty"`
 }
 
 // ShardRef names one shard of one job.

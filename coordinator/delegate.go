@@ -65,8 +65,8 @@ func checkDelegation(c SubmitJob, subject string) *diag.Diagnostic {
 		return bad("parent job %q is not a content ref", d.Job)
 	case len(d.Shards) != len(c.Shards):
 		return bad("the delegation names %d parent shards for %d shards", len(d.Shards), len(c.Shards))
-	case c.Run != "":
-		return bad("a training round is not delegated")
+	case c.Run != "" && c.Policy.Replicas != 1:
+		return bad("a round's sub-job has exactly one replica per shard (only the silo holds its data), not %d", c.Policy.Replicas)
 	case SubJobID(*d) != c.Job:
 		return bad("job ID %s is not the sub-job ID of its delegation (%s)", c.Job.Short(), SubJobID(*d).Short())
 	}

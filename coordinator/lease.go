@@ -158,7 +158,7 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 	if !volunteerMay(j, peer) {
 		return false
 	}
-	if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil || (s.Peer != "" && s.Peer != peer) {
+	if s.State != StatePending || s.reportOf(peer) != nil || s.commitOf(peer) != nil || (s.Peer != "" && s.Peer != peer && s.Via != peer) {
 		return false
 	}
 	if i, has := s.leaseOf(peer); has && s.Leases[i].Expiry > now {

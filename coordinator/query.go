@@ -59,6 +59,7 @@ type ShardStatus struct {
 	Price      int64       `json:"price"`
 	PriceBasis string      `json:"price_basis"`
 	Peer       string      `json:"peer,omitempty"` // the only peer that may lease it, if set
+	Via        string      `json:"via,omitempty"`  // the child cluster that may lease it for Peer
 	// State is pending, leased, verified or unverified.
 	State  ShardState  `json:"state"`
 	Leases []LeaseInfo `json:"leases,omitempty"`
@@ -203,7 +204,7 @@ func (j *jobState) status() JobStatus {
 
 func (s *shardState) status() ShardStatus {
 	ss := ShardStatus{
-		Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: s.State,
+		Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, Via: s.Via, State: s.State,
 		Result: s.Canonical, Agreeing: clone(s.Agreeing), Losers: clone(s.Losers),
 		Receipt: s.Receipt, DecidedAt: s.DecidedAt,
 	}

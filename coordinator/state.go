@@ -106,6 +106,7 @@ type shardState struct {
 	Price      int64       `cbor:"price"`
 	PriceBasis string      `cbor:"price_basis"`
 	Peer       string      `cbor:"peer,omitempty"` // the only peer that may lease it, if set
+	Via        string      `cbor:"via,omitempty"`  // the child cluster that may lease it for Peer
 	State      ShardState  `cbor:"state"`
 	// Leases are the live leases, sorted by peer; at most one per peer.
 	Leases []lease `cbor:"leases,omitempty"`

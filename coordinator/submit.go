@@ -29,7 +29,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 		}
 		return Result{Response: &SubmitResponse{Job: j.ID, Shards: len(j.Shards), Policy: j.Policy, Method: j.Method, Existing: true}}
 	}
-	if c.Run != "" {
+	if c.Run != "" && c.Delegated == nil {
 		if d := m.checkRound(c); d != nil {
 			return refuse(d)
 		}
@@ -57,7 +57,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 		Delegated: cloneDelegation(c.Delegated),
 	}
 	for i, s := range c.Shards {
-		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, State: StatePending}
+		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, Via: s.Via, State: StatePending}
 	}
 	for _, k := range c.Canaries {
 		j.Shards[k.Shard].Canary = k.Result
@@ -128,6 +128,8 @@ func checkSubmit(c SubmitJob, subject string) *diag.Diagnostic {
 			return bad("shard %d: negative price %d", i, s.Price)
 		case s.PriceBasis == "":
 			return bad("shard %d: no price basis", i)
+		case s.Via != "" && (s.Peer == "" || s.Via == s.Peer || len(s.Via) > maxName):
+			return bad("shard %d: via %q needs a peer it leads, other than itself, and at most %d bytes", i, s.Via, maxName)
 		}
 		sum, ok := receipt.AddUnits(total, s.Price)
 		if !ok || sum > receipt.MaxJobUnits {

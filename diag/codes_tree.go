@@ -7,4 +7,5 @@ var (
 	DelegateConfig      = define("SC7601", "a child cluster's delegate settings do not match its parent federation")
 	DelegateUnreachable = define("SC7602", "no aggregator of the parent cluster answers the delegate")
 	TreeChildChain      = define("SC7603", "a cited child chain does not hold what the parent recorded")
+	TreeRound           = define("SC7604", "a run's rounds cannot be summed over the tree of clusters")
 )

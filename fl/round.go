@@ -54,6 +54,54 @@ type RoundBundle struct {
 	// instead of pairwise masking; SecAgg still names the members,
 	// dimension, clip, weighting and grid.
 	HE *HERound `cbor:"he,omitempty" json:"he,omitempty"`
+	// SubCohorts, when set, make the round hierarchical (docs/secagg.md,
+	// "Hierarchical secure aggregation"): the cohort is split by the
+	// child cluster that leads each silo, each sub-cohort is its own
+	// secure-aggregation round hosted by that child, whose Params name
+	// the parent's per-round key (Params.Parent), and the Reducer's host
+	// adds the children's partial sums. SecAgg then names the whole
+	// cohort (its Round is the parent's round, its grid the one every
+	// sub-cohort shares); a silo takes part with its sub-cohort's
+	// Params (ForSite).
+	SubCohorts []SubCohort `cbor:"sub_cohorts,omitempty" json:"sub_cohorts,omitempty"`
+}
+
+// SubCohort is one child cluster's part of a hierarchical round.
+type SubCohort struct {
+	// Cluster is the child cluster (its member name, role cluster, in
+	// the parent's federation) that hosts the sub-cohort's round.
+	Cluster string        `cbor:"cluster" json:"cluster"`
+	SecAgg  secagg.Params `cbor:"secagg" json:"secagg"`
+}
+
+// SubCohortOf returns the sub-cohort a hierarchical round gives cluster.
+func (b *RoundBundle) SubCohortOf(cluster string) (*SubCohort, bool) {
+	for i := range b.SubCohorts {
+		if b.SubCohorts[i].Cluster == cluster {
+			return &b.SubCohorts[i], true
+		}
+	}
+	return nil, false
+}
+
+// ForSite returns the round as site takes part in it: for a hierarchical
+// round, with SecAgg its sub-cohort's Params and no Reducer (its round
+// is hosted by its child cluster, which the site finds among its own
+// cluster's aggregators); any other round as it is. ok is false when a
+// hierarchical round lists site in no sub-cohort.
+func (b RoundBundle) ForSite(site string) (RoundBundle, bool) {
+	if len(b.SubCohorts) == 0 {
+		return b, true
+	}
+	for _, sc := range b.SubCohorts {
+		for _, m := range sc.SecAgg.Members {
+			if m.ID == site {
+				b.SecAgg, b.Reducer = sc.SecAgg, ""
+				return b, true
+			}
+		}
+	}
+	return b, false
 }
 
 // Base is a stale global version a silo trains from in a buffered run.

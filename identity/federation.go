@@ -78,6 +78,13 @@ type Member struct {
 	// chooses (cores, GPUs, records): optional, 0 when not given, else 1 to
 	// 10^9. A topology may weigh members by it; nothing else reads it.
 	Capacity int64
+	// Cluster, on a silo of a parent cluster's federation in a tree of
+	// clusters (docs/tree.md), names the child cluster (a member of role
+	// cluster) that leads the silo: the silo is a member of that child's
+	// federation and takes part in rounds there, and a round of the
+	// parent sums its sub-cohort at that child (docs/secagg.md,
+	// "Hierarchical secure aggregation"). Empty: the silo is led here.
+	Cluster string
 	// Pos is where the member's entry starts in the federation file.
 	Pos diag.Position
 }
@@ -106,7 +113,7 @@ var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
 
 var (
 	topKeys    = []string{"federation", "regime", "members"}
-	memberKeys = []string{"name", "role", "public_key", "address", "raft_address", "region", "capacity"}
+	memberKeys = []string{"name", "role", "public_key", "address", "raft_address", "region", "capacity", "cluster"}
 )
 
 // LoadFederation reads and parses a federation file (see ParseFederation).
@@ -177,6 +184,11 @@ func ParseFederation(file string, data []byte) (*Federation, error) {
 			fed.Members = append(fed.Members, m)
 		}
 	}
+	for _, cn := range v.via {
+		if c, ok := fed.Member(cn.Value); !ok || c.Role != Cluster {
+			d.Errorf(cn, diag.InvalidValue, "cluster "+cn.Value, "name a member of role cluster of this federation: the child cluster that leads the silo", "%q is not a child cluster of this federation", cn.Value)
+		}
+	}
 	if len(items) > 0 && !v.badRole && len(fed.ByRole(Aggregator)) == 0 && len(fed.Members) == len(items) {
 		d.Errorf(n, diag.NoAggregator, "members", "add the aggregator nodes (role: aggregator, with an address); members connect to them", "the federation has no aggregator")
 	}
@@ -232,6 +244,7 @@ type validator struct {
 	addrs   map[string]*yaml.Node // address → its node, for duplicates
 	keys    []seenKey             // every well-formed key so far, for duplicates
 	badRole bool
+	via     []*yaml.Node // every cluster: field, checked once all members are read
 }
 
 func (v *validator) member(n *yaml.Node, i int) (Member, bool) {
@@ -312,6 +325,17 @@ func (v *validator) member(n *yaml.Node, i int) (Member, bool) {
 	}
 	if cn := f["capacity"]; cn != nil {
 		m.Capacity = d.Integer(cn, "capacity", 1, maxCapacity)
+	}
+	if cn := f["cluster"]; cn != nil {
+		m.Cluster = d.Str(cn, "cluster")
+		switch {
+		case cn.Tag == "!!str" && !namePattern.MatchString(m.Cluster):
+			badName(d, cn, "cluster name", m.Cluster)
+		case m.Role != "" && m.Role != Silo:
+			d.Errorf(cn, diag.InvalidValue, subject, "remove it: only a silo is led by a child cluster (docs/tree.md)", "a %s names no cluster", m.Role)
+		default:
+			v.via = append(v.via, cn)
+		}
 	}
 	return m, len(d.Diags) == before
 }

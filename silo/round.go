@@ -100,7 +100,9 @@ func (a *Appliance) watchAttempt(ctx context.Context, abandon context.CancelFunc
 		jctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		js, err := a.Client.Job(jctx, job)
 		cancel()
-		if err == nil && js.State == coordinator.JobAbandoned {
+		// A child cluster cancels a round's sub-job it gives up
+		// (aggregator/delegate_round.go): the same as abandoned here.
+		if err == nil && (js.State == coordinator.JobAbandoned || js.State == coordinator.JobCancelledState) {
 			a.logf("run %s round %d: the aggregator abandoned this attempt (job %s); stopping it", js.Run.Short(), js.Round, job.Short())
 			abandon()
 			return errAbandoned
@@ -113,10 +115,10 @@ func (a *Appliance) watchAttempt(ctx context.Context, abandon context.CancelFunc
 			var st struct {
 				State coordinator.JobState `json:"state"`
 			}
-			if json.Unmarshal(ev.Data, &st) == nil && st.State == coordinator.JobAbandoned {
+			if json.Unmarshal(ev.Data, &st) == nil && (st.State == coordinator.JobAbandoned || st.State == coordinator.JobCancelledState) {
 				return check()
 			}
-		case "shard-flagged", "lease-ended":
+		case "shard-flagged", "lease-ended", "job-cancelled":
 			return check()
 		}
 		return nil
@@ -163,6 +165,18 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if b.Format != fl.RoundFormat || b.Run != st.Run || b.Round != st.Round {
 		return decline(bad("the round bundle (format %q, run %s, round %d) is not this job's round", b.Format, b.Run.Short(), b.Round))
 	}
+	// A hierarchical round (a tree of clusters): the silo takes part in
+	// its sub-cohort's round, hosted by the child cluster it belongs to,
+	// with the Params — and the parent's key — of the parent's round
+	// bundle; the strategy still sees the whole cohort's size.
+	sites := len(b.SecAgg.Members)
+	sub, ok := b.ForSite(a.Name)
+	if !ok {
+		return decline(diag.New(diag.SecAggUnknownSite, subject, "this silo is in none of the hierarchical round's sub-cohorts").
+			WithHelp("the round was planned without this silo; it sends nothing"))
+	}
+	b = sub
+	rec.SecAggRound = b.SecAgg.Round
 	if raw, err = specBlob(); err != nil {
 		return rec, fmt.Errorf("fetching the run spec: %w", err)
 	}
@@ -330,7 +344,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		seed := fl.ClientSeed(st.Run, st.Round, b.Seed, a.Name)
 		strategy = strategy.With(map[string]any{
 			"round": int64(b.TrainRound), "seed": fl.ClientParamSeed(seed),
-			"work": workOf(b, a.Name), "sites": int64(len(b.SecAgg.Members)),
+			"work": workOf(b, a.Name), "sites": int64(sites),
 		})
 		if spec.Spec.Buffer > 0 {
 			// FedBuff's client scales its update by s(staleness) itself:

@@ -28,8 +28,9 @@ does) and write, for each cluster of the plan, DIR/CLUSTER/:
 
   federation.yaml   the cluster's own federation: its aggregator nodes, the
                     silos and workers it leads, every person of the pool,
-                    and one member of role cluster per child cluster, with
-                    that child's delegate key
+                    one member of role cluster per child cluster, with
+                    that child's delegate key, and the silos each child
+                    leads (with cluster: CHILD, for hierarchical rounds)
   NODE.yaml         an aggregator config per node (identity NODE/identity.key,
                     data in NODE/data); a child cluster's nodes also name
                     their parent (parent_federation, delegate_identity,
@@ -131,6 +132,15 @@ func splitTree(fed *identity.Federation, p *topology.Plan, out string) error {
 		}
 		for _, k := range cl.Children {
 			fmt.Fprintf(&b, "  - name: %s\n    role: cluster\n    public_key: %s\n", k, delegates[k].Public())
+		}
+		// The silos each child leads, so that a run here can name them
+		// in its cohort and sum their round at that child (hierarchical
+		// secure aggregation): their keys, and the child that leads them.
+		for _, k := range cl.Children {
+			for _, s := range p.SubCohort(k) {
+				m, _ := fed.Member(s)
+				fmt.Fprintf(&b, "  - name: %s\n    role: silo\n    public_key: %s\n    cluster: %s\n", m.Name, m.PublicKey, k)
+			}
 		}
 		if err := os.WriteFile(filepath.Join(dir, "federation.yaml"), []byte(b.String()), 0o644); err != nil {
 			return err

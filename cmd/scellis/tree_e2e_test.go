@@ -38,11 +38,12 @@ const layoutStar = `def topology(members, params):
 `
 
 // newTree writes one pool federation (nine aggregators, a worker in
-// region a and one in region b, alice the researcher) and lays it out
-// with the user-written topology through 'scellis topology split', the
-// way an operator would: one folder per cluster with its federation file,
-// node configs and (children) delegate key.
-func newTree(t *testing.T) *treeOf {
+// region a and one in region b, the silos given as name → region, alice
+// the researcher) and lays it out with the user-written topology through
+// 'scellis topology split', the way an operator would: one folder per
+// cluster with its federation file, node configs and (children) delegate
+// key. Each child leads its region's worker and silos.
+func newTree(t *testing.T, silos ...[2]string) *treeOf {
 	base := t.TempDir()
 	var fed strings.Builder
 	fed.WriteString("federation: pool\nregime: own\nmembers:\n")
@@ -64,6 +65,11 @@ func newTree(t *testing.T) *treeOf {
 	pp.release()
 	fmt.Fprintf(&fed, "  - name: w1\n    role: worker\n    public_key: %s\n    region: a\n", keygen("w1"))
 	fmt.Fprintf(&fed, "  - name: w2\n    role: worker\n    public_key: %s\n    region: b\n", keygen("w2"))
+	leads := map[string][]string{"a": {"w1"}, "b": {"w2"}}
+	for _, s := range silos {
+		fmt.Fprintf(&fed, "  - name: %s\n    role: silo\n    public_key: %s\n    region: %s\n", s[0], keygen(s[0]), s[1])
+		leads[s[1]] = append(leads[s[1]], s[0])
+	}
 	fmt.Fprintf(&fed, "  - name: alice\n    role: researcher\n    public_key: %s\n", keygen("alice"))
 	for name, body := range map[string]string{"pool.yaml": fed.String(), "layout.star": layoutStar} {
 		if err := os.WriteFile(filepath.Join(base, name), []byte(body), 0o644); err != nil {
@@ -75,19 +81,17 @@ func newTree(t *testing.T) *treeOf {
 	for _, cl := range []struct {
 		name  string
 		nodes []string
-		lead  string
-	}{{"root", []string{"agg-1", "agg-2", "agg-3"}, ""}, {"child-a", []string{"agg-4", "agg-5", "agg-6"}, "w1"}, {"child-b", []string{"agg-7", "agg-8", "agg-9"}, "w2"}} {
+		leads []string
+	}{{"root", []string{"agg-1", "agg-2", "agg-3"}, nil}, {"child-a", []string{"agg-4", "agg-5", "agg-6"}, leads["a"]}, {"child-b", []string{"agg-7", "agg-8", "agg-9"}, leads["b"]}} {
 		if !strings.Contains(out, "cluster "+cl.name+" (") {
 			t.Fatalf("topology split made no cluster %s:\n%s", cl.name, out)
 		}
 		c := &cluster{t: t, dir: filepath.Join(base, "tree", cl.name), aggs: cl.nodes, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
 		t.Cleanup(c.stopAll)
 		// The members' keys: where an operator would copy them.
-		for _, m := range append([]string{"alice", cl.lead}, cl.nodes...) {
-			if m != "" {
-				if err := os.Symlink(filepath.Join(base, m), filepath.Join(c.dir, m)); err != nil {
-					t.Fatal(err)
-				}
+		for _, m := range append(append([]string{"alice"}, cl.leads...), cl.nodes...) {
+			if err := os.Symlink(filepath.Join(base, m), filepath.Join(c.dir, m)); err != nil {
+				t.Fatal(err)
 			}
 		}
 		for _, a := range cl.nodes {
@@ -97,11 +101,12 @@ func newTree(t *testing.T) *treeOf {
 			}
 			c.write(a+".yaml", string(b)+"lease_ttl: 2s\nlog_level: warn\n")
 		}
-		if cl.lead == "" {
+		if cl.leads == nil {
 			tr.parent = c
 			continue
 		}
-		c.write(cl.lead+".yaml", "name: "+cl.lead+"\nidentity: "+cl.lead+"/identity.key\nfederation: federation.yaml\ncache_dir: "+cl.lead+"/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\n")
+		w := cl.leads[0]
+		c.write(w+".yaml", "name: "+w+"\nidentity: "+w+"/identity.key\nfederation: federation.yaml\ncache_dir: "+w+"/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\n")
 		tr.children[cl.name] = c
 	}
 	return tr

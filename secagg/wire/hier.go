@@ -189,6 +189,27 @@ func (h *Host) WaitParent(ctx context.Context, id string) (*secagg.Result, error
 	return hp.res, hp.err
 }
 
+// AbortParent ends the hierarchical round id on this host, if it is open:
+// a WaitParent waiting on it returns SC6107 with reason, and a partial sum
+// posted later finds no round (SC6102). The parent's aggregator aborts a
+// round it gives up on (a child lost its sub-cohort, its leadership ended).
+func (h *Host) AbortParent(id, reason string) {
+	h.mu.Lock()
+	hp := h.parents[id]
+	delete(h.parents, id)
+	h.mu.Unlock()
+	if hp == nil {
+		return
+	}
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	if hp.res == nil && hp.err == nil {
+		hp.err = diag.New(diag.SecAggWireUnavailable, fmt.Sprintf("hierarchical secure aggregation round %q", id), "the round was aborted: %s", reason).
+			WithHelp("the round ends without a result; the aggregator plans it again under a new round ID")
+		close(hp.done)
+	}
+}
+
 // postPartial takes a child's partial sum: from an aggregator of the
 // federation over mutual TLS, for an open hierarchical round. A
 // byte-identical resend is answered 204; a refused partial sum leaves the
@@ -207,8 +228,8 @@ func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	subject := fmt.Sprintf("hierarchical secure aggregation round %q", raw)
-	if peer.Role != identity.Aggregator {
-		refuse(w, http.StatusForbidden, diag.New(diag.SecAggWireForbidden, subject, "%q is a %s; only aggregators (the children) post partial sums", peer.Name, peer.Role).
+	if peer.Role != identity.Aggregator && peer.Role != identity.Cluster {
+		refuse(w, http.StatusForbidden, diag.New(diag.SecAggWireForbidden, subject, "%q is a %s; only aggregators and child clusters (their delegate key) post partial sums", peer.Name, peer.Role).
 			WithHelp("sites take part in their sub-cohort's round on their child's host"))
 		return
 	}
