@@ -206,9 +206,22 @@ func applySegment(g PRG, vec []byte, sg segment, masks []mask, fill fillFunc) {
 	// readBatch reads out the keystreams of masks[b:b+maskBatch] for a
 	// tile of n bytes into src, and returns how many and the count of
 	// subtracted ones.
+	// next is what is left to prefetch of the vector's next tile: a part
+	// before each keystream call, so its lines arrive while the cipher
+	// runs. Without it the additions waited for the tile in bursts (the
+	// hardware prefetcher follows a stream only a few lines ahead): the
+	// kernel with three masks and no fill, as the server unmasks, took
+	// 1.21–1.24× the floor's CPU time and 1.10–1.24× with it; the client,
+	// whose encoding prefetches its own output, gains nothing.
+	var next []byte
 	readBatch := func(b, n int) (k int, neg uint64) {
 		batch := masks[b:min(b+maskBatch, len(masks))]
 		for j, mk := range batch {
+			if len(next) > 0 {
+				m := min(len(next), (len(next)/(len(batch)-j)+63)&^63)
+				prefetchBytes(next[:m])
+				next = next[m:]
+			}
 			ks := sc.ks[j][:n]
 			if mk.sign < 0 {
 				streams[b+j].XORKeyStream(ks, onesChunk[:n])
@@ -223,6 +236,9 @@ func applySegment(g PRG, vec []byte, sg segment, masks []mask, fill fillFunc) {
 	for lo := sg.off; lo < sg.end; lo += tileBytes {
 		hi := min(lo+tileBytes, sg.end)
 		tile := vec[lo:hi]
+		if hi < sg.end {
+			next = vec[hi:min(hi+tileBytes, sg.end)]
+		}
 		b := 0
 		if fill != nil {
 			k, neg := readBatch(0, len(tile))
