@@ -26,9 +26,11 @@ import (
 // so that round cannot end before the kill); its new leader gives the
 // sub-cohort back, the parent retries the round under a new round ID, and
 // the run completes with the model fl simulate makes over the same nine
-// sites in one process (the flat run). Twelve aggregators' worth of
-// processes (nine aggregators, nine silos): about as costly as
-// TestTreeOfClusters, whose harness it shares.
+// sites in one process (the flat run); the last round's shards are
+// verified by the children and 'receipts verify' walks their chains.
+// Eighteen processes (nine aggregators, nine silos), which the issue asks
+// for: 15–30 s at load 8–20 on two cores (most of it starting them and
+// electing three leaders; the run itself takes about 9 s with the kill).
 func TestTreeFederatedRun(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
@@ -161,6 +163,19 @@ seed: 3
 	for _, r := range p.rounds(id) {
 		if len(r.Participants) != 9 {
 			t.Fatalf("round %d summed %v, not the nine silos", r.Round, r.Participants)
+		}
+	}
+	// Each silo's shard of a round is verified at the parent by the
+	// child that leads it, citing the child's chain: the receipts walk
+	// the tree.
+	ag, _ := peerCounts(p.status("alice", st.Jobs[len(st.Jobs)-1]))
+	if ag["child-a"] != 4 || ag["child-b"] != 5 {
+		t.Fatalf("the last round's shards were verified by %v, not child-a (4) and child-b (5)", ag)
+	}
+	verify := p.mustCLI("alice", "receipts", "verify", "--child", "child-a="+filepath.Join(a.dir, "federation.yaml"), "--child", "child-b="+filepath.Join(b.dir, "federation.yaml"))
+	for _, want := range []string{"child cluster child-a: chain intact", "child cluster child-b: chain intact"} {
+		if !strings.Contains(verify, want) {
+			t.Fatalf("receipts verify across the tree lacks %q:\n%s", want, verify)
 		}
 	}
 	t.Logf("child-a's leader %s killed while hosting sub-job %.19s; %d round jobs for %d rounds; the run took %v from launch", oldLeader, first.ID, len(st.Jobs), len(st.Models), time.Since(t0))
