@@ -108,7 +108,7 @@ func (g *delegator) proposeRound(ctx context.Context, id content.Ref, lease stri
 		return fmt.Errorf("the parent leased %d of the sub-cohort's %d shards; a round's sub-cohort is one sub-job (is delegate_batch below the sub-cohort's size?)", len(shards), len(rj.sub.SecAgg.Members))
 	}
 	round := rj.sub.SecAgg.Round
-	if err := g.n.sagg.Open(rj.sub.SecAgg, g.n.opt.SecAgg); err != nil {
+	if err := g.n.sagg.Open(rj.sub.SecAgg, g.n.siloRoundDeadlines()); err != nil {
 		return fmt.Errorf("opening the sub-cohort's round %s: %w", round, err)
 	}
 	sub := coordinator.SubJobID(del)

@@ -7,6 +7,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 // The round's secure sum runs on one of the reducer peer's two hosts:
@@ -25,9 +26,16 @@ func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey) error {
 	if b.HE != nil {
 		return n.hesagg.Open(b.HE.Params, n.opt.SecAgg)
 	}
+	return n.sagg.Open(b.SecAgg, n.siloRoundDeadlines())
+}
+
+// siloRoundDeadlines are the deadlines of a masking round whose sites are
+// silos: they advertise before they train (silo.keyExchange), so their
+// training falls in the mask phase (wire.Deadlines.TrainInMask).
+func (n *Node) siloRoundDeadlines() wire.Deadlines {
 	dl := n.opt.SecAgg
-	dl.TrainInMask = true // silos advertise before they train (silo.keyExchange)
-	return n.sagg.Open(b.SecAgg, dl)
+	dl.TrainInMask = true
+	return dl
 }
 
 func (n *Node) abortSum(b *fl.RoundBundle, reason string) {

@@ -80,3 +80,21 @@ func (a *Appliance) prefetch(ctx context.Context, ref content.Ref) func() ([]byt
 		return g.b, g.err
 	}
 }
+
+// fetchAsync starts fetching blob ref (not cached) and returns a function
+// that waits for it.
+func (a *Appliance) fetchAsync(ctx context.Context, ref content.Ref) func() ([]byte, error) {
+	type got struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		b, err := a.blobs().GetBlob(ctx, ref)
+		ch <- got{b, err}
+	}()
+	return func() ([]byte, error) {
+		g := <-ch
+		return g.b, g.err
+	}
+}

@@ -177,6 +177,13 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	b = sub
 	rec.SecAggRound = b.SecAgg.Round
+	// The global model (data coming in, nothing going out) is fetched
+	// while the run spec arrives and the round is checked, not after
+	// (issue 19); a round that ends without it stops the fetch.
+	from, staleness := b.BaseOf(a.Name)
+	gctx, stopGlobal := context.WithCancel(ctx)
+	defer stopGlobal()
+	globalBlob := a.fetchAsync(gctx, from)
 	if raw, err = specBlob(); err != nil {
 		return rec, fmt.Errorf("fetching the run spec: %w", err)
 	}
@@ -253,6 +260,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	if paid != nil {
 		release() // the charge is in the ledger: nothing more to decide
+		stopGlobal()
 		return a.resend(ctx, rec, b, paid, subject)
 	}
 	// From here on, a decline still counts against the daily limit. The
@@ -271,11 +279,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	// A buffered-asynchronous run's silo trains from the version it last
 	// fetched (RoundBundle.Base); every other round from the bundle's.
-	from, staleness := b.BaseOf(a.Name)
 	if staleness < 0 {
 		return decline(bad("staleness %d is negative", staleness))
 	}
-	if raw, err = a.blobs().GetBlob(ctx, from); err != nil {
+	if raw, err = globalBlob(); err != nil {
 		return rec, fmt.Errorf("fetching the global model: %w", err)
 	}
 	global, err := fl.DecodeGlobal(raw)
