@@ -282,17 +282,80 @@ func (c *cluster) stopAll() {
 				os.MkdirAll(dir, 0o755)
 				os.WriteFile(filepath.Join(dir, filepath.Base(c.dir)+"-"+name+".log"), b, 0o644)
 			}
-			if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
-				b = b[i:] // the stacks, not the lines before
-				if len(b) > 12000 {
-					b = b[:12000]
-				}
-			} else if len(b) > 3000 {
+			var stacks []byte
+			if i := bytes.Index(b, []byte("SIGQUIT: quit")); i >= 0 {
+				b, stacks = b[:i], b[i:]
+			}
+			if len(b) > 3000 {
 				b = b[len(b)-3000:]
 			}
-			c.t.Logf("--- %s.log (tail) ---\n%s", name, b)
+			c.t.Logf("--- %s.log (tail) ---\n%s%s", name, b, ourStacks(stacks, 4000))
 		}
 	}
+}
+
+// ourStacks condenses a Go goroutine dump to the goroutines running this
+// module's code, each as its state line and this module's function names
+// (innermost first), at most max bytes: what a stuck process was waiting
+// on, without the runtime's own goroutines and frame addresses.
+func ourStacks(dump []byte, max int) string {
+	if len(dump) == 0 {
+		return ""
+	}
+	const mod = "github.com/scellis/scellis/"
+	var out strings.Builder
+	out.WriteString("--- its goroutines in scellis code (SIGQUIT) ---\n")
+	for _, block := range strings.Split(string(dump), "\n\n") {
+		if !strings.Contains(block, mod) {
+			continue
+		}
+		lines := strings.Split(block, "\n")
+		for len(lines) > 0 && !strings.HasPrefix(lines[0], "goroutine ") {
+			lines = lines[1:]
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		var b strings.Builder
+		head, _, _ := strings.Cut(lines[0], " gp=")
+		state := ""
+		if i := strings.LastIndex(lines[0], "["); i >= 0 {
+			state = lines[0][i:]
+		}
+		fmt.Fprintf(&b, "%s %s", head, state)
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, mod) {
+				b.WriteString(" " + withoutArgs(strings.TrimPrefix(l, mod)))
+			}
+		}
+		b.WriteString("\n")
+		if out.Len()+b.Len() > max {
+			out.WriteString("…\n")
+			break
+		}
+		out.WriteString(b.String())
+	}
+	return out.String()
+}
+
+// withoutArgs cuts a stack line's trailing argument list:
+// "pool.(*Worker).Run(0xc0, {0x1, 0x2})" is "pool.(*Worker).Run".
+func withoutArgs(frame string) string {
+	if !strings.HasSuffix(frame, ")") {
+		return frame
+	}
+	depth := 0
+	for i := len(frame) - 1; i >= 0; i-- {
+		switch frame[i] {
+		case ')':
+			depth++
+		case '(':
+			if depth--; depth == 0 {
+				return frame[:i]
+			}
+		}
+	}
+	return frame
 }
 
 // cli runs a client command as the member `as`.
