@@ -410,6 +410,9 @@ func (c *testCluster) apply(id string, cmd []byte) []byte {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for {
+		// The chain before cmd: the commands of these tests go one at a
+		// time, each applied on the leader before the next.
+		n0, h0 := c.sms[id].state()
 		resp, err := c.nodes[id].Apply(ctx, cmd)
 		if errors.Is(err, ErrNotLeader) && ctx.Err() == nil {
 			// Refused before it reached Raft, so not applied: on a loaded
@@ -418,10 +421,41 @@ func (c *testCluster) apply(id string, cmd []byte) []byte {
 			id = c.waitLeader()
 			continue
 		}
+		if errors.Is(err, ErrOutcomeUnknown) && ctx.Err() == nil {
+			// The leader lost its leadership while committing (a loaded
+			// machine misses heartbeats): cmd may or may not be in the
+			// log. Ask the next leader, as a client would: once its
+			// barrier is applied, its machine holds every command that
+			// will ever commit.
+			id = c.barrierOnLeader(ctx)
+			switch n, h := c.sms[id].state(); {
+			case n == n0+1 && h == chainNext(h0, cmd):
+				return encodeChain(n, h) // it committed
+			case n == n0 && h == h0:
+				continue // it did not: send it again
+			default:
+				c.t.Fatalf("after an unknown outcome the leader %s holds %d commands, want %d or %d", id, n, n0, n0+1)
+			}
+		}
 		if err != nil {
 			c.t.Fatalf("apply on %s: %v", id, err)
 		}
 		return resp
+	}
+}
+
+// barrierOnLeader waits for a leader that applies a barrier and returns it.
+func (c *testCluster) barrierOnLeader(ctx context.Context) string {
+	c.t.Helper()
+	for {
+		id := c.waitLeader()
+		err := c.nodes[id].Barrier(ctx)
+		if err == nil {
+			return id
+		}
+		if ctx.Err() != nil || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrOutcomeUnknown)) {
+			c.t.Fatalf("barrier on %s: %v", id, err)
+		}
 	}
 }
 
