@@ -126,6 +126,9 @@ type delegator struct {
 	// inherited: sub-jobs already decided when this tenure began; an
 	// earlier leader may have reported them (reportUp asks the parent).
 	inherited map[content.Ref]bool
+	// decidedUp: the parent's decided shards of each parent job, as read
+	// in the current reporting pass (reportLoop's goroutine only).
+	decidedUp map[content.Ref]map[int]bool
 	// ctx is the tenure; rounds holds the round sub-jobs whose
 	// sub-cohort round this tenure opened (delegate_round.go), each with
 	// the cancel of its goroutine; gaveUp those it handed back. Both are
@@ -191,8 +194,8 @@ func (n *Node) delegateLoop(ctx context.Context) {
 	}
 	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{},
 		ctx: ctx, rounds: map[content.Ref]context.CancelFunc{}, gaveUp: map[content.Ref]bool{}}
-	for _, js := range n.fsm.machine().Jobs() {
-		if js.Delegated != nil && js.Delegated.Delegate == d.Name && js.State != coordinator.JobRunning {
+	for _, js := range g.subJobs() {
+		if js.State != coordinator.JobRunning {
 			g.inherited[js.ID] = true
 		}
 	}
@@ -268,10 +271,7 @@ func (g *delegator) running() (running []coordinator.JobStatus, unreported bool)
 	}()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, js := range g.n.fsm.machine().Jobs() {
-		if js.Delegated == nil || js.Delegated.Delegate != g.d.Name {
-			continue
-		}
+	for _, js := range g.subJobs() {
 		if js.State == coordinator.JobRunning {
 			if js.Run != "" && g.rounds[js.ID] == nil {
 				// A round sub-job an earlier leader opened: its
@@ -290,6 +290,20 @@ func (g *delegator) running() (running []coordinator.JobStatus, unreported bool)
 	return running, unreported
 }
 
+// subJobs lists this cluster's sub-jobs for this delegate, without their
+// shard counts: the lease loop looks at every event, and Jobs, which
+// counts every shard of every job ever submitted, would cost time growing
+// with the cluster's history.
+func (g *delegator) subJobs() []coordinator.JobStatus {
+	var out []coordinator.JobStatus
+	for _, js := range g.n.fsm.machine().JobsIn(coordinator.JobRunning, coordinator.JobDecided, coordinator.JobDone) {
+		if js.Delegated != nil && js.Delegated.Delegate == g.d.Name {
+			out = append(out, js)
+		}
+	}
+	return out
+}
+
 // reportLoop reports every decided sub-job not yet reported, each time
 // the lease loop says there are some, until ctx ends. A report that
 // fails is tried again at the next signal (the lease loop sends one at
@@ -301,11 +315,12 @@ func (g *delegator) reportLoop(ctx context.Context, decided <-chan struct{}) {
 			return
 		case <-decided:
 		}
-		for _, js := range g.n.fsm.machine().Jobs() {
+		clear(g.decidedUp) // the parent's decisions are read again each pass
+		for _, js := range g.subJobs() {
 			if ctx.Err() != nil {
 				return
 			}
-			if js.Delegated == nil || js.Delegated.Delegate != g.d.Name || js.State == coordinator.JobRunning {
+			if js.State == coordinator.JobRunning {
 				continue
 			}
 			g.mu.Lock()
@@ -556,16 +571,9 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 	if pj.round != nil {
 		return g.proposeRound(ctx, id, lease, grants, pj)
 	}
-	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
-	del := coordinator.Delegation{Delegate: g.d.Name, Job: id, Lease: lease}
-	var shards []coordinator.ShardPlan
-	for i, gr := range grants {
-		if gr.Shard < 0 || gr.Shard >= len(pj.st.Shards) || pj.st.Shards[gr.Shard].ID != gr.ShardID {
-			return fmt.Errorf("the parent leased shard %d, which its job status does not list", gr.Shard)
-		}
-		ps := pj.st.Shards[gr.Shard]
-		del.Shards = append(del.Shards, gr.Shard)
-		shards = append(shards, coordinator.ShardPlan{Index: i, ID: ps.ID, Price: ps.Price, PriceBasis: ps.PriceBasis})
+	del, shards, err := g.subShards(id, lease, grants, pj, nil)
+	if err != nil {
+		return err
 	}
 	name := fmt.Sprintf("%s (shards %d–%d of %s, for %s)", pj.st.Name, del.Shards[0], del.Shards[len(del.Shards)-1], id.Short(), g.d.Name)
 	res, err := g.n.Apply(ctx, coordinator.SubmitJob{
@@ -579,6 +587,29 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 		return res.Refusal
 	}
 	return nil
+}
+
+// subShards checks the parent's grants of job id against its status
+// (and each granted shard against check, when set) and returns the
+// sub-job's delegation and shards, in parent shard order.
+func (g *delegator) subShards(id content.Ref, lease string, grants []coordinator.LeaseGrant, pj *parentJob, check func(coordinator.ShardStatus) error) (coordinator.Delegation, []coordinator.ShardPlan, error) {
+	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
+	del := coordinator.Delegation{Delegate: g.d.Name, Job: id, Lease: lease}
+	var shards []coordinator.ShardPlan
+	for i, gr := range grants {
+		if gr.Shard < 0 || gr.Shard >= len(pj.st.Shards) || pj.st.Shards[gr.Shard].ID != gr.ShardID {
+			return del, nil, fmt.Errorf("the parent leased shard %d, which its job status does not list", gr.Shard)
+		}
+		ps := pj.st.Shards[gr.Shard]
+		if check != nil {
+			if err := check(ps); err != nil {
+				return del, nil, err
+			}
+		}
+		del.Shards = append(del.Shards, gr.Shard)
+		shards = append(shards, coordinator.ShardPlan{Index: i, ID: ps.ID, Price: ps.Price, PriceBasis: ps.PriceBasis})
+	}
+	return del, shards, nil
 }
 
 // reportUp uploads a decided sub-job's verified results to the parent and
@@ -600,15 +631,8 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 	// (its results need not be fetched here and uploaded once more).
 	var decidedUp map[int]bool
 	if g.inherited[sub] {
-		fresh, err := g.parent.Job(ctx, d.Job)
-		if err != nil {
+		if decidedUp, err = g.decidedOnParent(ctx, d.Job); err != nil {
 			return err
-		}
-		decidedUp = map[int]bool{}
-		for _, s := range fresh.Shards {
-			if s.State == coordinator.StateVerified {
-				decidedUp[s.Index] = true
-			}
 		}
 	}
 	seq, head := m.Head()
@@ -660,6 +684,30 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 		reports, blobs = reports[k:], blobs[k:]
 	}
 	return nil
+}
+
+// decidedOnParent returns the shards of parent job id the parent has
+// decided, read once per reporting pass (a new leader's inherited
+// sub-jobs mostly share one parent job, whose status lists every shard).
+func (g *delegator) decidedOnParent(ctx context.Context, id content.Ref) (map[int]bool, error) {
+	if got, ok := g.decidedUp[id]; ok {
+		return got, nil
+	}
+	st, err := g.parent.Job(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	got := map[int]bool{}
+	for _, s := range st.Shards {
+		if s.State == coordinator.StateVerified {
+			got[s.Index] = true
+		}
+	}
+	if g.decidedUp == nil {
+		g.decidedUp = map[content.Ref]map[int]bool{}
+	}
+	g.decidedUp[id] = got
+	return got, nil
 }
 
 // upload puts result blobs on the parent cluster.

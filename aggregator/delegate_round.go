@@ -90,19 +90,17 @@ func (g *delegator) parentRound(ctx context.Context, st coordinator.JobStatus) (
 // sub-job.
 func (g *delegator) proposeRound(ctx context.Context, id content.Ref, lease string, grants []coordinator.LeaseGrant, pj *parentJob) error {
 	rj := pj.round
-	slices.SortFunc(grants, func(a, b coordinator.LeaseGrant) int { return a.Shard - b.Shard })
-	del := coordinator.Delegation{Delegate: g.d.Name, Job: id, Lease: lease}
-	var shards []coordinator.ShardPlan
-	for i, gr := range grants {
-		if gr.Shard < 0 || gr.Shard >= len(pj.st.Shards) || pj.st.Shards[gr.Shard].ID != gr.ShardID {
-			return fmt.Errorf("the parent leased shard %d, which its job status does not list", gr.Shard)
-		}
-		ps := pj.st.Shards[gr.Shard]
+	del, shards, err := g.subShards(id, lease, grants, pj, func(ps coordinator.ShardStatus) error {
 		if ps.Via != g.d.Name || !slices.ContainsFunc(rj.sub.SecAgg.Members, func(m secagg.Member) bool { return m.ID == ps.Peer }) {
-			return fmt.Errorf("the parent leased shard %d of silo %q, which is not in this cluster's sub-cohort", gr.Shard, ps.Peer)
+			return fmt.Errorf("the parent leased shard %d of silo %q, which is not in this cluster's sub-cohort", ps.Index, ps.Peer)
 		}
-		del.Shards = append(del.Shards, gr.Shard)
-		shards = append(shards, coordinator.ShardPlan{Index: i, ID: ps.ID, Price: ps.Price, PriceBasis: ps.PriceBasis, Peer: ps.Peer})
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := range shards { // each silo's shard stays its own here too
+		shards[i].Peer = pj.st.Shards[del.Shards[i]].Peer
 	}
 	if len(shards) != len(rj.sub.SecAgg.Members) {
 		return fmt.Errorf("the parent leased %d of the sub-cohort's %d shards; a round's sub-cohort is one sub-job (is delegate_batch below the sub-cohort's size?)", len(shards), len(rj.sub.SecAgg.Members))
