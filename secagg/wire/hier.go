@@ -68,15 +68,9 @@ func (rd *hostRound) relay() error {
 // — and forgets the round. The host cannot open it. A round that failed
 // returns its diagnostic; a round with no parent, SC6019 (use Wait).
 func (h *Host) WaitPartial(ctx context.Context, round string) (*secagg.PartialSum, error) {
-	h.mu.Lock()
-	rd, ok := h.rounds[round]
-	_, over := h.over[round]
-	h.mu.Unlock()
-	switch {
-	case over:
-		return nil, ErrOver
-	case !ok:
-		return nil, ErrUnknownRound
+	rd, err := h.untaken(round)
+	if err != nil {
+		return nil, err
 	}
 	select {
 	case <-rd.done:

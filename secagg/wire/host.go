@@ -258,6 +258,16 @@ func (h *Host) Open(p secagg.Params, dl Deadlines) error {
 // it returns ErrRunning; once the outcome was taken (or expired), ErrOver;
 // for a round never opened here, ErrUnknownRound.
 func (h *Host) Result(round string) (*secagg.Result, error) {
+	rd, err := h.untaken(round)
+	if err != nil {
+		return nil, err
+	}
+	return h.take(rd)
+}
+
+// untaken returns the round whose outcome may still be taken: ErrOver once
+// it was taken (or expired), ErrUnknownRound for a round never opened here.
+func (h *Host) untaken(round string) (*hostRound, error) {
 	h.mu.Lock()
 	rd, ok := h.rounds[round]
 	_, over := h.over[round]
@@ -268,7 +278,7 @@ func (h *Host) Result(round string) (*secagg.Result, error) {
 	case !ok:
 		return nil, ErrUnknownRound
 	}
-	return h.take(rd)
+	return rd, nil
 }
 
 // take hands a finished round's outcome over and forgets the round.
