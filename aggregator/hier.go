@@ -85,9 +85,10 @@ func subRoundID(parent, cluster string) string {
 	return hex.EncodeToString(h[:16])
 }
 
-// splitRound makes b a hierarchical round over byChild: one grid for all
-// sub-cohorts (the run's, or the finest the whole cohort's round would
-// take, so that the sum equals the flat round's), the parent's fresh
+// splitRound makes b a hierarchical round over byChild: one grid and one
+// ring layout for all sub-cohorts (the run's grid, or the finest the whole
+// cohort's round would take, so that the sum equals the flat round's;
+// Params.Sites the whole cohort), the parent's fresh
 // X25519 key in every sub-cohort's Params. It returns the private key,
 // which goes to this node's host only.
 func splitRound(b *fl.RoundBundle, byChild map[string][]string, minCohort int) (*ecdh.PrivateKey, error) {
@@ -110,6 +111,10 @@ func splitRound(b *fl.RoundBundle, byChild map[string][]string, minCohort int) (
 	for _, c := range slices.Sorted(maps.Keys(byChild)) {
 		p := b.SecAgg
 		p.Round, p.Parent = subRoundID(b.SecAgg.Round, c), pub
+		// Every sub-cohort is laid out for the whole cohort: one ring
+		// and one grid (the weight's too), so the parent adds their
+		// masked sums as ring words and decodes only the total.
+		p.Sites = len(b.SecAgg.Members)
 		p.Members = slices.DeleteFunc(slices.Clone(b.SecAgg.Members), func(m secagg.Member) bool { return !slices.Contains(byChild[c], m.ID) })
 		p.Threshold = roundThreshold(len(p.Members), minCohort)
 		b.SubCohorts = append(b.SubCohorts, fl.SubCohort{Cluster: c, SecAgg: p})

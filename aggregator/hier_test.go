@@ -96,7 +96,7 @@ func TestHierarchicalRoundPlan(t *testing.T) {
 	var cohorts []secagg.Params
 	for _, sc := range b.SubCohorts {
 		p := sc.SecAgg
-		if !bytes.Equal(p.Parent, key.PublicKey().Bytes()) || p.GridBits != flat || p.Round == b.SecAgg.Round || len(p.Members) != len(byChild[sc.Cluster]) {
+		if !bytes.Equal(p.Parent, key.PublicKey().Bytes()) || p.GridBits != flat || p.Sites != len(all) || p.Round == b.SecAgg.Round || len(p.Members) != len(byChild[sc.Cluster]) {
 			t.Errorf("sub-cohort %s: %+v", sc.Cluster, p)
 		}
 		cohorts = append(cohorts, p)

@@ -21,4 +21,5 @@ var (
 	SecAggAborted        = define("SC6017", "client already aborted the round")
 	SecAggEquivocation   = define("SC6018", "aggregator's survivor set fails the consistency check")
 	SecAggRelayed        = define("SC6019", "a relayed sub-cohort sum opens only at the parent")
+	SecAggOuterKeys      = define("SC6020", "the children's outer-mask keys are missing, extra or mis-signed")
 )

@@ -2,6 +2,7 @@ package secagg
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/ecdh"
 	"crypto/sha256"
 	"fmt"
@@ -197,10 +198,13 @@ func (s *Server) Relay() (*PartialSum, error) {
 
 // Parent is the parent's side of a hierarchical round: it takes one
 // PartialSum per sub-cohort (AddPartial), opens and checks it, adds the
-// unmasked sub-cohort sum into one total, and releases the total once
-// every sub-cohort is in (Finish). It keeps the total only, not the
-// sub-cohort sums — though it computes each one on the way (see
-// docs/secagg.md). A Parent is safe for concurrent use.
+// sub-cohort's ring sum (its masked sum less its sites' masks) into one
+// ring total, and decodes and releases the total once every sub-cohort is
+// in (Finish). With two or more sub-cohorts each child has also added its
+// outer mask R_i (OuterMask), so the ring sum the parent computes per
+// sub-cohort is that sub-cohort's sum plus R_i, uniform on the ring to
+// it; the R_i cancel in the total (docs/secagg.md, "The outer mask"). A
+// Parent is safe for concurrent use.
 type Parent struct {
 	mu       sync.Mutex
 	id       string
@@ -208,9 +212,10 @@ type Parent struct {
 	rounds   map[string]*round
 	order    []string
 	added    map[string]bool
+	lay      layout
 	fracBits int
-	total    []int64
-	weight   float64
+	wFrac    int
+	acc      []byte // the ring total, in the sub-cohorts' one layout
 	contrib  []string
 	dropped  []string
 	errBound float64
@@ -218,6 +223,9 @@ type Parent struct {
 
 	// testOpened, when set by a test, sees every opened unmasking.
 	testOpened func(*Unmasking)
+	// testRing, when set by a test, sees each sub-cohort's ring sum as the
+	// parent computes it (its masked sum less its sites' masks).
+	testRing func(round string, ring []byte)
 	// testTotal, when set by a test, receives the total on the grid.
 	testTotal func([]int64)
 }
@@ -226,9 +234,11 @@ type Parent struct {
 // (whose public half every sub-cohort's Params.Parent names), over the
 // sub-cohorts cohorts. Each sub-cohort must be a valid round (at least
 // three sites, its own threshold); sites may not repeat across them; all
-// must agree on the dimension, weighting and the grid (so sums add on the
-// integers: give them the same GridBits), and the total over all sites must
-// not overflow the grid's 62 bits.
+// must share one layout — the dimension, weighting, clip, maximum weight,
+// keystream, grid (GridBits) and ring — derived for the round's total
+// number of sites (Params.Sites: the sum of the sub-cohorts' members; it
+// may be left 0 when there is one sub-cohort), so their sums add as ring
+// words and the total provably fits.
 func NewParent(id string, key *ecdh.PrivateKey, cohorts []Params) (*Parent, error) {
 	subject := fmt.Sprintf("hierarchical secure aggregation round %q, parent", id)
 	bad := func(format string, args ...any) *diag.Diagnostic {
@@ -243,6 +253,10 @@ func NewParent(id string, key *ecdh.PrivateKey, cohorts []Params) (*Parent, erro
 	p := &Parent{id: id, key: key, rounds: map[string]*round{}, added: map[string]bool{}}
 	sites := map[string]string{}
 	keys := map[string]string{}
+	total := 0
+	for _, cp := range cohorts {
+		total += len(cp.Members)
+	}
 	var load uint64 // Σ n_i·(bound_i + 1): the total's worst magnitude
 	for i, cp := range cohorts {
 		r, err := newRound(cp)
@@ -256,6 +270,10 @@ func NewParent(id string, key *ecdh.PrivateKey, cohorts []Params) (*Parent, erro
 		if p.rounds[r.id] != nil {
 			return nil, bad("sub-cohort %q listed twice", r.id).WithHelp("give every sub-cohort its own round ID")
 		}
+		if laid := cmp.Or(cp.Sites, r.n); laid != total {
+			return nil, bad("sub-cohort %q is laid out for %d sites; the round has %d over its sub-cohorts", r.id, laid, total).
+				WithHelp("set every sub-cohort's Params.Sites to %d, so that all add on one ring and the total fits", total)
+		}
 		for _, m := range cp.Members {
 			if other, dup := sites[m.ID]; dup {
 				return nil, bad("site %q is in sub-cohorts %q and %q", m.ID, other, r.id).WithHelp("put each site in one sub-cohort: its input would count twice")
@@ -266,10 +284,13 @@ func NewParent(id string, key *ecdh.PrivateKey, cohorts []Params) (*Parent, erro
 			sites[m.ID], keys[string(m.Key)] = r.id, m.ID
 		}
 		if i == 0 {
-			p.fracBits = r.fracBits
-		} else if f := p.rounds[p.order[0]]; f.p.Dim != cp.Dim || f.p.Weighted != cp.Weighted || f.fracBits != r.fracBits {
-			return nil, bad("sub-cohort %q (dimension %d, weighted %v, %d fraction bits) differs from %q (%d, %v, %d)", r.id, cp.Dim, cp.Weighted, r.fracBits, f.id, f.p.Dim, f.p.Weighted, f.fracBits).
-				WithHelp("sub-cohorts add on one grid: give them the same dimension, weighting and GridBits")
+			p.lay, p.fracBits, p.wFrac = r.lay, r.fracBits, r.wFracBits
+		} else if f := p.rounds[p.order[0]]; f.p.Dim != cp.Dim || f.p.Weighted != cp.Weighted || f.fracBits != r.fracBits ||
+			f.p.Clip != cp.Clip || f.p.MaxWeight != cp.MaxWeight || f.wFracBits != r.wFracBits || f.ringBits != r.ringBits || f.prg != r.prg {
+			return nil, bad("sub-cohort %q (dimension %d, weighted %v, clip %v, max weight %v, %d fraction bits, %d for the weight, %d-bit ring, %s) differs from %q (%d, %v, %v, %v, %d, %d, %d-bit, %s)",
+				r.id, cp.Dim, cp.Weighted, cp.Clip, cp.MaxWeight, r.fracBits, r.wFracBits, r.ringBits, r.prg,
+				f.id, f.p.Dim, f.p.Weighted, f.p.Clip, f.p.MaxWeight, f.fracBits, f.wFracBits, f.ringBits, f.prg).
+				WithHelp("sub-cohorts add on one ring: give them the same dimension, weighting, clip, maximum weight, PRG, GridBits and Sites")
 		}
 		hi, lo := bits.Mul64(uint64(r.n), uint64(r.encBound)+1)
 		if hi != 0 || load+lo < load || load+lo > 1<<62 {
@@ -280,7 +301,7 @@ func NewParent(id string, key *ecdh.PrivateKey, cohorts []Params) (*Parent, erro
 		p.rounds[r.id] = r
 		p.order = append(p.order, r.id)
 	}
-	p.total = make([]int64, cohorts[0].Dim)
+	p.acc = make([]byte, p.lay.size())
 	return p, nil
 }
 
@@ -330,14 +351,15 @@ func (p *Parent) AddPartial(ps *PartialSum) error {
 		return diag.New(diag.SecAggDuplicate, p.subject(), "second partial sum of %q", r.id).
 			WithHelp("each child forwards one partial sum per round")
 	}
-	sum, weight, err := p.open(r, ps)
+	ring, err := p.open(r, ps)
 	if err != nil {
 		return err
 	}
-	for i, v := range sum {
-		p.total[i] += v
+	if p.testRing != nil {
+		p.testRing(r.id, slices.Clone(ring))
 	}
-	p.weight += weight
+	addVectors(p.acc, ring, p.lay)
+	clear(ring)
 	p.contrib = append(p.contrib, ps.Survivors...)
 	p.dropped = append(p.dropped, ps.Dropped...)
 	p.errBound += float64(len(ps.Survivors)) * r.errBound1
@@ -345,55 +367,58 @@ func (p *Parent) AddPartial(ps *PartialSum) error {
 	return nil
 }
 
-// open checks a partial sum and returns the sub-cohort's sum on the grid
-// and its weight. It builds the server state a flat round would hold at
-// its unmasking and reuses that server's checks and reconstruction.
-func (p *Parent) open(r *round, ps *PartialSum) ([]int64, float64, error) {
+// open checks a partial sum and returns the sub-cohort's ring sum: its
+// masked sum less its sites' self masks and its dropped sites' pairwise
+// masks — still under the child's outer mask, which only the total
+// cancels, so it is never decoded on its own. It builds the server state a
+// flat round would hold at its unmasking and reuses that server's checks
+// and reconstruction.
+func (p *Parent) open(r *round, ps *PartialSum) ([]byte, error) {
 	subject := fmt.Sprintf("%s, sub-cohort %q", p.subject(), r.id)
 	refuse := func(format string, args ...any) error {
 		return diag.New(diag.SecAggMalformed, subject, format, args...).
 			WithHelp("the child forwarded an inconsistent partial sum; the round ends without a result — check the child")
 	}
 	if len(ps.Masked) != r.lay.size() {
-		return nil, 0, diag.New(diag.SecAggWrongLength, subject, "masked sum of %d bytes, want %d", len(ps.Masked), r.lay.size()).
+		return nil, diag.New(diag.SecAggWrongLength, subject, "masked sum of %d bytes, want %d", len(ps.Masked), r.lay.size()).
 			WithHelp("the child runs other round parameters")
 	}
 	named := map[string]bool{}
 	for _, id := range slices.Concat(ps.Survivors, ps.Dropped) {
 		if r.members[id] == nil || named[id] {
-			return nil, 0, refuse("site %q is not a member or is named twice", id)
+			return nil, refuse("site %q is not a member or is named twice", id)
 		}
 		named[id] = true
 	}
 	if err := r.checkFloor("the sub-cohort's unmasking", len(ps.Survivors)); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	if err := r.checkFloor("the sub-cohort's unmasking", len(ps.Unmaskings)); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	set := newAdvertSet()
 	for i := range ps.Adverts {
 		if !named[ps.Adverts[i].Client] {
-			return nil, 0, refuse("advert of %q, which is neither survivor nor dropped", ps.Adverts[i].Client)
+			return nil, refuse("advert of %q, which is neither survivor nor dropped", ps.Adverts[i].Client)
 		}
 		if err := set.add(r, subject, &ps.Adverts[i], true); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 	}
 	if len(set.byID) != len(named) {
-		return nil, 0, refuse("%d adverts for %d sites", len(set.byID), len(named))
+		return nil, refuse("%d adverts for %d sites", len(set.byID), len(named))
 	}
 	s := &Server{r: r, adverts: set, phase: PhaseUnmask, opening: true,
 		survivors: sortedCopy(ps.Survivors), dropped: sortedCopy(ps.Dropped),
 		commits: map[string][]byte{}, sigs: map[string][]byte{}, unmaskings: map[string]*Unmasking{}}
 	for _, c := range ps.Commits {
 		if !slices.Contains(s.survivors, c.Of) || s.commits[c.Of] != nil {
-			return nil, 0, refuse("commitment of %q", c.Of)
+			return nil, refuse("commitment of %q", c.Of)
 		}
 		s.commits[c.Of] = c.Value
 	}
 	if len(s.commits) != len(s.survivors) {
-		return nil, 0, refuse("%d commitments for %d survivors", len(s.commits), len(s.survivors))
+		return nil, refuse("%d commitments for %d survivors", len(s.commits), len(s.survivors))
 	}
 	for _, u := range s.survivors {
 		s.sigs[u] = []byte{1} // any survivor may unmask; AddUnmasking checks each once
@@ -409,29 +434,21 @@ func (p *Parent) open(r *round, ps *PartialSum) ([]int64, float64, error) {
 	for i := range ps.Unmaskings {
 		u, err := p.unseal(r, subject, set, statement, &ps.Unmaskings[i])
 		if err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 		if p.testOpened != nil {
 			p.testOpened(u)
 		}
 		if err := s.AddUnmasking(u); err != nil {
-			return nil, 0, err
+			return nil, err
 		}
 	}
 	acc := slices.Clone(ps.Masked)
 	if err := s.unmask(acc); err != nil {
-		return nil, 0, err
+		clear(acc)
+		return nil, err
 	}
-	sum := make([]int64, r.p.Dim)
-	for i := range sum {
-		sum[i] = coordAt(acc, r.lay, i)
-	}
-	var w float64
-	if r.lay.weight {
-		w = math.Ldexp(float64(weightAt(acc, r.lay)), -r.wFracBits)
-	}
-	clear(acc)
-	return sum, w, nil
+	return acc, nil
 }
 
 // unseal opens one sealed unmasking with the parent's key and the sender's
@@ -484,15 +501,21 @@ func (p *Parent) Finish() (*Result, error) {
 		return nil, diag.New(diag.SecAggBelowThreshold, p.subject(), "no partial sum from sub-cohorts %v", missing).
 			WithHelp("every sub-cohort must meet its floor; the round ends without a result — run it again")
 	}
-	if p.testTotal != nil {
-		p.testTotal(slices.Clone(p.total))
-	}
-	res := &Result{Round: p.id, Sum: make([]float64, len(p.total)), Weight: p.weight,
+	res := &Result{Round: p.id, Sum: make([]float64, p.lay.vals),
 		Contributors: sortedCopy(p.contrib), Dropped: sortedCopy(p.dropped), ErrorBound: p.errBound}
-	for i, v := range p.total {
-		res.Sum[i] = math.Ldexp(float64(v), -p.fracBits)
+	total := make([]int64, p.lay.vals)
+	for i := range total {
+		total[i] = coordAt(p.acc, p.lay, i)
+		res.Sum[i] = math.Ldexp(float64(total[i]), -p.fracBits)
 	}
-	clear(p.total)
+	if p.lay.weight {
+		res.Weight = math.Ldexp(float64(weightAt(p.acc, p.lay)), -p.wFrac)
+	}
+	if p.testTotal != nil {
+		p.testTotal(slices.Clone(total))
+	}
+	clear(total)
+	clear(p.acc)
 	p.done = true
 	return res, nil
 }

@@ -65,6 +65,70 @@ func runChild(t *testing.T, p Params, stop map[string]step) (*harness, *PartialS
 	return h, back, b
 }
 
+// withSites lays every sub-cohort out for the round's total number of
+// sites (Params.Sites), as a parent's plan does.
+func withSites(cohorts ...Params) []Params {
+	total := 0
+	for _, p := range cohorts {
+		total += len(p.Members)
+	}
+	out := slices.Clone(cohorts)
+	for i := range out {
+		out[i].Sites = total
+	}
+	return out
+}
+
+// delegateKey is the delegate identity of a test's child cluster; every
+// test child's parent federation lists delegateOf's keys.
+func delegateKey(cluster string) ed25519.PrivateKey { return identity("delegate " + cluster) }
+
+func delegateOf(cluster string) (ed25519.PublicKey, bool) {
+	return delegateKey(cluster).Public().(ed25519.PublicKey), true
+}
+
+// planOf names the cluster of each sub-cohort: "cl-" and its round.
+func planOf(cohorts []Params) []SubCohort {
+	var plan []SubCohort
+	for _, p := range cohorts {
+		plan = append(plan, SubCohort{Round: p.Round, Cluster: "cl-" + p.Round})
+	}
+	return plan
+}
+
+// outerMasks draws each child's outer mask for the round parent and
+// returns them with the signed keys, through their canonical bytes (as
+// the parent's host publishes them).
+func outerMasks(t *testing.T, parent string, plan []SubCohort) ([]*OuterMask, []OuterKey) {
+	t.Helper()
+	var masks []*OuterMask
+	var keys []OuterKey
+	for _, c := range plan {
+		o, err := NewOuterMask(parent, c.Round, c.Cluster, delegateKey(c.Cluster))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := o.Key().Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := ParseOuterKey(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		masks, keys = append(masks, o), append(keys, *k)
+	}
+	b, err := (&OuterKeys{Keys: keys}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseOuterKeys(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return masks, back.Keys
+}
+
 func parentKey(t *testing.T) *ecdh.PrivateKey {
 	k, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
@@ -90,7 +154,11 @@ func TestHierarchicalSumOfSums(t *testing.T) {
 			dim := 1 + rng.IntN(300)
 			var cohorts []Params
 			stops := map[string]map[string]step{}
-			for c := range 2 + rng.IntN(2) {
+			nc := 2 + rng.IntN(2)
+			if it == 7 {
+				nc = 1 // no outer mask: the total is the one sum
+			}
+			for c := range nc {
 				n := 3 + rng.IntN(6)
 				if proto == SecAggPlus {
 					n = 10 + rng.IntN(4) // sparse: k < n−1
@@ -116,18 +184,25 @@ func TestHierarchicalSumOfSums(t *testing.T) {
 				cohorts = append(cohorts, p)
 				stops[p.Round] = stop
 			}
+			cohorts = withSites(cohorts...)
 			parent, err := NewParent("hier/total", key, cohorts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var total []int64
 			parent.testTotal = func(v []int64) { total = v }
+			rings := map[string][]byte{}
+			parent.testRing = func(round string, ring []byte) { rings[round] = ring }
 			want := make([]int64, dim)
 			wantF := make([]float64, dim)
 			var wantW float64
 			var contributors []string
-			for _, p := range cohorts {
+			plan := planOf(cohorts)
+			masks, keys := outerMasks(t, "hier/total", plan)
+			plain := map[string][]uint64{} // each sub-cohort's plaintext sum, on the ring
+			for c, p := range cohorts {
 				h, ps, _ := runChild(t, p, stops[p.Round])
+				plain[p.Round] = make([]uint64, dim+1)
 				for _, id := range h.ids {
 					if h.stop[id] < stepMask {
 						continue
@@ -137,10 +212,35 @@ func TestHierarchicalSumOfSums(t *testing.T) {
 						want[i] += int64(h.encoded[id][i])
 						wantF[i] += h.inputs[id][i]
 					}
+					for i := range dim + 1 {
+						plain[p.Round][i] += h.encoded[id][i]
+					}
 					wantW += h.weights[id]
+				}
+				masked := slices.Clone(ps.Masked)
+				if err := masks[c].Apply(p, ps, plan, keys, delegateOf); err != nil {
+					t.Fatalf("child %s: outer mask: %v", plan[c].Cluster, err)
+				}
+				if nc == 1 && !bytes.Equal(masked, ps.Masked) {
+					t.Fatalf("the outer mask of a lone sub-cohort is not zero")
 				}
 				if err := parent.AddPartial(ps); err != nil {
 					t.Fatalf("parent refuses the partial sum of %s: %v", p.Round, err)
+				}
+			}
+			// What the parent computes per sub-cohort hides its sum at
+			// every coordinate, the weight's too, when there are two or
+			// more sub-cohorts (and is that sum when there is one).
+			r, _ := newRound(cohorts[0])
+			for _, p := range cohorts {
+				ring := rings[p.Round]
+				for i := range dim {
+					if same := uint64(coordAt(ring, r.lay, i)) == plain[p.Round][i]; same != (nc == 1) {
+						t.Fatalf("sub-cohort %s, coordinate %d: the parent's ring sum equals the plaintext sum: %v (sub-cohorts: %d)", p.Round, i, same, nc)
+					}
+				}
+				if same := uint64(weightAt(ring, r.lay)) == plain[p.Round][dim]; same != (nc == 1) {
+					t.Fatalf("sub-cohort %s: the parent's weight equals the plaintext weight: %v (sub-cohorts: %d)", p.Round, same, nc)
 				}
 			}
 			res, err := parent.Finish()
@@ -177,16 +277,16 @@ func TestHierarchicalRefusals(t *testing.T) {
 	key := parentKey(t)
 	pk := key.PublicKey().Bytes()
 	two := hierParams("two", 2, 4, Pairwise, pk)
-	if _, err := NewParent("hier/two", key, []Params{hierParams("a", 4, 4, Pairwise, pk), two}); codeOf(err) != diag.SecAggTooFewSites {
+	if _, err := NewParent("hier/two", key, withSites(hierParams("a", 4, 4, Pairwise, pk), two)); codeOf(err) != diag.SecAggTooFewSites {
 		t.Fatalf("parent over a sub-cohort of two: %v, want SC6002", err)
 	}
 	if _, err := NewServer(two); codeOf(err) != diag.SecAggTooFewSites {
 		t.Fatalf("child of a sub-cohort of two: %v, want SC6002", err)
 	}
-	if _, err := NewParent("hier/x", key, []Params{hierParams("a", 4, 4, Pairwise, pk), hierParams("b", 4, 4, Pairwise, pk[:31])}); codeOf(err) != diag.SecAggBadParams {
+	if _, err := NewParent("hier/x", key, withSites(hierParams("a", 4, 4, Pairwise, pk), hierParams("b", 4, 4, Pairwise, pk[:31]))); codeOf(err) != diag.SecAggBadParams {
 		t.Fatalf("a short parent key: %v, want SC6001", err)
 	}
-	if _, err := NewParent("hier/x", key, []Params{hierParams("a", 4, 4, Pairwise, pk), hierParams("a", 4, 4, Pairwise, pk)}); codeOf(err) != diag.SecAggBadParams {
+	if _, err := NewParent("hier/x", key, withSites(hierParams("a", 4, 4, Pairwise, pk), hierParams("a", 4, 4, Pairwise, pk))); codeOf(err) != diag.SecAggBadParams {
 		t.Fatalf("one site in two sub-cohorts: %v, want SC6001", err)
 	}
 	flat, err := newHarness(t, testParams("flat", 4, 0, 4, 1))
@@ -205,8 +305,23 @@ func TestHierarchicalRefusals(t *testing.T) {
 		t.Fatalf("Relay of a flat round: %v, want SC6019", err)
 	}
 
-	a, b := hierParams("a", 5, 8, Pairwise, pk), hierParams("b", 4, 8, Pairwise, pk)
-	parent, err := NewParent("hier/r", key, []Params{a, b})
+	// Sub-cohorts not on one layout: each on its own size's, or one
+	// laid out for another total.
+	if _, err := NewParent("hier/x", key, []Params{hierParams("a", 5, 8, Pairwise, pk), hierParams("b", 4, 8, Pairwise, pk)}); codeOf(err) != diag.SecAggBadParams {
+		t.Fatalf("sub-cohorts on their own sizes' layouts: %v, want SC6001", err)
+	}
+	odd := withSites(hierParams("a", 5, 8, Pairwise, pk), hierParams("b", 4, 8, Pairwise, pk))
+	odd[1].Sites = 10
+	if _, err := NewParent("hier/x", key, odd); codeOf(err) != diag.SecAggBadParams {
+		t.Fatalf("a sub-cohort laid out for another total: %v, want SC6001", err)
+	}
+	odd[1].Sites = 3
+	if _, err := NewServer(odd[1]); codeOf(err) != diag.SecAggBadParams {
+		t.Fatalf("a sub-cohort laid out for fewer sites than its members: %v, want SC6001", err)
+	}
+	ab := withSites(hierParams("a", 5, 8, Pairwise, pk), hierParams("b", 4, 8, Pairwise, pk))
+	a, b := ab[0], ab[1]
+	parent, err := NewParent("hier/r", key, ab)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,4 +459,118 @@ func TestChildViewHoldsNoShare(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOuterMaskRefusals: a child refuses (SC6020), leaving its partial
+// sum as it was, a key set missing another child's key, one with an extra
+// child, a key signed by another key than its cluster's delegate, two keys
+// of one cluster, a key of another round, a key in its own place that is
+// not its own, and a plan that leaves it out or lists one sub-cohort for
+// a layout of more sites; and a mask is applied once.
+func TestOuterMaskRefusals(t *testing.T) {
+	key := parentKey(t)
+	pk := key.PublicKey().Bytes()
+	cohorts := withSites(hierParams("a", 3, 4, Pairwise, pk), hierParams("b", 3, 4, Pairwise, pk), hierParams("c", 3, 4, Pairwise, pk))
+	plan := planOf(cohorts)
+	_, ps, _ := runChild(t, cohorts[0], nil)
+	_, keys := outerMasks(t, "hier/o", plan)
+	fresh := func() (*OuterMask, []OuterKey) { // a's mask, and every key with a's own
+		o, err := NewOuterMask("hier/o", plan[0].Round, plan[0].Cluster, delegateKey(plan[0].Cluster))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o, append([]OuterKey{*o.Key()}, keys[1:]...)
+	}
+	resign := func(k OuterKey, by ed25519.PrivateKey) OuterKey {
+		k.Sig = ed25519.Sign(by, outerStatement(&k))
+		return k
+	}
+	extra, err := NewOuterMask("hier/o", "hier/z", "cl-hier/z", delegateKey("cl-hier/z"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewOuterMask("hier/other", plan[1].Round, plan[1].Cluster, delegateKey(plan[1].Cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := NewOuterMask("hier/o", plan[1].Round, plan[1].Cluster, delegateKey(plan[1].Cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	impostor, err := NewOuterMask("hier/o", plan[0].Round, plan[0].Cluster, delegateKey(plan[0].Cluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		edit func([]OuterKey) []OuterKey
+		plan []SubCohort
+		p    Params
+	}{
+		{name: "missing child", edit: func(k []OuterKey) []OuterKey { return k[:2] }},
+		{name: "extra child", edit: func(k []OuterKey) []OuterKey { return append(k, *extra.Key()) }},
+		{name: "signed by the wrong key", edit: func(k []OuterKey) []OuterKey {
+			k[1] = resign(k[1], delegateKey("mallory"))
+			return k
+		}},
+		{name: "signed by another child's key", edit: func(k []OuterKey) []OuterKey {
+			k[2] = resign(k[2], delegateKey(plan[1].Cluster))
+			return k
+		}},
+		{name: "two keys of one child", edit: func(k []OuterKey) []OuterKey { return append(k, *second.Key()) }},
+		{name: "key of another round", edit: func(k []OuterKey) []OuterKey {
+			k[1] = *other.Key()
+			return k
+		}},
+		{name: "another key in the child's place", edit: func(k []OuterKey) []OuterKey {
+			k[0] = *impostor.Key()
+			return k
+		}},
+		{name: "the plan leaves the child out", plan: plan[1:]},
+		{name: "a lone sub-cohort laid out for more sites", plan: plan[:1]},
+		{name: "a plan of three for a sub-cohort laid out alone", p: hierParams("a", 3, 4, Pairwise, pk)},
+	}
+	for _, tc := range cases {
+		o, ks := fresh()
+		if tc.edit != nil {
+			ks = tc.edit(slices.Clone(ks))
+		}
+		pl, p := cmpOr(tc.plan, plan), cohorts[0]
+		if tc.p.Round != "" {
+			p = tc.p
+		}
+		before := slices.Clone(ps.Masked)
+		if err := o.Apply(p, ps, pl, ks, delegateOf); codeOf(err) != diag.SecAggOuterKeys {
+			t.Errorf("%s: %v, want SC6020", tc.name, err)
+		}
+		if !bytes.Equal(before, ps.Masked) {
+			t.Fatalf("%s: a refused outer mask changed the partial sum", tc.name)
+		}
+	}
+	o, ks := fresh()
+	if err := o.Apply(cohorts[0], ps, plan, ks, delegateOf); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Apply(cohorts[0], ps, plan, ks, delegateOf); codeOf(err) != diag.SecAggOutOfOrder {
+		t.Fatalf("an outer mask applied twice: %v, want SC6011", err)
+	}
+	// A child checks keys against its own copy of the parent federation:
+	// a cluster it does not list is refused even with a valid signature.
+	o, ks = fresh()
+	only := func(cluster string) (ed25519.PublicKey, bool) {
+		if cluster == plan[2].Cluster {
+			return nil, false
+		}
+		return delegateOf(cluster)
+	}
+	if err := o.Apply(cohorts[0], ps, plan, ks, only); codeOf(err) != diag.SecAggOuterKeys {
+		t.Fatalf("a key of a cluster the child's federation does not list: %v, want SC6020", err)
+	}
+}
+
+func cmpOr[T any](a, b []T) []T {
+	if a != nil {
+		return a
+	}
+	return b
 }

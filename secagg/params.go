@@ -65,6 +65,15 @@ type Params struct {
 	// open it. The key must reach the sites by the same path as the rest
 	// of the params (the parent's plan), never from the child.
 	Parent []byte `cbor:"parent,omitempty"`
+	// Sites, when > 0, is the number of sites the round's sum belongs
+	// to when that is more than its own members: the total over every
+	// sub-cohort of a hierarchical round. The grid (when GridBits is 0),
+	// the weight's grid and the ring are then derived for Sites sites
+	// instead of len(Members), so every sub-cohort has one layout, their
+	// masked sums add as ring words and the total provably fits: the
+	// parent decodes only the total (docs/secagg.md, "The outer mask").
+	// It must be at least len(Members).
+	Sites int `cbor:"sites,omitempty"`
 }
 
 // DefaultPlusAbove is the cohort size above which DefaultProtocol picks
@@ -88,6 +97,9 @@ const (
 	MaxDim      = 1 << 27 // 1 GiB of masked input per site
 	MaxIDLength = 128     // bytes in a client ID
 	maxRoundLen = 256     // bytes in a round ID
+	// maxSitesTotal bounds Params.Sites: a hierarchical round's sites
+	// over all its sub-cohorts.
+	maxSitesTotal = 1 << 24
 )
 
 // round is the validated, derived form of Params that clients and the
@@ -145,6 +157,7 @@ type paramsWire struct {
 	Degree    int      `cbor:"degree"`
 	ShareT    int      `cbor:"share_threshold"`
 	Parent    []byte   `cbor:"parent,omitempty"`
+	Sites     int      `cbor:"sites,omitempty"`
 }
 
 func validID(s string) bool {
@@ -219,26 +232,36 @@ func newRound(p Params) (*round, error) {
 		return nil, bad("dimension %d; want 1 to %d", p.Dim, MaxDim)
 	}
 	r.dim = p.Dim
+	// sites is how many encodings the grid and the ring must hold: the
+	// round's own, or the hierarchical round's total (Params.Sites).
+	sites := n
+	if p.Sites != 0 {
+		if p.Sites < n || p.Sites > maxSitesTotal {
+			return nil, bad("sites %d with %d members: want 0 (the members) or %d to %d", p.Sites, n, n, maxSitesTotal).
+				WithHelp("set Sites to the number of sites of the whole hierarchical round")
+		}
+		sites = p.Sites
+	}
 	var ok bool
-	if r.fracBits, ok = fracBitsFor(p.Clip, n); !ok {
-		return nil, bad("clip %v: want a finite positive bound with %d·clip below 2^62", p.Clip, n).WithHelp("clip updates to a smaller range before aggregating")
+	if r.fracBits, ok = fracBitsFor(p.Clip, sites); !ok {
+		return nil, bad("clip %v: want a finite positive bound with %d·clip below 2^62", p.Clip, sites).WithHelp("clip updates to a smaller range before aggregating")
 	}
 	if p.GridBits < 0 || p.GridBits > r.fracBits {
-		return nil, bad("grid bits %d: want 0 (derived) or 1 to %d, so that %d·(clip·2^f + 1) stays below 2^62", p.GridBits, r.fracBits, n).
+		return nil, bad("grid bits %d: want 0 (derived) or 1 to %d, so that %d·(clip·2^f + 1) stays below 2^62", p.GridBits, r.fracBits, sites).
 			WithHelp("choose a coarser grid or a smaller clip")
 	} else if p.GridBits > 0 {
 		r.fracBits = p.GridBits
 	}
 	r.encBound = int64(math.Floor(math.Ldexp(p.Clip, r.fracBits)))
 	if p.Weighted {
-		if r.wFracBits, ok = fracBitsFor(p.MaxWeight, n); !ok {
-			return nil, bad("max weight %v: want a finite positive bound with %d·max weight below 2^62", p.MaxWeight, n)
+		if r.wFracBits, ok = fracBitsFor(p.MaxWeight, sites); !ok {
+			return nil, bad("max weight %v: want a finite positive bound with %d·max weight below 2^62", p.MaxWeight, sites)
 		}
 		r.dim++
 	} else if p.MaxWeight != 0 {
 		return nil, bad("max weight %v set on an unweighted round", p.MaxWeight).WithHelp("set weighted, or leave max weight at 0")
 	}
-	r.ringBits = ringBitsFor(n, r.encBound)
+	r.ringBits = ringBitsFor(sites, r.encBound)
 	r.lay = layout{vals: p.Dim, width: r.ringBits / 8, weight: p.Weighted}
 	r.prg = p.PRG
 	if r.prg == "" {
@@ -266,7 +289,7 @@ func newRound(p Params) (*round, error) {
 		Domain: "scellis/secagg/v3/params", Round: p.Round, Members: members, Threshold: r.t,
 		Dim: p.Dim, Clip: p.Clip, Weighted: p.Weighted, MaxWeight: p.MaxWeight,
 		FracBits: r.fracBits, WFracBits: r.wFracBits, PRG: r.prg, RingBits: r.ringBits,
-		Protocol: r.proto, Degree: r.k, ShareT: r.st, Parent: p.Parent,
+		Protocol: r.proto, Degree: r.k, ShareT: r.st, Parent: p.Parent, Sites: p.Sites,
 	}))
 	r.session = sum[:]
 	r.graph()

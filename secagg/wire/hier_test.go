@@ -70,7 +70,7 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 	const dim, grid = 64, 16
 	sub := func(round string, silos []string) secagg.Params {
 		p := w.params(round, dim, silos...)
-		p.GridBits, p.Parent = grid, key.PublicKey().Bytes()
+		p.GridBits, p.Parent, p.Sites = grid, key.PublicKey().Bytes(), len(w.silos)
 		return p
 	}
 	pa, pb := sub("hier-a", w.silos[:4]), sub("hier-b", w.silos[4:])
