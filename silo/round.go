@@ -282,19 +282,15 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if staleness < 0 {
 		return decline(bad("staleness %d is negative", staleness))
 	}
-	if raw, err = globalBlob(); err != nil {
-		return rec, fmt.Errorf("fetching the global model: %w", err)
-	}
-	global, err := fl.DecodeGlobal(raw)
-	if err != nil {
-		return decline(bad("the global model %s cannot be decoded: %v", from.Short(), err))
-	}
 	// The key exchange of secure aggregation starts now, while the silo
-	// trains, caches and charges; the update joins it only once charged
-	// (keyExchange.give). From here on nothing hands the lease back to be
-	// retried: this silo's keys are in the round, and a retry would bring
-	// other keys into it. A round that ends without an update stops the
-	// exchange before it is reported.
+	// receives the global model, trains, caches and charges; the update
+	// joins it only once charged (keyExchange.give). It starts before the
+	// global model is in (issue 19: the slowest silo's advert, and with it
+	// the whole exchange, waited for that fetch): the advert carries
+	// nothing of the model or the update. From here on nothing hands the
+	// lease back to be retried: this silo's keys are in the round, and a
+	// retry would bring other keys into it. A round that ends without an
+	// update stops the exchange before it is reported.
 	minSurvivors := max(a.Policy.MinCohort, secagg.MinSites)
 	kx := a.startKeyExchange(ctx, b, minSurvivors)
 	if kx != nil {
@@ -304,6 +300,17 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		rec.Status, rec.Refusals = Failed, refusalsOf(err)
 		a.logRefusal(subject, err)
 		return rec, nil
+	}
+	if raw, err = globalBlob(); err != nil {
+		err = fmt.Errorf("fetching the global model: %w", err)
+		if kx != nil && ctx.Err() == nil {
+			return failed(err) // nothing charged; the round goes on without this silo
+		}
+		return rec, err // nothing charged: retry (or the attempt was abandoned)
+	}
+	global, err := fl.DecodeGlobal(raw)
+	if err != nil {
+		return decline(bad("the global model %s cannot be decoded: %v", from.Short(), err))
 	}
 	journaled() // the data is read from here on
 	train, held, err := a.runData(st.Run, &spec, &b)
