@@ -107,3 +107,72 @@ func TestLeasePollsBoundedPerMember(t *testing.T) {
 	// The places come back when the polls end.
 	waitUntil(t, "the held polls to end", 2*time.Minute, func() bool { return p.node.api.Held("w1") == 0 })
 }
+
+// A child cluster's heartbeat (api.LeaseRequest.Heartbeat; liveness.go):
+// each of its nodes holds one; the child stays alive while any is held,
+// its leader's connection closing is no loss while another node beats,
+// and the last one's connection closing makes it gone at once, whatever
+// the silo lease (here 20 minutes). A heartbeat never leases anything.
+func TestHeartbeatLiveness(t *testing.T) {
+	t.Parallel()
+	p := newTestPool(t, trust.Own, 1, Options{SiloLease: 20 * time.Minute})
+	cfg, err := identity.ClientTLSConfig(p.ids["w1"], p.fed, "agg-1", identity.Aggregator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg, _ := p.fed.Member("agg-1")
+	// One client per "node": each its own connection.
+	beat := func(ctx context.Context) {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+		defer hc.CloseIdleConnections()
+		req, _ := http.NewRequestWithContext(ctx, "POST", "https://"+agg.Address+"/v1/lease", strings.NewReader(`{"max":5,"heartbeat":true,"wait_ms":30000}`))
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := hc.Do(req); err == nil {
+			var out struct{ Grants []json.RawMessage }
+			json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+			if len(out.Grants) > 0 {
+				t.Errorf("a heartbeat leased %d shards", len(out.Grants))
+			}
+		}
+	}
+	// Work is leasable: a lease poll would be answered with it at once.
+	plan, err := p.compile(t.Context(), p.writeJob(map[string]string{
+		"job.yaml": "name: hb\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 3000, chunks: 3}}\nreducer: {use: mean, params: {weight: samples}}\n",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := submit(t.Context(), p.client("alice"), p.fed, plan); err != nil {
+		t.Fatal(err)
+	}
+	first, stopFirst := context.WithCancel(t.Context())
+	second, stopSecond := context.WithCancel(t.Context())
+	defer stopFirst()
+	defer stopSecond()
+	go beat(first)
+	go beat(second)
+	waitUntil(t, "two held heartbeats", 2*time.Minute, func() bool { return p.node.api.Beating("w1") == 2 })
+	if !p.node.alive("w1") {
+		t.Fatal("a peer holding heartbeats is not alive")
+	}
+	stopFirst() // the child's leader dies
+	waitUntil(t, "one held heartbeat", 2*time.Minute, func() bool { return p.node.api.Beating("w1") == 1 })
+	if !p.node.alive("w1") {
+		t.Fatal("a peer still beating through another node was judged gone")
+	}
+	stopSecond() // and then every other node
+	waitUntil(t, "the child judged gone", 2*time.Minute, func() bool { return !p.node.alive("w1") })
+	if n := p.node.api.Beating("w1"); n != 0 {
+		t.Fatalf("%d heartbeats still counted", n)
+	}
+	js, err := p.node.fsm.machine().Job(plan.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range js.Shards {
+		if len(s.Leases) > 0 {
+			t.Fatalf("shard %d was leased by a heartbeat: %+v", s.Index, s.Leases)
+		}
+	}
+}

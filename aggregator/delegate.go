@@ -260,6 +260,51 @@ func (n *Node) delegateLoop(ctx context.Context) {
 	}
 }
 
+// beat holds this node's heartbeat toward the parent cluster for the
+// node's life (api.LeaseRequest.Heartbeat; liveness.go). Every node of a
+// child beats, not only its leader: a leader change is no silence at the
+// parent, and the parent judges the child gone only when every node's
+// connection has closed, or when none has beaten for its silo lease. A
+// node beats only while it hears from a leader of its own cluster
+// (consensus.Status.Fresh): a child without quorum can host nothing, and
+// its silence lets the parent's rounds go on without it.
+func (n *Node) beat(ctx context.Context) {
+	d := n.opt.Delegate
+	parent, err := api.NewClient(d.Identity, d.Parent)
+	if err != nil {
+		n.log.Error("delegate heartbeat", "err", err)
+		return
+	}
+	pause := func(d time.Duration) {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+	for ctx.Err() == nil {
+		if !n.raft.Status().Fresh {
+			pause(beatRetry / 4) // an election: beat again once it has a leader
+			continue
+		}
+		// The parent holds it within its silo lease (api.Server.MaxHold)
+		// and answers; the next is sent at once.
+		if _, err := parent.Lease(ctx, api.LeaseRequest{Heartbeat: true, WaitMS: int(beatWait.Milliseconds())}); err != nil && ctx.Err() == nil {
+			n.log.Debug("delegate heartbeat", "err", err)
+			pause(beatRetry)
+		}
+	}
+}
+
+// beatWait is how long a heartbeat asks to be held (the parent holds it
+// less: half its silo lease at most); beatRetry the pause after one
+// failed.
+const (
+	beatWait  = 30 * time.Second
+	beatRetry = time.Second
+)
+
 // running returns the running sub-jobs, and whether any other is
 // decided and not yet reported in this tenure.
 func (g *delegator) running() (running []coordinator.JobStatus, unreported bool) {

@@ -43,7 +43,12 @@ import (
 // A child that loses its sub-cohort's round (its leader died, its round
 // failed) hands the round's leases back; a lease that ends without a
 // report ends the parent round at once, and the run retries it under a
-// new round ID (retryRound), as a flat round whose host is lost.
+// new round ID (retryRound), as a flat round whose host is lost. A child
+// that is gone (its heartbeat, liveness.go: every node's connection
+// closed, or none beat within the lease) ends the round the same way,
+// and the retry leaves its silos out as absent (runRound): the other
+// children's sub-cohorts go on when they still make a round. Its silos
+// rejoin at the first round planned after it beats again.
 
 // hierCohort splits members by the child cluster that leads each silo.
 // It returns nil (a flat round) when no member is led by a child, and
@@ -132,8 +137,9 @@ func (n *Node) viaOf(silo string) string {
 // an error, when a child gives up its part: a lease on a silo's shard
 // held by the child ends (handed back or expired) while the shard is
 // undecided — the child lost its sub-cohort's round and will not forward
-// its partial sum. The round's phase deadlines bound the wait (a child
-// that holds its leases but never forwards).
+// its partial sum — or the child is gone (its heartbeat lapsed). The
+// round's phase deadlines bound the wait (a child that beats and holds
+// its leases but never forwards).
 func (n *Node) waitParent(ctx context.Context, b *fl.RoundBundle, job content.Ref) (*secagg.Result, error) {
 	d := n.opt.SecAgg
 	if d.Advertise <= 0 {
@@ -143,7 +149,11 @@ func (n *Node) waitParent(ctx context.Context, b *fl.RoundBundle, job content.Re
 	wctx, cancel := context.WithTimeoutCause(ctx, limit, errors.New("the children's partial sums did not all arrive within the round's deadlines"))
 	defer cancel()
 	lost := make(chan string, 1)
-	go n.watchChildren(wctx, job, lost)
+	var children []string
+	for _, sc := range b.SubCohorts {
+		children = append(children, sc.Cluster)
+	}
+	go n.watchChildren(wctx, job, children, lost)
 	type out struct {
 		res *secagg.Result
 		err error
@@ -167,14 +177,35 @@ func (n *Node) waitParent(ctx context.Context, b *fl.RoundBundle, job content.Re
 }
 
 // watchChildren sends on lost when a child's lease on an undecided shard
-// of the round job ends without a report (see waitParent).
-func (n *Node) watchChildren(ctx context.Context, job content.Ref, lost chan<- string) {
+// of the round job ends without a report, or when one of children is
+// gone (see waitParent). It sleeps until the earliest moment a child's
+// heartbeat can lapse, or until a held one's connection closes, as
+// excuseLapsed does: no fixed tick.
+func (n *Node) watchChildren(ctx context.Context, job content.Ref, children []string, lost chan<- string) {
 	events, cancel := n.hub.Subscribe(job)
 	defer func() { cancel() }()
+	lapse := time.NewTimer(time.Hour)
+	defer lapse.Stop()
 	for {
+		gone := n.peerGone.wait()
+		next := time.Hour
+		for _, c := range children {
+			d := n.lapsesIn(c)
+			if d < 0 {
+				select {
+				case lost <- fmt.Sprintf("child cluster %s is gone (no node of it beats here: every connection closed, or none beat within the lease)", c):
+				default:
+				}
+				return
+			}
+			next = min(next, d)
+		}
+		lapse.Reset(next + time.Millisecond)
 		select {
 		case <-ctx.Done():
 			return
+		case <-gone:
+		case <-lapse.C:
 		case e, ok := <-events:
 			if !ok {
 				cancel()

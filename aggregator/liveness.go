@@ -16,6 +16,16 @@ import (
 // leader's planning input, not replicated state (law 10: it enters the log
 // only as the cohort of a round job). A new leader knows nobody yet, and
 // gives every silo one lease from the start of its tenure to poll.
+//
+// A child cluster (docs/tree.md) beats the same way: each of its nodes
+// holds a heartbeat toward this one (api.LeaseRequest.Heartbeat), so the
+// child is alive while one is held here, or was answered within the
+// lease; it is gone at once when the last held one's connection closes
+// (every node died), and otherwise a lease after its last beat (cut
+// off, or without a leader of its own: its nodes beat only while they
+// hear from one). Its leader dying ends only that node's heartbeat. A
+// silo that a child leads is the child's to judge: here it is alive
+// while its child is (runRound).
 
 func (n *Node) siloLease() time.Duration {
 	if n.opt.SiloLease > 0 {
@@ -28,11 +38,19 @@ func (n *Node) siloLease() time.Duration {
 func (n *Node) sawPeer(peer string) { n.seen.Store(peer, time.Now()) }
 
 // lostPeer records a peer whose held poll ended with its connection
-// (api.Server.Gone), and wakes whoever waits on a lapse.
+// (api.Server.Gone), and wakes whoever waits on a lapse. A peer that
+// still holds another heartbeat here (another node of a child cluster)
+// is not lost.
 func (n *Node) lostPeer(peer string) {
+	if n.beating(peer) {
+		return
+	}
 	n.seen.Store(peer, time.Time{})
 	n.peerGone.fire()
 }
+
+// beating reports whether peer holds a heartbeat here now.
+func (n *Node) beating(peer string) bool { return n.api != nil && n.api.Beating(peer) > 0 }
 
 // signal is a broadcast condition: wait returns a channel closed by the
 // next fire. The zero value is ready.
@@ -76,6 +94,9 @@ func (n *Node) alive(silo string) bool { return n.lapsesIn(silo) >= 0 }
 // lapsesIn returns how long until silo's lease lapses (negative once it
 // has; a silo whose held poll ended with its connection has lapsed).
 func (n *Node) lapsesIn(silo string) time.Duration {
+	if n.beating(silo) {
+		return n.siloLease() // its held heartbeat is answered within the lease
+	}
 	if v, ok := n.seen.Load(silo); ok {
 		t := v.(time.Time)
 		if t.IsZero() {

@@ -383,6 +383,13 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		defer n.done.Done()
 		n.leaderDuties(ctx)
 	}()
+	if opt.Delegate != nil {
+		n.done.Add(1)
+		go func() {
+			defer n.done.Done()
+			n.beat(ctx)
+		}()
+	}
 	if err := n.startObservers(opt.HealthListen, opt.MetricsListen); err != nil {
 		n.Close()
 		return nil, err

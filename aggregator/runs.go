@@ -410,10 +410,17 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			absentNames = append(absentNames, s)
 			continue
 		}
-		// A silo led by a child cluster polls there, not here: its
-		// child's round of the sub-cohort leaves it out if it is gone.
+		// A silo led by a child cluster polls there, not here: it is
+		// alive here while its child is (its heartbeat, liveness.go),
+		// and the child's round of the sub-cohort leaves it out if it
+		// is gone there.
 		if m.Cluster == "" && !n.alive(s) {
 			absent = append(absent, s)
+			absentNames = append(absentNames, s)
+			continue
+		}
+		if m.Cluster != "" && !n.alive(m.Cluster) {
+			absent = append(absent, fmt.Sprintf("%s (its child cluster %s is gone)", s, m.Cluster))
 			absentNames = append(absentNames, s)
 			continue
 		}

@@ -114,6 +114,12 @@ type LeaseRequest struct {
 	// shard becomes leasable for the peer. It is also the peer's
 	// heartbeat: a silo that stops polling is left out of rounds.
 	WaitMS int `json:"wait_ms,omitempty"`
+	// Heartbeat makes the request lease nothing: the leader holds it
+	// WaitMS (at most 30 s, and within its silo lease) and answers with
+	// no grants. Every node of a child cluster holds one toward its
+	// parent (docs/tree.md): the child is alive there while one is held,
+	// and gone at once when the last one's connection closes.
+	Heartbeat bool `json:"heartbeat,omitempty"`
 }
 
 // RenewRequest renews one lease.

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/scellis/scellis/diag"
 )
@@ -15,6 +16,12 @@ import (
 const (
 	maxLeaseHolds   = 4
 	maxEventStreams = 16
+	// maxHeartbeats: two per node of a child cluster of 5 (a held one
+	// and the one answered just before it, which lingers), and room for
+	// a restarted node whose old connection is not yet seen closed.
+	maxHeartbeats = 12
+	// beatLinger: how long an answered heartbeat still counts (Server.heartbeat).
+	beatLinger = 2 * time.Second
 )
 
 // holds counts open long-lived requests per (kind, member). The zero value
@@ -57,4 +64,12 @@ func (s *Server) Held(member string) int {
 	s.holds.mu.Lock()
 	defer s.holds.mu.Unlock()
 	return s.holds.n[placeKey{"lease", member}]
+}
+
+// Beating is how many heartbeats (LeaseRequest.Heartbeat) member holds
+// open on this node now: for a child cluster, how many of its nodes beat.
+func (s *Server) Beating(member string) int {
+	s.holds.mu.Lock()
+	defer s.holds.mu.Unlock()
+	return s.holds.n[placeKey{"heartbeat", member}]
 }

@@ -410,6 +410,10 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.Heartbeat {
+		s.heartbeat(w, r, peer, time.Duration(req.WaitMS)*time.Millisecond)
+		return
+	}
 	s.seen(peer)
 	now := s.now()
 	if s.Read.Leasable(peer, now) == 0 && req.WaitMS > 0 {
@@ -438,6 +442,42 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.apply(w, r, coordinator.Lease{Peer: peer, Now: now, Max: req.Max, Job: req.Job, RequestID: req.RequestID})
+}
+
+// heartbeat holds a heartbeat (LeaseRequest.Heartbeat) until wait
+// passes (capped as a lease poll is) or the peer goes away, and leases
+// nothing. Its place is given back before Gone is called, so Gone sees
+// only the peer's other heartbeats (Beating): a child cluster whose
+// leader died still beats through its other nodes. An answered
+// heartbeat keeps its place beatLinger longer, the time its node takes
+// to send the next: a node between two heartbeats still counts when
+// another node's connection closes.
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, peer string, wait time.Duration) {
+	s.seen(peer)
+	if wait > 0 {
+		wait = min(wait, maxLeaseWait)
+		if s.MaxHold > 0 {
+			wait = min(wait, s.MaxHold)
+		}
+		leave, ok := s.holds.enter(w, "heartbeat", peer, maxHeartbeats)
+		if !ok {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-r.Context().Done():
+			t.Stop()
+			leave()
+			if s.Gone != nil {
+				s.Gone(peer)
+			}
+			return
+		case <-t.C:
+		}
+		time.AfterFunc(beatLinger, leave)
+		s.seen(peer)
+	}
+	writeJSON(w, http.StatusOK, coordinator.LeaseResponse{Grants: []coordinator.LeaseGrant{}})
 }
 
 func (s *Server) seen(peer string) {

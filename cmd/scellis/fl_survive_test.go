@@ -100,6 +100,7 @@ type roundView struct {
 	Round        int      `json:"round"`
 	Participants []string `json:"participants"`
 	Dropped      []string `json:"dropped"`
+	Absent       []string `json:"absent"`
 	Final        bool     `json:"final"`
 	State        string   `json:"state"`
 }

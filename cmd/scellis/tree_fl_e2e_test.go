@@ -206,4 +206,49 @@ seed: 3
 	if worst > 1e-6 {
 		t.Fatalf("the tree's model differs from the flat run's by %.3g", worst)
 	}
+
+	// A whole child cluster dies mid-run: a second, short run on the same
+	// tree, and once its round 0 has completed with all nine silos, every
+	// node of child-a is killed. Its heartbeats to the parent end with
+	// their connections, so the parent ends the round in flight at once
+	// (its silo lease here is two minutes, its round leases an hour) and
+	// retries it with child-a's silos absent; child-b's five make the
+	// later rounds alone (cohort.min 3). Four rounds: the kill lands one
+	// status read after round 0, long before three more rounds of two
+	// clusters' secure aggregation could end. About 5–10 s at load 10.
+	t1 := time.Now()
+	p.write("run2.yaml", strings.Replace(strings.Replace(spec, "name: tree-fl\n", "name: tree-fl-2\n", 1), "rounds: 3\n", "rounds: 4\ncohort: {min: 3}\n", 1))
+	id2 := strings.TrimSpace(p.mustCLI("alice", "fl", "launch", "run2.yaml"))
+	waitFor(t, "round 0 of the second run", 2*time.Minute, func() bool { return len(p.run(id2).Models) >= 1 })
+	for _, n := range a.aggs {
+		a.kill(n, syscall.SIGKILL)
+	}
+	killed := time.Now()
+	rows := p.rounds(id2) // fl watch --json: until the run ends
+	st2 := p.run(id2)
+	if st2.State != "done" || len(st2.Models) != 4 {
+		t.Fatalf("after child-a died the second run is %s with %d of 4 rounds: %s\n%+v", st2.State, len(st2.Models), st2.Reason, rows)
+	}
+	bOnly := []string{"b1", "b2", "b3", "b4", "b5"}
+	if len(rows[0].Participants) != 9 {
+		t.Fatalf("round 0 of the second run summed %v, not the nine silos", rows[0].Participants)
+	}
+	alone := false // once child-a is out, it stays out: it never came back
+	for _, r := range rows[1:] {
+		switch {
+		case strings.Join(r.Participants, ",") == strings.Join(bOnly, ",") && strings.Join(r.Absent, ",") == "a1,a2,a3,a4":
+			alone = true
+		case !alone && len(r.Participants) == 9:
+		default:
+			t.Fatalf("round %d of the second run summed %v (absent %v); want the nine before the kill, then child-b's five with child-a's four absent", r.Round, r.Participants, r.Absent)
+		}
+	}
+	if !alone {
+		t.Fatalf("no round of the second run went on without child-a: %+v", rows)
+	}
+	ag2, _ := peerCounts(p.status("alice", st2.Jobs[len(st2.Jobs)-1]))
+	if ag2["child-b"] != 5 || ag2["child-a"] != 0 {
+		t.Fatalf("the last round's shards were verified by %v, not child-b (5) alone", ag2)
+	}
+	t.Logf("child-a killed %v after the second run's launch; the run ended %v later with %d round jobs for 4 rounds", killed.Sub(t1), time.Since(killed), len(st2.Jobs))
 }
