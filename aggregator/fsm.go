@@ -55,7 +55,37 @@ func (f *fsm) Apply(cmd []byte) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("aggregator: coordinator response not encodable: %v", err))
 	}
-	return encodeApplied(api.Applied{Response: resp})
+	return encodeResponse(resp)
+}
+
+// appliedPrefix opens the encoding of an api.Applied holding only a
+// response.
+const appliedPrefix = `{"response":`
+
+// encodeResponse encodes api.Applied{Response: resp} for resp straight
+// from json.Marshal — compact and HTML-escaped, so the bytes are those
+// encodeApplied would write — without scanning and copying resp again.
+func encodeResponse(resp []byte) []byte {
+	if len(resp) == 0 || string(resp) == "null" {
+		return encodeApplied(api.Applied{Response: resp})
+	}
+	b := make([]byte, 0, len(appliedPrefix)+len(resp)+1)
+	b = append(b, appliedPrefix...)
+	b = append(b, resp...)
+	return append(b, '}')
+}
+
+// decodeApplied decodes what fsm.Apply returned. An outcome that holds
+// only a response (encodeResponse: every command not refused) is sliced,
+// not scanned again; the response is valid JSON, the machine's own
+// json.Marshal output. Anything else is decoded as JSON.
+func decodeApplied(out []byte) (api.Applied, error) {
+	if len(out) > len(appliedPrefix)+1 && string(out[:len(appliedPrefix)]) == appliedPrefix && out[len(out)-1] == '}' {
+		return api.Applied{Response: out[len(appliedPrefix) : len(out)-1]}, nil
+	}
+	var a api.Applied
+	err := json.Unmarshal(out, &a)
+	return a, err
 }
 
 func encodeApplied(a api.Applied) []byte {

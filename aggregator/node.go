@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -458,8 +457,8 @@ func (n *Node) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied,
 	if err != nil {
 		return api.Applied{}, n.leaderErr(err)
 	}
-	var a api.Applied
-	if err := json.Unmarshal(out, &a); err != nil {
+	a, err := decodeApplied(out)
+	if err != nil {
 		return api.Applied{}, fmt.Errorf("aggregator: undecodable outcome: %w", err)
 	}
 	return a, nil

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 
@@ -107,7 +109,58 @@ func refusedItem(d *diag.Diagnostic) BatchItem { return BatchItem{Refusal: diag.
 // decodeItems reads a batch body {"<what>": [item, …]} into items,
 // checking the count first and then each item on its own, so a malformed
 // item (a bad ref, an unknown field) is refused naming it.
+//
+// A well-formed body — every batch a worker sends — is decoded in one
+// pass, by the same rules (unknown fields and trailing data refused);
+// only a body that fails it is read again item by item, for the
+// diagnostic that names the item (decodeItemsByItem).
 func decodeItems[T any](w http.ResponseWriter, r *http.Request, what string, items *[]T) bool {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		status := http.StatusBadRequest
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			status = http.StatusRequestEntityTooLarge
+		}
+		writeDiag(w, status, diag.New(diag.PoolBadRequest, r.URL.Path, "malformed request body: %v", err).WithHelp("%s", decodeHelp))
+		return false
+	}
+	if list, ok := decodeBatch[T](body, what); ok {
+		if d := checkBatch(what, len(list)); d != nil {
+			writeDiag(w, http.StatusBadRequest, d)
+			return false
+		}
+		*items = list
+		return true
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return decodeItemsByItem(w, r, what, items)
+}
+
+// decodeBatch decodes body as {"<what>": [T, …]} and nothing else (no
+// other key, no unknown field in an item, no trailing data); ok is false
+// for any other body.
+func decodeBatch[T any](body []byte, what string) (list []T, ok bool) {
+	var m map[string][]T
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false
+	}
+	list, found := m[what]
+	if len(m) != 1 || !found {
+		return nil, false
+	}
+	return list, true
+}
+
+// decodeItemsByItem is decodeItems for a body the one pass refused: it
+// reads the items as raw values, then each on its own, so the refusal
+// names the first malformed item.
+func decodeItemsByItem[T any](w http.ResponseWriter, r *http.Request, what string, items *[]T) bool {
 	var raw map[string][]json.RawMessage
 	if !decode(w, r, &raw) {
 		return false
@@ -247,6 +300,14 @@ func (s *Server) applyBatch(w http.ResponseWriter, r *http.Request, cmds []coord
 			s.writeApplied(w, r, res, err)
 			return
 		}
+		if len(at) == len(out) && inOrder(at) {
+			// Every item became a command, in order: the batch's answer
+			// is already the response body (coordinator.BatchResponse
+			// and BatchResponse encode alike), as a single endpoint's
+			// is (writeApplied); not decoded and encoded again.
+			s.writeApplied(w, r, res, nil)
+			return
+		}
 		var br BatchResponse
 		if err := json.Unmarshal(res.Response, &br); err != nil || len(br.Results) != len(cmds) {
 			s.logError("batch", fmt.Errorf("a batch of %d commands answered %d results (%v)", len(cmds), len(br.Results), err))
@@ -258,6 +319,16 @@ func (s *Server) applyBatch(w http.ResponseWriter, r *http.Request, cmds []coord
 		}
 	}
 	writeJSON(w, http.StatusOK, BatchResponse{Results: out})
+}
+
+// inOrder reports whether at is 0, 1, …, len(at)-1.
+func inOrder(at []int) bool {
+	for k, i := range at {
+		if i != k {
+			return false
+		}
+	}
+	return true
 }
 
 // CommitBatch commits the caller to several results in one request; the

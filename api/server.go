@@ -194,8 +194,10 @@ func (s *Server) now() int64 {
 
 // decode reads a bounded JSON body, refusing unknown fields.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	return DecodeJSON(w, r, v, diag.PoolBadRequest, "control-plane requests carry hashes, not data; upload bytes to the blob endpoint")
+	return DecodeJSON(w, r, v, diag.PoolBadRequest, decodeHelp)
 }
+
+const decodeHelp = "control-plane requests carry hashes, not data; upload bytes to the blob endpoint"
 
 // DecodeJSON reads one JSON value from r's body (bounded by the caller's
 // http.MaxBytesReader) into v, refusing unknown fields and trailing data.

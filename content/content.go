@@ -153,6 +153,15 @@ func (r *Ref) UnmarshalCBOR(b []byte) error {
 
 // UnmarshalJSON refuses a malformed ref where it is decoded.
 func (r *Ref) UnmarshalJSON(b []byte) error {
+	// A well-formed ref is a plain quoted string with nothing to unescape
+	// (IsRef allows no other byte): taken as is, without decoding the
+	// literal again (a batch of reports holds two per item).
+	if len(b) == len(refPrefix)+64+2 && b[0] == '"' && b[len(b)-1] == '"' {
+		if s := string(b[1 : len(b)-1]); IsRef(s) {
+			*r = Ref(s)
+			return nil
+		}
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return err

@@ -76,6 +76,12 @@ func TestRefDecodersAcceptWellFormed(t *testing.T) {
 			t.Errorf("CBOR %q: %v %q", s, err, cv.Ref)
 		}
 	}
+	// A ref written with an escape is the same ref (the quick path takes
+	// only plain literals; the others are decoded as JSON strings).
+	var escaped Ref
+	if err := json.Unmarshal([]byte(`"sha256\u003a`+good.Hex()+`"`), &escaped); err != nil || escaped != good {
+		t.Errorf("escaped JSON ref: %v %q", err, escaped)
+	}
 	if good.Hex() != string(good)[len("sha256:"):] {
 		t.Fatal("Hex")
 	}
