@@ -32,6 +32,13 @@ type Silo struct {
 	LogLevel       string    // off, error, warn, info, debug
 	LogFormat      string    // text (default) or json
 	MetricsListen  string    // /metrics in plain HTTP (empty: off)
+	// ParentFederation, for a silo led by a child cluster in a tree of
+	// clusters, is the parent cluster's federation file, which lists
+	// this silo with `cluster: CHILD`: before the silo sends anything
+	// keyed to a hierarchical round's Params it asks a parent aggregator
+	// whether the bundle its child served is the parent's (silo/parent.go;
+	// docs/tree.md). Empty: no such check.
+	ParentFederation string
 	// The data plane (docs/dataplane.md), as a worker's: round bundles,
 	// models and secure-aggregation messages go over data channels to
 	// the aggregators (ICEPolicy all or relay), HTTPS being the last
@@ -159,6 +166,7 @@ func LoadSilo(file string) (*Silo, error) {
 		}, logLevels...)),
 		mk("log_format", false, "", logFormat(&c.LogFormat)),
 		mk("metrics_listen", false, "", str(&c.MetricsListen)),
+		mk("parent_federation", false, "", str(&c.ParentFederation)),
 		mk("ice_policy", false, "", icePolicy(&c.ICEPolicy)),
 		mk("stun", false, "", strs(&c.STUN, stunURL)),
 		mk("p2p_via", false, "", str(&c.P2PVia)),
@@ -226,6 +234,7 @@ func LoadSilo(file string) (*Silo, error) {
 	c.Identity = resolve(file, c.Identity)
 	c.PassphraseFile = resolve(file, c.PassphraseFile)
 	c.Federation = resolve(file, c.Federation)
+	c.ParentFederation = resolve(file, c.ParentFederation)
 	c.DataDir = resolve(file, c.DataDir)
 	c.Ledger = resolve(file, c.Ledger)
 	if c.Ledger == "" && c.DataDir != "" {

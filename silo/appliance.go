@@ -43,6 +43,10 @@ type Appliance struct {
 	Rounds  *MemoryRoundLog
 	Data    map[string]*model.Dataset
 
+	// Parent, for a silo led by a child cluster (config
+	// parent_federation), is the parent cluster it checks every
+	// hierarchical round with before taking part (parent.go); nil: none.
+	Parent *Parent
 	// SecAgg lists the base URLs ("https://host:port") of the aggregators
 	// that may host a round's secure aggregation; the silo takes part on
 	// the first that has the round open. Default: every aggregator of the
@@ -111,8 +115,13 @@ func Open(c *config.Silo, id *identity.Identity, fed *identity.Federation, opt O
 		return nil, diag.New(diag.WorkerConfig, c.Name, "member %q is a %s in %s, not a silo", c.Name, m.Role, fed.File).
 			At(c.File, 1, 1).WithHelp("the federation's operator lists the silo with role: silo")
 	}
-	a := &Appliance{Name: c.Name, ID: id, Fed: fed, Config: c, Rounds: &MemoryRoundLog{}, Data: map[string]*model.Dataset{}, Logf: opt.Logf}
-	var err error
+	// Before anything is created: a parent_federation that does not list
+	// the silo under a child cluster refuses the config (SC7610).
+	parent, err := OpenParent(c, id)
+	if err != nil {
+		return nil, err
+	}
+	a := &Appliance{Name: c.Name, ID: id, Fed: fed, Config: c, Parent: parent, Rounds: &MemoryRoundLog{}, Data: map[string]*model.Dataset{}, Logf: opt.Logf}
 	if a.Catalog, err = catalog.Builtin(); err != nil {
 		return nil, err
 	}
@@ -153,6 +162,7 @@ func Open(c *config.Silo, id *identity.Identity, fed *identity.Federation, opt O
 		a.Ledger.Close()
 		return nil, err
 	}
+
 	for _, agg := range fed.ByRole(identity.Aggregator) {
 		if agg.Address != "" {
 			a.SecAgg = append(a.SecAgg, "https://"+agg.Address)
@@ -301,7 +311,7 @@ func (a *Appliance) Dispatch(ctx context.Context, g coordinator.LeaseGrant) {
 	if l, ok := w.TakeLeased(g.Job); ok && l.Run != "" {
 		// A round job, as the lease response described it: no status
 		// read on the round's path (issue 19).
-		st = coordinator.JobStatus{ID: l.Job, Bundle: l.Bundle, Policy: l.Policy, Run: l.Run, Round: l.Round, State: coordinator.JobRunning}
+		st = coordinator.JobStatus{ID: l.Job, Bundle: l.Bundle, Policy: l.Policy, Run: l.Run, Round: l.Round, State: coordinator.JobRunning, Delegated: l.Delegated}
 	} else {
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var err error

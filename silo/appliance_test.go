@@ -52,13 +52,14 @@ type roundWorld struct {
 	reports  map[string]content.Ref // silo → reported contribution blob
 	badOrder []string               // masked inputs that arrived before their charge
 	masked   map[string]bool
+	sent     map[string]int // requests each silo made to the secure-aggregation host
 }
 
 var siloNames = []string{"hospital-a", "hospital-b", "hospital-c", "hospital-d"}
 
 func newRoundWorld(t *testing.T) *roundWorld {
 	w := &roundWorld{t: t, dir: t.TempDir(), ids: map[string]*identity.Identity{}, silos: map[string]*silo.Appliance{},
-		blobs: map[content.Ref][]byte{}, reports: map[string]content.Ref{}, masked: map[string]bool{}}
+		blobs: map[content.Ref][]byte{}, reports: map[string]content.Ref{}, masked: map[string]bool{}, sent: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +157,16 @@ func (w *roundWorld) put(b []byte) content.Ref {
 	return ref
 }
 
-// checkCharged records, when a silo's masked input arrives, whether its
-// ledger already holds a charge for the round (law 6: charge before
-// release).
+// checkCharged counts every request a silo makes to the host and records,
+// when a silo's masked input arrives, whether its ledger already holds a
+// charge for the round (law 6: charge before release).
 func (w *roundWorld) checkCharged(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if m, ok := w.fed.PeerFromRequest(r); ok {
+			w.mu.Lock()
+			w.sent[m.Name]++
+			w.mu.Unlock()
+		}
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/masked") {
 			m, _ := w.fed.PeerFromRequest(r)
 			w.mu.Lock()

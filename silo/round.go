@@ -165,6 +165,10 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if b.Format != fl.RoundFormat || b.Run != st.Run || b.Round != st.Round {
 		return decline(bad("the round bundle (format %q, run %s, round %d) is not this job's round", b.Format, b.Run.Short(), b.Round))
 	}
+	// A silo led by a child cluster checks the round with the parent
+	// (parent.go) while the spec and model arrive; the verdict is waited
+	// for before the round's lock, ledger and journal.
+	parentVerdict := a.startParentCheck(ctx, g, st, raw, b, subject)
 	// A hierarchical round (a tree of clusters): the silo takes part in
 	// its sub-cohort's round, hosted by the child cluster it belongs to,
 	// with the Params — and the parent's key — of the parent's round
@@ -219,6 +223,14 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		return decline(err)
 	} else {
 		req.Privacy.GridBits = f // the grid the sum is decoded from
+	}
+	// Nothing keyed to the round's Params leaves before the parent has
+	// confirmed them: no advert, no share box, no (re-sent) input.
+	if err := parentVerdict(); err != nil {
+		if ctx.Err() != nil {
+			return rec, ctx.Err()
+		}
+		return decline(err)
 	}
 	now := a.now()
 	consumer := Consumer(req.Run, req.Round)

@@ -200,8 +200,34 @@ func checkWorker(c *config.Worker, stderr io.Writer, online bool) (*identity.Ide
 // itself before it touches anything: identity, membership, data_dir and its
 // policy's strategies (datasets are parsed in full by config.LoadSilo).
 func checkSilo(c *config.Silo, stderr io.Writer, online bool) (*identity.Identity, *identity.Federation, error) {
+	// parent_federation (a silo led by a child cluster) must list the
+	// silo under a child (SC7610); checked first, so that a refused
+	// config does not go online.
+	var pds diag.List
+	if c.ParentFederation != "" {
+		parent, err := identity.LoadFederation(c.ParentFederation)
+		if err == nil {
+			if _, d := silo.ParentListing(parent, c.Name); d != nil {
+				err = c.Pos.At(d, c.File, "parent_federation")
+			}
+		}
+		if err != nil {
+			for _, d := range asList(err) {
+				if d.Pos == nil {
+					c.Pos.At(d, c.File, "parent_federation")
+				}
+				pds = append(pds, d)
+			}
+		}
+	}
 	id, fed, ds := checkMember(applianceMember{file: c.File, name: c.Name, key: c.Identity, passphrase: c.PassphraseFile,
-		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Silo}, online: online}, stderr)
+		federation: c.Federation, pos: c.Pos, roles: []identity.Role{identity.Silo}, online: online && len(pds) == 0}, stderr)
+	ds = append(ds, pds...)
+	if id != nil && len(pds) == 0 && c.ParentFederation != "" {
+		if _, err := silo.OpenParent(c, id); err != nil { // the parent's entry carries this silo's key
+			ds = append(ds, asList(err)...)
+		}
+	}
 	if d := checkWritableDir(c.File, c.Pos, "data_dir", c.DataDir); d != nil {
 		ds = append(ds, d)
 	}

@@ -73,9 +73,12 @@ seed: 3
 	}
 	for i, s := range silos {
 		c := tr.children["child-"+s[1]]
-		c.write(s[0]+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\npoll: 200ms\n"+
+		// Each silo checks every round with the parent (parent_federation:
+		// the parent's file lists it under its child) before it sends
+		// anything keyed to the round's Params.
+		c.write(s[0]+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\nparent_federation: %s\ndata_dir: %s/data\npoll: 200ms\n"+
 			"datasets:\n  - {name: patients, path: %s, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\npolicy:\n  min_cohort: 3\n",
-			s[0], s[0], s[0], filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1))))
+			s[0], s[0], filepath.Join(p.dir, "federation.yaml"), s[0], filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1))))
 		// fl simulate reads one file per site, named as the silo (its seeds are the silo's).
 		if err := os.MkdirAll(filepath.Join(p.dir, "sim"), 0o755); err != nil {
 			t.Fatal(err)
@@ -163,6 +166,14 @@ seed: 3
 	for _, r := range p.rounds(id) {
 		if len(r.Participants) != 9 {
 			t.Fatalf("round %d summed %v, not the nine silos", r.Round, r.Participants)
+		}
+	}
+	// Every silo took part after checking each round's bundle with the
+	// parent: it contributed to the last round, so it checked it.
+	for _, s := range silos {
+		log, _ := os.ReadFile(filepath.Join(tr.children["child-"+s[1]].dir, s[0]+".log"))
+		if n := strings.Count(string(log), "checked with the parent: the round's bundle"); n == 0 || strings.Contains(string(log), "SC761") {
+			t.Fatalf("silo %s checked %d rounds with the parent (or refused one):\n%s", s[0], n, log)
 		}
 	}
 	// Each silo's shard of a round is verified at the parent by the
