@@ -154,7 +154,7 @@ func (a *Appliance) checkWithParent(ctx context.Context, g coordinator.LeaseGran
 		if ctx.Err() != nil {
 			return ctx.Err() // the round ended first
 		}
-		return diag.New(diag.SiloParentUnreachable, subject, "no aggregator of the parent federation %s answered within %v whether the round's bundle is the parent's: %v", p.Fed.File, timeout, err).
+		return diag.New(diag.SiloParentUnreachable, subject, "the aggregators of the parent federation %s did not say within %v whether the round's bundle is the parent's: %v", p.Fed.File, timeout, err).
 			WithHelp("the silo takes no part in a round it cannot check (nothing is charged or sent); check that the parent's aggregators in %s are up and reachable from this silo", p.Fed.File)
 	}
 	if pj.Bundle != served || pj.Run != st.Run || pj.Round != st.Round {
