@@ -65,9 +65,14 @@ import (
 // (a dozen parameters: the figure is the system's overhead), and d=1e6,
 // a one-hidden-layer MLP of 10^6 parameters on 32 rows per site, one
 // SGD step (the figure adds moving, masking, noising, caching and summing a
-// million-element update).
+// million-element update). A third case, rounds=5, is d=tiny as a run of
+// five rounds, its figures per round against five plain-Go rounds: it
+// adds what a one-round run never pays, the hand-over from one round to
+// the next (the round reduced, the next one planned).
 //
 //	go test -run x -bench FLRound -benchtime 5x ./aggregator/
+//	go test -run x -bench 'FLRound/d=tiny' -benchtime 20x ./aggregator/
+//	go test -run x -bench 'FLRound/rounds=5' -benchtime 5x ./aggregator/
 
 const (
 	flBenchSites   = 4
@@ -83,12 +88,17 @@ type flBenchSize struct {
 	params int   // 0: logistic regression; else an MLP of at least this many parameters
 	epochs int64 // local epochs (0: steps)
 	steps  int64 // local SGD steps, when epochs is 0
-	goReps int   // baseline rounds per iteration (averaged for a steadier figure)
+	goReps int   // baseline runs per iteration (averaged for a steadier figure)
+	rounds int   // rounds a run (0: 1)
 }
+
+// runRounds is the rounds of one run of the size.
+func (sz flBenchSize) runRounds() int { return max(sz.rounds, 1) }
 
 var flBenchSizes = []flBenchSize{
 	{name: "d=tiny", rows: 1500, epochs: 2, goReps: 10},
 	{name: "d=1e6", rows: 32, params: 1_000_000, steps: 1, goReps: 1},
+	{name: "rounds=5", rows: 1500, epochs: 2, goReps: 4, rounds: 5},
 }
 
 // model is the size's model over inputs features: an MLP's hidden width
@@ -111,7 +121,7 @@ func (sz flBenchSize) trainParams() map[string]any {
 func flBenchSpec(iter int, inputs int, sz flBenchSize) fl.RunSpec {
 	return fl.RunSpec{
 		Name: fmt.Sprintf("bench-%d", iter), Strategy: "fedavg", Params: sz.trainParams(),
-		Model: sz.model(inputs), Dataset: flBenchDataset, Rounds: 1, MinCohort: 3,
+		Model: sz.model(inputs), Dataset: flBenchDataset, Rounds: sz.runRounds(), MinCohort: 3,
 		DP: true, Clip: flBenchClip, Sigma: flBenchSigma, SecureAgg: true, Seed: int64(iter), Standardize: fl.StandardizeLocal,
 	}
 }
@@ -172,7 +182,7 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 		best(&fedBest, time.Since(start))
 		fedCPU += cpuTime() - cpu0
 		watched()
-		if st.State != coordinator.RunDone || len(st.Models) != 1 {
+		if st.State != coordinator.RunDone || len(st.Models) != sz.runRounds() {
 			b.Fatalf("run %d ended %+v", iter, st)
 		}
 
@@ -201,7 +211,7 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 		} {
 			for range sz.goReps {
 				start, cpu0 := time.Now(), cpuTime()
-				h, err := fl.Simulate(ctx, strat, sites, 1, fl.SimOptions{Env: script.Env{Catalog: cat}, Seed: uint64(iter), Privacy: c.priv})
+				h, err := fl.Simulate(ctx, strat, sites, sz.runRounds(), fl.SimOptions{Env: script.Env{Catalog: cat}, Seed: uint64(iter), Privacy: c.priv})
 				*c.acc += time.Since(start)
 				if c.best != nil {
 					best(c.best, time.Since(start))
@@ -212,7 +222,7 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if len(h.Rounds) != 1 || h.Rounds[0].Participants != flBenchSites {
+				if len(h.Rounds) != sz.runRounds() || h.Rounds[0].Participants != flBenchSites {
 					b.Fatalf("simulated round %+v", h.Rounds)
 				}
 			}
@@ -226,12 +236,14 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if s.Charges != iter || s.Spent <= 0 {
+		if s.Charges != iter*sz.runRounds() || s.Spent <= 0 {
 			b.Fatalf("silo %s: %d ledger charges (ε = %v) after %d rounds", a.Name, s.Charges, s.Spent, iter)
 		}
 	}
 
-	ms := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / 1e3 / float64(n) }
+	// Every figure is per round: a run of several rounds counts each.
+	rounds := sz.runRounds()
+	ms := func(d time.Duration, n int) float64 { return float64(d.Microseconds()) / 1e3 / float64(n*rounds) }
 	fedMS, goDPMS, goMS := ms(fed, iter), ms(goDP, iter*sz.goReps), ms(goPlain, iter*sz.goReps)
 	b.ReportMetric(float64(dim), "d")
 	b.ReportMetric(fedMS, "ms/round")
@@ -246,7 +258,9 @@ func benchFLRound(b *testing.B, sz flBenchSize) {
 	b.ReportMetric(fsyncMS, "fsync-ms")
 	b.ReportMetric((fedMS-goDPMS)/fsyncMS, "overhead/fsync")
 	b.ReportMetric(ms(goDPCPU, iter*sz.goReps), "go-dp-cpu-ms/round")
-	split.report(b, iter)
+	if rounds == 1 { // the split times one round's events
+		split.report(b, iter)
+	}
 	// The secure-aggregation phases as the host timed them (silos
 	// advertise before they train: mask includes their local training,
 	// release cache, outbox entry and ledger charge).

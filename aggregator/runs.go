@@ -240,22 +240,38 @@ func (n *Node) driveRuns(ctx context.Context, m *coordinator.Machine) {
 // read again here, once this goroutine holds the run: the pass's view may
 // predate the round a goroutine that just ended completed, and planning
 // from it re-planned a finished round.
+//
+// A round that completes is followed at once by the run's next round, in
+// this goroutine (issue 19): left to the next leaderDuties pass, the next
+// round waited for another event or the duty tick (up to 200 ms), since
+// the event of the round's own ReportReduced arrives while this goroutine
+// still holds the run. It goes on only while rounds complete, so a round
+// that makes no progress (retried, refused, a new tenure) hands the run
+// back to the passes as before.
 func (n *Node) driveRun(ctx context.Context, id content.Ref) error {
-	m := n.fsm.machine()
-	st, err := m.Run(id)
-	if err != nil || st.State != coordinator.RunRunning || st.RetryAt > time.Now().UnixMilli() {
-		return nil
-	}
-	if k := len(st.Jobs); k > 0 {
-		if js, err := m.Job(st.Jobs[k-1]); err == nil && js.State != coordinator.JobDone && js.State != coordinator.JobAbandoned {
-			return n.retryRound(ctx, st, js.ID, false,
-				fmt.Sprintf("round %d was opened by an earlier leader; its secure aggregation starts again under a new round ID", js.Round))
+	for done := -1; ; {
+		m := n.fsm.machine()
+		st, err := m.Run(id)
+		if err != nil || st.State != coordinator.RunRunning || st.RetryAt > time.Now().UnixMilli() {
+			return nil
+		}
+		if done >= 0 && len(st.Models) <= done {
+			return nil // the last round did not complete: the passes take it from here
+		}
+		if k := len(st.Jobs); k > 0 {
+			if js, err := m.Job(st.Jobs[k-1]); err == nil && js.State != coordinator.JobDone && js.State != coordinator.JobAbandoned {
+				return n.retryRound(ctx, st, js.ID, false,
+					fmt.Sprintf("round %d was opened by an earlier leader; its secure aggregation starts again under a new round ID", js.Round))
+			}
+		}
+		if len(st.Models) >= st.Rounds || ctx.Err() != nil {
+			return nil
+		}
+		done = len(st.Models)
+		if err := n.runRound(ctx, st); err != nil {
+			return err
 		}
 	}
-	if len(st.Models) >= st.Rounds {
-		return nil
-	}
-	return n.runRound(ctx, st)
 }
 
 // retryRound ends the current attempt of st's next round (job, if one was
