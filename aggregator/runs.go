@@ -57,12 +57,15 @@ const (
 	roundPriceBasis = "training round: 1 work unit per participating silo"
 )
 
-// roundThreshold is a round's secure-aggregation threshold: the default
-// ⌊n/2⌋+1, raised to the run's cohort.min so that no sum can be unmasked
-// with fewer sites than the run promised (silos refuse a threshold below
-// their own min_cohort), and at most n.
+// roundThreshold is a round's secure-aggregation threshold: ⌊2n/3⌋+1
+// (secagg.ActiveThreshold: private against an aggregator that equivocates
+// about dropouts while colluding with fewer than n/3 sites; silos refuse a
+// lower one unless their policy says secagg_threshold: majority), raised
+// to the run's cohort.min so that no sum can be unmasked with fewer sites
+// than the run promised (silos refuse a threshold below their own
+// min_cohort), and at most n.
 func roundThreshold(n, minCohort int) int {
-	return min(n, max(n/2+1, minCohort))
+	return min(n, max(secagg.ActiveThreshold(n), minCohort))
 }
 
 // runCtx is what the leader knows of a run from its spec blob.
@@ -419,10 +422,19 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	// until it polls again, and rejoins at the next round.
 	var members []secagg.Member
 	var absent, absentNames []string
+	declinedBefore := n.declinedEarlier(ctx, st, r)
 	for _, s := range st.Silos {
 		m, ok := n.fed.Member(s)
 		if !ok || m.Role != identity.Silo {
 			absent = append(absent, s+" (no longer a silo of the federation)")
+			absentNames = append(absentNames, s)
+			continue
+		}
+		// A silo that declined an earlier attempt of this round (its
+		// policy or budget refused it) would decline again, and counts
+		// against the threshold as a dropout: leave it out of the retry.
+		if codes, ok := declinedBefore[s]; ok {
+			absent = append(absent, s+" (declined this round: "+codes+")")
 			absentNames = append(absentNames, s)
 			continue
 		}
@@ -443,6 +455,18 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		members = append(members, secagg.Member{ID: s, Key: m.PublicKey.Ed25519()})
 	}
 	if need := max(coordinator.MinSites, spec.MinCohort); len(members) < need {
+		// Without the silos that declined this round there are too few,
+		// with them the attempt would fail the same way: their policy or
+		// budget makes progress impossible, as when they decline in it.
+		if len(declinedBefore) > 0 && len(members)+len(declinedBefore) >= need {
+			var declined []string
+			for s, codes := range declinedBefore {
+				declined = append(declined, s+" "+codes)
+			}
+			slices.Sort(declined)
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: %d silos declined it by their policy or budget (%s); too few remain: %d alive, the round needs %d",
+				r, len(declined), strings.Join(declined, ", "), len(members), need))
+		}
 		if n.newTenure() {
 			return nil // the silos may not have found this leader yet: the next pass looks again
 		}
@@ -810,6 +834,44 @@ func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round strin
 			}
 		}
 	}
+}
+
+// declinedEarlier returns the silos that declined an earlier attempt of
+// st's round r (their contribution records, in the round jobs' reports:
+// replicated, so a new leader reads the same), with their refusal codes.
+// A silo's later rounds take it in again: its policy or budget may have
+// changed (a budget is never raised, but a silo may be reconfigured), and
+// if not it declines at the cost of one attempt.
+func (n *Node) declinedEarlier(ctx context.Context, st coordinator.RunStatus, r int) map[string]string {
+	out := map[string]string{}
+	m := n.fsm.machine()
+	for i := len(st.Jobs) - 1; i >= 0; i-- {
+		js, err := m.Job(st.Jobs[i])
+		if err != nil || js.Round != r {
+			break // the jobs of earlier rounds come before: done
+		}
+		for _, sh := range js.Shards {
+			for _, rep := range sh.Reports {
+				if _, seen := out[rep.Peer]; seen {
+					continue
+				}
+				b, err := n.fetchBlob(ctx, rep.Result)
+				if err != nil {
+					continue
+				}
+				sc, err := silopkg.DecodeContribution(b)
+				if err != nil || sc.Record.Silo != rep.Peer || sc.Record.Status != silopkg.Declined {
+					continue
+				}
+				var codes []string
+				for _, rf := range sc.Record.Refusals {
+					codes = append(codes, string(rf.Code))
+				}
+				out[rep.Peer] = strings.Join(codes, "+")
+			}
+		}
+	}
+	return out
 }
 
 // staleBases returns, for a buffered-asynchronous run's round r, the

@@ -109,7 +109,19 @@ type SiloPolicy struct {
 	// Aggregation lists the secure-aggregation modes the silo takes part
 	// in ("masking", "threshold-he"); empty: both.
 	Aggregation []string
+	// SecAggThreshold is the lowest pairwise-masking threshold the silo
+	// accepts: ThresholdTwoThirds (the default, ⌊2n/3⌋+1: private against
+	// an aggregator that equivocates while colluding with fewer than n/3
+	// sites) or ThresholdMajority (⌊n/2⌋+1: against an aggregator acting
+	// alone only, in exchange for tolerating more dropouts).
+	SecAggThreshold string
 }
+
+// The values of policy.secagg_threshold.
+const (
+	ThresholdTwoThirds = "two-thirds"
+	ThresholdMajority  = "majority"
+)
 
 // DefaultStrategies are the strategies a silo accepts when its policy
 // names none: the built-in ones, which ship with the binary. A strategy
@@ -144,7 +156,7 @@ var datasetName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 // dataset CSV that cannot be read (SC3001), has no header (SC3005) or lacks
 // the label column (SC3003).
 func LoadSilo(file string) (*Silo, error) {
-	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites}, ICEPolicy: "https"}
+	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites, SecAggThreshold: ThresholdTwoThirds}, ICEPolicy: "https"}
 	strategies := DefaultStrategies()
 	var datasets []*Dataset
 	p := &c.Policy
@@ -201,6 +213,14 @@ func LoadSilo(file string) (*Silo, error) {
 				return nil
 			})),
 			mk("generic_shards", false, "", boolean(&p.GenericShards)),
+			mk("secagg_threshold", false, "", parsed(func(s string) error {
+				if s != ThresholdTwoThirds && s != ThresholdMajority {
+					return diag.New(diag.InvalidValue, "", "unknown secure-aggregation threshold %q", s).
+						WithHelp("use two-thirds (the default: private against an aggregator colluding with fewer than a third of the sites) or majority (against an aggregator acting alone only; more dropouts tolerated)")
+				}
+				p.SecAggThreshold = s
+				return nil
+			}, ThresholdTwoThirds, ThresholdMajority)),
 			mk("aggregation", false, "", strs(&p.Aggregation, func(s string) error {
 				if s != "masking" && s != "threshold-he" {
 					return diag.New(diag.InvalidValue, "", "unknown aggregation mode %q", s).

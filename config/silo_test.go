@@ -413,3 +413,30 @@ func TestLoadSiloAggregationModes(t *testing.T) {
 		}
 	}
 }
+
+// policy.secagg_threshold is two-thirds unless the silo says majority; any
+// other value is refused at its line.
+func TestLoadSiloSecAggThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		line, want, bad string
+	}{
+		{"", ThresholdTwoThirds, ""},
+		{"  secagg_threshold: majority\n", ThresholdMajority, ""},
+		{"  secagg_threshold: two-thirds\n", ThresholdTwoThirds, ""},
+		{"  secagg_threshold: half\n", "", `silo.yaml:28:21:`},
+	} {
+		dir := writeFiles(t, map[string]string{"site/data/cardio.csv": cardioCSV, "abs/registry.csv": "x,y\n1,0\n"})
+		file := filepath.Join(dir, "site", "silo.yaml")
+		os.WriteFile(file, []byte(strings.ReplaceAll(goodSilo, "/abs/", dir+"/abs/")+tc.line), 0o644)
+		c, err := LoadSilo(file)
+		if tc.bad != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.bad) || !strings.Contains(err.Error(), `unknown secure-aggregation threshold "half"`) {
+				t.Fatalf("%q: want a refusal at %s, got %v", tc.line, tc.bad, err)
+			}
+			continue
+		}
+		if err != nil || c.Policy.SecAggThreshold != tc.want {
+			t.Fatalf("%q: %v %q", tc.line, err, c.Policy.SecAggThreshold)
+		}
+	}
+}

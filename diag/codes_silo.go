@@ -14,6 +14,7 @@ var (
 	SiloUnpriced         = define("SC9209", "round's privacy cost cannot be bounded")
 	SiloStateUnavailable = define("SC9210", "silo's ledger or round log cannot be read")
 	SiloAggregationMode  = define("SC9211", "round's secure-aggregation mode not allowed by the silo's policy")
+	SiloThresholdLow     = define("SC9212", "round's secure-aggregation threshold below the silo's bound against an active aggregator")
 	SiloRoundFailed      = define("SC9230", "silo could not complete the round (details in the silo's log)")
 	SiloRestarted        = define("SC9231", "silo stopped after paying for the round, before the round completed")
 )

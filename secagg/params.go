@@ -30,8 +30,9 @@ type Params struct {
 	// 255), each with its Ed25519 identity key. Order does not matter.
 	Members []Member `cbor:"members"`
 	// Threshold t is how many sites must survive to the end: a client's
-	// secrets are Shamir-shared t-of-n. Zero means the default ⌊n/2⌋+1;
-	// an explicit value must exceed n/2 and be at most n.
+	// secrets are Shamir-shared t-of-n. Zero means ⌊n/2⌋+1, the least
+	// valid threshold (see ActiveThreshold for the one rounds use); an
+	// explicit value must exceed n/2 and be at most n.
 	Threshold int `cbor:"threshold"`
 	// Dim is the length of each input vector.
 	Dim int `cbor:"dim"`
@@ -75,6 +76,16 @@ type Params struct {
 	// It must be at least len(Members).
 	Sites int `cbor:"sites,omitempty"`
 }
+
+// ActiveThreshold returns ⌊2n/3⌋+1 (at most n), the pairwise threshold
+// that keeps a round private against an aggregator that equivocates about
+// dropouts while colluding with fewer than n/3 sites: the consistency round
+// stops a coalition of fewer than 2t − n sites, and 2t − n > n/3 here
+// (Bonawitz et al. 2017, the active-adversary setting). Scellis rounds use
+// it by default and silos require it (policy secagg_threshold). A zero
+// Params.Threshold still means the least valid threshold, ⌊n/2⌋+1, which
+// stops an aggregator acting alone only.
+func ActiveThreshold(n int) int { return min(n, 2*n/3+1) }
 
 // DefaultPlusAbove is the cohort size above which DefaultProtocol picks
 // SecAggPlus: see docs/secagg.md, "SecAgg+", for the trade-off.

@@ -22,6 +22,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -44,8 +45,11 @@ type Policy struct {
 	GenericShards      bool
 	// Aggregation lists the modes the silo takes part in; empty: all.
 	Aggregation []string
-	Datasets    []config.Dataset
-	Rounds      RoundLog
+	// SecAggThreshold is config.ThresholdTwoThirds (also when empty) or
+	// config.ThresholdMajority: the lowest pairwise threshold accepted.
+	SecAggThreshold string
+	Datasets        []config.Dataset
+	Rounds          RoundLog
 
 	// pinned binds accepted names to the refs the silo's own catalog
 	// gives them (Pin); nil until pinned.
@@ -64,6 +68,7 @@ func NewPolicy(c *config.Silo, rounds RoundLog) Policy {
 		MaxRoundsPerDay:    p.MaxRoundsPerDay,
 		GenericShards:      p.GenericShards,
 		Aggregation:        slices.Clone(p.Aggregation),
+		SecAggThreshold:    p.SecAggThreshold,
 		Datasets:           slices.Clone(c.Datasets),
 		Rounds:             rounds,
 	}
@@ -159,6 +164,17 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 	if req.Threshold > 0 && req.Threshold < minCohort {
 		add(diag.New(diag.SiloCohortTooSmall, subject, "the round's secure-aggregation threshold is %d; with it the sum could be unmasked holding only %d sites, and this silo takes part only in sums of at least %d (min_cohort)", req.Threshold, max(req.Threshold, config.MinSites), minCohort).
 			WithHelp("launch the run with cohort.min %d or more (the aggregator sets the threshold to at least cohort.min)", minCohort))
+	}
+	// Against an aggregator that equivocates about dropouts, pairwise
+	// masking protects a site from coalitions of fewer than 2t − n sites:
+	// below ⌊2n/3⌋+1 that is not even a third of the cohort. (SecAgg+
+	// carries its own per-neighbourhood bound, set by its graph.)
+	if req.Masking == secagg.Pairwise && req.Threshold > 0 && p.SecAggThreshold != config.ThresholdMajority {
+		if need := secagg.ActiveThreshold(req.Cohort); req.Threshold < need {
+			add(diag.New(diag.SiloThresholdLow, subject, "the round's secure-aggregation threshold is %d of %d sites; an aggregator that lies about dropouts could then expose a site's input with the help of %d colluding sites, and this silo requires a threshold of at least %d (⌊2n/3⌋+1: fewer than n/3 colluding sites)",
+				req.Threshold, req.Cohort, max(0, 2*req.Threshold-req.Cohort), need).
+				WithHelp("launch the run from an aggregator that sets the default threshold, or with cohort.min %d or more; a silo that accepts a majority threshold (more dropouts tolerated, an aggregator acting alone stopped only) says policy.secagg_threshold: majority", need))
+		}
 	}
 
 	dpOn := req.Privacy.Unit != fl.UnitNone

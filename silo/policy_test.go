@@ -17,6 +17,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -171,6 +172,17 @@ func TestCheckRound(t *testing.T) {
 			req:  func(r *RoundRequest) { r.Cohort, r.Threshold = 6, 3 },
 			want: []diag.Code{diag.SiloCohortTooSmall},
 			msg:  []string{"threshold is 3; with it the sum could be unmasked holding only 3 sites", "at least 4 (min_cohort)"}},
+		{name: "pairwise threshold below two-thirds of the cohort",
+			req:  func(r *RoundRequest) { r.Cohort, r.Threshold, r.Masking = 9, 5, secagg.Pairwise },
+			want: []diag.Code{diag.SiloThresholdLow},
+			msg:  []string{"threshold is 5 of 9 sites", "help of 1 colluding sites", "at least 7", "secagg_threshold: majority"}},
+		{name: "accepted: two-thirds threshold, pairwise",
+			req: func(r *RoundRequest) { r.Cohort, r.Threshold, r.Masking = 9, 7, secagg.Pairwise }},
+		{name: "accepted: majority threshold by a policy that allows it",
+			policy: func(p *Policy) { p.SecAggThreshold = config.ThresholdMajority },
+			req:    func(r *RoundRequest) { r.Cohort, r.Threshold, r.Masking = 9, 5, secagg.Pairwise }},
+		{name: "accepted: SecAgg+ carries its own bound",
+			req: func(r *RoundRequest) { r.Cohort, r.Threshold, r.Masking = 9, 5, secagg.SecAggPlus }},
 		{name: "cohort below three even without min_cohort",
 			policy: func(p *Policy) { p.MinCohort = 0 },
 			req:    func(r *RoundRequest) { r.Cohort = 2 },

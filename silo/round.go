@@ -207,10 +207,16 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(err)
 	}
+	var masking secagg.Protocol
+	if b.HE == nil {
+		if masking, _, _, err = b.SecAgg.Degree(); err != nil {
+			return decline(err)
+		}
+	}
 	req := RoundRequest{
 		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
 		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.StepPrivacy(unit, b.Step), Cohort: len(b.SecAgg.Members),
-		Threshold: threshold, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg, Step: b.Step,
+		Threshold: threshold, Masking: masking, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg, Step: b.Step,
 		Aggregation: aggMode(b),
 	}
 	if want := spec.Spec.AggregationMode(); want != req.Aggregation {

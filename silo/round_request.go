@@ -7,6 +7,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -28,6 +29,9 @@ type RoundRequest struct {
 	// params derive it): the fewest sites a sum can be unmasked with.
 	// 0 means unknown (no secure aggregation), and is not checked.
 	Threshold int
+	// Masking is the round's masking protocol (secagg.Pairwise or
+	// secagg.SecAggPlus); empty when the sum is not masked.
+	Masking   secagg.Protocol
 	Regime    trust.Regime
 	SecureAgg bool
 	// Aggregation is the mode the round's sum is formed in

@@ -21,7 +21,9 @@ import (
 // with its own data, ledger and policy. Update-level DP and secure
 // aggregation in a consortium; the ledgers show the accountant's ε for every
 // round; a silo whose policy refuses the strategy declines; a silo whose
-// budget is spent stops taking part and the others go on.
+// budget is spent stops taking part and the others go on. (At round 2 two
+// of five decline, below the threshold ⌊2·5/3⌋+1 = 4: the attempt fails and
+// the retry leaves the two decliners out, so three sites sum it.)
 func TestFLRunWithSilos(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
