@@ -137,7 +137,8 @@ func (n *Node) viaOf(silo string) string {
 // an error, when a child gives up its part: a lease on a silo's shard
 // held by the child ends (handed back or expired) while the shard is
 // undecided — the child lost its sub-cohort's round and will not forward
-// its partial sum — or the child is gone (its heartbeat lapsed). The
+// its partial sum — or the child is gone (its heartbeat lapsed) before
+// its partial sum arrived. The
 // round's phase deadlines bound the wait (a child that beats and holds
 // its leases but never forwards).
 func (n *Node) waitParent(ctx context.Context, b *fl.RoundBundle, job content.Ref) (*secagg.Result, error) {
@@ -149,11 +150,7 @@ func (n *Node) waitParent(ctx context.Context, b *fl.RoundBundle, job content.Re
 	wctx, cancel := context.WithTimeoutCause(ctx, limit, errors.New("the children's partial sums did not all arrive within the round's deadlines"))
 	defer cancel()
 	lost := make(chan string, 1)
-	var children []string
-	for _, sc := range b.SubCohorts {
-		children = append(children, sc.Cluster)
-	}
-	go n.watchChildren(wctx, job, children, lost)
+	go n.watchChildren(wctx, job, b.SecAgg.Round, b.SubCohorts, lost)
 	type out struct {
 		res *secagg.Result
 		err error
@@ -177,11 +174,12 @@ func (n *Node) waitParent(ctx context.Context, b *fl.RoundBundle, job content.Re
 }
 
 // watchChildren sends on lost when a child's lease on an undecided shard
-// of the round job ends without a report, or when one of children is
-// gone (see waitParent). It sleeps until the earliest moment a child's
-// heartbeat can lapse, or until a held one's connection closes, as
-// excuseLapsed does: no fixed tick.
-func (n *Node) watchChildren(ctx context.Context, job content.Ref, children []string, lost chan<- string) {
+// of the round job ends without a report, or when a child whose partial
+// sum the parent round (round) does not hold yet is gone (see
+// waitParent). It sleeps until the earliest moment a child's heartbeat
+// can lapse, or until a held one's connection closes, as excuseLapsed
+// does: no fixed tick.
+func (n *Node) watchChildren(ctx context.Context, job content.Ref, round string, children []fl.SubCohort, lost chan<- string) {
 	events, cancel := n.hub.Subscribe(job)
 	defer func() { cancel() }()
 	lapse := time.NewTimer(time.Hour)
@@ -190,10 +188,13 @@ func (n *Node) watchChildren(ctx context.Context, job content.Ref, children []st
 		gone := n.peerGone.wait()
 		next := time.Hour
 		for _, c := range children {
-			d := n.lapsesIn(c)
+			if n.sagg.HasPartial(round, c.SecAgg.Round) {
+				continue // its part is in: the total no longer needs it
+			}
+			d := n.lapsesIn(c.Cluster)
 			if d < 0 {
 				select {
-				case lost <- fmt.Sprintf("child cluster %s is gone (no node of it beats here: every connection closed, or none beat within the lease)", c):
+				case lost <- fmt.Sprintf("child cluster %s is gone (no node of it beats here: every connection closed, or none beat within the lease)", c.Cluster):
 				default:
 				}
 				return

@@ -183,6 +183,22 @@ func (h *Host) WaitParent(ctx context.Context, id string) (*secagg.Result, error
 	return hp.res, hp.err
 }
 
+// HasPartial reports whether the open hierarchical round id holds the
+// partial sum of sub-cohort sub: the child that forwarded it is no longer
+// needed for the total (its death then costs the round nothing).
+func (h *Host) HasPartial(id, sub string) bool {
+	h.mu.Lock()
+	hp := h.parents[id]
+	h.mu.Unlock()
+	if hp == nil {
+		return false
+	}
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	_, ok := hp.accepted[sub]
+	return ok
+}
+
 // AbortParent ends the hierarchical round id on this host, if it is open:
 // a WaitParent waiting on it returns SC6107 with reason, and a partial sum
 // posted later finds no round (SC6102). The parent's aggregator aborts a

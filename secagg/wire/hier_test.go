@@ -132,6 +132,11 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Both children forwarded: the parent holds each partial sum (a
+	// child that dies now is not needed, aggregator.watchChildren).
+	if !parentHost.HasPartial("hier", pa.Round) || !parentHost.HasPartial("hier", pb.Round) || parentHost.HasPartial("hier", "hier-z") {
+		t.Fatalf("HasPartial: %v %v %v; want true true false", parentHost.HasPartial("hier", pa.Round), parentHost.HasPartial("hier", pb.Round), parentHost.HasPartial("hier", "hier-z"))
+	}
 	res, err := parentHost.WaitParent(ctx, "hier")
 	if err != nil {
 		t.Fatal(err)
