@@ -305,14 +305,18 @@ const (
 func init() {
 	sandboxproc.Register(planHandler, childPlan)
 	sandboxproc.Register(reduceHandler, childReduce)
-	// Parsing the built-in catalog is most of a small plan's work: a
-	// spare child does it before it is handed a job.
+	// A spare child reads and hashes the built-in sources before it is
+	// handed a job.
 	sandboxproc.Warmup(func() { childBuiltin() })
 }
 
 // childBuiltin is the built-in catalog of a child process, loaded once
 // (a child serves one request, so nothing of one job's reaches another).
-var childBuiltin = sync.OnceValues(catalog.Builtin)
+// It is lazy: a plan or a reduction looks up a few built-ins by ref (the
+// bundle's, to take their bytes), and parsing all of them was most of a
+// small plan's CPU, in every child (`BenchmarkPoolShards`
+// child-cpu-ms/job).
+var childBuiltin = sync.OnceValues(catalog.BuiltinLazy)
 
 // childBlobs is a child's read path: the blobs its parent handed over
 // (re-hashed before use, law 14), else the node's store.

@@ -3,12 +3,14 @@ package catalog
 import (
 	"embed"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 )
 
@@ -35,6 +37,39 @@ func Builtin() (*Catalog, error) {
 		}
 		if err := c.Add(e); err != nil {
 			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// BuiltinLazy returns the catalog Builtin returns, except that an entry
+// is parsed when it is first looked up (or listed, or added again), not
+// before: for a process that reads a few entries once, such as a sandbox
+// child planning or reducing one job (parsing every built-in costs a few
+// milliseconds of CPU, most of a small plan's work). Entries, refs and
+// refusals are Builtin's.
+func BuiltinLazy() (*Catalog, error) {
+	c := New()
+	c.pending = map[string]pendingEntry{}
+	c.pendingRef = map[content.Ref]string{}
+	files, err := fs.Glob(builtinFS, "builtin/*.star")
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	for _, name := range files {
+		src, err := builtinFS.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		n := NameFromPath(name)
+		if _, dup := c.pending[n]; dup {
+			return nil, fmt.Errorf("catalog: two built-ins named %s", n)
+		}
+		ref := content.Hash(src)
+		c.pending[n] = pendingEntry{path: name, src: src, ref: ref}
+		if _, ok := c.pendingRef[ref]; !ok {
+			c.pendingRef[ref] = n
 		}
 	}
 	return c, nil

@@ -24,6 +24,19 @@ type Catalog struct {
 	mu     sync.RWMutex
 	byName map[string]*Entry
 	byRef  map[content.Ref]*Entry
+	// pending holds built-in sources not parsed yet (BuiltinLazy), by
+	// name; pendingRef names the first of them (in BuiltinLazy's order)
+	// with a given ref, the entry Lookup by that ref finds, as Builtin's
+	// first-added entry wins.
+	pending    map[string]pendingEntry
+	pendingRef map[content.Ref]string
+}
+
+// pendingEntry is a source BuiltinLazy holds until it is looked up.
+type pendingEntry struct {
+	path string
+	src  []byte
+	ref  content.Ref
 }
 
 // New returns an empty catalog (no built-ins; see Builtin and Open).
@@ -43,6 +56,7 @@ func (c *Catalog) Add(e *Entry) error {
 	if e.Ref != content.Hash(e.Source) {
 		return fmt.Errorf("catalog: entry %s has ref %s, but its source hashes to %s", e.Name, e.Ref, content.Hash(e.Source))
 	}
+	c.materialize(e.Name) // a pending built-in of that name is held too
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.byName[e.Name]; ok {
@@ -54,7 +68,7 @@ func (c *Catalog) Add(e *Entry) error {
 			WithHelp("rename the file to give the entry another name, or refer to the existing entry by its name")
 	}
 	c.byName[e.Name] = e
-	if _, ok := c.byRef[e.Ref]; !ok {
+	if _, ok := c.byRef[e.Ref]; !ok && c.pendingRef[e.Ref] == "" {
 		c.byRef[e.Ref] = e
 	}
 	return nil
@@ -63,17 +77,60 @@ func (c *Catalog) Add(e *Entry) error {
 // Lookup finds an entry by name or by ref.
 func (c *Catalog) Lookup(nameOrRef string) (*Entry, bool) {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
+	var e *Entry
+	var ok bool
+	name := nameOrRef
 	if content.IsRef(nameOrRef) {
-		e, ok := c.byRef[content.Ref(nameOrRef)]
+		e, ok = c.byRef[content.Ref(nameOrRef)]
+		name = c.pendingRef[content.Ref(nameOrRef)]
+	} else {
+		e, ok = c.byName[nameOrRef]
+	}
+	_, pending := c.pending[name]
+	c.mu.RUnlock()
+	if ok || !pending {
 		return e, ok
 	}
-	e, ok := c.byName[nameOrRef]
-	return e, ok
+	return c.materialize(name), true
+}
+
+// materialize parses the pending built-in name, if there is one, and
+// holds it as Builtin would have; it returns the entry held under name.
+func (c *Catalog) materialize(name string) *Entry {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pending[name]
+	if !ok {
+		return c.byName[name]
+	}
+	e, err := Parse(p.path, p.src)
+	if err != nil {
+		// Built-in sources are embedded in the binary and parsed by its
+		// tests (TestBuiltinLazyMatchesBuiltin): a failure here is a
+		// defect of the build, not of any input.
+		panic(fmt.Sprintf("catalog: built-in %s does not parse: %v", p.path, err))
+	}
+	delete(c.pending, name)
+	c.byName[name] = e
+	if c.pendingRef[e.Ref] == name {
+		delete(c.pendingRef, e.Ref)
+		c.byRef[e.Ref] = e
+	}
+	return e
 }
 
 // List returns every entry, sorted by name.
 func (c *Catalog) List() []*Entry {
+	c.mu.RLock()
+	var names []string
+	for name := range c.pending {
+		names = append(names, name)
+	}
+	c.mu.RUnlock()
+	sort.Strings(names)
+	for _, name := range names {
+		c.materialize(name)
+	}
 	c.mu.RLock()
 	out := make([]*Entry, 0, len(c.byName))
 	for _, e := range c.byName {

@@ -386,3 +386,67 @@ func TestCheckStrategy(t *testing.T) {
 		t.Fatalf("kind %s", e.Kind)
 	}
 }
+
+// BuiltinLazy holds what Builtin holds: every entry, found by name and by
+// ref, equal to Builtin's, listed alike; a user entry under a built-in's
+// name is refused unless it is the same bytes; and a user entry with a
+// built-in's bytes under another name does not take the built-in's ref.
+// An entry is parsed only when it is needed.
+func TestBuiltinLazyMatchesBuiltin(t *testing.T) {
+	eager, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lazy, err := BuiltinLazy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := eager.List()
+	first := all[0]
+	if e, ok := lazy.Lookup(string(first.Ref)); !ok || !reflect.DeepEqual(e, first) {
+		t.Fatalf("by ref: %v %v", e, ok)
+	}
+	if len(lazy.byName) != 1 || len(lazy.pending) != len(all)-1 {
+		t.Fatalf("one lookup parsed %d entries (%d left pending)", len(lazy.byName), len(lazy.pending))
+	}
+	for _, e := range all {
+		for _, key := range []string{e.Name, string(e.Ref)} {
+			want, _ := eager.Lookup(key)
+			got, ok := lazy.Lookup(key)
+			if !ok || !reflect.DeepEqual(got, want) {
+				t.Errorf("Lookup(%s): lazy %v %v, eager %v", key, got, ok, want)
+			}
+		}
+	}
+	if _, ok := lazy.Lookup("no-such-entry"); ok {
+		t.Error("an unknown name was found")
+	}
+
+	// Add, List and Closure on a fresh lazy catalog.
+	lazy, _ = BuiltinLazy()
+	clash := mustParse(t, "u/"+first.Name+".star", string(first.Source)+"\n# changed\n")
+	wantDiag(t, lazy.Add(clash), diag.CatalogDuplicate)
+	same := mustParse(t, "u/"+all[1].Name+".star", string(all[1].Source))
+	if err := lazy.Add(same); err != nil {
+		t.Fatalf("the same bytes under the built-in's name: %v", err)
+	}
+	twin := mustParse(t, "u/twin.star", string(all[2].Source))
+	if err := lazy.Add(twin); err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := lazy.Lookup(string(twin.Ref)); e == nil || e.Name != all[2].Name {
+		t.Errorf("by ref, a user twin shadowed the built-in: %v", e)
+	}
+	list := lazy.List()
+	if len(list) != len(all)+1 {
+		t.Fatalf("List: %d entries, want %d", len(list), len(all)+1)
+	}
+	for _, e := range list {
+		if e.Name == "twin" {
+			continue
+		}
+		if want, _ := eager.Lookup(e.Name); !reflect.DeepEqual(e, want) {
+			t.Errorf("List: %s differs from Builtin's", e.Name)
+		}
+	}
+}
