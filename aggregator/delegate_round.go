@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"net/http"
 	"slices"
@@ -30,9 +31,16 @@ import (
 //     them: the child cannot open the sum, only relay it);
 //  3. proposes the sub-job: the round's bundle, run and round number,
 //     one shard per silo of the sub-cohort, each pinned to its silo;
-//  4. takes the round's partial sum (wire.Host.WaitPartial) and forwards
-//     it to the parent's host (wire.Forward, as the delegate);
-//  5. waits for the contributors' reports, flags the silent silos, and
+//  4. with two or more sub-cohorts in the round, posts this child's
+//     signed outer key to the parent's host as the round opens and
+//     long-polls the other children's (wire.PostOuterKey,
+//     FetchOuterKeys), checking each against the delegate keys of this
+//     cluster's own copy of the parent federation (secagg.OuterMask);
+//  5. takes the round's partial sum (wire.Host.WaitPartial), adds its
+//     outer mask (so the parent cannot read the sub-cohort's sum, only
+//     the total over all sub-cohorts) and forwards it to the parent's
+//     host (wire.Forward, as the delegate);
+//  6. waits for the contributors' reports, flags the silent silos, and
 //     lets the loop report the decided sub-job upward like any other,
 //     citing this cluster's chain head.
 //
@@ -145,8 +153,17 @@ func (g *delegator) subRound(ctx context.Context, sub content.Ref, pj *parentJob
 	var declines sync.Map
 	go g.n.excuseDecliners(excuseCtx, sub, round, &declines)
 	go g.n.excuseLapsed(excuseCtx, round, rj.sub.SecAgg.Members)
-	ps, err := g.n.sagg.WaitPartial(ctx, round)
+	octx, stopOuter := context.WithCancel(ctx) // the outer keys' fetch, if the round fails first
+	defer stopOuter()
+	outer, keys, err := g.outerKeys(octx, rj)
+	var ps *secagg.PartialSum
+	if err == nil {
+		ps, err = g.n.sagg.WaitPartial(ctx, round)
+	}
 	stopExcusing()
+	if err == nil && outer != nil {
+		err = g.outerMask(ctx, rj, outer, keys, ps)
+	}
 	if err == nil {
 		err = g.forward(ctx, rj, ps)
 	}
@@ -156,7 +173,7 @@ func (g *delegator) subRound(ctx context.Context, sub content.Ref, pj *parentJob
 		}
 		return
 	}
-	g.n.log.Info("delegate: forwarded a sub-cohort's partial sum", "run", rj.b.Run.Short(), "round", rj.b.Round, "survivors", len(ps.Survivors))
+	g.n.log.Info("delegate: forwarded a sub-cohort's partial sum", "run", rj.b.Run.Short(), "round", rj.b.Round, "survivors", len(ps.Survivors), "outer mask", outer != nil)
 	g.n.awaitReports(ctx, sub, ps.Survivors)
 	if js, err := g.n.fsm.machine().Job(sub); err == nil && js.State == coordinator.JobRunning {
 		if err := g.n.flagDropped(ctx, sub, fmt.Sprintf("the sub-cohort's round summed %d of %d silos", len(ps.Survivors), len(rj.sub.SecAgg.Members))); err != nil && ctx.Err() == nil {
@@ -165,13 +182,87 @@ func (g *delegator) subRound(ctx context.Context, sub content.Ref, pj *parentJob
 	}
 }
 
+// outerKeys draws this child's outer key for the round when it has two or
+// more sub-cohorts (else it returns a nil mask: the parent's total is this
+// sub-cohort's sum anyway), posts it to the parent's host and fetches the
+// other children's keys in the background, bounded by the round's phase
+// deadlines: the keys are in before the sub-cohort's partial sum, which
+// takes the whole round.
+func (g *delegator) outerKeys(ctx context.Context, rj *roundJob) (*secagg.OuterMask, <-chan outerFetch, error) {
+	if len(rj.b.SubCohorts) < 2 {
+		return nil, nil, nil
+	}
+	o, err := secagg.NewOuterMask(rj.b.SecAgg.Round, rj.sub.SecAgg.Round, g.d.Name, g.d.Identity.PrivateKey())
+	if err != nil {
+		return nil, nil, err
+	}
+	hc, err := g.parentClient(rj)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make(chan outerFetch, 1)
+	g.n.done.Add(1)
+	go func() {
+		defer g.n.done.Done()
+		defer hc.CloseIdleConnections()
+		kctx, cancel := context.WithTimeout(ctx, g.n.siloRoundDeadlines().Total())
+		defer cancel()
+		err := wire.PostOuterKey(kctx, hc, rj.host, rj.b.SecAgg.Round, o.Key())
+		var keys *secagg.OuterKeys
+		if err == nil {
+			keys, err = wire.FetchOuterKeys(kctx, hc, rj.host, rj.b.SecAgg.Round)
+		}
+		out <- outerFetch{keys, err}
+	}()
+	return o, out, nil
+}
+
+// outerFetch is what outerKeys' background fetch found.
+type outerFetch struct {
+	keys *secagg.OuterKeys
+	err  error
+}
+
+// outerMask adds this child's outer mask to ps once the other children's
+// keys are in, each checked against the delegate key this cluster's
+// parent_federation lists for its cluster (never a key the parent hands
+// over).
+func (g *delegator) outerMask(ctx context.Context, rj *roundJob, o *secagg.OuterMask, keys <-chan outerFetch, ps *secagg.PartialSum) error {
+	var f outerFetch
+	select {
+	case f = <-keys:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if f.err != nil {
+		return fmt.Errorf("the other children's outer keys: %w", f.err)
+	}
+	plan := make([]secagg.SubCohort, len(rj.b.SubCohorts))
+	for i, sc := range rj.b.SubCohorts {
+		plan[i] = secagg.SubCohort{Round: sc.SecAgg.Round, Cluster: sc.Cluster}
+	}
+	return o.Apply(rj.sub.SecAgg, ps, plan, f.keys.Keys, func(cluster string) (ed25519.PublicKey, bool) {
+		m, ok := g.d.Parent.Member(cluster)
+		return m.PublicKey.Ed25519(), ok && m.Role == identity.Cluster
+	})
+}
+
+// parentClient is an HTTP client to the parent's secure-aggregation host,
+// as the delegate.
+func (g *delegator) parentClient(rj *roundJob) (*http.Client, error) {
+	cfg, err := identity.ClientTLSConfig(g.d.Identity, g.d.Parent, rj.b.Reducer, identity.Aggregator)
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: api.Transport(cfg)}, nil
+}
+
 // forward posts the partial sum to the parent's host, as the delegate.
 func (g *delegator) forward(ctx context.Context, rj *roundJob, ps *secagg.PartialSum) error {
-	cfg, err := identity.ClientTLSConfig(g.d.Identity, g.d.Parent, rj.b.Reducer, identity.Aggregator)
+	hc, err := g.parentClient(rj)
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{Transport: api.Transport(cfg)}
 	defer hc.CloseIdleConnections()
 	fctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()

@@ -309,6 +309,9 @@ func (p *Parent) subject() string {
 	return fmt.Sprintf("hierarchical secure aggregation round %q, parent", p.id)
 }
 
+// SubRounds returns the round IDs of the sub-cohorts, in the order given.
+func (p *Parent) SubRounds() []string { return slices.Clone(p.order) }
+
 // Missing returns the sub-cohorts whose partial sum has not been added.
 func (p *Parent) Missing() []string {
 	p.mu.Lock()

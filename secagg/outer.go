@@ -88,6 +88,12 @@ func (k *OuterKey) validate() error {
 	return checkLen(what, "signature", k.Sig, ed25519.SignatureSize)
 }
 
+// Verify reports whether k is signed by pub (the delegate key of
+// k.Cluster).
+func (k *OuterKey) Verify(pub ed25519.PublicKey) bool {
+	return len(pub) == ed25519.PublicKeySize && len(k.Sig) == ed25519.SignatureSize && ed25519.Verify(pub, outerStatement(k), k.Sig)
+}
+
 // Marshal returns the canonical encoding of the key.
 func (k *OuterKey) Marshal() ([]byte, error) { return content.Encode(k) }
 
@@ -221,7 +227,7 @@ func (o *OuterMask) Apply(p Params, ps *PartialSum, cohorts []SubCohort, keys []
 		if !ok || len(pub) != ed25519.PublicKeySize {
 			return refuse("cluster %q has no delegate key in this child's copy of the parent federation", k.Cluster)
 		}
-		if !ed25519.Verify(pub, outerStatement(k), k.Sig) {
+		if !k.Verify(pub) {
 			return refuse("the key of cluster %q is not signed by its delegate key", k.Cluster)
 		}
 		peers[k.Cluster] = k

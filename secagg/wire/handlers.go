@@ -65,6 +65,8 @@ func (h *Host) routes() *http.ServeMux {
 	mux.HandleFunc("GET "+r+"unmask", h.get(false, h.unmaskRequest))
 	mux.HandleFunc("GET "+r+"result", h.get(true, h.result))
 	mux.HandleFunc("POST "+pathParents+"{round}/partial", h.postPartial)
+	mux.HandleFunc("POST "+pathParents+"{round}/outer", h.postOuter)
+	mux.HandleFunc("GET "+pathParents+"{round}/outer", h.getOuter)
 	mux.HandleFunc(Prefix, func(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusNotFound, diag.New(diag.SecAggWireBadRequest, r.Method+" "+r.URL.Path, "no such secure aggregation endpoint").
 			WithHelp("see docs/secagg.md, \"Over the network\""))

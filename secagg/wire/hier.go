@@ -1,15 +1,19 @@
 package wire
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdh"
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
@@ -27,10 +31,19 @@ import (
 // sub-cohort's partial sum is in.
 //
 //	POST v1/parents/{round}/partial   secagg.PartialSum → 204   (aggregators only)
+//	POST v1/parents/{round}/outer     secagg.OuterKey → 204     (child clusters, aggregators)
+//	GET  v1/parents/{round}/outer     → secagg.OuterKeys        (long poll: once every sub-cohort's is in)
+//
+// The outer keys are how the children of a round of two or more
+// sub-cohorts meet (secagg.OuterMask, docs/secagg.md, "The outer mask"):
+// the parent's host only relays them — each child checks every other
+// child's signature against its own copy of the parent federation — and
+// never holds a private half.
 const pathParents = Prefix + "v1/parents/"
 
 // hostParent is a hierarchical round this host is the parent of.
 type hostParent struct {
+	id      string
 	p       *secagg.Parent
 	maxBody int64
 	done    chan struct{} // closed once the total (or a failure) is out
@@ -39,6 +52,10 @@ type hostParent struct {
 	accepted map[string][32]byte // digest of each sub-cohort's accepted partial sum
 	res      *secagg.Result
 	err      error
+	// outer holds each sub-cohort's outer key (canonical bytes) as its
+	// child posted it; outerIn is closed once every sub-cohort has one.
+	outer   map[string][]byte
+	outerIn chan struct{}
 }
 
 // errRelayed refuses Result and Wait on a relayed round.
@@ -152,7 +169,8 @@ func (h *Host) OpenParent(id string, key *ecdh.PrivateKey, cohorts []secagg.Para
 	if h.parents == nil {
 		h.parents = map[string]*hostParent{}
 	}
-	h.parents[id] = &hostParent{p: p, maxBody: limit, done: make(chan struct{}), accepted: map[string][32]byte{}}
+	h.parents[id] = &hostParent{id: id, p: p, maxBody: limit, done: make(chan struct{}), accepted: map[string][32]byte{},
+		outer: map[string][]byte{}, outerIn: make(chan struct{})}
 	return nil
 }
 
@@ -220,28 +238,28 @@ func (h *Host) AbortParent(id, reason string) {
 	}
 }
 
-// postPartial takes a child's partial sum: from an aggregator of the
-// federation over mutual TLS, for an open hierarchical round. A
-// byte-identical resend is answered 204; a refused partial sum leaves the
-// round waiting for a good one.
-func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
-	peer, ok := h.fed.PeerFromRequest(r)
+// parentCall authenticates a call on a hierarchical round this host is
+// the parent of: a federation member over mutual TLS, an aggregator or a
+// child cluster (its delegate key), for an open round. It answers the
+// refusal itself when ok is false.
+func (h *Host) parentCall(w http.ResponseWriter, r *http.Request, what string) (peer identity.Member, hp *hostParent, subject string, ok bool) {
+	peer, ok = h.fed.PeerFromRequest(r)
 	if !ok {
 		refuse(w, http.StatusUnauthorized, diag.New(diag.SecAggWireForbidden, "hierarchical secure aggregation", "the caller is not a federation member over mutual TLS").
 			WithHelp("connect with the child aggregator's identity key"))
-		return
+		return peer, nil, "", false
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(r.PathValue("round"))
 	if err != nil || len(raw) == 0 {
 		refuse(w, http.StatusBadRequest, diag.New(diag.SecAggWireBadRequest, "hierarchical secure aggregation", "the round in the path is not unpadded base64url").
 			WithHelp("encode the round ID with base64.RawURLEncoding"))
-		return
+		return peer, nil, "", false
 	}
-	subject := fmt.Sprintf("hierarchical secure aggregation round %q", raw)
+	subject = fmt.Sprintf("hierarchical secure aggregation round %q", raw)
 	if peer.Role != identity.Aggregator && peer.Role != identity.Cluster {
-		refuse(w, http.StatusForbidden, diag.New(diag.SecAggWireForbidden, subject, "%q is a %s; only aggregators and child clusters (their delegate key) post partial sums", peer.Name, peer.Role).
+		refuse(w, http.StatusForbidden, diag.New(diag.SecAggWireForbidden, subject, "%q is a %s; only aggregators and child clusters (their delegate key) %s", peer.Name, peer.Role, what).
 			WithHelp("sites take part in their sub-cohort's round on their child's host"))
-		return
+		return peer, nil, subject, false
 	}
 	h.mu.Lock()
 	hp, closed := h.parents[string(raw)], h.closed
@@ -249,10 +267,22 @@ func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case closed:
 		refuse(w, http.StatusServiceUnavailable, diag.New(diag.SecAggWireUnavailable, subject, "the aggregator's secure aggregation host is closed"))
-		return
+		return peer, nil, subject, false
 	case hp == nil:
 		refuse(w, http.StatusNotFound, diag.New(diag.SecAggWireNoRound, subject, "the hierarchical round is not open on this host").
 			WithHelp("the child retries until the parent opens the round"))
+		return peer, nil, subject, false
+	}
+	return peer, hp, subject, true
+}
+
+// postPartial takes a child's partial sum: from an aggregator of the
+// federation over mutual TLS, for an open hierarchical round. A
+// byte-identical resend is answered 204; a refused partial sum leaves the
+// round waiting for a good one.
+func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
+	_, hp, subject, ok := h.parentCall(w, r, "post partial sums")
+	if !ok {
 		return
 	}
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != contentCBOR {
@@ -294,4 +324,156 @@ func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
 		close(hp.done)
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// maxOuterKey bounds a posted outer key: IDs, a key and a signature.
+const maxOuterKey = 2*maxRoundID + secagg.MaxIDLength + 256
+
+// maxRoundID is the longest round ID (secagg's bound).
+const maxRoundID = 256
+
+// postOuter takes a child's signed outer key for its sub-cohort. The host
+// keeps the first key of each sub-cohort that its cluster's delegate key
+// (in this host's federation) signs — so no other member can take a
+// child's place — and answers a byte-identical resend 204 and another key
+// for a sub-cohort that has one 409. The children check the keys
+// themselves, against their own copies of the federation.
+func (h *Host) postOuter(w http.ResponseWriter, r *http.Request) {
+	peer, hp, subject, ok := h.parentCall(w, r, "post outer keys")
+	if !ok {
+		return
+	}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != contentCBOR {
+		refuse(w, http.StatusUnsupportedMediaType, diag.New(diag.SecAggWireBadRequest, subject, "outer key sent as %q", r.Header.Get("Content-Type")).
+			WithHelp("send the outer key's canonical CBOR as %s", contentCBOR))
+		return
+	}
+	body, err := readBody(w, r, maxOuterKey)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			refuse(w, http.StatusRequestEntityTooLarge, diag.New(diag.SecAggWireBadRequest, subject, "outer key of more than %d bytes", maxOuterKey))
+		}
+		return
+	}
+	k, err := secagg.ParseOuterKey(body)
+	if err != nil {
+		refuse(w, http.StatusBadRequest, err)
+		return
+	}
+	bad := func(format string, args ...any) {
+		refuse(w, http.StatusBadRequest, diag.New(diag.SecAggOuterKeys, subject, format, args...).
+			WithHelp("a child posts the key of its own sub-cohort, signed with its delegate identity"))
+	}
+	cl, isMember := h.fed.Member(k.Cluster)
+	switch {
+	case k.Parent != hp.id:
+		bad("the key is for round %q", k.Parent)
+		return
+	case !slices.Contains(hp.p.SubRounds(), k.Round):
+		bad("%q is not a sub-cohort of the round", k.Round)
+		return
+	case peer.Role == identity.Cluster && peer.Name != k.Cluster:
+		refuse(w, http.StatusForbidden, diag.New(diag.SecAggWireForbidden, subject, "cluster %q posted a key of cluster %q", peer.Name, k.Cluster).
+			WithHelp("a child posts its own key"))
+		return
+	case !isMember || cl.Role != identity.Cluster || !k.Verify(cl.PublicKey.Ed25519()):
+		bad("the key of %q is not signed by the delegate key of a child cluster of this federation", k.Cluster)
+		return
+	}
+	hp.mu.Lock()
+	defer hp.mu.Unlock()
+	if prev, ok := hp.outer[k.Round]; ok {
+		if bytes.Equal(prev, body) {
+			w.WriteHeader(http.StatusNoContent) // a retry of a key that arrived
+			return
+		}
+		refuse(w, http.StatusConflict, diag.New(diag.SecAggWireConflict, subject, "sub-cohort %q already has an outer key", k.Round).
+			WithHelp("a child draws one key per round; the round runs again under a new ID"))
+		return
+	}
+	hp.outer[k.Round] = body
+	if len(hp.outer) == len(hp.p.SubRounds()) {
+		close(hp.outerIn)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// getOuter answers the children's outer keys once every sub-cohort has
+// one (a long poll: 204 after HostOptions.LongPoll; 410 once the round is
+// over or aborted).
+func (h *Host) getOuter(w http.ResponseWriter, r *http.Request) {
+	_, hp, subject, ok := h.parentCall(w, r, "fetch outer keys")
+	if !ok {
+		return
+	}
+	timer := time.NewTimer(h.opt.LongPoll)
+	defer timer.Stop()
+	select {
+	case <-hp.outerIn:
+	case <-hp.done:
+		refuse(w, http.StatusGone, diag.New(diag.SecAggWireRoundOver, subject, "the hierarchical round is over").
+			WithHelp("its total was released, or the parent aborted it and runs it again under a new ID"))
+		return
+	case <-timer.C:
+		w.WriteHeader(http.StatusNoContent)
+		return
+	case <-r.Context().Done():
+		return
+	case <-h.quit:
+		refuse(w, http.StatusServiceUnavailable, diag.New(diag.SecAggWireUnavailable, subject, "the aggregator's secure aggregation host is closed"))
+		return
+	}
+	hp.mu.Lock()
+	var set secagg.OuterKeys
+	for _, round := range slices.Sorted(maps.Keys(hp.outer)) {
+		k, err := secagg.ParseOuterKey(hp.outer[round])
+		if err != nil {
+			hp.mu.Unlock()
+			refuse(w, http.StatusInternalServerError, err)
+			return
+		}
+		set.Keys = append(set.Keys, *k)
+	}
+	hp.mu.Unlock()
+	b, err := set.Marshal()
+	if err != nil {
+		refuse(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeReply(w, r, reply{status: http.StatusOK, body: b})
+}
+
+// PostOuterKey posts a child's signed outer key for its sub-cohort to the
+// hierarchical round parentRound on the parent's Host at base, retrying
+// transient failures (and the round not being open there yet) until ctx
+// ends. hc authenticates the child (its delegate key) with mutual TLS.
+func PostOuterKey(ctx context.Context, hc *http.Client, base, parentRound string, k *secagg.OuterKey) error {
+	if hc == nil || k == nil {
+		return errors.New("wire: PostOuterKey needs an *http.Client with mutual TLS and a key")
+	}
+	b, err := k.Marshal()
+	if err != nil {
+		return err
+	}
+	s := transport.Session{T: transport.HTTPS{Client: hc, Base: base}, Round: ParentPath(parentRound),
+		Subject: fmt.Sprintf("hierarchical secure aggregation round %q", parentRound)}
+	return s.Send(ctx, "outer key", "outer", b)
+}
+
+// FetchOuterKeys long-polls the parent's Host at base until every
+// sub-cohort of parentRound has its child's outer key, and returns them,
+// unchecked: the caller checks each against its own federation
+// (secagg.OuterMask.Apply).
+func FetchOuterKeys(ctx context.Context, hc *http.Client, base, parentRound string) (*secagg.OuterKeys, error) {
+	if hc == nil {
+		return nil, errors.New("wire: FetchOuterKeys needs an *http.Client with mutual TLS")
+	}
+	s := transport.Session{T: transport.HTTPS{Client: hc, Base: base}, Round: ParentPath(parentRound),
+		Subject: fmt.Sprintf("hierarchical secure aggregation round %q", parentRound)}
+	b, err := s.Fetch(ctx, "outer keys", "outer", int64(secagg.MaxSitesPlus)*maxOuterKey)
+	if err != nil {
+		return nil, err
+	}
+	return secagg.ParseOuterKeys(b)
 }

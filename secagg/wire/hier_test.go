@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"crypto/ecdh"
+	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
 	"math"
@@ -26,7 +27,13 @@ import (
 // must equal the flat sum of the nine inputs, exactly on the grid (the
 // inputs are sent as grid integers). Every unmasking a child received
 // must be sealed, and a child must refuse to hand out a sum (SC6019). A
-// silo may not post a partial sum (403).
+// silo may not post a partial sum (403). Each child adds its outer mask
+// before forwarding: it posts its signed outer key (as its delegate, a
+// member of role cluster) and long-polls the other's from the parent's
+// host (PostOuterKey, FetchOuterKeys); the parent's host refuses a key
+// from a silo or of another cluster (403), one not signed by its
+// cluster's delegate key (SC6020) and a second key for a sub-cohort
+// (409), and takes a resend (204).
 func TestHierarchicalRoundOverTLS(t *testing.T) {
 	w := newWorld(t, 9)
 	// The federation again, with two more aggregators: the children.
@@ -40,6 +47,12 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 	}
 	for _, s := range w.silos {
 		fmt.Fprintf(&src, "  - {name: %s, role: silo, public_key: %s}\n", s, w.ids[s].Public())
+	}
+	// The child clusters, as the parent's federation lists them: their
+	// delegate keys sign their outer keys.
+	for _, c := range []string{"child-a", "child-b"} {
+		w.ids[c] = identity.NewFromSeed(seed(c))
+		fmt.Fprintf(&src, "  - {name: %s, role: cluster, public_key: %s}\n", c, w.ids[c].Public())
 	}
 	fed, err := identity.ParseFederation("fed.yaml", []byte(src.String()))
 	if err != nil {
@@ -76,15 +89,53 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 	pa, pb := sub("hier-a", w.silos[:4]), sub("hier-b", w.silos[4:])
 	children := map[string]*testHost{"hier-a": child2, "hier-b": child3}
 	childName := map[string]string{"hier-a": "agg-2", "hier-b": "agg-3"}
+	cluster := map[string]string{"hier-a": "child-a", "hier-b": "child-b"}
+	plan := []secagg.SubCohort{{Round: "hier-a", Cluster: "child-a"}, {Round: "hier-b", Cluster: "child-b"}}
+	delegate := func(c string) (ed25519.PublicKey, bool) { // the child's copy of the parent federation
+		m, ok := fed.Member(c)
+		return m.PublicKey.Ed25519(), ok && m.Role == identity.Cluster
+	}
 	if err := parentHost.OpenParent("hier", key, []secagg.Params{pa, pb}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	// A silo may not post a partial sum.
+	// A silo may not post a partial sum, nor an outer key; a cluster
+	// posts its own key only, signed with its delegate key.
 	if err := Forward(ctx, w.silo(w.silos[0]), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-a", Masked: []byte{0}}); codeOfErr(err) != diag.SecAggWireForbidden {
 		t.Fatalf("a silo's partial sum: %v, want SC6101", err)
+	}
+	outer := map[string]*secagg.OuterMask{}
+	for _, c := range plan {
+		o, err := secagg.NewOuterMask("hier", c.Round, c.Cluster, w.ids[c.Cluster].PrivateKey())
+		if err != nil {
+			t.Fatal(err)
+		}
+		outer[c.Round] = o
+	}
+	if err := PostOuterKey(ctx, w.silo(w.silos[0]), parentHost.url, "hier", outer["hier-a"].Key()); codeOfErr(err) != diag.SecAggWireForbidden {
+		t.Fatalf("a silo's outer key: %v, want SC6101", err)
+	}
+	if err := PostOuterKey(ctx, clientTo("child-b", "agg-1"), parentHost.url, "hier", outer["hier-a"].Key()); codeOfErr(err) != diag.SecAggWireForbidden {
+		t.Fatalf("a cluster posting another's outer key: %v, want SC6101", err)
+	}
+	forged, err := secagg.NewOuterMask("hier", "hier-a", "child-a", w.ids["child-b"].PrivateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PostOuterKey(ctx, clientTo("agg-2", "agg-1"), parentHost.url, "hier", forged.Key()); codeOfErr(err) != diag.SecAggOuterKeys {
+		t.Fatalf("an outer key signed by another cluster's key: %v, want SC6020", err)
+	}
+	if err := PostOuterKey(ctx, clientTo("child-a", "agg-1"), parentHost.url, "hier", outer["hier-a"].Key()); err != nil {
+		t.Fatal(err)
+	}
+	second, err := secagg.NewOuterMask("hier", "hier-a", "child-a", w.ids["child-a"].PrivateKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := PostOuterKey(ctx, clientTo("child-a", "agg-1"), parentHost.url, "hier", second.Key()); codeOfErr(err) != diag.SecAggWireConflict {
+		t.Fatalf("a second outer key for one sub-cohort: %v, want SC6104", err)
 	}
 
 	bound, err := pa.EncodedBound()
@@ -110,16 +161,33 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 			}()
 			runs = append(runs, done)
 		}
-		// The child relays: it takes its masked sum and forwards it.
+		// The child relays: it posts its outer key as its delegate,
+		// takes its masked sum, adds its outer mask once it holds the
+		// other child's key, and forwards it.
 		done := make(chan error, 1)
-		child, hc := children[p.Round], clientTo(childName[p.Round], "agg-1")
+		child, hc := children[p.Round], clientTo(cluster[p.Round], "agg-1")
 		go func() {
 			// Wait gives no sum of a relayed round (and takes nothing).
 			if _, err := child.Wait(ctx, p.Round); codeOfErr(err) != diag.SecAggRelayed {
 				done <- fmt.Errorf("child %s: Wait gave %v, want SC6019", p.Round, err)
 				return
 			}
-			ps, err := child.WaitPartial(ctx, p.Round)
+			o := outer[p.Round]
+			err := PostOuterKey(ctx, hc, parentHost.url, "hier", o.Key())
+			if err == nil { // a resend is taken (204)
+				err = PostOuterKey(ctx, hc, parentHost.url, "hier", o.Key())
+			}
+			var keys *secagg.OuterKeys
+			if err == nil {
+				keys, err = FetchOuterKeys(ctx, hc, parentHost.url, "hier")
+			}
+			var ps *secagg.PartialSum
+			if err == nil {
+				ps, err = child.WaitPartial(ctx, p.Round)
+			}
+			if err == nil {
+				err = o.Apply(p, ps, plan, keys.Keys, delegate)
+			}
 			if err == nil {
 				err = Forward(ctx, hc, parentHost.url, "hier", ps)
 			}

@@ -57,6 +57,16 @@ func DefaultDeadlines() Deadlines {
 	return Deadlines{Advertise: 10 * time.Minute, Share: time.Minute, Mask: 2 * time.Minute, Consistency: time.Minute, Unmask: time.Minute}
 }
 
+// Total is the longest a round under d can take: the sum of its phases'
+// deadlines, each zero one at its default (every default for invalid d).
+func (d Deadlines) Total() time.Duration {
+	d, err := d.withDefaults()
+	if err != nil {
+		d = DefaultDeadlines()
+	}
+	return d.Advertise + d.Share + d.Mask + d.Consistency + d.Unmask
+}
+
 func (d Deadlines) withDefaults() (Deadlines, error) {
 	def := DefaultDeadlines()
 	fields := []struct {
