@@ -112,7 +112,8 @@ func TestLeasePollsBoundedPerMember(t *testing.T) {
 // each of its nodes holds one; the child stays alive while any is held,
 // its leader's connection closing is no loss while another node beats,
 // and the last one's connection closing makes it gone at once, whatever
-// the silo lease (here 20 minutes). A heartbeat never leases anything.
+// the silo lease (here 20 minutes), until it beats again. A heartbeat
+// never leases anything.
 func TestHeartbeatLiveness(t *testing.T) {
 	t.Parallel()
 	p := newTestPool(t, trust.Own, 1, Options{SiloLease: 20 * time.Minute})
@@ -166,6 +167,12 @@ func TestHeartbeatLiveness(t *testing.T) {
 	if n := p.node.api.Beating("w1"); n != 0 {
 		t.Fatalf("%d heartbeats still counted", n)
 	}
+	// The child comes back: its first heartbeat makes it alive again
+	// (its silos rejoin at the next round planned).
+	back, stopBack := context.WithCancel(t.Context())
+	defer stopBack()
+	go beat(back)
+	waitUntil(t, "the child alive again", 2*time.Minute, func() bool { return p.node.alive("w1") })
 	js, err := p.node.fsm.machine().Job(plan.ID)
 	if err != nil {
 		t.Fatal(err)
