@@ -381,6 +381,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	strat := rc.strat.With(map[string]any{"round": int64(trainRound), "sites": int64(len(st.Silos))})
 	var global fl.Global
 	var std *fl.Standardization // the run's standardisation so far
+	var prevModel content.Ref   // the model the previous round stored
 	if r == 0 {
 		global, err = n.initialGlobal(ctx, env, strat, rc)
 		if ds, ok := diag.As(err); ok {
@@ -396,7 +397,7 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			prev, global, err = fl.DecodeRoundResult(b)
 		}
 		if prev != nil {
-			std = prev.Std
+			std, prevModel = prev.Std, prev.Model
 		}
 	}
 	if err != nil {
@@ -517,7 +518,16 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 		return err
 	}
 	bref := content.Hash(bb)
-	if err := n.storeDurableAll(ctx, gb, bb); err != nil {
+	// The global model of a round after the first is the model the
+	// previous round stored durably (here and on a second aggregator)
+	// before it was reduced: stored again, it was hashed, copied and, in a
+	// cluster, sent to a peer once more for nothing — 8 MB at d = 10^6
+	// (issue 19). Only the bundle is new then.
+	stored := [][]byte{gb, bb}
+	if gref == prevModel && n.blobs.Has(gref) {
+		stored = stored[1:]
+	}
+	if err := n.storeDurableAll(ctx, stored...); err != nil {
 		return err // transient: the next pass retries
 	}
 	jobID, err := roundJobID(bref)

@@ -153,7 +153,7 @@ func (s *Store) Put(want content.Ref, r io.Reader) error {
 // PutBytes stores b and returns its ref.
 func (s *Store) PutBytes(b []byte) (content.Ref, error) {
 	ref := content.Hash(b)
-	return ref, s.Put(ref, strings.NewReader(string(b)))
+	return ref, s.Put(ref, bytes.NewReader(b)) // not a string: no copy of b
 }
 
 // PutBatch stores every blob in bs side by side, so one commit round's
