@@ -54,7 +54,10 @@ func (p parentJobs) Job(id content.Ref) (coordinator.JobStatus, error) {
 // the genuine bundle for its job. The silo declines with SC7611 (saying
 // which bundles differ) and sends nothing to the round's host, charges
 // nothing and counts no round; a sub-job naming a parent job the parent
-// does not have is declined the same way; with the parent down, SC7612.
+// does not have, or a parent bundle that puts the silo in another
+// child's sub-cohort, is declined the same way; with the parent down,
+// SC7612. A parent federation listing the silo under another key is
+// refused (SC7610).
 // The honest path (bundle equal to the parent's, the round completes) is
 // TestTreeFederatedRun's, with the real binaries.
 func TestSiloChecksRoundWithParent(t *testing.T) {
@@ -134,11 +137,11 @@ func TestSiloChecksRoundWithParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, b := w.startRound(run.run, run.canon, run.st, global, 0, siloNames)
-	bundle := func(key *ecdh.PrivateKey) content.Ref {
+	bundle := func(key *ecdh.PrivateKey, cluster string) content.Ref {
 		h := b
 		sub := b.SecAgg
 		sub.Round, sub.Parent = "sub-"+b.SecAgg.Round, key.PublicKey().Bytes()
-		h.SubCohorts = []fl.SubCohort{{Cluster: "child-a", SecAgg: sub}}
+		h.SubCohorts = []fl.SubCohort{{Cluster: cluster, SecAgg: sub}}
 		raw, err := content.Encode(&h)
 		if err != nil {
 			t.Fatal(err)
@@ -147,7 +150,7 @@ func TestSiloChecksRoundWithParent(t *testing.T) {
 	}
 	parentKey, _ := ecdh.X25519().GenerateKey(rand.Reader)
 	childKey, _ := ecdh.X25519().GenerateKey(rand.Reader)
-	genuine, forged := bundle(parentKey), bundle(childKey)
+	genuine, forged := bundle(parentKey, "child-a"), bundle(childKey, "child-a")
 	parentJob := content.Hash([]byte("parent round job"))
 	pj := coordinator.JobStatus{ID: parentJob, Bundle: genuine, Run: run.run, Round: 0, State: coordinator.JobRunning}
 	for i, n := range siloNames {
@@ -178,6 +181,18 @@ func TestSiloChecksRoundWithParent(t *testing.T) {
 	// A sub-job naming a job the parent does not have.
 	declined("an unknown parent job", take(genuine, content.Hash([]byte("no such job"))), diag.SiloParentMismatch)
 
+	// A parent job whose bundle puts the silo in another child's
+	// sub-cohort: not the Params its child may give it.
+	elsewhere := content.Hash([]byte("parent round job, child-b"))
+	pjb := pj
+	pjb.ID, pjb.Bundle = elsewhere, bundle(parentKey, "child-b")
+	reader.jobs[elsewhere] = pjb
+	declined("a sub-cohort of another child", take(pjb.Bundle, elsewhere), diag.SiloParentMismatch)
+	// A parent that lists the silo under another key refuses the config.
+	if _, err := silo.OpenParent(cfg, w.ids["hospital-b"]); !isDiag(err, diag.SiloParentConfig) {
+		t.Fatalf("a parent federation listing %s with another key: %v, want SC7610", name, err)
+	}
+
 	// The parent out of reach.
 	stopParent()
 	a.Parent.Timeout = time.Second
@@ -201,4 +216,9 @@ func TestSiloChecksRoundWithParent(t *testing.T) {
 	if recs, err := a.Rounds.AcceptedSince(time.Now().Add(-time.Hour)); err != nil || len(recs) != 0 {
 		t.Fatalf("rounds declined by the parent check count against the daily limit: %+v (%v)", recs, err)
 	}
+}
+
+func isDiag(err error, code diag.Code) bool {
+	ds, ok := diag.As(err)
+	return ok && len(ds) > 0 && ds[0].Code == code
 }
