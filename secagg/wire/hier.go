@@ -314,6 +314,15 @@ func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusGone, diag.New(diag.SecAggWireRoundOver, subject, "the total was already released"))
 		return
 	}
+	if subs := hp.p.SubRounds(); len(subs) > 1 && slices.Contains(subs, ps.Round) && hp.outer[ps.Round] == nil {
+		// The child cannot have added its outer mask without the other
+		// children's keys, which it gets only after posting its own: a
+		// child that skipped the outer layer (a misconfigured or older
+		// child) is caught here rather than exposing its sub-cohort's sum.
+		refuse(w, http.StatusBadRequest, diag.New(diag.SecAggOuterKeys, subject, "a partial sum of sub-cohort %q, whose child posted no outer key", ps.Round).
+			WithHelp("with two or more sub-cohorts each child posts its outer key and masks its partial sum before forwarding it"))
+		return
+	}
 	if err := hp.p.AddPartial(ps); err != nil {
 		refuse(w, http.StatusBadRequest, err)
 		return

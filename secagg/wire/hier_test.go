@@ -33,7 +33,8 @@ import (
 // host (PostOuterKey, FetchOuterKeys); the parent's host refuses a key
 // from a silo or of another cluster (403), one not signed by its
 // cluster's delegate key (SC6020) and a second key for a sub-cohort
-// (409), and takes a resend (204).
+// (409), and takes a resend (204); it refuses a partial sum whose child
+// posted no outer key (SC6020).
 func TestHierarchicalRoundOverTLS(t *testing.T) {
 	w := newWorld(t, 9)
 	// The federation again, with two more aggregators: the children.
@@ -129,6 +130,11 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 	}
 	if err := PostOuterKey(ctx, clientTo("child-a", "agg-1"), parentHost.url, "hier", outer["hier-a"].Key()); err != nil {
 		t.Fatal(err)
+	}
+	// A partial sum whose child posted no outer key cannot carry its
+	// outer mask: refused.
+	if err := Forward(ctx, clientTo("child-b", "agg-1"), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-b", Masked: []byte{0}}); codeOfErr(err) != diag.SecAggOuterKeys {
+		t.Fatalf("a partial sum before its child's outer key: %v, want SC6020", err)
 	}
 	second, err := secagg.NewOuterMask("hier", "hier-a", "child-a", w.ids["child-a"].PrivateKey())
 	if err != nil {
