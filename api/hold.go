@@ -3,7 +3,6 @@ package api
 import (
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/scellis/scellis/diag"
 )
@@ -16,12 +15,9 @@ import (
 const (
 	maxLeaseHolds   = 4
 	maxEventStreams = 16
-	// maxHeartbeats: two per node of a child cluster of 5 (a held one
-	// and the one answered just before it, which lingers), and room for
-	// a restarted node whose old connection is not yet seen closed.
-	maxHeartbeats = 12
-	// beatLinger: how long an answered heartbeat still counts (Server.heartbeat).
-	beatLinger = 2 * time.Second
+	// maxHeartbeats: one per node of a child cluster (3 or 5), with room
+	// for restarted nodes whose old connections are not yet seen closed.
+	maxHeartbeats = 8
 )
 
 // holds counts open long-lived requests per (kind, member). The zero value

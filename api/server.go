@@ -450,10 +450,11 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 // passes (capped as a lease poll is) or the peer goes away, and leases
 // nothing. Its place is given back before Gone is called, so Gone sees
 // only the peer's other heartbeats (Beating): a child cluster whose
-// leader died still beats through its other nodes. An answered
-// heartbeat keeps its place beatLinger longer, the time its node takes
-// to send the next: a node between two heartbeats still counts when
-// another node's connection closes.
+// leader died still beats through its other nodes. (A node between two
+// heartbeats, for the moment it takes to send the next, holds none: if
+// another node's connection closes just then the child is judged gone
+// until that next heartbeat, milliseconds later — a leader death that
+// costs a round retry anyway.)
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, peer string, wait time.Duration) {
 	s.seen(peer)
 	if wait > 0 {
@@ -476,7 +477,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, peer string, 
 			return
 		case <-t.C:
 		}
-		time.AfterFunc(beatLinger, leave)
+		leave()
 		s.seen(peer)
 	}
 	writeJSON(w, http.StatusOK, coordinator.LeaseResponse{Grants: []coordinator.LeaseGrant{}})
