@@ -39,7 +39,9 @@ does) and write, for each cluster of the plan, DIR/CLUSTER/:
                     node of the child reads; copy it to each node's host
 
 Each cluster is then an ordinary cluster: start the root's nodes, then the
-children's, and point each silo or worker at its cluster's federation file.
+children's, and point each silo or worker at its cluster's federation file
+(a silo a child leads also names its parent's in parent_federation, to
+check every round's bundle with the parent; no silo config is written).
 Nothing is overwritten: a cluster folder that holds a federation file
 already is refused.`,
 		Example: `  scellis topology split --federation pool.yaml --topology ./by-site.star --out tree
