@@ -28,7 +28,8 @@ type Aggregator struct {
 	// (wire.Deadlines.TrainInMask).
 	RoundJoinTimeout time.Duration
 	// SiloLease: a silo that has not polled for leases for this long is
-	// left out of the next round and excused from the current one.
+	// left out of the next round and excused from the current one; so is
+	// a child cluster none of whose nodes has beaten (docs/tree.md).
 	// RoundAttempts: failed attempts of one round before its run pauses.
 	// RoundRetryBackoff: the wait before a failed round's second attempt,
 	// doubled for each later one.

@@ -44,7 +44,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
   data_dir: agg-1/data
   lease_ttl: 30s              # how long a worker holds a shard without renewing
   round_join_timeout: 2m      # backstop: how long a round waits for silos to join
-  silo_lease: 6s              # a silo silent this long is left out of rounds until it polls again
+  silo_lease: 6s              # a silo (or child cluster) silent this long is left out of rounds until it polls again
   round_attempts: 5           # failed attempts of one round before the run pauses
   round_retry_backoff: 1s     # wait before retrying a failed round, doubled each time
   # listen: 0.0.0.0:7400      # bind here instead of the federation address
