@@ -17,9 +17,21 @@ import (
 // command inside scripts, the way a user runs it.
 func TestMain(m *testing.M) {
 	sandboxproc.Main() // the aggregator's planner re-executes this binary
-	testscript.Main(m, map[string]func(){
+	testscript.Main(removesBinary{m}, map[string]func(){
 		"scellis": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 	})
+}
+
+// removesBinary runs the tests, then removes the scellis binary they built
+// (scellisBinary): 50 MB in the temporary directory per test process.
+type removesBinary struct{ m *testing.M }
+
+func (r removesBinary) Run() int {
+	code := r.m.Run()
+	if buildErr == nil && binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
+	}
+	return code
 }
 
 // TestScripts runs cmd/scellis/testdata/script/*.txtar: CLI tests written as
