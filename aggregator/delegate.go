@@ -266,7 +266,7 @@ func (n *Node) delegateLoop(ctx context.Context) {
 // parent, and the parent judges the child gone only when every node's
 // connection has closed, or when none has beaten for its silo lease. A
 // node beats only while it hears from a leader of its own cluster
-// (consensus.Status.Fresh): a child without quorum can host nothing, and
+// (consensus.Node.Fresh): a child without quorum can host nothing, and
 // its silence lets the parent's rounds go on without it.
 func (n *Node) beat(ctx context.Context) {
 	d := n.opt.Delegate
@@ -284,7 +284,7 @@ func (n *Node) beat(ctx context.Context) {
 		}
 	}
 	for ctx.Err() == nil {
-		if !n.raft.Status().Fresh {
+		if !n.raft.Fresh() {
 			pause(beatRetry / 4) // an election: beat again once it has a leader
 			continue
 		}
