@@ -77,7 +77,7 @@ seed: 3
 		// the parent's file lists it under its child) before it sends
 		// anything keyed to the round's Params.
 		c.write(s[0]+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\nparent_federation: %s\ndata_dir: %s/data\npoll: 200ms\n"+
-			"datasets:\n  - {name: patients, path: %s, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\npolicy:\n  min_cohort: 3\n",
+			"datasets:\n  - {name: patients, path: %s, label: outcome, class: confidential, budget: {epsilon: 50, delta: 1.0e-5}, unit: silo}\npolicy:\n  min_cohort: 3\n",
 			s[0], s[0], filepath.Join(p.dir, "federation.yaml"), s[0], filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1))))
 		// fl simulate reads one file per site, named as the silo (its seeds are the silo's).
 		if err := os.MkdirAll(filepath.Join(p.dir, "sim"), 0o755); err != nil {
@@ -224,11 +224,17 @@ seed: 3
 	// their connections, so the parent ends the round in flight at once
 	// (its silo lease here is two minutes, its round leases an hour) and
 	// retries it with child-a's silos absent; child-b's five make the
-	// later rounds alone (cohort.min 3). Four rounds: the kill lands one
+	// later rounds alone (cohort.min 3). This run is the other half of the
+	// tree's coverage: update-level DP on (each silo charges its own
+	// ledger, whichever cluster relays its input) and SecAgg+ masking in
+	// each sub-cohort (a silo declines a round masked otherwise than its
+	// run asks, so a run done is a run masked so). Four rounds: the kill lands one
 	// status read after round 0, long before three more rounds of two
 	// clusters' secure aggregation could end. About 5–10 s at load 10.
 	t1 := time.Now()
-	p.write("run2.yaml", strings.Replace(strings.Replace(spec, "name: tree-fl\n", "name: tree-fl-2\n", 1), "rounds: 3\n", "rounds: 4\ncohort: {min: 3}\n", 1))
+	run2 := strings.NewReplacer("name: tree-fl\n", "name: tree-fl-2\n", "rounds: 3\n", "rounds: 4\ncohort: {min: 3}\n",
+		"privacy: {dp: false}\n", "privacy: {clip: 5.0, sigma: 1.0}\nmasking: secagg+\n").Replace(spec)
+	p.write("run2.yaml", run2)
 	id2 := strings.TrimSpace(p.mustCLI("alice", "fl", "launch", "run2.yaml"))
 	waitFor(t, "round 0 of the second run", 2*time.Minute, func() bool { return len(p.run(id2).Models) >= 1 })
 	for _, n := range a.aggs {
@@ -260,6 +266,12 @@ seed: 3
 	ag2, _ := peerCounts(p.status("alice", st2.Jobs[len(st2.Jobs)-1]))
 	if ag2["child-b"] != 5 || ag2["child-a"] != 0 {
 		t.Fatalf("the last round's shards were verified by %v, not child-b (5) alone", ag2)
+	}
+	// Each of child-b's silos paid once per round, in its own ledger.
+	for _, s := range bOnly {
+		if charges := checkLedger(t, b, s); len(charges) != 4 {
+			t.Errorf("%s's ledger charges %d rounds of the DP run, want 4: %v", s, len(charges), charges)
+		}
 	}
 	t.Logf("child-a killed %v after the second run's launch; the run ended %v later with %d round jobs for 4 rounds", killed.Sub(t1), time.Since(killed), len(st2.Jobs))
 }
