@@ -61,18 +61,44 @@ var JobExchanges = []Exchange{
 	{"fetch the job bundle", "pool.Worker → GetBlob(st.Bundle)"},
 }
 
-// DelegationExchanges are what the model charges a child cluster per pool
-// job towards its parent: take its shard range, fetch the bundle, upload
-// the range's verified result and report it. This is the model's
-// assumption for the tree of clusters (issue 22 item 2), not a measured
-// path; in a federated round a child is charged RoundExchanges, as if it
-// were one silo of its parent's round.
-var DelegationExchanges = []Exchange{
-	{"take the delegated shard range", "parent → child delegation"},
-	{"fetch the job bundle", "child → parent blob"},
-	{"upload the range's result", "child → parent blob"},
-	{"report the range's result", "child → parent report"},
+// ChildRoundExchanges are the exchanges one child cluster makes with its
+// parent in one hierarchical round, read off the delegate loop
+// (aggregator/delegate_round.go): a child relays its sub-cohort's masked
+// partial sum upward, it does not take part as a silo would. Not counted,
+// as for silos: renewals, retries, the run spec (copied once per run) and
+// the child's heartbeats (one held exchange per child node per half
+// silo_lease, whatever the rounds; docs/tree.md).
+var ChildRoundExchanges = []Exchange{
+	{"lease the sub-cohort's shards", "aggregator.delegator → api.Client.Lease"},
+	{"fetch the round bundle", "aggregator.delegator.parentRound → copyBlob(st.Bundle)"},
+	{"fetch the global model", "aggregator.delegator.parentRound → copyBlob(b.Global)"},
+	{"send the child's signed outer key", "aggregator.delegator → wire.PostOuterKey"},
+	{"fetch the other children's outer keys", "aggregator.delegator → wire.FetchOuterKeys"},
+	{"forward the masked partial sum", "aggregator.delegator.forward → wire.Forward"},
+	{"upload the silos' contribution records", "aggregator.delegator.upload → api.Client.PutBlobs"},
+	{"report the sub-job's shards", "aggregator.delegator → api.Client.ReportBatch"},
 }
+
+// DelegationJobExchanges are the exchanges a child cluster makes with its
+// parent once per pool job it takes shards of (then cached), as a worker
+// does (JobExchanges).
+var DelegationJobExchanges = []Exchange{
+	{"read the job's status", "aggregator.delegator.parentJob → api.Client.Job"},
+	{"fetch the job bundle", "aggregator.delegator.parentJob → copyBlob(st.Bundle)"},
+}
+
+// DelegationBatchExchanges are the exchanges a child cluster makes with
+// its parent per sub-job: a range of at most DelegateBatch shards, leased
+// at once, whose verified results go up in one upload and one report.
+var DelegationBatchExchanges = []Exchange{
+	{"lease a range of shards", "aggregator.delegator → api.Client.Lease{Max: delegate_batch}"},
+	{"upload the range's results", "aggregator.delegator.upload → api.Client.PutBlobs"},
+	{"report the range's results", "aggregator.delegator → api.Client.ReportBatch"},
+}
+
+// DelegateBatch is the shards per sub-job the model assumes: the
+// aggregator's default delegate_batch.
+const DelegateBatch = 50
 
 // Load is what one cluster's leader serves under a plan.
 type Load struct {
@@ -81,13 +107,14 @@ type Load struct {
 	Led      int    `json:"led"`      // silos and workers it leads
 	Children int    `json:"children"` // child clusters
 	// Round is the exchanges its leader serves in one federated round:
-	// RoundExchanges per silo it leads and per child cluster, plus its
-	// own towards its parent.
+	// RoundExchanges per silo it leads, ChildRoundExchanges per child
+	// cluster, plus its own towards its parent.
 	Round int64 `json:"round"`
 	// Job is the exchanges its leader serves in one pool job: per
 	// replica of each shard its members execute, ShardExchanges; per
-	// member executing any, JobExchanges; per child and towards its
-	// parent, DelegationExchanges.
+	// member executing any, JobExchanges; per child, and towards its
+	// parent, DelegationJobExchanges and DelegationBatchExchanges per
+	// DelegateBatch shards of the child's subtree.
 	Job int64 `json:"job"`
 }
 
@@ -135,22 +162,51 @@ func Simulate(p *Plan, shards, replicas int) Simulation {
 		Clusters: len(p.Clusters), Depth: p.Depth(), MaxFanOut: p.MaxFanOut()}
 	given := 0 // shards handed out so far, so the shares sum to shards exactly
 	seen := 0
-	for _, c := range p.Clusters {
-		l := Load{Cluster: c.Name, Depth: c.Depth, Led: len(c.Leads), Children: len(c.Children)}
-		up := int64(0)
-		if c.Parent != "" {
-			up = 1
-		}
-		l.Round = int64(len(RoundExchanges)) * (int64(len(c.SubCohort)) + int64(len(c.Children)) + up)
+	mine := make(map[string]int, len(p.Clusters)) // shards its own members execute
+	byName := make(map[string]*Cluster, len(p.Clusters))
+	for i := range p.Clusters {
+		c := &p.Clusters[i]
+		byName[c.Name] = c
 		seen += len(c.Leads)
-		mine := 0
 		if executors > 0 {
-			mine = shards*seen/executors - given
+			mine[c.Name] = shards*seen/executors - given
 		}
-		given += mine
-		busy := min(len(c.Leads), mine*replicas) // members executing at least one replica
-		l.Job = perShard*int64(mine)*int64(replicas) + int64(len(JobExchanges))*int64(busy) +
-			int64(len(DelegationExchanges))*(int64(len(c.Children))+up)
+		given += mine[c.Name]
+	}
+	// A child takes its whole subtree's shards from its parent, one
+	// sub-job of at most DelegateBatch shards at a time.
+	var subtree func(c *Cluster) int
+	subtree = func(c *Cluster) int {
+		n := mine[c.Name]
+		for _, ch := range c.Children {
+			if cc := byName[ch]; cc != nil {
+				n += subtree(cc)
+			}
+		}
+		return n
+	}
+	delegation := func(c *Cluster) int64 {
+		n := subtree(c)
+		if n == 0 {
+			return 0
+		}
+		return int64(len(DelegationJobExchanges)) + int64(len(DelegationBatchExchanges))*int64((n+DelegateBatch-1)/DelegateBatch)
+	}
+	for i := range p.Clusters {
+		c := &p.Clusters[i]
+		l := Load{Cluster: c.Name, Depth: c.Depth, Led: len(c.Leads), Children: len(c.Children)}
+		up, upJob := int64(0), int64(0)
+		if c.Parent != "" {
+			up, upJob = int64(len(ChildRoundExchanges)), delegation(c)
+		}
+		l.Round = int64(len(RoundExchanges))*int64(len(c.SubCohort)) + int64(len(ChildRoundExchanges))*int64(len(c.Children)) + up
+		busy := min(len(c.Leads), mine[c.Name]*replicas) // members executing at least one replica
+		l.Job = perShard*int64(mine[c.Name])*int64(replicas) + int64(len(JobExchanges))*int64(busy) + upJob
+		for _, ch := range c.Children {
+			if cc := byName[ch]; cc != nil {
+				l.Job += delegation(cc)
+			}
+		}
 		s.Loads = append(s.Loads, l)
 		s.TotalRound += l.Round
 		s.TotalJob += l.Job

@@ -155,13 +155,17 @@ func newTopologySimulateCmd() *cobra.Command {
 flat topology and by tree with each --fanout (3 aggregators per cluster),
 and the exchanges each cluster's leader serves are counted — per
 federated round (13 per silo: lease, job status, bundle, model, the seven
-secure-aggregation messages, contribution upload and report; 13 per child
-cluster, which reports upwards as one silo would) and per pool job of
---shards shards with --replicas replicas (lease, commit, upload, report
-per replica; job status and bundle per executing member; 4 per child
-cluster for its delegated range). With --topology, that topology (and
-its --param) is simulated instead of the built-ins. docs/topology.md
-states the model and its table.`,
+secure-aggregation messages, contribution upload and report; 8 per child
+cluster, which relays its sub-cohort's masked sum: lease, bundle, model,
+outer key sent and fetched, the partial sum, records upload, report) and
+per pool job of --shards shards with --replicas replicas (lease, commit,
+upload, report per replica; job status and bundle per executing member;
+per child cluster, job status and bundle, then lease, upload and report
+per range of 50 shards of its subtree). As built, only one-replica jobs
+are delegated to child clusters (docs/tree.md, "Limits"), hence the
+default --replicas 1. With --topology, that topology (and its --param)
+is simulated instead of the built-ins. docs/topology.md states the model
+and its table.`,
 		Example: "  scellis topology simulate\n  scellis topology simulate --members 100000 --fanout 32",
 		Args:    exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -228,8 +232,10 @@ states the model and its table.`,
 			if jsonOutput {
 				return writeCatalogJSON(out, map[string]any{
 					"round_exchanges": topology.RoundExchanges, "shard_exchanges": topology.ShardExchanges,
-					"job_exchanges": topology.JobExchanges, "delegation_exchanges": topology.DelegationExchanges,
-					"simulations": sims,
+					"job_exchanges": topology.JobExchanges, "child_round_exchanges": topology.ChildRoundExchanges,
+					"delegation_job_exchanges": topology.DelegationJobExchanges, "delegation_batch_exchanges": topology.DelegationBatchExchanges,
+					"delegate_batch": topology.DelegateBatch,
+					"simulations":    sims,
 				})
 			}
 			return topology.WriteTable(out, sims)
@@ -238,7 +244,7 @@ states the model and its table.`,
 	cmd.Flags().IntSliceVar(&members, "members", []int{1_000, 10_000, 100_000}, "silos in the synthetic federation (repeatable)")
 	cmd.Flags().IntSliceVar(&fanouts, "fanout", []int{32, 100}, "fan-out of the tree topology (repeatable)")
 	cmd.Flags().IntVar(&shards, "shards", 0, "shards of the simulated pool job (0: as many as members)")
-	cmd.Flags().IntVar(&replicas, "replicas", 2, "replicas per shard (2: the consortium default)")
+	cmd.Flags().IntVar(&replicas, "replicas", 1, "replicas per shard (1: what a tree delegates to its children as built; the consortium default is 2)")
 	flagRange(cmd, "shards", "0", "1000000000")
 	flagRange(cmd, "replicas", "1", "16")
 	tf.add(cmd)
