@@ -96,6 +96,7 @@ func (n *Node) startVolunteer(addr string) error {
 	}()
 	n.volunteerAddr, n.volunteerFingerprint = ln.Addr(), fp
 	n.volunteerStop = func() {
+		srv.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		hs.Shutdown(ctx)
 		cancel()

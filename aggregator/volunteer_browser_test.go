@@ -119,10 +119,12 @@ const readState = `(() => { const V = window.scellisVolunteer; return {state: V.
 // with no native worker (so the tab holds its lease through the reveal
 // window): hiding the tab, Stop (two clicks) and a battery below the
 // floor each end the page's loops, close its data plane and hand its
-// lease back at once. With the data plane's module blocked, the reloaded
-// page falls back to HTTPS and its results of that second job, beside a
-// native worker again, verify by exact match too (about 3 s of the
-// total). A job with a confidential input never reaches the page
+// lease back at once — the hide once the node has committed to the tab's
+// first result, so the node must see that reveal through without the
+// tab. With the data plane's module blocked, the reloaded page falls
+// back to HTTPS and its results of that second job, beside a native
+// worker again, verify by exact match too, the first shard's by the
+// node's reveal for the earlier page (about 3 s of the total). A job with a confidential input never reaches the page
 // (admission, SC4002). About 15-30 s on two busy cores, most of it the
 // GOOS=js build (cached by go build after the first).
 func TestVolunteerPageInChromium(t *testing.T) {
@@ -163,7 +165,10 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	// w1 both ran: every shard verified by the two agreeing, the tab's
 	// hashes those of the test's own native execution, its bytes moved
 	// over path, and a signed receipt crediting the tab for each shard.
-	verified := func(plan *job.Plan, path string) pageState {
+	// The owed shards are those the node had committed to for an earlier
+	// instance of the page, which went away before the reveal: the node
+	// revealed them itself, so their hash is the tab's report's.
+	verified := func(plan *job.Plan, path string, owed map[int]bool) pageState {
 		t.Helper()
 		st := state()
 		tabHash := map[int]content.Ref{}
@@ -172,6 +177,19 @@ func TestVolunteerPageInChromium(t *testing.T) {
 				tabHash[d.Shard] = d.Hash
 				if d.Path != path {
 					t.Errorf("shard %d: the tab's bytes went over %q, want %q (page: %+v)", d.Shard, d.Path, path, st)
+				}
+			}
+		}
+		if len(owed) > 0 {
+			js, err := p.node.fsm.machine().Job(plan.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range owed {
+				for _, r := range js.Shards[i].Reports {
+					if r.Peer == st.Peer {
+						tabHash[i] = r.Result
+					}
 				}
 			}
 		}
@@ -245,7 +263,7 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if _, err := p.waitDone(ctx, plan.ID); err != nil {
 		t.Fatalf("the job with the tab and a native worker: %v (page: %+v)", err, state())
 	}
-	st := verified(plan, dataplane.PathDirect)
+	st := verified(plan, dataplane.PathDirect, nil)
 	if !receipt.IsVolunteer(st.Peer) {
 		t.Fatalf("the page's peer %q is no volunteer name", st.Peer)
 	}
@@ -288,6 +306,23 @@ func TestVolunteerPageInChromium(t *testing.T) {
 		}
 		return n
 	}
+	// committed is the set of the second job's shards the node committed
+	// to for the tab.
+	committed := func() map[int]bool {
+		js, err := p.node.fsm.machine().Job(slow.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int]bool{}
+		for _, sh := range js.Shards {
+			for _, c := range sh.Commits {
+				if c.Peer == st.Peer {
+					out[sh.Index] = true
+				}
+			}
+		}
+		return out
+	}
 	// halted waits until the page is in state (and why), has no worker
 	// left and has handed back every lease (the server's view).
 	halted := func(what, want, why string, releasesBefore int) {
@@ -303,6 +338,12 @@ func TestVolunteerPageInChromium(t *testing.T) {
 		return state().Releases
 	}
 	before := holding("the tab to lease a shard of the second job")
+	// The tab is hidden only once the node has committed to its first
+	// result: the halt then aborts the tab's request in the reveal
+	// window, and the node still owes that reveal (it alone holds the
+	// nonce, and the tab's key is never leased a shard it committed on
+	// again); phase 3 checks it came.
+	waitUntil(t, "the node to commit to the tab's first result", 30*time.Second, func() bool { return len(committed()) > 0 })
 	eval(`window.__setHidden(true)`)
 	halted("the hidden tab to stop and hand its lease back", "paused", "hidden", before)
 
@@ -374,6 +415,9 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if s := state(); s.Note == "" || s.Path != dataplane.PathHTTPS {
 		t.Fatalf("with the data plane blocked the page says path %q, note %q: want https and why", s.Path, s.Note)
 	}
+	// What the earlier page left committed (the first shard, and any a
+	// later halt caught in its reveal window) is the node's to reveal.
+	owed := committed()
 	stopNative = p.startWorkers(1, 20*time.Millisecond)
 	if err := chromedp.Do(ctx, chromedp.Click("#start")); err != nil {
 		t.Fatal(err)
@@ -381,7 +425,7 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if _, err := p.waitDone(ctx, slow.ID); err != nil {
 		t.Fatalf("the second job with the tab over HTTPS and a native worker: %v (page: %+v)", err, state())
 	}
-	verified(slow, dataplane.PathHTTPS)
+	verified(slow, dataplane.PathHTTPS, owed)
 	stopNative()
 	t.Logf("HTTPS fallback verified: %v", time.Since(began).Round(time.Millisecond))
 

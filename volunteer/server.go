@@ -103,6 +103,11 @@ type Server struct {
 	lim  *limiter
 	seen *replay
 
+	// life ends with Close: it bounds the reveals the node still owes
+	// tabs that went away (result).
+	life context.Context
+	end  context.CancelFunc
+
 	mu       sync.Mutex
 	sessions map[string]*session // by session ID
 	bundles  map[content.Ref]*bundleReq
@@ -145,11 +150,16 @@ func New(be Backend, opt Options, log *slog.Logger) (*Server, error) {
 	if _, err := rand.Read(mac); err != nil {
 		return nil, err
 	}
-	return &Server{be: be, opt: opt, log: log, now: time.Now, mac: mac,
+	life, end := context.WithCancel(context.Background())
+	return &Server{be: be, opt: opt, log: log, now: time.Now, mac: mac, life: life, end: end,
 		lim:      newLimiter(opt.JoinsPerMinute, opt.JoinBurst, opt.GlobalJoinsPerMinute),
 		seen:     &replay{used: map[string]time.Time{}},
 		sessions: map[string]*session{}, bundles: map[content.Ref]*bundleReq{}}, nil
 }
+
+// Close ends the reveals the node still owes tabs whose requests ended
+// (see result); the node calls it when it stops serving the page.
+func (s *Server) Close() { s.end() }
 
 // Routes of the volunteer API (docs/api.md lists them).
 var Routes = []string{

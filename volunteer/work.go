@@ -322,6 +322,19 @@ type ResultRequest struct {
 // node commits for it because a tab's commitment would need the same
 // bytes it sends here. The signature is the tab's own and is checked by
 // the coordinator against the key the volunteer's name comes from.
+//
+// Once the commitment is in the log the node owes its reveal: the nonce
+// lives only in this handler, and a committed peer is never leased the
+// shard again, so a commitment left unopened would bar the tab's key
+// from that shard for good (its result lost, the shard waiting on other
+// peers). The rest of the delivery therefore no longer ends with the
+// tab's request — Stop, a hidden tab, a low battery, a reload or a closed
+// tab all abort it — but with the reveal, bounded by the reveal window
+// (it opens one lease TTL after the shard's first commitment at the
+// latest) and by the server's life (Close). The reveal opens the tab's
+// own commitment with the tab's own signature, as it would have in the
+// request; the coordinator accepts it from a peer that held the lease
+// (late if the tab handed it back).
 func (s *Server) result(w http.ResponseWriter, r *http.Request, ss *session) {
 	var req ResultRequest
 	if !decode(w, r, &req) {
@@ -363,26 +376,39 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, ss *session) {
 		var nonce [coordinator.NonceBytes]byte
 		rand.Read(nonce[:])
 		commit := coordinator.Commitment(hash, ss.peer, req.Job, req.Shard, nonce[:])
-		if _, ok := s.apply(w, r, coordinator.CommitResult{Peer: ss.peer, Job: req.Job, Shard: req.Shard, Commitment: commit, Now: s.now().UnixMilli()}); !ok {
+		out, ok := s.apply(w, r, coordinator.CommitResult{Peer: ss.peer, Job: req.Job, Shard: req.Shard, Commitment: commit, Now: s.now().UnixMilli()})
+		if !ok {
 			return
 		}
 		rep.Nonce = fmt.Sprintf("%x", nonce)
+		// Committed: see the reveal through even if the tab goes away.
+		var cr coordinator.CommitResponse
+		json.Unmarshal(out, &cr)
+		until := time.UnixMilli(max(cr.RevealAt, s.now().UnixMilli()) + cmp.Or(js.Policy.LeaseTTL, coordinator.DefaultLeaseTTL))
+		owed, cancel := context.WithDeadline(context.WithoutCancel(ctx), until)
+		defer cancel()
+		stop := context.AfterFunc(s.life, cancel)
+		defer stop()
+		ctx, r = owed, r.WithContext(owed)
 	}
 	if _, err := s.be.PutBlob(ctx, data); err != nil {
 		writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.BlobMissing, hash.Short(), "the result could not be stored durably: %v", err).WithHelp("the page hands the lease back; the shard is leased again"))
 		return
 	}
 	// Wait for the reveal, renewing the lease so the shard is not leased
-	// to a third peer meanwhile; the tab's request (and Stop) ends it.
+	// to a third peer meanwhile, until the tab hands the lease back (Stop
+	// and the like): then nothing is left to hold, and the renewals,
+	// refused, would only cost log entries.
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	renewed := s.now()
+	renewed, holding := s.now(), true
 	for !direct {
 		if open, _ := s.be.RevealOpen(req.Job, req.Shard, s.now().UnixMilli()); open {
 			break
 		}
-		if s.now().Sub(renewed) > time.Second {
-			s.be.Apply(ctx, coordinator.RenewLease{Peer: ss.peer, Job: req.Job, Shard: req.Shard, Now: s.now().UnixMilli()})
+		if holding && s.now().Sub(renewed) > time.Second {
+			res, err := s.be.Apply(ctx, coordinator.RenewLease{Peer: ss.peer, Job: req.Job, Shard: req.Shard, Now: s.now().UnixMilli()})
+			holding = err != nil || len(res.Refusal) == 0
 			renewed = s.now()
 		}
 		select {
