@@ -44,8 +44,9 @@ import (
 // sub-jobs), not in the leader's memory: a new leader renews and reports
 // the sub-jobs the old one proposed. A sub-job already reported is found
 // so on the parent (its shards decided there), and reporting again is a
-// no-op there. A child that fails lets its parent leases expire, and the
-// parent leases the shards again, to another child.
+// no-op there. A child that fails stops beating (beat), and the parent's
+// leader revokes its parent leases on pooled shards at once (revokeGone),
+// leasing the shards again, to another child.
 
 // Delegate configures a node of a child cluster.
 type Delegate struct {

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/secagg"
 )
 
@@ -147,4 +150,78 @@ func (n *Node) excuseLapsed(ctx context.Context, round string, members []secagg.
 		case <-timer.C:
 		}
 	}
+}
+
+// revokeGone re-delegates a gone child cluster's pooled work at once
+// (docs/tree.md, "Failures"): while this node leads, each time a child
+// cluster (a member with role cluster) is gone by its heartbeat — the
+// last held one's connection closed, or none beat within the silo lease
+// — its live leases on undecided shards of pooled jobs (not a run's
+// round jobs: a round's child is judged by watchChildren and its retry)
+// are ended through the log, with the ReleaseLeases a peer would send,
+// so the shards are leased again at once, to another child or to this
+// cluster's own workers, instead of after the job's lease TTL. It is
+// liveness, never a timer: a child that beats keeps its leases however
+// slow it is. A child that comes back and reports shards it finished is
+// a late reporter, as after an expiry. In a new tenure a child not heard
+// from yet is given tenureGrace to find this leader, as silos are.
+func (n *Node) revokeGone(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		gone := n.peerGone.wait()
+		next := time.Hour
+		for _, c := range n.fed.ByRole(identity.Cluster) {
+			d := n.lapsesIn(c.Name)
+			if _, heard := n.seen.Load(c.Name); !heard && n.newTenure() {
+				d = n.tenureGrace() - time.Since(time.Unix(0, n.leaderSince.Load()))
+			}
+			if d >= 0 {
+				next = min(next, d)
+				continue
+			}
+			if !n.revokePooled(ctx, c.Name) {
+				next = min(next, time.Second) // try again: the leases still wait
+			}
+		}
+		timer.Reset(next + time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return
+		case <-gone:
+		case <-timer.C:
+		}
+	}
+}
+
+// revokePooled ends child's live leases on pooled jobs' shards; false
+// when they may still be live (the proposal failed).
+func (n *Node) revokePooled(ctx context.Context, child string) bool {
+	m := n.fsm.machine()
+	rounds := map[content.Ref]bool{}
+	for _, js := range m.JobsIn(coordinator.JobRunning) {
+		if js.Run != "" {
+			rounds[js.ID] = true
+		}
+	}
+	var shards []coordinator.ShardRef
+	for _, l := range m.Leases(child) {
+		if !rounds[l.Job] {
+			shards = append(shards, coordinator.ShardRef{Job: l.Job, Shard: l.Shard})
+		}
+	}
+	if len(shards) == 0 {
+		return true
+	}
+	res, err := n.Apply(ctx, coordinator.ReleaseLeases{Peer: child, Now: time.Now().UnixMilli(), Shards: shards})
+	switch {
+	case err != nil:
+		n.log.Debug("revoking a gone child's leases", "child", child, "err", err)
+		return false
+	case len(res.Refusal) > 0:
+		n.log.Warn("revoking a gone child's leases refused", "child", child, "err", res.Refusal)
+		return false
+	}
+	n.log.Warn("child cluster gone: its leases on pooled shards revoked, to be leased again at once", "child", child, "leases", len(shards))
+	return true
 }

@@ -546,6 +546,11 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			n.seen.Clear()
 			n.leaderSince.Store(time.Now().UnixNano())
 			tenure.ctx, tenure.cancel = context.WithCancel(ctx)
+			n.done.Add(1)
+			go func(ctx context.Context) {
+				defer n.done.Done()
+				n.revokeGone(ctx) // a gone child's pooled shards are leased again at once
+			}(tenure.ctx)
 			if n.opt.Delegate != nil {
 				n.done.Add(1)
 				go func(ctx context.Context) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -133,8 +134,9 @@ func peerCounts(st jobStatus) (agreeing, leased map[string]int) {
 // workers and verified by their own chains, and reported upward citing
 // their chain heads. Child-a's leader is killed mid-job (its new leader
 // resumes the delegation from its Raft state), then the whole of child-b
-// while it holds parent leases (they expire and child-a takes the
-// shards). The job completes with the solo run's result, `receipts
+// while it holds parent leases (the parent revokes them as soon as
+// child-b's heartbeats stop, far sooner than their 45 s TTL, and child-a
+// takes the shards). The job completes with the solo run's result, `receipts
 // verify` walks the tree (child-a's chain fetched from its cluster,
 // child-b's from an export made before it died), and a tampered or
 // missing child chain fails it. Nine aggregators and two workers: the
@@ -148,6 +150,14 @@ func TestTreeOfClusters(t *testing.T) {
 	}
 	tr := newTree(t)
 	p, a, b := tr.parent, tr.children["child-a"], tr.children["child-b"]
+	// The parent's leases last 45 s: a gone child's shards must come back
+	// by its heartbeat, not by expiry (see below). (A child leader killed
+	// between leasing and proposing a sub-job leaves leases only expiry
+	// frees: rare, and then the job waits up to 45 s more.)
+	for _, n := range p.aggs {
+		b, _ := os.ReadFile(filepath.Join(p.dir, n+".yaml"))
+		p.write(n+".yaml", strings.Replace(string(b), "lease_ttl: 2s", "lease_ttl: 45s", 1))
+	}
 	p.write("sweep.yaml", "name: sweep1k\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 20000, chunks: 1000}}\nreducer: {use: mean, params: {weight: samples}}\n")
 	solo := make(chan error, 1)
 	go func() {
@@ -236,8 +246,10 @@ func TestTreeOfClusters(t *testing.T) {
 		l := a.leader("w1")
 		return l != "" && l != oldLeader && ag["child-a"] > before["child-a"]+50
 	})
-	// The whole of child-b dies while it holds parent leases: the job
-	// completes only once they expire and child-a takes the shards.
+	// The whole of child-b dies while it holds parent leases: the
+	// parent's leader sees its heartbeats' connections close and revokes
+	// them at once (its log says so; expiry would take 45 s and log
+	// nothing), and child-a takes the shards.
 	var held int
 	waitFor(t, "child-b to hold parent leases", time.Minute, func() bool {
 		_, leased := peerCounts(p.status("alice", id))
@@ -249,6 +261,15 @@ func TestTreeOfClusters(t *testing.T) {
 	for _, n := range b.aggs {
 		b.kill(n, syscall.SIGKILL)
 	}
+	revoked := regexp.MustCompile(`leases on pooled shards revoked, to be leased again at once.* child=child-b leases=[1-9]`)
+	waitFor(t, "the parent's leader to revoke child-b's leases", time.Minute, func() bool {
+		for _, n := range p.aggs {
+			if revoked.MatchString(p.log(n)) {
+				return true
+			}
+		}
+		return false
+	})
 	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return p.status("alice", id).State == "done" })
 	st := p.status("alice", id)
 	ag, _ := peerCounts(st)
@@ -256,6 +277,13 @@ func TestTreeOfClusters(t *testing.T) {
 		t.Fatalf("verified %d/1000, by %v", st.Counts.Verified, ag)
 	}
 	t.Logf("child-b held %d parent leases when it died; shards verified by child: %v", held, ag)
+	// child-a lost its leader and a worker's worth of time, never its
+	// heartbeat: its leases were never revoked.
+	for _, n := range p.aggs {
+		if l := p.log(n); strings.Contains(l, "child=child-a") {
+			t.Errorf("the parent acted on child-a, which kept beating (%s):\n%s", n, l)
+		}
+	}
 	var subs []struct{ Delegated *struct{ Job string } }
 	if err := json.Unmarshal([]byte(a.mustCLI("w1", "--json", "job", "ls")), &subs); err != nil {
 		t.Fatal(err)
