@@ -141,6 +141,12 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	p := newTestPool(t, trust.Open, 1, Options{VolunteerListen: addr, VolunteerWasm: wasm, VolunteerDifficulty: 8, P2PLoopback: true})
 	// Chromium leaves loopback addresses out of ICE unless told.
 	tab := browsertest.Start(t, chromedp.Flag("allow-loopback-in-peer-connection", true))
+	// The browser starts on tab, not on the budget below: the context of
+	// chromedp's first Run owns the browser, and stuck must still read
+	// the page once the budget is spent.
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(tab, 2*time.Minute)
 	defer cancel()
 	eval := func(js string) {
@@ -156,6 +162,26 @@ func TestVolunteerPageInChromium(t *testing.T) {
 			t.Fatal(err)
 		}
 		return s
+	}
+	// stuck says, when a job does not finish in the budget, what the
+	// page and the coordinator hold: the page read under a fresh
+	// deadline (ctx is spent by then), and each undecided shard's
+	// leases, commitments and reports.
+	stuck := func(id content.Ref) string {
+		sctx, scancel := context.WithTimeout(tab, 10*time.Second)
+		defer scancel()
+		s, err := chromedp.Run(sctx, chromedp.Evaluate[pageState](readState))
+		out := fmt.Sprintf("page: %+v (%v)", s, err)
+		js, err := p.node.fsm.machine().Job(id)
+		if err != nil {
+			return out + "; " + err.Error()
+		}
+		for _, sh := range js.Shards {
+			if sh.State != "verified" && sh.State != "unverified" {
+				out += fmt.Sprintf("; shard %d %s leases %+v commits %+v reports %d", sh.Index, sh.State, sh.Leases, sh.Commits, len(sh.Reports))
+			}
+		}
+		return out
 	}
 	keyOf := func(peer string) (string, bool) {
 		m, ok := p.fed.Member(peer)
@@ -261,7 +287,7 @@ func TestVolunteerPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := p.waitDone(ctx, plan.ID); err != nil {
-		t.Fatalf("the job with the tab and a native worker: %v (page: %+v)", err, state())
+		t.Fatalf("the job with the tab and a native worker: %v (%s)", err, stuck(plan.ID))
 	}
 	st := verified(plan, dataplane.PathDirect, nil)
 	if !receipt.IsVolunteer(st.Peer) {
@@ -423,7 +449,7 @@ func TestVolunteerPageInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := p.waitDone(ctx, slow.ID); err != nil {
-		t.Fatalf("the second job with the tab over HTTPS and a native worker: %v (page: %+v)", err, state())
+		t.Fatalf("the second job with the tab over HTTPS and a native worker: %v (%s)", err, stuck(slow.ID))
 	}
 	verified(slow, dataplane.PathHTTPS, owed)
 	stopNative()

@@ -395,6 +395,10 @@ func (s *Server) result(w http.ResponseWriter, r *http.Request, ss *session) {
 		writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.BlobMissing, hash.Short(), "the result could not be stored durably: %v", err).WithHelp("the page hands the lease back; the shard is leased again"))
 		return
 	}
+	// Stored: the wait needs only the hash, so the base64 of the bytes
+	// (up to 8 MiB) is not held through a reveal a tab that went away
+	// left to the node (data itself is not used past here).
+	req.Result = ""
 	// Wait for the reveal, renewing the lease so the shard is not leased
 	// to a third peer meanwhile, until the tab hands the lease back (Stop
 	// and the like): then nothing is left to hold, and the renewals,
