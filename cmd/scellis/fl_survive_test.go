@@ -163,13 +163,13 @@ func checkLedger(t testing.TB, c *cluster, silo string) map[string]int {
 	return charges
 }
 
-// The chaos test of issue 12: a 3-node cluster, five silos and a 20-round
+// The chaos test of issue 12: a 3-node cluster, five silos and a 100-round
 // run with DP and secure aggregation. The leader is SIGKILLed three times,
 // at three different points of a round (right after a round completes,
 // while the silos are in secure aggregation, and after they contributed
 // but before the round is reduced), an election is forced with no node
 // down (the leader SIGSTOPped past its lease, then SIGCONTed), and a silo
-// is SIGKILLed and restarted three rounds later. The run completes all 20
+// is SIGKILLed and restarted three rounds later. The run completes all its
 // rounds; every silo's ledger holds at most one charge per round and
 // verifies; every silo re-sent rather than paid twice; the receipt chain is
 // identical on all nodes; the restarted silo contributes again.
@@ -179,7 +179,13 @@ func TestFLChaos(t *testing.T) {
 		t.Skip("multi-process chaos test")
 	}
 	c, silos := survivalCluster(t, 3, 5, "silo_lease: 3s\nround_retry_backoff: 200ms\n")
-	c.runSpec("chaos.yaml", 20)
+	// A round takes 80–150 ms and the next starts as soon as one is
+	// reduced, while each step below spends seconds between what it
+	// observes and what it does (an election, a node's restart): the run
+	// must outlast the steps. 20 rounds once ran out before step 4 could
+	// see one; the steps use about 40 at most.
+	const rounds = 100
+	c.runSpec("chaos.yaml", rounds)
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
@@ -257,14 +263,14 @@ func TestFLChaos(t *testing.T) {
 
 	waitFor(t, "the run to complete", 5*time.Minute, func() bool { st := c.run(id); return st.State != "" && st.State != "running" })
 	st := c.run(id)
-	if st.State != "done" || len(st.Models) != 20 {
+	if st.State != "done" || len(st.Models) != rounds {
 		t.Fatalf("run %s with %d rounds (%s)", st.State, len(st.Models), st.Reason)
 	}
-	if len(st.Jobs) <= 20 {
-		t.Errorf("%d round jobs for 20 rounds: no round was restarted", len(st.Jobs))
+	if len(st.Jobs) <= rounds {
+		t.Errorf("%d round jobs for %d rounds: no round was restarted", len(st.Jobs), rounds)
 	}
 	rows := c.rounds(id)
-	if len(rows) != 20 {
+	if len(rows) != rounds {
 		t.Fatalf("fl watch shows %d rounds", len(rows))
 	}
 	var rejoined bool
@@ -286,7 +292,7 @@ func TestFLChaos(t *testing.T) {
 	var resent int
 	for _, s := range silos {
 		charges := checkLedger(t, c, s)
-		if len(charges) < contributed[s] || len(charges) > 20 {
+		if len(charges) < contributed[s] || len(charges) > rounds {
 			t.Errorf("%s contributed to %d rounds but its ledger holds %d round charges", s, contributed[s], len(charges))
 		}
 		resent += len(c.siloRounds(s, "re-sent"))
