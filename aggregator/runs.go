@@ -807,18 +807,10 @@ func (n *Node) excuseDecliners(ctx context.Context, job content.Ref, round strin
 	events, cancel := n.hub.Subscribe(job)
 	defer cancel()
 	check := func(silo string, result content.Ref) {
-		b, err := n.fetchBlob(ctx, result)
-		if err != nil {
-			return
-		}
-		sc, err := silopkg.DecodeContribution(b)
-		if err == nil && sc.Record.Status != silopkg.Contributed && sc.Record.Silo == silo {
-			if sc.Record.Status == silopkg.Declined { // recorded before the excuse can end the round
-				var codes []string
-				for _, r := range sc.Record.Refusals {
-					codes = append(codes, string(r.Code))
-				}
-				declines.Store(silo, strings.Join(codes, "+"))
+		status, codes, ok := n.reportedRecord(ctx, silo, result)
+		if ok && status != silopkg.Contributed {
+			if status == silopkg.Declined { // recorded before the excuse can end the round
+				declines.Store(silo, codes)
 			}
 			n.excuse(round, silo)
 		}
@@ -865,23 +857,33 @@ func (n *Node) declinedEarlier(ctx context.Context, st coordinator.RunStatus, r 
 				if _, seen := out[rep.Peer]; seen {
 					continue
 				}
-				b, err := n.fetchBlob(ctx, rep.Result)
-				if err != nil {
-					continue
+				if status, codes, ok := n.reportedRecord(ctx, rep.Peer, rep.Result); ok && status == silopkg.Declined {
+					out[rep.Peer] = codes
 				}
-				sc, err := silopkg.DecodeContribution(b)
-				if err != nil || sc.Record.Silo != rep.Peer || sc.Record.Status != silopkg.Declined {
-					continue
-				}
-				var codes []string
-				for _, rf := range sc.Record.Refusals {
-					codes = append(codes, string(rf.Code))
-				}
-				out[rep.Peer] = strings.Join(codes, "+")
 			}
 		}
 	}
 	return out
+}
+
+// reportedRecord reads the contribution record a silo reported as a
+// round job's result: its status and its refusal codes joined by "+".
+// ok is false when the blob cannot be read or decoded, or is another
+// silo's record.
+func (n *Node) reportedRecord(ctx context.Context, silo string, result content.Ref) (status, codes string, ok bool) {
+	b, err := n.fetchBlob(ctx, result)
+	if err != nil {
+		return "", "", false
+	}
+	sc, err := silopkg.DecodeContribution(b)
+	if err != nil || sc.Record.Silo != silo {
+		return "", "", false
+	}
+	var cs []string
+	for _, rf := range sc.Record.Refusals {
+		cs = append(cs, string(rf.Code))
+	}
+	return sc.Record.Status, strings.Join(cs, "+"), true
 }
 
 // staleBases returns, for a buffered-asynchronous run's round r, the
