@@ -21,25 +21,36 @@ var builtinFS embed.FS
 // loaded by Parse and Add exactly like a user's file.
 func Builtin() (*Catalog, error) {
 	c := New()
-	files, err := fs.Glob(builtinFS, "builtin/*.star")
+	err := eachBuiltin(func(name string, src []byte) error {
+		e, err := Parse(name, src)
+		if err != nil {
+			return err
+		}
+		return c.Add(e)
+	})
 	if err != nil {
 		return nil, err
+	}
+	return c, nil
+}
+
+// eachBuiltin calls fn with every embedded builtin/*.star, in name order.
+func eachBuiltin(fn func(name string, src []byte) error) error {
+	files, err := fs.Glob(builtinFS, "builtin/*.star")
+	if err != nil {
+		return err
 	}
 	sort.Strings(files)
 	for _, name := range files {
 		src, err := builtinFS.ReadFile(name)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		e, err := Parse(name, src)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Add(e); err != nil {
-			return nil, err
+		if err := fn(name, src); err != nil {
+			return err
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // BuiltinLazy returns the catalog Builtin returns, except that an entry
@@ -52,25 +63,20 @@ func BuiltinLazy() (*Catalog, error) {
 	c := New()
 	c.pending = map[string]pendingEntry{}
 	c.pendingRef = map[content.Ref]string{}
-	files, err := fs.Glob(builtinFS, "builtin/*.star")
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(files)
-	for _, name := range files {
-		src, err := builtinFS.ReadFile(name)
-		if err != nil {
-			return nil, err
-		}
+	err := eachBuiltin(func(name string, src []byte) error {
 		n := NameFromPath(name)
 		if _, dup := c.pending[n]; dup {
-			return nil, fmt.Errorf("catalog: two built-ins named %s", n)
+			return fmt.Errorf("catalog: two built-ins named %s", n)
 		}
 		ref := content.Hash(src)
 		c.pending[n] = pendingEntry{path: name, src: src, ref: ref}
 		if _, ok := c.pendingRef[ref]; !ok {
 			c.pendingRef[ref] = n
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return c, nil
 }
