@@ -137,6 +137,19 @@ type delegator struct {
 	ctx    context.Context
 	rounds map[content.Ref]context.CancelFunc
 	gaveUp map[content.Ref]bool
+	// idle: when each running pooled sub-job was last seen to move (a
+	// worker's live lease on it, or one more shard decided), and its
+	// decided count then; starved: sub-jobs handed back in a row for want
+	// of a worker since any moved (handBackStalled). The lease loop's
+	// only.
+	idle    map[content.Ref]subProgress
+	starved int
+}
+
+// subProgress is what handBackStalled last saw of a sub-job.
+type subProgress struct {
+	since   time.Time
+	decided int
 }
 
 // errRefusedJob: the parent job is one a child cannot serve.
@@ -193,8 +206,9 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		n.log.Error("delegate", "err", err)
 		return
 	}
+	parent.Log = n.log
 	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{},
-		ctx: ctx, rounds: map[content.Ref]context.CancelFunc{}, gaveUp: map[content.Ref]bool{}}
+		ctx: ctx, rounds: map[content.Ref]context.CancelFunc{}, gaveUp: map[content.Ref]bool{}, idle: map[content.Ref]subProgress{}}
 	for _, js := range g.subJobs() {
 		if js.State != coordinator.JobRunning {
 			g.inherited[js.ID] = true
@@ -228,6 +242,7 @@ func (n *Node) delegateLoop(ctx context.Context) {
 			if ttl := g.renew(ctx, running); ttl > 0 {
 				renewEvery = max(ttl/3, 100*time.Millisecond)
 			}
+			g.handBackStalled(ctx, running)
 			lastRenew = time.Now()
 		}
 		leased := false
@@ -342,8 +357,12 @@ func (g *delegator) running() (running []coordinator.JobStatus, unreported bool)
 // with the cluster's history.
 func (g *delegator) subJobs() []coordinator.JobStatus {
 	var out []coordinator.JobStatus
-	for _, js := range g.n.fsm.machine().JobsIn(coordinator.JobRunning, coordinator.JobDecided, coordinator.JobDone) {
-		if js.Delegated != nil && js.Delegated.Delegate == g.d.Name {
+	// Cancelled pooled ones too: what a sub-job handed back
+	// (handBackStalled) or lost (renew) had verified is still reported,
+	// and the rest released, by reportUp. (A round sub-job given up is
+	// over: its sub-cohort's round is the parent's to retry.)
+	for _, js := range g.n.fsm.machine().JobsIn(coordinator.JobRunning, coordinator.JobDecided, coordinator.JobDone, coordinator.JobCancelledState) {
+		if js.Delegated != nil && js.Delegated.Delegate == g.d.Name && (js.State != coordinator.JobCancelledState || js.Run == "") {
 			out = append(out, js)
 		}
 	}
@@ -403,13 +422,9 @@ func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) 
 			reqs = append(reqs, api.RenewRequest{Job: js.Delegated.Job, Shard: s})
 			owner = append(owner, i)
 		}
-		g.mu.Lock()
-		if pj := g.parents[js.Delegated.Job]; pj != nil && pj.st.Policy.LeaseTTL > 0 {
-			if d := time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond; ttl == 0 || d < ttl {
-				ttl = d // the shortest TTL of the running sub-jobs' parent jobs
-			}
+		if d := g.knownTTL(js.Delegated.Job); d > 0 && (ttl == 0 || d < ttl) {
+			ttl = d // the shortest TTL of the running sub-jobs' parent jobs
 		}
-		g.mu.Unlock()
 	}
 	live := make([]bool, len(running))
 	answered := make([]bool, len(running))
@@ -447,6 +462,88 @@ func (g *delegator) renew(ctx context.Context, running []coordinator.JobStatus) 
 	return ttl
 }
 
+// handBackStalled cancels each running pooled sub-job that no worker of
+// this cluster has moved — no live lease on any of its shards, no shard
+// decided — for the parent job's lease TTL. A child that beats keeps its
+// parent leases for as long as it lives, so without this a child whose
+// workers all died (or that has none) would hold its shards forever; now
+// it holds them no longer than the parent lets a silent worker hold one.
+// The cancelled sub-job is then reported like any other (reportUp): what
+// it verified goes up, the rest is released to the parent at once. The
+// next lease waits half a TTL, so the parent's other peers take the
+// shards first, and asks for fewer shards (lease) until a sub-job moves.
+func (g *delegator) handBackStalled(ctx context.Context, running []coordinator.JobStatus) {
+	now := time.Now()
+	m := g.n.fsm.machine()
+	seen := map[content.Ref]bool{}
+	for _, js := range running {
+		if js.Run != "" {
+			continue // a round's sub-cohort: its silos answer to the round's deadlines
+		}
+		seen[js.ID] = true
+		full, err := m.Job(js.ID)
+		if err != nil {
+			continue
+		}
+		decided, busy := 0, false
+		for _, s := range full.Shards {
+			switch {
+			case s.State == coordinator.StateVerified || s.State == coordinator.StateUnverified:
+				decided++
+			default:
+				for _, l := range s.Leases {
+					busy = busy || l.Expiry > now.UnixMilli()
+				}
+			}
+		}
+		last, known := g.idle[js.ID]
+		if busy || !known || decided != last.decided {
+			if busy || (known && decided != last.decided) {
+				g.starved = 0
+			}
+			g.idle[js.ID] = subProgress{since: now, decided: decided}
+			continue
+		}
+		ttl := g.parentTTL(js.Delegated.Job)
+		if now.Sub(last.since) < ttl {
+			continue
+		}
+		g.n.log.Warn("delegate: no worker of this cluster has taken a sub-job's shards within the parent's lease TTL; handing them back",
+			"job", js.ID.Short(), "parent job", js.Delegated.Job.Short(), "shards", len(full.Shards)-decided, "idle", now.Sub(last.since).Round(time.Second))
+		if _, err := g.n.Apply(ctx, coordinator.CancelJob{Job: js.ID, Peer: g.d.Name, Reason: "no worker of this cluster took its shards within the parent's lease TTL", Now: now.UnixMilli()}); err != nil {
+			g.n.log.Debug("delegate: cancelling a stalled sub-job", "job", js.ID.Short(), "err", err)
+			continue
+		}
+		delete(g.idle, js.ID)
+		g.starved++
+		g.leaseAfter = now.Add(ttl / 2)
+	}
+	for id := range g.idle {
+		if !seen[id] {
+			delete(g.idle, id)
+		}
+	}
+}
+
+// parentTTL is the lease TTL of parent job id (the parent's default when
+// its status is not known here).
+func (g *delegator) parentTTL(id content.Ref) time.Duration {
+	if d := g.knownTTL(id); d > 0 {
+		return d
+	}
+	return time.Duration(coordinator.DefaultLeaseTTL) * time.Millisecond
+}
+
+// knownTTL is the lease TTL of parent job id, 0 when not known here.
+func (g *delegator) knownTTL(id content.Ref) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if pj := g.parents[id]; pj != nil && pj.st.Policy.LeaseTTL > 0 {
+		return time.Duration(pj.st.Policy.LeaseTTL) * time.Millisecond
+	}
+	return 0
+}
+
 // lease asks the parent for shards and proposes them as sub-jobs; it
 // reports whether it proposed any.
 func (g *delegator) lease(ctx context.Context) bool {
@@ -456,6 +553,9 @@ func (g *delegator) lease(ctx context.Context) bool {
 	if batch <= 0 {
 		batch = DefaultDelegateBatch
 	}
+	// A cluster whose last sub-jobs went back for want of a worker asks
+	// for fewer shards each time, down to one, until one moves again.
+	batch = max(1, batch>>min(g.starved, 6))
 	rid := newRequestID()
 	resp, err := g.parent.Lease(lctx, api.LeaseRequest{Max: batch, RequestID: rid})
 	if err != nil {
@@ -707,7 +807,13 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 	// when its round is summed; handing them back would read as this
 	// cluster giving up its sub-cohort (hier.go, watchChildren).
 	if len(unverified) > 0 && js.Run == "" {
-		g.release(d.Job, unverified)
+		// Not a shard a running sub-job holds again: this cluster may
+		// have handed it back and leased it anew (a new leader reports
+		// every inherited sub-job once more).
+		again := g.runningShards(d.Job)
+		if unverified = slices.DeleteFunc(unverified, func(gr coordinator.LeaseGrant) bool { return again[gr.Shard] }); len(unverified) > 0 {
+			g.release(d.Job, unverified)
+		}
 	}
 	for len(reports) > 0 {
 		k := min(len(reports), api.MaxBatch)
@@ -730,6 +836,20 @@ func (g *delegator) reportUp(ctx context.Context, sub content.Ref) error {
 		reports, blobs = reports[k:], blobs[k:]
 	}
 	return nil
+}
+
+// runningShards returns the shards of parent job id that this cluster's
+// running sub-jobs hold.
+func (g *delegator) runningShards(id content.Ref) map[int]bool {
+	held := map[int]bool{}
+	for _, js := range g.subJobs() {
+		if js.State == coordinator.JobRunning && js.Delegated.Job == id {
+			for _, s := range js.Delegated.Shards {
+				held[s] = true
+			}
+		}
+	}
+	return held
 }
 
 // decidedOnParent returns the shards of parent job id the parent has

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -49,6 +50,11 @@ type Client struct {
 	// all (the CLI; daemons leave it zero and retry until their context
 	// ends).
 	GiveUpAfter time.Duration
+
+	// Log, when set, receives each failed attempt at Debug level (which
+	// node, what it said, what follows): a daemon at log_level debug says
+	// why it keeps retrying.
+	Log *slog.Logger
 
 	mu      sync.Mutex
 	current int
@@ -435,6 +441,9 @@ func (at *attempts) failed(ctx context.Context, i int, answered bool, err error)
 	c := at.c
 	if answered {
 		at.answered(i)
+	}
+	if c.Log != nil && ctx.Err() == nil {
+		c.Log.Debug("attempt failed", "node", strings.TrimPrefix(c.endpoints[i], "https://"), "answered", answered, "err", err)
 	}
 	if ctx.Err() != nil {
 		return true, at.final(ctx, err)

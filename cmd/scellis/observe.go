@@ -40,6 +40,18 @@ func progressLog(out io.Writer, name, format, level string) (func(string, ...any
 	return func(f string, args ...any) { log.Info(fmt.Sprintf(f, args...)) }, sum.Close
 }
 
+// debugLog is the logger of a member's retries and other debug lines:
+// nil unless level is debug or trace.
+func debugLog(out io.Writer, name, format, level string) *slog.Logger {
+	if level != "debug" && level != "trace" {
+		return nil
+	}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}).WithAttrs([]slog.Attr{slog.String("member", name)}))
+	}
+	return slog.New(&lineHandler{out: out, name: name, level: slog.LevelDebug})
+}
+
 // lineHandler writes "15:04:05.000 name: message key=value…".
 type lineHandler struct {
 	out   io.Writer

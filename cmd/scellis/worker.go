@@ -70,6 +70,7 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			defer os.Remove(pidFile)
 			logf, closeLog := progressLog(cmd.ErrOrStderr(), c.Name, c.LogFormat, c.LogLevel)
 			defer closeLog()
+			client.Log = debugLog(cmd.ErrOrStderr(), c.Name, c.LogFormat, c.LogLevel)
 			reg, observe := workerMetrics()
 			stopMetrics, err := serveMetrics(c.MetricsListen, reg)
 			if err != nil {
