@@ -16,6 +16,7 @@ import (
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/testfault"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/trust"
@@ -230,6 +231,15 @@ func (n *Node) delegateLoop(ctx context.Context) {
 	defer func() { <-reporter }()
 	renewEvery := 500 * time.Millisecond
 	lastRenew := time.Time{}
+	// First what earlier leaders left: keep the running sub-jobs' parent
+	// leases alive, then hand back those no sub-job holds.
+	if running, _ := g.running(); len(running) > 0 {
+		if ttl := g.renew(ctx, running); ttl > 0 {
+			renewEvery = max(ttl/3, 100*time.Millisecond)
+		}
+		lastRenew = time.Now()
+	}
+	g.releaseOrphans(ctx)
 	for ctx.Err() == nil {
 		running, unreported := g.running()
 		if unreported {
@@ -525,6 +535,65 @@ func (g *delegator) handBackStalled(ctx context.Context, running []coordinator.J
 	}
 }
 
+// releaseOrphans hands back, at the start of a tenure, the parent leases
+// this cluster holds that none of its sub-jobs does: an earlier leader
+// leased them and died (or lost its leadership) before its sub-job was
+// committed. No node of this cluster knows of them, and the cluster still
+// beats, so they would otherwise come back only when the parent's leases
+// expire. After a barrier every sub-job an earlier tenure committed is
+// applied here, and this tenure leases nothing before this returns, so
+// what it finds unheld is no one's. A parent that does not answer costs
+// only the wait: the leases then expire as before.
+func (g *delegator) releaseOrphans(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := g.n.raft.Barrier(rctx); err != nil {
+		return
+	}
+	jobs, err := g.parent.Jobs(rctx)
+	if err != nil {
+		g.n.log.Debug("delegate: listing the parent's jobs", "err", err)
+		return
+	}
+	covered := map[content.Ref]map[int]bool{}
+	for _, js := range g.subJobs() {
+		if covered[js.Delegated.Job] == nil {
+			covered[js.Delegated.Job] = map[int]bool{}
+		}
+		for _, s := range js.Delegated.Shards {
+			covered[js.Delegated.Job][s] = true
+		}
+	}
+	now := time.Now().UnixMilli()
+	for _, pj := range jobs {
+		if pj.State != coordinator.JobRunning || pj.Run != "" || pj.Counts.Leased == 0 {
+			continue
+		}
+		st, err := g.parent.Job(rctx, pj.ID)
+		if err != nil {
+			g.n.log.Debug("delegate: reading a parent job", "job", pj.ID.Short(), "err", err)
+			return
+		}
+		var orphans []coordinator.LeaseGrant
+		for _, s := range st.Shards {
+			if covered[pj.ID][s.Index] {
+				continue
+			}
+			for _, l := range s.Leases {
+				if l.Peer == g.d.Name && l.Expiry > now {
+					orphans = append(orphans, coordinator.LeaseGrant{Job: pj.ID, Shard: s.Index})
+					break
+				}
+			}
+		}
+		if len(orphans) > 0 {
+			g.n.log.Warn("delegate: parent leases no sub-job of this cluster holds (an earlier leader leased them and died); handing them back",
+				"parent job", pj.ID.Short(), "leases", len(orphans))
+			g.release(pj.ID, orphans)
+		}
+	}
+}
+
 // parentTTL is the lease TTL of parent job id (the parent's default when
 // its status is not known here).
 func (g *delegator) parentTTL(id content.Ref) time.Duration {
@@ -716,6 +785,10 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 	}
 	if pj.round != nil {
 		return g.proposeRound(ctx, id, lease, grants, pj)
+	}
+	if args, ok := testfault.Args(testfault.KillBeforeSubJob); ok && len(args) == 2 && args[0] == pj.st.Name && testfault.Once(args[1]) {
+		g.n.log.Warn("test fault: parent shards leased, no sub-job proposed; killing the process", "fault", testfault.KillBeforeSubJob, "parent job", id.Short(), "shards", len(grants))
+		testfault.Kill()
 	}
 	del, shards, err := g.subShards(id, lease, grants, pj, nil)
 	if err != nil {

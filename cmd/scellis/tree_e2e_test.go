@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/aggregator"
+	"github.com/scellis/scellis/internal/testfault"
 )
 
 // treeOf is a two-level tree of coordinator clusters on loopback: a
@@ -216,6 +217,13 @@ func TestTreeOfClusters(t *testing.T) {
 	p.startAggregators()
 	<-probed
 
+	// Every node of child-a is armed to die once, cluster-wide, between
+	// leasing shards of the parent job "idle" and proposing their sub-job
+	// (package testfault; the end of this test).
+	a.env = map[string][]string{}
+	for _, n := range a.aggs {
+		a.env[n] = []string{testfault.Env + "=" + testfault.KillBeforeSubJob + ":idle:" + filepath.Join(a.dir, "fault-fired")}
+	}
 	for _, c := range []*cluster{a, b} {
 		for _, n := range c.aggs {
 			c.start(n, "aggregator", "--config", n+".yaml")
@@ -290,6 +298,8 @@ func TestTreeOfClusters(t *testing.T) {
 		t.Fatalf("verified %d/1000, by %v", st.Counts.Verified, ag)
 	}
 	t.Logf("child-b held %d parent leases when it died; shards verified by child: %v", held, ag)
+	// child-a's first leader comes back, a follower.
+	a.restartAggregator(oldLeader)
 	// child-a kept beating throughout: its leases were never revoked.
 	for _, n := range p.aggs {
 		if l := p.log(n); strings.Contains(l, "child=child-a") {
@@ -350,23 +360,33 @@ func TestTreeOfClusters(t *testing.T) {
 	p.write("child-a-tampered.json", string(tampered))
 	refused("a tampered child chain", "--child", "child-a="+filepath.Join(p.dir, "child-a-tampered.json"), "--child", childB)
 
-	// A child whose workers are gone hands its parent shards back within
-	// the parent's lease TTL, though it keeps beating: w1 dies, a new
-	// sweep's shards sit in a sub-job of child-a that no worker takes,
-	// and child-a releases them to the parent (its log says so). Once w1
-	// is back, child-a leases them again and the job completes.
+	// A child's leader that dies between leasing parent shards and
+	// proposing their sub-job leaves leases no node of the child knows
+	// of; the next leader finds them at the parent and hands them back at
+	// once (its log says so), not after the parent's lease TTL. And a
+	// child whose workers are gone hands its parent shards back within
+	// that TTL, though it keeps beating. w1 dies; a new sweep, "idle", is
+	// leased by child-a's leader, which dies before proposing it (the
+	// test fault); the next leader releases those leases, leases the
+	// shards again as a sub-job no worker takes, and hands them back
+	// (its log says so). Once w1 is back the job completes.
 	a.kill("w1", syscall.SIGKILL)
 	p.write("idle.yaml", "name: idle\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 200, chunks: 10}}\nreducer: {use: mean, params: {weight: samples}}\n")
 	idle := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "idle.yaml"))
-	handedBack := regexp.MustCompile(`no worker of this cluster has taken a sub-job's shards.*handing them back`)
-	waitFor(t, "child-a to hand back the shards no worker of it takes", time.Minute, func() bool {
-		for _, n := range a.aggs {
-			if handedBack.MatchString(a.log(n)) {
-				return true
+	inLog := func(what string, re *regexp.Regexp) {
+		t.Helper()
+		waitFor(t, what, time.Minute, func() bool {
+			for _, n := range a.aggs {
+				if re.MatchString(a.log(n)) {
+					return true
+				}
 			}
-		}
-		return false
-	})
+			return false
+		})
+	}
+	inLog("child-a's leader to die between leasing and proposing", regexp.MustCompile(`test fault: parent shards leased, no sub-job proposed`))
+	inLog("child-a's next leader to hand back the leases it was left", regexp.MustCompile(`parent leases no sub-job of this cluster holds.*leases=10`))
+	inLog("child-a to hand back the shards no worker of it takes", regexp.MustCompile(`no worker of this cluster has taken a sub-job's shards.*handing them back`))
 	waitFor(t, "the parent to see child-a's leases released", 10*time.Second, func() bool {
 		_, leased := peerCounts(p.status("alice", idle))
 		return leased["child-a"] == 0

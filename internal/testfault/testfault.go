@@ -14,7 +14,10 @@
 package testfault
 
 import (
+	"errors"
+	"io/fs"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -31,6 +34,15 @@ const (
 	// ledger charge for a round is durable — paid for, nothing sent,
 	// nothing reported (its outbox holds the round's record).
 	KillAfterCharge = "kill-after-charge"
+	// KillBeforeSubJob: a child cluster's leader kills itself (SIGKILL)
+	// once it has leased shards of the parent job named JOB from its
+	// parent cluster, before it proposes their sub-job — the one moment
+	// those leases are known to no node of the child. Armed as
+	// "kill-before-subjob:JOB:MARKER"; it fires once across every
+	// process armed with the same MARKER file (Once), so a whole
+	// cluster can be armed and only the leader that gets there first
+	// dies.
+	KillBeforeSubJob = "kill-before-subjob"
 )
 
 // enabled is "yes" in test builds only (set by the linker).
@@ -39,6 +51,34 @@ var enabled string
 // Armed reports whether this process was started with the fault point.
 func Armed(point string) bool {
 	return enabled == "yes" && os.Getenv(Env) == point
+}
+
+// Args returns the arguments a point was armed with ("point:a:b" gives
+// a, b), and whether this process was started with that point.
+func Args(point string) ([]string, bool) {
+	if enabled != "yes" {
+		return nil, false
+	}
+	v := os.Getenv(Env)
+	if v == point {
+		return nil, true
+	}
+	rest, ok := strings.CutPrefix(v, point+":")
+	if !ok {
+		return nil, false
+	}
+	return strings.Split(rest, ":"), true
+}
+
+// Once reports whether this is the first call, in any process, to claim
+// marker (a file it creates; an existing one means another got there).
+func Once(marker string) bool {
+	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if errors.Is(err, fs.ErrExist) || err != nil {
+		return false
+	}
+	f.Close()
+	return true
 }
 
 // Kill ends the process at once, as SIGKILL from outside would: no
