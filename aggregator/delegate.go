@@ -173,6 +173,21 @@ func undelegable(p coordinator.Policy) string {
 	return ""
 }
 
+// tooFewPeers says why a child whose federation is fed cannot verify a
+// pooled sub-job under its own regime ("" when it can): the sub-job gets
+// the regime's default replicas, each on a distinct peer (a worker or a
+// silo of this cluster), so an open or consortium child with one worker
+// would run every shard once and never decide it — holding the parent's
+// shards until handBackStalled gave them back, then taking more.
+func tooFewPeers(regime trust.Regime, fed *identity.Federation) string {
+	need := coordinator.DefaultReplicas(regime)
+	have := len(fed.ByRole(identity.Worker)) + len(fed.ByRole(identity.Silo))
+	if have >= need {
+		return ""
+	}
+	return fmt.Sprintf("this cluster's %s regime verifies each shard on %d distinct peers, and its federation lists %d worker(s) and silo(s)", regime, need, have)
+}
+
 type parentJob struct {
 	st     coordinator.JobStatus
 	copied bool
@@ -775,6 +790,9 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 	why := pj.refused
 	if why == "" {
 		why = undelegable(pj.st.Policy)
+	}
+	if why == "" && pj.round == nil {
+		why = tooFewPeers(g.n.fsm.machine().Regime(), g.n.fed)
 	}
 	if why != "" {
 		if !g.refused[id] {

@@ -1,9 +1,11 @@
 package aggregator
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/trust"
 )
@@ -40,6 +42,38 @@ func TestChildAdmitsParentJobUnderItsOwnRegime(t *testing.T) {
 		}
 		if !ds.HasErrors() || ds[0].Code != tc.code {
 			t.Errorf("%s child: want %s for %+v, got %v", tc.regime, tc.code, tc.b, ds)
+		}
+	}
+}
+
+// A child verifies a pooled sub-job under its own regime, each shard on
+// as many distinct peers as the regime's default replicas: an open or
+// consortium child with a single worker could never decide one, so it
+// hands the parent's shards back rather than take them.
+func TestChildRefusesWithTooFewPeers(t *testing.T) {
+	fed := func(roles ...identity.Role) *identity.Federation {
+		f := &identity.Federation{Name: "child"}
+		for i, r := range roles {
+			f.Members = append(f.Members, identity.Member{Name: fmt.Sprintf("m%d", i), Role: r})
+		}
+		return f
+	}
+	agg, w, s := identity.Aggregator, identity.Worker, identity.Silo
+	for _, tc := range []struct {
+		regime trust.Regime
+		fed    *identity.Federation
+		refuse bool
+	}{
+		{trust.Own, fed(agg, w), false},
+		{trust.Own, fed(agg), true},
+		{trust.Open, fed(agg, w), true},
+		{trust.Open, fed(agg, w, w), false},
+		{trust.Consortium, fed(agg, agg, agg, w), true},
+		{trust.Consortium, fed(agg, w, s), false},
+	} {
+		why := tooFewPeers(tc.regime, tc.fed)
+		if (why != "") != tc.refuse {
+			t.Errorf("%s child with %v: refusal %q, want refused=%v", tc.regime, tc.fed.Members, why, tc.refuse)
 		}
 	}
 }
