@@ -69,7 +69,8 @@ func newTree(t *testing.T, silos ...[2]string) *treeOf {
 	pp.release()
 	fmt.Fprintf(&fed, "  - name: w1\n    role: worker\n    public_key: %s\n    region: a\n", keygen("w1"))
 	fmt.Fprintf(&fed, "  - name: w2\n    role: worker\n    public_key: %s\n    region: b\n", keygen("w2"))
-	leads := map[string][]string{"a": {"w1"}, "b": {"w2"}}
+	fmt.Fprintf(&fed, "  - name: w3\n    role: worker\n    public_key: %s\n    region: b\n", keygen("w3"))
+	leads := map[string][]string{"a": {"w1"}, "b": {"w2", "w3"}}
 	for _, s := range silos {
 		fmt.Fprintf(&fed, "  - name: %s\n    role: silo\n    public_key: %s\n    region: %s\n", s[0], keygen(s[0]), s[1])
 		leads[s[1]] = append(leads[s[1]], s[0])
@@ -109,8 +110,11 @@ func newTree(t *testing.T, silos ...[2]string) *treeOf {
 			tr.parent = c
 			continue
 		}
-		w := cl.leads[0]
-		c.write(w+".yaml", "name: "+w+"\nidentity: "+w+"/identity.key\nfederation: federation.yaml\ncache_dir: "+w+"/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\nlog_level: debug\n")
+		for _, w := range cl.leads {
+			if strings.HasPrefix(w, "w") {
+				c.write(w+".yaml", "name: "+w+"\nidentity: "+w+"/identity.key\nfederation: federation.yaml\ncache_dir: "+w+"/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\nlog_level: debug\n")
+			}
+		}
 		tr.children[cl.name] = c
 	}
 	return tr
@@ -144,7 +148,9 @@ func peerCounts(st jobStatus) (agreeing, leased map[string]int) {
 // is back. The job completes with the solo run's result, `receipts
 // verify` walks the tree (child-a's chain fetched from its cluster,
 // child-b's from an export made before it died), and a tampered or
-// missing child chain fails it. Nine aggregators and two workers: the
+// missing child chain fails it. child-b is an open cluster: a job reading
+// a confidential table is handed back by it and run by child-a alone.
+// Nine aggregators and three workers: the
 // issue asks for this tree, so it costs more than the ~10 s a test may
 // (27 s at load 7 on two cores, 50 s at load 11; most of it waits on elections,
 // lease expiry and 1,000 shards through two levels).
@@ -224,17 +230,40 @@ func TestTreeOfClusters(t *testing.T) {
 	for _, n := range a.aggs {
 		a.env[n] = []string{testfault.Env + "=" + testfault.KillBeforeSubJob + ":idle:" + filepath.Join(a.dir, "fault-fired")}
 	}
-	for _, c := range []*cluster{a, b} {
-		for _, n := range c.aggs {
-			c.start(n, "aggregator", "--config", n+".yaml")
+	// child-b is an open cluster (the parent and child-a are own): it
+	// admits a parent job under its own regime (admitHere), so a job
+	// reading a confidential table never reaches its workers. It starts
+	// alone and sees that job first, so its refusal is certain; child-a
+	// runs the job later. (An open pool verifies by two replicas:
+	// child-b has two workers, tooFewPeers.)
+	fedB, _ := os.ReadFile(filepath.Join(b.dir, "federation.yaml"))
+	b.write("federation.yaml", strings.Replace(string(fedB), "\nregime: own\n", "\nregime: open\n", 1))
+	mustRun(t, scellisCmd(t, p.dir, "datagen", "hospitals", "--sites", "1", "--rows", "120", "--out", "data"))
+	p.write("conf.yaml", "name: conf\nprogram: train-eval\npartitioner: {use: grid, params: {lr: [0.1, 0.5]}}\nreducer: {use: collect, params: {metric: auc, goal: max}}\n"+
+		"params: {model: logistic, epochs: 1, batch_size: 32, test_frac: 0.3, seed: 5}\ninputs:\n  data: {path: data/hospital-1.csv, label: outcome, class: confidential}\n")
+	for _, n := range b.aggs {
+		b.start(n, "aggregator", "--config", n+".yaml")
+	}
+	b.waitLeader()
+	conf := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "conf.yaml"))
+	refusedConf := regexp.MustCompile(`a parent job this cluster cannot serve; handing its shards back.*=` + conf[len(conf)-64:][:12] + `.*this cluster's regime refuses it: .*SC`)
+	waitFor(t, "open child-b to hand the confidential job back", time.Minute, func() bool {
+		for _, n := range b.aggs {
+			if refusedConf.MatchString(b.log(n)) {
+				return true
+			}
 		}
+		return false
+	})
+	for _, n := range a.aggs {
+		a.start(n, "aggregator", "--config", n+".yaml")
 	}
 	a.waitLeader()
-	b.waitLeader()
 	// child-a's worker starts only once child-a's first leader is dead
 	// (below): until then child-a holds its sub-jobs' parent leases and
 	// delivers nothing, so what it delivers later is its new leader's.
 	b.startWorker("w2")
+	b.startWorker("w3")
 	id := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "sweep.yaml"))
 	// A job of two replicas is not one a child serves (it reports
 	// without commit–reveal): the children hand its shards back.
@@ -247,12 +276,13 @@ func TestTreeOfClusters(t *testing.T) {
 		ag, leased := peerCounts(p.status("alice", id))
 		return ag["child-b"] > 0 && leased["child-a"] > 0
 	})
-	// The whole of child-b dies while it holds parent leases: its worker
-	// is paused first, so its running sub-jobs hold theirs. The parent's
+	// The whole of child-b dies while it holds parent leases: its workers
+	// are paused first, so its running sub-jobs hold theirs. The parent's
 	// leader sees child-b's heartbeats' connections close and revokes
 	// them at once (its log says so; expiry would take the 20 s TTL and
 	// log nothing).
 	b.kill("w2", syscall.SIGSTOP)
+	b.kill("w3", syscall.SIGSTOP)
 	var held int
 	waitFor(t, "child-b to hold parent leases", time.Minute, func() bool {
 		_, leased := peerCounts(p.status("alice", id))
@@ -261,7 +291,7 @@ func TestTreeOfClusters(t *testing.T) {
 	})
 	// Its chain no longer grows (no worker): keep a copy to walk later.
 	p.write("child-b.json", b.mustCLI("alice", "receipts", "export", "--format", "json"))
-	for _, n := range append([]string{"w2"}, b.aggs...) {
+	for _, n := range append([]string{"w2", "w3"}, b.aggs...) {
 		b.kill(n, syscall.SIGKILL)
 	}
 	revoked := regexp.MustCompile(`leases on pooled shards revoked, to be leased again at once.* child=child-b leases=[1-9]`)
@@ -298,6 +328,11 @@ func TestTreeOfClusters(t *testing.T) {
 		t.Fatalf("verified %d/1000, by %v", st.Counts.Verified, ag)
 	}
 	t.Logf("child-b held %d parent leases when it died; shards verified by child: %v", held, ag)
+	// The confidential job was run by child-a alone.
+	waitFor(t, "the confidential job to complete", time.Minute, func() bool { return p.status("alice", conf).State == "done" })
+	if ag, _ := peerCounts(p.status("alice", conf)); ag["child-a"] != 2 || len(ag) != 1 {
+		t.Errorf("the confidential job's shards were verified by %v, want child-a's alone", ag)
+	}
 	// child-a's first leader comes back, a follower.
 	a.restartAggregator(oldLeader)
 	// child-a kept beating throughout: its leases were never revoked.
@@ -335,7 +370,7 @@ func TestTreeOfClusters(t *testing.T) {
 	childA := "child-a=" + filepath.Join(a.dir, "federation.yaml")
 	childB := "child-b=" + filepath.Join(p.dir, "child-b.json")
 	out := p.mustCLI("alice", "receipts", "verify", "--child", childA, "--child", childB)
-	for _, want := range []string{"intact: 1000 receipts", "child cluster child-a: chain intact", "child cluster child-b: chain intact"} {
+	for _, want := range []string{"intact: 1002 receipts", "child cluster child-a: chain intact", "child cluster child-b: chain intact"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("receipts verify across the tree lacks %q:\n%s", want, out)
 		}
