@@ -115,15 +115,26 @@ type delegator struct {
 	// parents caches what the loop needs of each parent job: its status
 	// (bundle, policy, shard prices) and whether its blobs are here.
 	parents map[content.Ref]*parentJob
-	// reported: sub-jobs whose results went up in this tenure.
+	// reported: sub-jobs whose results went up in this tenure (or, for
+	// a round sub-job whose sub-cohort round failed, never will).
 	reported map[content.Ref]bool
+	// unsent: round sub-jobs whose sub-cohort round this tenure opened
+	// and whose partial sum has not gone to the parent yet. Their shards
+	// are not reported up until it has (delegate_round.go, subRound): a
+	// round that fails is the parent's to retry, and reports of its
+	// shards (its silos' declines, say) would decide them there first —
+	// the child's hand-back would then not end the parent's round, and
+	// the retry would leave those silos out as decliners.
+	unsent map[content.Ref]bool
+	// reportNow wakes the reporter (reportLoop).
+	reportNow chan struct{}
 	// refused: parent jobs this cluster cannot serve (undelegable),
 	// logged once.
 	refused map[content.Ref]bool
 	// leaseAfter: no lease before then (refusedBackoff).
 	leaseAfter time.Time
-	// mu guards parents and reported: the reporter (reportLoop) and the
-	// lease loop both use them.
+	// mu guards parents, reported and unsent: the reporter
+	// (reportLoop), the lease loop and the sub-rounds use them.
 	mu sync.Mutex
 	// inherited: sub-jobs already decided when this tenure began; an
 	// earlier leader may have reported them (reportUp asks the parent).
@@ -223,8 +234,9 @@ func (n *Node) delegateLoop(ctx context.Context) {
 		return
 	}
 	parent.Log = n.log
-	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{},
-		ctx: ctx, rounds: map[content.Ref]context.CancelFunc{}, gaveUp: map[content.Ref]bool{}, idle: map[content.Ref]subProgress{}}
+	decided := make(chan struct{}, 1)
+	g := &delegator{n: n, d: d, parent: parent, parents: map[content.Ref]*parentJob{}, reported: map[content.Ref]bool{}, unsent: map[content.Ref]bool{}, reportNow: decided,
+		refused: map[content.Ref]bool{}, inherited: map[content.Ref]bool{}, ctx: ctx, rounds: map[content.Ref]context.CancelFunc{}, gaveUp: map[content.Ref]bool{}, idle: map[content.Ref]subProgress{}}
 	for _, js := range g.subJobs() {
 		if js.State != coordinator.JobRunning {
 			g.inherited[js.ID] = true
@@ -237,7 +249,6 @@ func (n *Node) delegateLoop(ctx context.Context) {
 	// what its predecessor had decided), and meanwhile the running
 	// sub-jobs' parent leases must be renewed and new work leased, or
 	// they expire and the cluster's workers idle.
-	decided := make(chan struct{}, 1)
 	reporter := make(chan struct{})
 	go func() {
 		defer close(reporter)
@@ -414,7 +425,7 @@ func (g *delegator) reportLoop(ctx context.Context, decided <-chan struct{}) {
 				continue
 			}
 			g.mu.Lock()
-			done := g.reported[js.ID]
+			done := g.reported[js.ID] || g.unsent[js.ID]
 			g.mu.Unlock()
 			if done {
 				continue
@@ -804,7 +815,7 @@ func (g *delegator) propose(ctx context.Context, id content.Ref, lease string, g
 	if pj.round != nil {
 		return g.proposeRound(ctx, id, lease, grants, pj)
 	}
-	if args, ok := testfault.Args(testfault.KillBeforeSubJob); ok && len(args) == 2 && args[0] == pj.st.Name && testfault.Once(args[1]) {
+	if testfault.Fires(testfault.KillBeforeSubJob, pj.st.Name) {
 		g.n.log.Warn("test fault: parent shards leased, no sub-job proposed; killing the process", "fault", testfault.KillBeforeSubJob, "parent job", id.Short(), "shards", len(grants))
 		testfault.Kill()
 	}

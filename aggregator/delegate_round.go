@@ -42,7 +42,9 @@ import (
 //     host (wire.Forward, as the delegate);
 //  6. waits for the contributors' reports, flags the silent silos, and
 //     lets the loop report the decided sub-job upward like any other,
-//     citing this cluster's chain head.
+//     citing this cluster's chain head — only once the partial sum has
+//     gone to the parent (delegator.unsent): a sub-cohort round that
+//     fails reports nothing up.
 //
 // The sub-round lives in this leader's memory only. A round sub-job this
 // leader did not open (its predecessor died), or whose round failed, is
@@ -114,12 +116,22 @@ func (g *delegator) proposeRound(ctx context.Context, id content.Ref, lease stri
 		return fmt.Errorf("the parent leased %d of the sub-cohort's %d shards; a round's sub-cohort is one sub-job (is delegate_batch below the sub-cohort's size?)", len(shards), len(rj.sub.SecAgg.Members))
 	}
 	round := rj.sub.SecAgg.Round
+	bundle, err := g.forgedBundle(ctx, pj) // a test fault; "" otherwise
+	if err != nil {
+		return err
+	}
+	if bundle == "" {
+		bundle = pj.st.Bundle
+	}
 	if err := g.n.sagg.Open(rj.sub.SecAgg, g.n.siloRoundDeadlines()); err != nil {
 		return fmt.Errorf("opening the sub-cohort's round %s: %w", round, err)
 	}
 	sub := coordinator.SubJobID(del)
+	g.mu.Lock()
+	g.unsent[sub] = true // before its silos can report
+	g.mu.Unlock()
 	res, err := g.n.Apply(ctx, coordinator.SubmitJob{
-		Job: sub, Name: fmt.Sprintf("%s (sub-cohort of %s)", pj.st.Name, g.d.Name), Bundle: pj.st.Bundle,
+		Job: sub, Name: fmt.Sprintf("%s (sub-cohort of %s)", pj.st.Name, g.d.Name), Bundle: bundle,
 		Run: pj.st.Run, Round: pj.st.Round, Shards: shards, Delegated: &del, Submitter: g.d.Name,
 		Inputs: []trust.Item{{Name: rj.b.Run.Short(), Class: trust.Confidential}},
 		Policy: coordinator.Policy{Replicas: 1, LeaseTTL: pj.st.Policy.LeaseTTL}, Now: time.Now().UnixMilli(),
@@ -128,6 +140,9 @@ func (g *delegator) proposeRound(ctx context.Context, id content.Ref, lease stri
 		err = res.Refusal
 	}
 	if err != nil {
+		g.mu.Lock()
+		delete(g.unsent, sub)
+		g.mu.Unlock()
 		g.n.sagg.Abort(round, "its sub-job was not committed")
 		return err
 	}
@@ -155,7 +170,7 @@ func (g *delegator) subRound(ctx context.Context, sub content.Ref, pj *parentJob
 	go g.n.excuseLapsed(excuseCtx, round, rj.sub.SecAgg.Members)
 	octx, stopOuter := context.WithCancel(ctx) // the outer keys' fetch, if the round fails first
 	defer stopOuter()
-	outer, keys, err := g.outerKeys(octx, rj)
+	outer, keys, err := g.outerKeys(octx, pj)
 	var ps *secagg.PartialSum
 	if err == nil {
 		ps, err = g.n.sagg.WaitPartial(ctx, round)
@@ -167,11 +182,22 @@ func (g *delegator) subRound(ctx context.Context, sub content.Ref, pj *parentJob
 	if err == nil {
 		err = g.forward(ctx, rj, ps)
 	}
+	g.mu.Lock()
+	if err != nil {
+		g.reported[sub] = true // nothing of a failed round goes up
+	} else {
+		delete(g.unsent, sub) // its shards go up once decided
+	}
+	g.mu.Unlock()
 	if err != nil {
 		if ctx.Err() == nil {
 			g.giveUp(sub, fmt.Sprintf("its sub-cohort's round failed: %v", err))
 		}
 		return
+	}
+	select {
+	case g.reportNow <- struct{}{}:
+	default:
 	}
 	g.n.log.Info("delegate: forwarded a sub-cohort's partial sum", "run", rj.b.Run.Short(), "round", rj.b.Round, "survivors", len(ps.Survivors), "outer mask", outer != nil)
 	g.n.awaitReports(ctx, sub, ps.Survivors)
@@ -188,7 +214,8 @@ func (g *delegator) subRound(ctx context.Context, sub content.Ref, pj *parentJob
 // other children's keys in the background, bounded by the round's phase
 // deadlines: the keys are in before the sub-cohort's partial sum, which
 // takes the whole round.
-func (g *delegator) outerKeys(ctx context.Context, rj *roundJob) (*secagg.OuterMask, <-chan outerFetch, error) {
+func (g *delegator) outerKeys(ctx context.Context, pj *parentJob) (*secagg.OuterMask, <-chan outerFetch, error) {
+	rj := pj.round
 	if len(rj.b.SubCohorts) < 2 {
 		return nil, nil, nil
 	}
@@ -200,6 +227,11 @@ func (g *delegator) outerKeys(ctx context.Context, rj *roundJob) (*secagg.OuterM
 	if err != nil {
 		return nil, nil, err
 	}
+	post := o.Key()
+	bad := g.badOuterKey(pj.st.Name, post) // a test fault; nil otherwise
+	if bad != nil {
+		post = bad
+	}
 	out := make(chan outerFetch, 1)
 	g.n.done.Add(1)
 	go func() {
@@ -207,12 +239,12 @@ func (g *delegator) outerKeys(ctx context.Context, rj *roundJob) (*secagg.OuterM
 		defer hc.CloseIdleConnections()
 		kctx, cancel := context.WithTimeout(ctx, g.n.siloRoundDeadlines().Total())
 		defer cancel()
-		err := wire.PostOuterKey(kctx, hc, rj.host, rj.b.SecAgg.Round, o.Key())
+		err := wire.PostOuterKey(kctx, hc, rj.host, rj.b.SecAgg.Round, post)
 		var keys *secagg.OuterKeys
 		if err == nil {
 			keys, err = wire.FetchOuterKeys(kctx, hc, rj.host, rj.b.SecAgg.Round)
 		}
-		out <- outerFetch{keys, err}
+		out <- outerFetch{keys, err, bad != nil}
 	}()
 	return o, out, nil
 }
@@ -221,6 +253,8 @@ func (g *delegator) outerKeys(ctx context.Context, rj *roundJob) (*secagg.OuterM
 type outerFetch struct {
 	keys *secagg.OuterKeys
 	err  error
+	// bad: this child posted testfault.BadOuterKey's key, not its own.
+	bad bool
 }
 
 // outerMask adds this child's outer mask to ps once the other children's
@@ -241,7 +275,11 @@ func (g *delegator) outerMask(ctx context.Context, rj *roundJob, o *secagg.Outer
 	for i, sc := range rj.b.SubCohorts {
 		plan[i] = secagg.SubCohort{Round: sc.SecAgg.Round, Cluster: sc.Cluster}
 	}
-	return o.Apply(rj.sub.SecAgg, ps, plan, f.keys.Keys, func(cluster string) (ed25519.PublicKey, bool) {
+	set := f.keys.Keys
+	if f.bad {
+		set = ownKeyBack(set, o.Key())
+	}
+	return o.Apply(rj.sub.SecAgg, ps, plan, set, func(cluster string) (ed25519.PublicKey, bool) {
 		m, ok := g.d.Parent.Member(cluster)
 		return m.PublicKey.Ed25519(), ok && m.Role == identity.Cluster
 	})

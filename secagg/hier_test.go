@@ -463,8 +463,8 @@ func TestChildViewHoldsNoShare(t *testing.T) {
 
 // TestOuterMaskRefusals: a child refuses (SC6020), leaving its partial
 // sum as it was, a key set missing another child's key, one with an extra
-// child, a key signed by another key than its cluster's delegate, two keys
-// of one cluster, a key of another round, a key in its own place that is
+// child, a key signed by another key than its cluster's delegate, a
+// low-order X25519 point its child signed, two keys of one cluster, a key of another round, a key in its own place that is
 // not its own, and a plan that leaves it out or lists one sub-cohort for
 // a layout of more sites; and a mask is applied once.
 func TestOuterMaskRefusals(t *testing.T) {
@@ -482,7 +482,7 @@ func TestOuterMaskRefusals(t *testing.T) {
 		return o, append([]OuterKey{*o.Key()}, keys[1:]...)
 	}
 	resign := func(k OuterKey, by ed25519.PrivateKey) OuterKey {
-		k.Sig = ed25519.Sign(by, outerStatement(&k))
+		k.Sign(by)
 		return k
 	}
 	extra, err := NewOuterMask("hier/o", "hier/z", "cl-hier/z", delegateKey("cl-hier/z"))
@@ -515,6 +515,11 @@ func TestOuterMaskRefusals(t *testing.T) {
 		}},
 		{name: "signed by another child's key", edit: func(k []OuterKey) []OuterKey {
 			k[2] = resign(k[2], delegateKey(plan[1].Cluster))
+			return k
+		}},
+		{name: "a low-order point, signed by its child", edit: func(k []OuterKey) []OuterKey {
+			k[1].Key = make([]byte, len(k[1].Key)) // all zeros: every shared secret with it is zero
+			k[1] = resign(k[1], delegateKey(plan[1].Cluster))
 			return k
 		}},
 		{name: "two keys of one child", edit: func(k []OuterKey) []OuterKey { return append(k, *second.Key()) }},

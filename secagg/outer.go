@@ -94,6 +94,11 @@ func (k *OuterKey) Verify(pub ed25519.PublicKey) bool {
 	return len(pub) == ed25519.PublicKeySize && len(k.Sig) == ed25519.SignatureSize && ed25519.Verify(pub, outerStatement(k), k.Sig)
 }
 
+// Sign signs k with delegate, the delegate identity of k.Cluster.
+func (k *OuterKey) Sign(delegate ed25519.PrivateKey) {
+	k.Sig = ed25519.Sign(delegate, outerStatement(k))
+}
+
 // Marshal returns the canonical encoding of the key.
 func (k *OuterKey) Marshal() ([]byte, error) { return content.Encode(k) }
 
@@ -138,7 +143,7 @@ func NewOuterMask(parent, round, cluster string, delegate ed25519.PrivateKey) (*
 		return nil, err
 	}
 	o := &OuterMask{priv: priv, key: OuterKey{Parent: parent, Round: round, Cluster: cluster, Key: priv.PublicKey().Bytes()}}
-	o.key.Sig = ed25519.Sign(delegate, outerStatement(&o.key))
+	o.key.Sign(delegate)
 	if err := o.key.validate(); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/internal/testfault"
 )
 
 // The issue's federated run over a tree of clusters (issue 22; docs/tree.md,
@@ -28,6 +29,11 @@ import (
 // the run completes with the model fl simulate makes over the same nine
 // sites in one process (the flat run); the last round's shards are
 // verified by the children and 'receipts verify' walks their chains.
+// Round 1 meets a child gone bad (test fault bad-outer-key): child-a
+// posts an outer key child-b must refuse (SC6020), and the round is
+// retried; in the second run (below) child-b serves its silos a forged
+// bundle (forge-round-bundle), which they decline (SC7611), and the
+// round is retried at no cost to their ledgers.
 // Eighteen processes (nine aggregators, nine silos), which the issue asks
 // for: 15–30 s at load 8–20 on two cores (most of it starting them and
 // electing three leaders; the run itself takes about 9 s with the kill).
@@ -99,6 +105,19 @@ seed: 3
 		flat <- err
 	}()
 
+	// Two children misbehave once each (package testfault), so that the
+	// other parties catch them through the real processes: child-a posts
+	// a bad outer key for round 1 of this run (child-b refuses the keys,
+	// SC6020), child-b serves its silos a forged bundle for round 2 of
+	// the second run (they decline it, SC7611). Each fires once across
+	// its cluster (a marker file), whichever node leads then.
+	a.env, b.env = map[string][]string{}, map[string][]string{}
+	for _, n := range a.aggs {
+		a.env[n] = []string{testfault.Env + "=" + testfault.BadOuterKey + ":tree-fl-round-1:" + filepath.Join(a.dir, "bad-key-posted")}
+	}
+	for _, n := range b.aggs {
+		b.env[n] = []string{testfault.Env + "=" + testfault.ForgeRoundBundle + ":tree-fl-2-round-2:" + filepath.Join(b.dir, "bundle-forged")}
+	}
 	p.startAggregators()
 	for _, c := range []*cluster{a, b} {
 		for _, n := range c.aggs {
@@ -159,9 +178,19 @@ seed: 3
 		t.Fatalf("the run is %s with %d of 3 rounds: %s\n%s", st.State, len(st.Models), st.Reason, out)
 	}
 	// Round 0's first attempt could not end before the kill: it was
-	// given up and retried under a new round ID.
-	if len(st.Jobs) <= len(st.Models) {
-		t.Fatalf("the run has %d round jobs for %d rounds; round 0 was not retried after child-a's leader died", len(st.Jobs), len(st.Models))
+	// given up and retried under a new round ID. Round 1's first attempt
+	// that reached the outer keys had child-a's bad key (the test fault):
+	// child-b refused the keys (SC6020) and handed its sub-cohort back,
+	// and the round was retried with fresh keys.
+	attempts := roundAttempts(t, p, id)
+	if attempts[0] < 2 || attempts[1] < 2 {
+		t.Fatalf("the run's rounds took %v attempts; round 0 (child-a's leader killed) and round 1 (child-a's bad outer key) were not both retried", attempts)
+	}
+	if !clusterLogHas(a, "test fault: posting an outer key of the all-zero point") {
+		t.Fatal("no node of child-a posted the bad outer key (test fault " + testfault.BadOuterKey + ")")
+	}
+	if !clusterLogHas(b, "SC6020", "child-a", "is not a usable X25519 key", "giving a round's sub-cohort back to the parent") {
+		t.Fatal("no node of child-b refused child-a's bad outer key (SC6020) and handed the round back")
 	}
 	for _, r := range p.rounds(id) {
 		if len(r.Participants) != 9 {
@@ -189,7 +218,7 @@ seed: 3
 			t.Fatalf("receipts verify across the tree lacks %q:\n%s", want, verify)
 		}
 	}
-	t.Logf("child-a's leader %s killed while hosting sub-job %.19s; %d round jobs for %d rounds; the run took %v from launch", oldLeader, first.ID, len(st.Jobs), len(st.Models), time.Since(t0))
+	t.Logf("child-a's leader %s killed while hosting sub-job %.19s; attempts per round %v; the run took %v from launch", oldLeader, first.ID, attempts, time.Since(t0))
 
 	// The same model as the flat run.
 	p.mustCLI("alice", "fl", "model", id, "--out", "tree-model.json")
@@ -267,11 +296,65 @@ seed: 3
 	if ag2["child-b"] != 5 || ag2["child-a"] != 0 {
 		t.Fatalf("the last round's shards were verified by %v, not child-b (5) alone", ag2)
 	}
-	// Each of child-b's silos paid once per round, in its own ledger.
+	// Child-b served its silos a forged bundle for round 2's first
+	// attempt (the test fault): each of them checked it with the parent
+	// and declined it (SC7611) before charging or sending anything, and
+	// the round was retried. Each paid once per round, in its own
+	// ledger: nothing for the declined attempt.
+	if !clusterLogHas(b, "test fault: serving the silos a forged round bundle") {
+		t.Fatal("no node of child-b served the forged bundle (test fault " + testfault.ForgeRoundBundle + ")")
+	}
+	attempts2 := roundAttempts(t, p, id2)
+	if attempts2[2] < 2 {
+		t.Fatalf("the second run's rounds took %v attempts; round 2 (child-b's forged bundle) was not retried", attempts2)
+	}
 	for _, s := range bOnly {
+		log := readFile(t, b.dir, s+".log")
+		if !strings.Contains(log, "SC7611") {
+			t.Errorf("silo %s did not decline child-b's forged bundle (SC7611):\n%s", s, log)
+		}
 		if charges := checkLedger(t, b, s); len(charges) != 4 {
 			t.Errorf("%s's ledger charges %d rounds of the DP run, want 4: %v", s, len(charges), charges)
 		}
 	}
-	t.Logf("child-a killed %v after the second run's launch; the run ended %v later with %d round jobs for 4 rounds", killed.Sub(t1), time.Since(killed), len(st2.Jobs))
+	t.Logf("child-a killed %v after the second run's launch; the run ended %v later; attempts per round %v", killed.Sub(t1), time.Since(killed), attempts2)
+}
+
+// roundAttempts returns how many round jobs (attempts) c lists for each
+// round of training run id.
+func roundAttempts(t *testing.T, c *cluster, id string) map[int]int {
+	t.Helper()
+	out := c.mustCLI("alice", "--json", "job", "ls")
+	var jobs []struct {
+		Run   string
+		Round int
+	}
+	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
+		t.Fatalf("job ls: %v\n%s", err, out)
+	}
+	n := map[int]int{}
+	for _, j := range jobs {
+		if j.Run == id {
+			n[j.Round]++
+		}
+	}
+	return n
+}
+
+// clusterLogHas reports whether one line of the log of one of c's
+// aggregators holds every one of parts.
+func clusterLogHas(c *cluster, parts ...string) bool {
+	for _, n := range c.aggs {
+		b, _ := os.ReadFile(filepath.Join(c.dir, n+".log"))
+	lines:
+		for line := range strings.Lines(string(b)) {
+			for _, p := range parts {
+				if !strings.Contains(line, p) {
+					continue lines
+				}
+			}
+			return true
+		}
+	}
+	return false
 }

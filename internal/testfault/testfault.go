@@ -41,8 +41,29 @@ const (
 	// "kill-before-subjob:JOB:MARKER"; it fires once across every
 	// process armed with the same MARKER file (Once), so a whole
 	// cluster can be armed and only the leader that gets there first
-	// dies.
+	// dies (Fires).
 	KillBeforeSubJob = "kill-before-subjob"
+	// BadOuterKey: a child cluster's leader posts, for the parent round
+	// job named JOB, an outer key whose X25519 half is the all-zero
+	// point, signed with its own delegate key. Every shared secret with
+	// that point is zero, so another child's outer mask keyed with it
+	// would be known to anyone: what a child colluding with the parent
+	// to read another sub-cohort's sum would post. The parent's host
+	// takes it (it checks the signature, not the point); every other
+	// child refuses the round's keys (SC6020) and hands the round back.
+	// The child itself masks with its real key. Armed as
+	// "bad-outer-key:JOB:MARKER"; fires once across every process armed
+	// with the same MARKER (Fires).
+	BadOuterKey = "bad-outer-key"
+	// ForgeRoundBundle: a child cluster's leader serves its silos, for
+	// the parent round job named JOB, a copy of the parent's round
+	// bundle with an X25519 key of its own in its sub-cohort's
+	// Params.Parent (re-encoded, stored and named by its sub-job) — the
+	// forgery that would let a child open its sub-cohort's shares. A
+	// silo with parent_federation declines the round (SC7611) before it
+	// charges or sends anything. Armed as "forge-round-bundle:JOB:MARKER";
+	// fires once across every process armed with the same MARKER.
+	ForgeRoundBundle = "forge-round-bundle"
 )
 
 // enabled is "yes" in test builds only (set by the linker).
@@ -68,6 +89,14 @@ func Args(point string) ([]string, bool) {
 		return nil, false
 	}
 	return strings.Split(rest, ":"), true
+}
+
+// Fires reports whether this process was armed with point for the job
+// named name ("point:NAME:MARKER") and is the first, in any process
+// armed with the same MARKER, to get there (Once).
+func Fires(point, name string) bool {
+	args, ok := Args(point)
+	return ok && len(args) == 2 && args[0] == name && Once(args[1])
 }
 
 // Once reports whether this is the first call, in any process, to claim

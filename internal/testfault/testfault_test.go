@@ -15,3 +15,21 @@ func TestInertWithoutTheLinkerFlag(t *testing.T) {
 		t.Fatal("a test build does not arm exactly the named point")
 	}
 }
+
+// Fires fires once per marker, across processes (a file), and only for
+// the named job.
+func TestFiresOncePerMarker(t *testing.T) {
+	enabled = "yes"
+	defer func() { enabled = "" }()
+	marker := t.TempDir() + "/fired"
+	t.Setenv(Env, BadOuterKey+":round-1:"+marker)
+	if Fires(BadOuterKey, "round-2") || Fires(ForgeRoundBundle, "round-1") {
+		t.Fatal("a fault fired for another job or point")
+	}
+	if !Fires(BadOuterKey, "round-1") {
+		t.Fatal("the armed fault did not fire")
+	}
+	if Fires(BadOuterKey, "round-1") {
+		t.Fatal("the fault fired twice on one marker")
+	}
+}
