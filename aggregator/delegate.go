@@ -186,17 +186,21 @@ func undelegable(p coordinator.Policy) string {
 
 // tooFewPeers says why a child whose federation is fed cannot verify a
 // pooled sub-job under its own regime ("" when it can): the sub-job gets
-// the regime's default replicas, each on a distinct peer (a worker or a
-// silo of this cluster), so an open or consortium child with one worker
-// would run every shard once and never decide it — holding the parent's
-// shards until handBackStalled gave them back, then taking more.
+// the regime's default replicas, each on a distinct peer (a worker, a
+// silo, or a child cluster of this one, which leases as one peer), so an
+// open or consortium child with one worker would run every shard once and
+// never decide it — holding the parent's shards until handBackStalled
+// gave them back, then taking more.
 func tooFewPeers(regime trust.Regime, fed *identity.Federation) string {
 	need := coordinator.DefaultReplicas(regime)
-	have := len(fed.ByRole(identity.Worker)) + len(fed.ByRole(identity.Silo))
+	have := 0
+	for _, r := range []identity.Role{identity.Worker, identity.Silo, identity.Cluster} {
+		have += len(fed.ByRole(r))
+	}
 	if have >= need {
 		return ""
 	}
-	return fmt.Sprintf("this cluster's %s regime verifies each shard on %d distinct peers, and its federation lists %d worker(s) and silo(s)", regime, need, have)
+	return fmt.Sprintf("this cluster's %s regime verifies each shard on %d distinct peers, and its federation lists %d (workers, silos and child clusters)", regime, need, have)
 }
 
 type parentJob struct {
@@ -856,6 +860,19 @@ func (g *delegator) subShards(id content.Ref, lease string, grants []coordinator
 		}
 		del.Shards = append(del.Shards, gr.Shard)
 		shards = append(shards, coordinator.ShardPlan{Index: i, ID: ps.ID, Price: ps.Price, PriceBasis: ps.PriceBasis})
+	}
+	// The parent job is itself a sub-job (a tree of three levels or
+	// more): the bundle compiles to the root's job, so the delegation
+	// carries the root's index of each shard for the workers.
+	if pd := pj.st.Delegated; pd != nil {
+		root, rootShards := pd.Plan()
+		del.Root = root
+		for _, s := range del.Shards {
+			if s >= len(rootShards) {
+				return del, nil, fmt.Errorf("the parent's sub-job %s maps %d shards to its root job, not shard %d", id.Short(), len(rootShards), s)
+			}
+			del.RootShards = append(del.RootShards, rootShards[s])
+		}
 	}
 	return del, shards, nil
 }

@@ -58,7 +58,7 @@ func TestChildRefusesWithTooFewPeers(t *testing.T) {
 		}
 		return f
 	}
-	agg, w, s := identity.Aggregator, identity.Worker, identity.Silo
+	agg, w, s, c := identity.Aggregator, identity.Worker, identity.Silo, identity.Cluster
 	for _, tc := range []struct {
 		regime trust.Regime
 		fed    *identity.Federation
@@ -70,6 +70,9 @@ func TestChildRefusesWithTooFewPeers(t *testing.T) {
 		{trust.Open, fed(agg, w, w), false},
 		{trust.Consortium, fed(agg, agg, agg, w), true},
 		{trust.Consortium, fed(agg, w, s), false},
+		{trust.Own, fed(agg, c), false}, // a middle cluster: its child leases as one peer
+		{trust.Open, fed(agg, c, c), false},
+		{trust.Open, fed(agg, c), true},
 	} {
 		why := tooFewPeers(tc.regime, tc.fed)
 		if (why != "") != tc.refuse {

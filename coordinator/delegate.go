@@ -34,6 +34,22 @@ type Delegation struct {
 	// same shards leased again (after this sub-job was cancelled or its
 	// shards flagged) make a new sub-job, not the old one again.
 	Lease string `cbor:"lease" json:"lease"`
+	// Root and RootShards are set when the parent job is itself a
+	// sub-job (a tree of more than two levels): Root is the job at the
+	// top of the tree, whose plan the bundle compiles to, and sub-job
+	// shard i is its shard RootShards[i]. A worker runs that plan.
+	Root       content.Ref `cbor:"root,omitempty" json:"root,omitempty"`
+	RootShards []int       `cbor:"root_shards,omitempty" json:"root_shards,omitempty"`
+}
+
+// Plan returns the job whose plan the sub-job's bundle compiles to and
+// that job's index of each sub-job shard: the root of the tree's job
+// (Root) when the parent job is a sub-job too, else the parent job.
+func (d Delegation) Plan() (content.Ref, []int) {
+	if d.Root != "" {
+		return d.Root, d.RootShards
+	}
+	return d.Job, d.Shards
 }
 
 // SubJobID is the ID of the sub-job serving d.
@@ -67,12 +83,21 @@ func checkDelegation(c SubmitJob, subject string) *diag.Diagnostic {
 		return bad("the delegation names %d parent shards for %d shards", len(d.Shards), len(c.Shards))
 	case c.Run != "" && c.Policy.Replicas != 1:
 		return bad("a round's sub-job has exactly one replica per shard (only the silo holds its data), not %d", c.Policy.Replicas)
+	case d.Root != "" && !content.IsRef(string(d.Root)):
+		return bad("root job %q is not a content ref", d.Root)
+	case d.Root != "" && len(d.RootShards) != len(d.Shards), d.Root == "" && len(d.RootShards) > 0:
+		return bad("the delegation names %d root shards for %d parent shards (and root job %q)", len(d.RootShards), len(d.Shards), d.Root)
 	case SubJobID(*d) != c.Job:
 		return bad("job ID %s is not the sub-job ID of its delegation (%s)", c.Job.Short(), SubJobID(*d).Short())
 	}
 	for i, p := range d.Shards {
 		if p < 0 || (i > 0 && p <= d.Shards[i-1]) {
 			return bad("parent shard %d at position %d: parent shards are distinct, non-negative and in increasing order", p, i)
+		}
+	}
+	for i, p := range d.RootShards {
+		if p < 0 || slices.Contains(d.RootShards[:i], p) {
+			return bad("root shard %d at position %d: root shards are distinct and non-negative", p, i)
 		}
 	}
 	return nil
@@ -84,6 +109,7 @@ func cloneDelegation(d *Delegation) *Delegation {
 	}
 	c := *d
 	c.Shards = slices.Clone(d.Shards)
+	c.RootShards = slices.Clone(d.RootShards)
 	return &c
 }
 

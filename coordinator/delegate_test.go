@@ -35,6 +35,21 @@ func TestSubJobsAndCitations(t *testing.T) {
 	unordered.Delegated = &Delegation{Delegate: "eu", Job: del.Job, Shards: []int{7, 3}}
 	unordered.Job = SubJobID(*unordered.Delegated)
 	wantCode(t, r.apply(unordered), diag.PoolBadJob)
+	// Deeper in a tree the delegation also maps each shard to the root
+	// job's: one root shard per shard, distinct, with a root job named.
+	for _, bad := range []Delegation{
+		{Delegate: "eu", Job: del.Job, Shards: del.Shards, Root: content.Hash([]byte("root")), RootShards: []int{12}},
+		{Delegate: "eu", Job: del.Job, Shards: del.Shards, Root: content.Hash([]byte("root")), RootShards: []int{12, 12}},
+		{Delegate: "eu", Job: del.Job, Shards: del.Shards, RootShards: []int{12, 13}},
+	} {
+		deep := sub
+		deep.Delegated = &bad
+		deep.Job = SubJobID(bad)
+		wantCode(t, r.apply(deep), diag.PoolBadJob)
+	}
+	if root, shards := (Delegation{Job: del.Job, Shards: del.Shards, Root: content.Hash([]byte("root")), RootShards: []int{12, 40}}).Plan(); root != content.Hash([]byte("root")) || shards[1] != 40 {
+		t.Errorf("Plan of a deep delegation: %s %v", root.Short(), shards)
+	}
 	if res := r.apply(sub); res.Refused() {
 		t.Fatal(res.Refusal)
 	}

@@ -123,11 +123,7 @@ func (m *Machine) leaseJobs(grants []LeaseGrant) []LeaseJob {
 			continue
 		}
 		l := LeaseJob{Job: j.ID, Bundle: j.Bundle, Policy: j.Policy, Run: j.Run, Round: j.Round}
-		if d := j.Delegated; d != nil {
-			dc := *d
-			dc.Shards = slices.Clone(d.Shards)
-			l.Delegated = &dc
-		}
+		l.Delegated = cloneDelegation(j.Delegated)
 		out = append(out, l)
 	}
 	return out

@@ -131,10 +131,7 @@ func (j *jobState) capture() *jobState {
 	}
 	c := *j
 	c.ReductionChecks = slices.Clone(j.ReductionChecks)
-	if j.Delegated != nil {
-		d := *j.Delegated
-		c.Delegated = &d
-	}
+	c.Delegated = cloneDelegation(j.Delegated)
 	if j.Shards == nil {
 		return &c
 	}

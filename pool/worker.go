@@ -350,19 +350,21 @@ func (w *Worker) plan(ctx context.Context, id content.Ref) (*job.Plan, error) {
 		return nil, err
 	}
 	// A sub-job runs the parent job's plan: its bundle compiles to the
-	// parent job, and its shard i is the parent's shard Shards[i].
+	// parent job, and its shard i is the parent's shard Shards[i] — or,
+	// deeper in a tree, the root job's shard RootShards[i] (Plan).
 	want := id
 	if d := st.Delegated; d != nil {
-		if !content.IsRef(string(d.Job)) {
-			return nil, fmt.Errorf("sub-job %s names parent job %.80q, not a ref", id.Short(), d.Job)
+		job, shards := d.Plan()
+		if !content.IsRef(string(job)) {
+			return nil, fmt.Errorf("sub-job %s names parent job %.80q, not a ref", id.Short(), job)
 		}
-		want = d.Job
+		want = job
 		w.mu.Lock()
 		p, ok := w.plans[want]
 		if w.subShards == nil {
 			w.subShards = map[content.Ref][]int{}
 		}
-		w.subShards[id] = d.Shards
+		w.subShards[id] = shards
 		if ok {
 			w.plans[id], w.isolated[id] = p, w.isolated[want]
 			delete(w.leased, id)

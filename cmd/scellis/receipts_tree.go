@@ -40,10 +40,19 @@ func childSources(flags []string) (map[string]string, error) {
 	return out, nil
 }
 
-// treeWalk checks every citation of the parent chain rs. loadChild
-// returns a child's chain. It returns the children walked, in name order,
-// and the first problem.
+// treeWalk checks every citation of the parent chain rs, and then, down
+// the tree, every citation of each child's chain of its own children (a
+// tree of three levels or more). loadChild returns a child's chain. It
+// returns the clusters walked (each level's in name order, the parent's
+// children first) and the first problem.
 func treeWalk(rs []receipt.Receipt, sources map[string]string, loadChild func(name, path string) ([]receipt.Receipt, error)) ([]string, *diag.Diagnostic, error) {
+	return walkLevel(rs, sources, loadChild, map[string]bool{})
+}
+
+// walkLevel is treeWalk for one chain; seen holds the clusters already
+// walked (a chain citing one of them again — its parent, or a cycle — is
+// walked once).
+func walkLevel(rs []receipt.Receipt, sources map[string]string, loadChild func(name, path string) ([]receipt.Receipt, error), seen map[string]bool) ([]string, *diag.Diagnostic, error) {
 	type cited struct {
 		parent receipt.Receipt
 		cite   receipt.Citation
@@ -60,9 +69,13 @@ func treeWalk(rs []receipt.Receipt, sources map[string]string, loadChild func(na
 	}
 	var names []string
 	for n := range byChild {
-		names = append(names, n)
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
+	var below []string // the walked children's own children
 	for _, name := range names {
 		path, ok := sources[name]
 		if !ok {
@@ -109,8 +122,14 @@ func treeWalk(rs []receipt.Receipt, sources map[string]string, loadChild func(na
 					WithHelp("the child reported a result its own cluster never verified"), nil
 			}
 		}
+		// The child may be a parent too: its receipts cite its children.
+		sub, bad, err := walkLevel(chain, sources, loadChild, seen)
+		below = append(below, sub...)
+		if bad != nil || err != nil {
+			return append(names, below...), bad, err
+		}
 	}
-	return names, nil, nil
+	return append(names, below...), nil, nil
 }
 
 // loadChildChain reads a child's chain: an export file (.json), or from

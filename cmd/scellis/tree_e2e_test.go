@@ -42,52 +42,89 @@ const layoutStar = `def topology(members, params):
 `
 
 // newTree writes one pool federation (nine aggregators, a worker in
-// region a and one in region b, the silos given as name → region, alice
+// region a and two in region b, the silos given as name → region, alice
 // the researcher) and lays it out with the user-written topology through
-// 'scellis topology split', the way an operator would: one folder per
-// cluster with its federation file, node configs and (children) delegate
-// key. Each child leads its region's worker and silos.
+// 'scellis topology split' (layOut). Each child leads its region's
+// workers and silos.
 func newTree(t *testing.T, silos ...[2]string) *treeOf {
-	base := t.TempDir()
-	var fed strings.Builder
-	fed.WriteString("federation: pool\nregime: own\nmembers:\n")
-	pp := &ports{t: t}
-	keygen := func(name string) string {
-		out := mustRun(t, scellisCmd(t, base, "keygen", "--out", name, "--name", name, "--json"))
-		var k struct {
-			PublicKey string `json:"public_key"`
-		}
-		if err := json.Unmarshal([]byte(out), &k); err != nil {
-			t.Fatalf("keygen: %v %s", err, out)
-		}
-		return k.PublicKey
-	}
-	for i := 1; i <= 9; i++ {
-		n := fmt.Sprintf("agg-%d", i)
-		fmt.Fprintf(&fed, "  - name: %s\n    role: aggregator\n    public_key: %s\n    address: %s\n    raft_address: %s\n", n, keygen(n), pp.next(), pp.next())
-	}
-	pp.release()
-	fmt.Fprintf(&fed, "  - name: w1\n    role: worker\n    public_key: %s\n    region: a\n", keygen("w1"))
-	fmt.Fprintf(&fed, "  - name: w2\n    role: worker\n    public_key: %s\n    region: b\n", keygen("w2"))
-	fmt.Fprintf(&fed, "  - name: w3\n    role: worker\n    public_key: %s\n    region: b\n", keygen("w3"))
+	pf := newPoolFile(t, 9)
+	pf.member("w1", "worker", "region: a")
+	pf.member("w2", "worker", "region: b")
+	pf.member("w3", "worker", "region: b")
 	leads := map[string][]string{"a": {"w1"}, "b": {"w2", "w3"}}
 	for _, s := range silos {
-		fmt.Fprintf(&fed, "  - name: %s\n    role: silo\n    public_key: %s\n    region: %s\n", s[0], keygen(s[0]), s[1])
+		pf.member(s[0], "silo", "region: "+s[1])
 		leads[s[1]] = append(leads[s[1]], s[0])
 	}
-	fmt.Fprintf(&fed, "  - name: alice\n    role: researcher\n    public_key: %s\n", keygen("alice"))
-	for name, body := range map[string]string{"pool.yaml": fed.String(), "layout.star": layoutStar} {
+	cs := pf.layOut(layoutStar, []treeCluster{
+		{"root", []string{"agg-1", "agg-2", "agg-3"}, nil},
+		{"child-a", []string{"agg-4", "agg-5", "agg-6"}, leads["a"]},
+		{"child-b", []string{"agg-7", "agg-8", "agg-9"}, leads["b"]},
+	})
+	return &treeOf{parent: cs["root"], children: map[string]*cluster{"child-a": cs["child-a"], "child-b": cs["child-b"]}}
+}
+
+// poolFile is a pool federation file being written in a fresh folder,
+// with its members' keys.
+type poolFile struct {
+	t    *testing.T
+	base string
+	fed  strings.Builder
+}
+
+// newPoolFile starts a pool federation of n aggregators (agg-1…agg-n,
+// two loopback ports each).
+func newPoolFile(t *testing.T, n int) *poolFile {
+	pf := &poolFile{t: t, base: t.TempDir()}
+	pf.fed.WriteString("federation: pool\nregime: own\nmembers:\n")
+	pp := &ports{t: t}
+	for i := 1; i <= n; i++ {
+		pf.member(fmt.Sprintf("agg-%d", i), "aggregator", "address: "+pp.next(), "raft_address: "+pp.next())
+	}
+	pp.release()
+	return pf
+}
+
+// member makes name's key and adds it with role and extra lines.
+func (pf *poolFile) member(name, role string, extra ...string) {
+	out := mustRun(pf.t, scellisCmd(pf.t, pf.base, "keygen", "--out", name, "--name", name, "--json"))
+	var k struct {
+		PublicKey string `json:"public_key"`
+	}
+	if err := json.Unmarshal([]byte(out), &k); err != nil {
+		pf.t.Fatalf("keygen: %v %s", err, out)
+	}
+	fmt.Fprintf(&pf.fed, "  - name: %s\n    role: %s\n    public_key: %s\n", name, role, k.PublicKey)
+	for _, l := range extra {
+		fmt.Fprintf(&pf.fed, "    %s\n", l)
+	}
+}
+
+// treeCluster is a cluster layOut expects the topology to make.
+type treeCluster struct {
+	name  string
+	nodes []string
+	leads []string
+}
+
+// layOut adds alice the researcher to the pool federation, lays it
+// out with the topology source layout through 'scellis topology split',
+// the way an operator would (one folder per cluster with its federation
+// file, node configs and, for children, delegate key), links the keys of
+// each cluster's nodes, the members it leads and alice into its folder,
+// and writes a config for each worker ("w…") a cluster leads. It returns
+// the clusters by name.
+func (pf *poolFile) layOut(layout string, want []treeCluster) map[string]*cluster {
+	t, base := pf.t, pf.base
+	pf.member("alice", "researcher")
+	for name, body := range map[string]string{"pool.yaml": pf.fed.String(), "layout.star": layout} {
 		if err := os.WriteFile(filepath.Join(base, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	out := mustRun(t, scellisCmd(t, base, "topology", "split", "--federation", "pool.yaml", "--topology", "./layout.star", "--out", "tree"))
-	tr := &treeOf{children: map[string]*cluster{}}
-	for _, cl := range []struct {
-		name  string
-		nodes []string
-		leads []string
-	}{{"root", []string{"agg-1", "agg-2", "agg-3"}, nil}, {"child-a", []string{"agg-4", "agg-5", "agg-6"}, leads["a"]}, {"child-b", []string{"agg-7", "agg-8", "agg-9"}, leads["b"]}} {
+	cs := map[string]*cluster{}
+	for _, cl := range want {
 		if !strings.Contains(out, "cluster "+cl.name+" (") {
 			t.Fatalf("topology split made no cluster %s:\n%s", cl.name, out)
 		}
@@ -106,18 +143,49 @@ func newTree(t *testing.T, silos ...[2]string) *treeOf {
 			}
 			c.write(a+".yaml", string(b)+"lease_ttl: 2s\nlog_level: warn\n")
 		}
-		if cl.leads == nil {
-			tr.parent = c
-			continue
-		}
 		for _, w := range cl.leads {
 			if strings.HasPrefix(w, "w") {
 				c.write(w+".yaml", "name: "+w+"\nidentity: "+w+"/identity.key\nfederation: federation.yaml\ncache_dir: "+w+"/cache\nparallel: 2\nbatch: 25\npoll: 100ms\nisolate: false\nlog_level: debug\n")
 			}
 		}
-		tr.children[cl.name] = c
+		cs[cl.name] = c
 	}
-	return tr
+	return cs
+}
+
+// sameResultAsSolo checks that job id's result at c is the one the solo
+// run ('scellis run … --out solo' in c's folder, whose exit solo gives)
+// wrote.
+func sameResultAsSolo(t *testing.T, c *cluster, id string, solo <-chan error) {
+	t.Helper()
+	if err := <-solo; err != nil {
+		t.Fatalf("solo run: %v", err)
+	}
+	c.mustCLI("alice", "job", "result", id, "--out", "tree")
+	var soloRes, treeRes map[string]json.RawMessage
+	readJSON(t, filepath.Join(c.dir, "solo", "result.json"), &soloRes)
+	readJSON(t, filepath.Join(c.dir, "tree", "result.json"), &treeRes)
+	for _, k := range []string{"job", "content", "shards", "work_units", "result"} {
+		if !bytes.Equal(soloRes[k], treeRes[k]) {
+			t.Errorf("the tree's result.json differs from the solo run in %q:\nsolo %s\ntree %s", k, soloRes[k], treeRes[k])
+		}
+	}
+}
+
+// verifyAcross runs 'receipts verify' at c with the --child sources
+// given and checks its output says each of want.
+func verifyAcross(t *testing.T, c *cluster, want []string, children ...string) {
+	t.Helper()
+	var args []string
+	for _, ch := range children {
+		args = append(args, "--child", ch)
+	}
+	out := c.mustCLI("alice", append([]string{"receipts", "verify"}, args...)...)
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Fatalf("receipts verify across the tree lacks %q:\n%s", w, out)
+		}
+	}
 }
 
 // peers counts, over a parent job's shards, those each peer verified
@@ -352,29 +420,13 @@ func TestTreeOfClusters(t *testing.T) {
 	}
 
 	// The same result as the pool of one.
-	if err := <-solo; err != nil {
-		t.Fatalf("solo run: %v", err)
-	}
-	p.mustCLI("alice", "job", "result", id, "--out", "tree")
-	var soloRes, treeRes map[string]json.RawMessage
-	readJSON(t, filepath.Join(p.dir, "solo", "result.json"), &soloRes)
-	readJSON(t, filepath.Join(p.dir, "tree", "result.json"), &treeRes)
-	for _, k := range []string{"job", "content", "shards", "work_units", "result"} {
-		if !bytes.Equal(soloRes[k], treeRes[k]) {
-			t.Errorf("the tree's result.json differs from the solo run in %q:\nsolo %s\ntree %s", k, soloRes[k], treeRes[k])
-		}
-	}
+	sameResultAsSolo(t, p, id, solo)
 
 	// child-a's chain is fetched from its cluster, child-b's (down) read
 	// from its export.
 	childA := "child-a=" + filepath.Join(a.dir, "federation.yaml")
 	childB := "child-b=" + filepath.Join(p.dir, "child-b.json")
-	out := p.mustCLI("alice", "receipts", "verify", "--child", childA, "--child", childB)
-	for _, want := range []string{"intact: 1002 receipts", "child cluster child-a: chain intact", "child cluster child-b: chain intact"} {
-		if !strings.Contains(out, want) {
-			t.Fatalf("receipts verify across the tree lacks %q:\n%s", want, out)
-		}
-	}
+	verifyAcross(t, p, []string{"intact: 1002 receipts", "child cluster child-a: chain intact", "child cluster child-b: chain intact"}, childA, childB)
 	// A missing child chain, and a tampered one, fail with SC7603.
 	refused := func(what string, args ...string) {
 		t.Helper()
