@@ -41,7 +41,8 @@ does) and write, for each cluster of the plan, DIR/CLUSTER/:
 Each cluster is then an ordinary cluster: start the root's nodes, then the
 children's, and point each silo or worker at its cluster's federation file
 (a silo a child leads also names its parent's in parent_federation, to
-check every round's bundle with the parent; no silo config is written).
+check every round's bundle with the parent; no silo config is written, and
+the command names each child's silos and the line their configs need).
 Nothing is overwritten: a cluster folder that holds a federation file
 already is refused.`,
 		Example: `  scellis topology split --federation pool.yaml --topology ./by-site.star --out tree
@@ -66,6 +67,17 @@ already is refused.`,
 				}
 				fmt.Fprintf(w, "cluster %s (%s): %s, leads %s; files in %s\n", cl.Name, parent,
 					plural(len(cl.Nodes), "node"), plural(len(cl.Leads), "member"), filepath.Join(out, cl.Name))
+				// Its silos check every hierarchical round with the
+				// parent: their configs (not written here) name it.
+				var silos []string
+				for _, n := range cl.Leads {
+					if m, ok := fed.Member(n); ok && m.Role == identity.Silo {
+						silos = append(silos, n)
+					}
+				}
+				if cl.Parent != "" && len(silos) > 0 {
+					fmt.Fprintf(w, "  silo configs of %s: add parent_federation: %s\n", strings.Join(silos, ", "), filepath.Join(out, cl.Parent, "federation.yaml"))
+				}
 			}
 			return nil
 		},

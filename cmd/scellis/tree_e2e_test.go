@@ -24,6 +24,7 @@ import (
 type treeOf struct {
 	parent   *cluster
 	children map[string]*cluster // by member name in the parent federation
+	split    string              // what 'scellis topology split' said
 }
 
 // layoutStar is a user-written topology (docs/topology.md): the first
@@ -56,12 +57,12 @@ func newTree(t *testing.T, silos ...[2]string) *treeOf {
 		pf.member(s[0], "silo", "region: "+s[1])
 		leads[s[1]] = append(leads[s[1]], s[0])
 	}
-	cs := pf.layOut(layoutStar, []treeCluster{
+	cs, out := pf.layOut(layoutStar, []treeCluster{
 		{"root", []string{"agg-1", "agg-2", "agg-3"}, nil},
 		{"child-a", []string{"agg-4", "agg-5", "agg-6"}, leads["a"]},
 		{"child-b", []string{"agg-7", "agg-8", "agg-9"}, leads["b"]},
 	})
-	return &treeOf{parent: cs["root"], children: map[string]*cluster{"child-a": cs["child-a"], "child-b": cs["child-b"]}}
+	return &treeOf{parent: cs["root"], children: map[string]*cluster{"child-a": cs["child-a"], "child-b": cs["child-b"]}, split: out}
 }
 
 // poolFile is a pool federation file being written in a fresh folder,
@@ -113,8 +114,8 @@ type treeCluster struct {
 // file, node configs and, for children, delegate key), links the keys of
 // each cluster's nodes, the members it leads and alice into its folder,
 // and writes a config for each worker ("w…") a cluster leads. It returns
-// the clusters by name.
-func (pf *poolFile) layOut(layout string, want []treeCluster) map[string]*cluster {
+// the clusters by name, and what topology split said.
+func (pf *poolFile) layOut(layout string, want []treeCluster) (map[string]*cluster, string) {
 	t, base := pf.t, pf.base
 	pf.member("alice", "researcher")
 	for name, body := range map[string]string{"pool.yaml": pf.fed.String(), "layout.star": layout} {
@@ -150,7 +151,7 @@ func (pf *poolFile) layOut(layout string, want []treeCluster) map[string]*cluste
 		}
 		cs[cl.name] = c
 	}
-	return cs
+	return cs, out
 }
 
 // sameResultAsSolo checks that job id's result at c is the one the solo

@@ -51,6 +51,13 @@ func TestTreeFederatedRun(t *testing.T) {
 	}
 	tr := newTree(t, silos...)
 	p, a, b := tr.parent, tr.children["child-a"], tr.children["child-b"]
+	// topology split says what each child's silos' configs must add.
+	for _, want := range []string{"silo configs of a1, a2, a3, a4: add parent_federation: " + filepath.Join("tree", "root", "federation.yaml"),
+		"silo configs of b1, b2, b3, b4, b5: add parent_federation: " + filepath.Join("tree", "root", "federation.yaml")} {
+		if !strings.Contains(tr.split, want) {
+			t.Errorf("topology split does not say %q:\n%s", want, tr.split)
+		}
+	}
 	data := filepath.Join(p.dir, "data")
 	mustRun(t, scellisCmd(t, p.dir, "datagen", "hospitals", "--sites", "9", "--rows", "60", "--seed", "5", "--out", "data"))
 	spec := `name: tree-fl

@@ -36,7 +36,7 @@ func TestTreeThreeLevels(t *testing.T) {
 	}
 	pf := newPoolFile(t, 3)
 	pf.member("w1", "worker")
-	cs := pf.layOut(layoutChain, []treeCluster{
+	cs, _ := pf.layOut(layoutChain, []treeCluster{
 		{"root", []string{"agg-1"}, nil},
 		{"mid", []string{"agg-2"}, nil},
 		{"leaf", []string{"agg-3"}, []string{"w1"}},
