@@ -334,6 +334,7 @@ func TestTreeOfClusters(t *testing.T) {
 	b.startWorker("w2")
 	b.startWorker("w3")
 	id := strings.TrimSpace(p.mustCLI("alice", "job", "submit", "sweep.yaml"))
+	submitted := time.Now()
 	// A job of two replicas is not one a child serves (it reports
 	// without commit–reveal): the children hand its shards back.
 	p.write("two.yaml", "name: two\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 40, chunks: 2}}\nreducer: {use: mean, params: {weight: samples}}\nverification: {replicas: 2}\n")
@@ -380,9 +381,15 @@ func TestTreeOfClusters(t *testing.T) {
 	if oldLeader == "" {
 		t.Fatal("child-a has no leader")
 	}
-	if ag, _ := peerCounts(p.status("alice", id)); ag["child-a"] != 0 {
+	// (Its sub-jobs have idled since the sweep was submitted: after the
+	// parent's 20 s lease TTL child-a would hand them back, and the new
+	// leader would then lease afresh instead of resuming them. The log
+	// line says how close a run came.)
+	ag, leasedA := peerCounts(p.status("alice", id))
+	if ag["child-a"] != 0 {
 		t.Fatalf("child-a delivered %d shards with no worker", ag["child-a"])
 	}
+	t.Logf("child-a's leader %s dies holding %d parent leases, %v after the sweep was submitted", oldLeader, leasedA["child-a"], time.Since(submitted).Round(100*time.Millisecond))
 	a.kill(oldLeader, syscall.SIGKILL)
 	a.startWorker("w1")
 	waitFor(t, "child-a's new leader to deliver its predecessor's sub-jobs", 2*time.Minute, func() bool {
@@ -392,7 +399,7 @@ func TestTreeOfClusters(t *testing.T) {
 	})
 	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return p.status("alice", id).State == "done" })
 	st := p.status("alice", id)
-	ag, _ := peerCounts(st)
+	ag, _ = peerCounts(st)
 	if st.Counts.Verified != 1000 || ag["child-a"]+ag["child-b"] != 1000 {
 		t.Fatalf("verified %d/1000, by %v", st.Counts.Verified, ag)
 	}
