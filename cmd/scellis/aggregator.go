@@ -157,7 +157,9 @@ func childDelegate(ctx context.Context, c *config.Aggregator, probe bool) (*aggr
 	}
 	d := &aggregator.Delegate{Name: c.DelegateName, Identity: key, Parent: parent, Batch: c.DelegateBatch}
 	if err := aggregator.CheckDelegate(d); err != nil {
-		if ds, ok := diag.As(err); ok && ds[0].Pos.File == "" {
+		// A refusal the parent file cannot position (a delegate_name it
+		// does not list) points at the config's delegate_name.
+		if ds, ok := diag.As(err); ok && (ds[0].Pos == nil || ds[0].Pos.File == "") {
 			return nil, c.Pos.At(ds[0], c.File, "delegate_name")
 		}
 		return nil, err

@@ -105,6 +105,18 @@ func splitTree(fed *identity.Federation, p *topology.Plan, out string) error {
 			return diag.New(diag.InvalidValue, "--out", "%s holds a federation file already; nothing was written", filepath.Join(out, cl.Name)).
 				WithHelp("give an empty --out folder; split never overwrites keys or federation files")
 		}
+		// A node's files are DIR/NODE.yaml and DIR/NODE/: a node named
+		// after the cluster's own files would overwrite them, or take the
+		// delegate key for its identity.
+		for _, n := range cl.Nodes {
+			if n == "federation" || (n == "delegate" && cl.Parent != "") {
+				m, _ := fed.Member(n)
+				return diag.New(diag.TopologyInvalid, n, "aggregator %s of cluster %s: its files (%s) would be the cluster's own (%s); nothing was written", n, cl.Name,
+					filepath.Join(out, cl.Name, n+".yaml")+", "+filepath.Join(out, cl.Name, n)+"/", map[bool]string{true: "federation.yaml", false: "delegate/identity.key"}[n == "federation"]).
+					At(m.Pos.File, m.Pos.Line, m.Pos.Col).
+					WithHelp("rename the aggregator in %s (split names each node's config and folder after it)", fed.File)
+			}
+		}
 		if cl.Parent != "" {
 			id, err := identity.Generate()
 			if err != nil {

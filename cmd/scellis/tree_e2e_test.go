@@ -507,7 +507,7 @@ func TestTopologySplitRefuses(t *testing.T) {
 		if n == "w1" {
 			fmt.Fprintf(&fed, "  - name: w1\n    role: worker\n    public_key: %s\n", k.PublicKey)
 		} else {
-			fmt.Fprintf(&fed, "  - name: %s\n    role: aggregator\n    public_key: %s\n    address: 127.0.0.1:%d\n", n, k.PublicKey, 7400+i)
+			fmt.Fprintf(&fed, "  - name: %s\n    role: aggregator\n    public_key: %s\n    address: 127.0.0.1:%d\n    raft_address: 127.0.0.1:%d\n", n, k.PublicKey, 7400+i, 7500+i)
 		}
 	}
 	os.WriteFile(filepath.Join(dir, "pool.yaml"), []byte(fed.String()), 0o644)
@@ -529,4 +529,38 @@ func TestTopologySplitRefuses(t *testing.T) {
 	}
 	mustRun(t, scellisCmd(t, dir, "topology", "split", "--federation", "pool.yaml", "--out", "b"))
 	refused("SC1005", "--out", "b")
+
+	// A node named after a cluster's own files: its config would overwrite
+	// the cluster's federation file, or its identity be the delegate key.
+	os.WriteFile(filepath.Join(dir, "kid.star"), []byte(`def topology(members, params):
+    aggs = [m["name"] for m in members if m["role"] == "aggregator"]
+    return {"clusters": [{"name": "root", "parent": None, "nodes": aggs[:1], "leads": []},
+                         {"name": "kid", "parent": "root", "nodes": aggs[1:], "leads": ["w1"]}]}
+`), 0o644)
+	for _, node := range []string{"federation", "delegate"} {
+		raw, _ := os.ReadFile(filepath.Join(dir, "pool.yaml"))
+		os.WriteFile(filepath.Join(dir, node+"-pool.yaml"), bytes.ReplaceAll(raw, []byte("name: agg-2\n"), []byte("name: "+node+"\n")), 0o644)
+		out, err := scellisCmd(t, dir, "topology", "split", "--federation", node+"-pool.yaml", "--topology", "./kid.star", "--out", node).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "SC2017") || !strings.Contains(string(out), node+"-pool.yaml:") {
+			t.Errorf("split with an aggregator named %s: %v, want exit 2 with SC2017 at its line:\n%s", node, err, out)
+		}
+		if _, err := os.Stat(filepath.Join(dir, node)); err == nil {
+			t.Errorf("a refused split wrote %s/", node)
+		}
+	}
+
+	// A child node whose delegate_name its parent's file does not list is
+	// refused at that line (it once dereferenced a nil position), by
+	// config check and at start, before anything listens.
+	mustRun(t, scellisCmd(t, dir, "topology", "split", "--federation", "pool.yaml", "--topology", "./kid.star", "--out", "c"))
+	kid := filepath.Join(dir, "c", "kid")
+	os.WriteFile(filepath.Join(kid, "nokid.yaml"), []byte("name: agg-2\nidentity: ../../agg-2/identity.key\nfederation: federation.yaml\ndata_dir: agg-2/data\n"+
+		"parent_federation: ../root/federation.yaml\ndelegate_identity: delegate/identity.key\ndelegate_name: nokid\n"), 0o644)
+	for _, args := range [][]string{{"config", "check", "--kind", "aggregator", "nokid.yaml"}, {"aggregator", "--config", "nokid.yaml"}} {
+		code, _, stderr := runBounded(t, scellisBinary(t), kid, args...)
+		if code != 2 || !strings.Contains(stderr, "SC7601") || !strings.Contains(stderr, "nokid.yaml:7:") || strings.Contains(stderr, "panic") {
+			t.Errorf("%v: exit %d, want 2 with SC7601 at nokid.yaml:7:\n%s", args, code, stderr)
+		}
+	}
 }
