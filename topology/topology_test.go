@@ -164,6 +164,10 @@ func TestTreeByRegion(t *testing.T) {
 	wantCode(t, err, diag.StarlarkRuntime, "has no region")
 	_, err = evaluate(t, "tree", members, map[string]any{"by": "colour"})
 	wantCode(t, err, diag.StarlarkRuntime, "params.by")
+	// A fan-out past what a plan may declare is refused by tree itself,
+	// not by a slice index deep inside it.
+	_, err = evaluate(t, "tree", members, map[string]any{"fanout": int64(1) << 40})
+	wantCode(t, err, diag.StarlarkRuntime, "params.fanout must be an int from 3 to 2^30")
 
 	// A region with two silos is a sub-cohort below the minimum.
 	members = federation(6, 5, 0, "eu", "eu", "eu", "us", "us")

@@ -175,8 +175,8 @@ and its table.`,
 				}
 			}
 			for _, f := range fanouts {
-				if f < 3 {
-					return diag.New(diag.InvalidValue, "--fanout", "fan-out %d is below 3", f).WithHelp("a cluster must lead at least three silos (the three-site minimum)")
+				if f < 3 || f > 1<<30 {
+					return diag.New(diag.InvalidValue, "--fanout", "fan-out %d is outside 3..2^30", f).WithHelp("a cluster must lead at least three silos (the three-site minimum), and a plan's fan-out limit is at most 2^30")
 				}
 			}
 			if _, err := parseParams(tf.params); err != nil {

@@ -130,7 +130,7 @@ def topology(members, params):
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 
-	for _, args := range [][]string{{"--members", "0"}, {"--fanout", "2"}, {"--param", "fanout"}} {
+	for _, args := range [][]string{{"--members", "0"}, {"--fanout", "2"}, {"--fanout", "1000000000000"}, {"--param", "fanout"}} {
 		code, _, stderr = runBounded(t, scellisBinary(t), dir, append([]string{"topology", "simulate"}, args...)...)
 		if code != 2 || !strings.Contains(stderr, "SC1005") {
 			t.Fatalf("simulate %v: exit %d, stderr:\n%s", args, code, stderr)
