@@ -213,6 +213,7 @@ func Call(ctx context.Context, env Env, e *catalog.Entry, fn string, args ...any
 	thread.SetMaxExecutionSteps(min(checkEvery, st.limits.Steps))
 	st.guard.start(st.limits.MemoryBytes)
 	defer st.guard.finish()
+	defer st.watchHeap()()
 
 	if err := ctx.Err(); err != nil {
 		return nil, diag.New(diag.ContentCancelled, e.Subject(), "not started: %v", err)

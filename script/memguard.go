@@ -3,7 +3,9 @@ package script
 import (
 	"fmt"
 	"runtime/metrics"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.starlark.net/starlark"
 
@@ -44,7 +46,10 @@ import (
 //     call running, or if the growth exceeds 1.5 × that sum (then every
 //     running call stops at its next checkpoint). This catches what audits
 //     cannot see: temporaries on the interpreter's operand stack, such as
-//     a comprehension still building its list. The starting point is the
+//     a comprehension still building its list. The hard rule (1.5 ×) is
+//     also checked every watchEvery while the call runs (watchHeap): one
+//     step can double what the call holds, so a short loop would otherwise
+//     outgrow any budget before its first checkpoint. The starting point is the
 //     larger of the live figure and the heap's current objects, so that
 //     what the engine allocated just before the call is not charged to it.
 //
@@ -57,8 +62,9 @@ import (
 //
 // Not covered: other single built-in operations still run to completion
 // before any check — list + list, str.join, str.replace allocate in
-// proportion to their operands (at most a few times what the call holds,
-// which audits bound); the backstop stops the thread right after. Work inside one native call (model training) is bounded by
+// proportion to their operands (a few times what the call holds); the
+// backstop stops the thread right after, or within watchEvery of the heap
+// passing 1.5 × the budgets (a doubling loop overshoots a few times). Work inside one native call (model training) is bounded by
 // its reservations, not audited while it runs. The live-heap figure lags
 // by up to one GC cycle, so the backstop can overshoot by up to the GC's
 // headroom (GOGC). Memory the engine lends (input datasets) is not
@@ -152,6 +158,52 @@ func (st *callState) checkpoint() {
 		}
 	}
 	th.SetMaxExecutionSteps(min(th.Steps+checkEvery, st.limits.Steps))
+}
+
+// watchEvery is how often watchHeap looks at the heap while a call runs.
+const watchEvery = 20 * time.Millisecond
+
+// watchHeap applies the backstop's hard rule on a timer as well as at
+// checkpoints, and returns the function that ends the watch. A checkpoint
+// comes every checkEvery steps, but one step can allocate in proportion
+// to what the call holds (list + list, str.join), so a loop doubling a
+// list reaches any budget within a few dozen steps, long before the next
+// checkpoint (a topology of six lines held 4 GiB and growing). The timer
+// cannot audit (the thread's frames belong to its goroutine), so it stops
+// the call only past 1.5 × the running calls' budgets plus the slack —
+// what a checkpoint's backstop stops every call at — and the thread stops
+// at its next instruction, after the operation under way.
+func (st *callState) watchHeap() (stop func()) {
+	g := &st.guard
+	live := []metrics.Sample{{Name: liveMetric}}
+	var mu sync.Mutex
+	done := false
+	var t *time.Timer
+	mu.Lock() // t is read by the callback
+	defer mu.Unlock()
+	t = time.AfterFunc(watchEvery, func() {
+		metrics.Read(live)
+		if live[0].Value.Kind() == metrics.KindUint64 && live[0].Value.Uint64() > g.startLive {
+			growth := live[0].Value.Uint64() - g.startLive
+			budget := activeLimit.Load() + backstopSlack
+			if growth > budget+budget/2 {
+				st.stop(stopMemory, fmt.Sprintf("the process heap grew by %s while this call ran, over the %s budget of the %d call(s) running (memory held by temporaries the audit cannot see)",
+					mib(growth), mib(activeLimit.Load()), activeCalls.Load()))
+				return
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !done {
+			t.Reset(watchEvery)
+		}
+	})
+	return func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		t.Stop()
+	}
 }
 
 // audit measures the values reachable from the call. It returns false (and

@@ -195,6 +195,31 @@ def run(p, i):
 	}
 }
 
+// One step can allocate as much as the call holds (s + s, str.replace):
+// a loop of a few hundred steps reaches any budget before the first
+// checkpoint (every 16384 steps). The timed heap watch stops it.
+func TestMemoryGuardHeapWatch(t *testing.T) {
+	old := backstopSlack
+	backstopSlack = 1 << 20
+	defer func() { backstopSlack = old }()
+	e := entry(t, "double.star", `
+def run(p, i):
+    s = "x"
+    for k in range(26):
+        s = s + s
+    n = 0
+    for k in range(20):
+        n += len(s.replace("x", "y"))
+    return n
+`)
+	runtime.GC()
+	_, err := Call(context.Background(), Env{Limits: Limits{MemoryBytes: 4 << 20}}, e, "run", nil, nil)
+	d := wantDiag(t, err, diag.MemoryBudget)
+	if !strings.Contains(d.Message, "process heap grew") {
+		t.Fatalf("message %q", d.Message)
+	}
+}
+
 func TestForbiddenLoad(t *testing.T) {
 	c := builtins(t)
 	for _, tc := range []struct {
