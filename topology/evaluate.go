@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/scellis/scellis/catalog"
@@ -120,7 +121,7 @@ func decode(out any, bad func(format string, args ...any)) ([]Cluster, int) {
 	if v, ok := top["fanout"]; ok && v != nil {
 		n, ok := v.(int64)
 		if !ok || n < 1 || n > 1<<30 {
-			bad("fanout = %v; it must be an int from 1 to 2^30, or None for no limit", v)
+			bad("fanout = %s; it must be an int from 1 to 2^30, or None for no limit", describe(v))
 		} else {
 			fanout = int(n)
 		}
@@ -151,7 +152,7 @@ func decode(out any, bad func(format string, args ...any)) ([]Cluster, int) {
 		}
 		if v := d["parent"]; v != nil {
 			if c.Parent, ok = v.(string); !ok || c.Parent == "" {
-				bad("cluster %q with parent %v: a parent is a cluster's name, or None for the root", c.Name, v)
+				bad("cluster %q with parent %s: a parent is a cluster's name, or None for the root", c.Name, describe(v))
 			}
 		}
 		c.Nodes = names(d["nodes"], fmt.Sprintf("cluster %q nodes", c.Name), bad)
@@ -159,6 +160,18 @@ func decode(out any, bad func(format string, args ...any)) ([]Cluster, int) {
 		raw = append(raw, c)
 	}
 	return raw, fanout
+}
+
+// describe shows a value content returned where a name or an int was
+// due: a string quoted (it may hold control characters), a float as one.
+func describe(v any) string {
+	switch v := v.(type) {
+	case string:
+		return shown(v)
+	case float64:
+		return strconv.FormatFloat(v, 'g', -1, 64) + " (a float)"
+	}
+	return fmt.Sprint(v)
 }
 
 // names reads an optional list of strings.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/scellis/scellis/content"
@@ -191,9 +192,10 @@ func build(members []Member, raw []Cluster, fanout int, problem func(code diag.C
 	var twice, unknown, misrole []string
 	place := func(cluster, m string, asNode bool) bool {
 		r, ok := role[m]
+		cluster = shown(cluster)
 		switch {
 		case !ok:
-			unknown = append(unknown, fmt.Sprintf("%s (in %s)", m, cluster))
+			unknown = append(unknown, fmt.Sprintf("%s (in %s)", shown(m), cluster))
 			return false
 		case asNode != (r == identity.Aggregator):
 			if asNode {
@@ -315,6 +317,19 @@ func build(members []Member, raw []Cluster, fanout int, problem func(code diag.C
 		}
 	}
 	return p
+}
+
+// shown is a name content returned, fit for a diagnostic: as it is when
+// it could be a member's or cluster's name, else quoted (control
+// characters, a newline forging a line of the report) and cut short.
+func shown(name string) string {
+	if clusterName.MatchString(name) { // member names are a subset
+		return name
+	}
+	if len(name) > 64 {
+		return strconv.Quote(name[:64]) + "…"
+	}
+	return strconv.Quote(name)
 }
 
 // listSome joins the first few names and says how many more there are.

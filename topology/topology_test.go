@@ -184,17 +184,21 @@ func TestUserTopologyRefusals(t *testing.T) {
 		code diag.Code
 		text string
 	}{
-		"not a dict":     {`return []`, diag.ContentShape, "a list, not a dict"},
-		"unknown key":    {`return {"clusters": [], "fanuot": 3}`, diag.ContentShape, `"fanuot"`},
-		"placed twice":   {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"] + ["silo-000"]}]}`, diag.TopologyInvalid, "silo-000 (in r and r)"},
-		"not placed":     {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1"], "leads": ["silo-000"]}]}`, diag.TopologyInvalid, "6 member(s) not placed"},
-		"stranger":       {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2", "mallory"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, "mallory"},
-		"two roots":      {`return {"clusters": [{"name": "a", "parent": None, "nodes": ["agg-0"]}, {"name": "b", "parent": None, "nodes": ["agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, "2 clusters have no parent"},
-		"cycle":          {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0"], "leads": [m["name"] for m in members if m["role"] == "silo"]}, {"name": "a", "parent": "b", "nodes": ["agg-1"]}, {"name": "b", "parent": "a", "nodes": ["agg-2"]}]}`, diag.TopologyInvalid, "cycle"},
-		"no nodes":       {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"]}, {"name": "c", "parent": "r", "nodes": [], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, `"c" has no nodes`},
-		"fan-out":        {`return {"fanout": 4, "clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, "over the fan-out limit 4"},
-		"silo as node":   {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2", "silo-000"], "leads": [m["name"] for m in members if m["role"] == "silo" and m["name"] != "silo-000"]}]}`, diag.TopologyInvalid, "not an aggregator"},
-		"small cohort":   {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0"], "leads": ["silo-000", "silo-001", "silo-002", "silo-003"]}, {"name": "c", "parent": "r", "nodes": ["agg-1", "agg-2"], "leads": ["silo-004", "silo-005"]}]}`, diag.RunTooFewSites, `"c" leads 2 silo(s)`},
+		"not a dict":   {`return []`, diag.ContentShape, "a list, not a dict"},
+		"unknown key":  {`return {"clusters": [], "fanuot": 3}`, diag.ContentShape, `"fanuot"`},
+		"placed twice": {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"] + ["silo-000"]}]}`, diag.TopologyInvalid, "silo-000 (in r and r)"},
+		"not placed":   {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1"], "leads": ["silo-000"]}]}`, diag.TopologyInvalid, "6 member(s) not placed"},
+		"stranger":     {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2", "mallory"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, "mallory"},
+		"two roots":    {`return {"clusters": [{"name": "a", "parent": None, "nodes": ["agg-0"]}, {"name": "b", "parent": None, "nodes": ["agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, "2 clusters have no parent"},
+		"cycle":        {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0"], "leads": [m["name"] for m in members if m["role"] == "silo"]}, {"name": "a", "parent": "b", "nodes": ["agg-1"]}, {"name": "b", "parent": "a", "nodes": ["agg-2"]}]}`, diag.TopologyInvalid, "cycle"},
+		"no nodes":     {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"]}, {"name": "c", "parent": "r", "nodes": [], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, `"c" has no nodes`},
+		"fan-out":      {`return {"fanout": 4, "clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, "over the fan-out limit 4"},
+		"silo as node": {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2", "silo-000"], "leads": [m["name"] for m in members if m["role"] == "silo" and m["name"] != "silo-000"]}]}`, diag.TopologyInvalid, "not an aggregator"},
+		"small cohort": {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0"], "leads": ["silo-000", "silo-001", "silo-002", "silo-003"]}, {"name": "c", "parent": "r", "nodes": ["agg-1", "agg-2"], "leads": ["silo-004", "silo-005"]}]}`, diag.RunTooFewSites, `"c" leads 2 silo(s)`},
+		// A name content makes up is quoted: raw, its escape sequences
+		// and newline would forge lines of the report.
+		"hostile name":   {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1", "agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"] + ["\x1b[31m\nerror[SC0000]: fake"]}]}`, diag.TopologyInvalid, `"\x1b[31m\nerror[SC0000]: fake" (in r)`},
+		"parent \"\"":    {`return {"clusters": [{"name": "r", "parent": "", "nodes": ["agg-0"]}]}`, diag.ContentShape, `parent "":`},
 		"unknown parent": {`return {"clusters": [{"name": "r", "parent": None, "nodes": ["agg-0", "agg-1"]}, {"name": "c", "parent": "x", "nodes": ["agg-2"], "leads": [m["name"] for m in members if m["role"] == "silo"]}]}`, diag.TopologyInvalid, `parent "x"`},
 	} {
 		t.Run(name, func(t *testing.T) {
