@@ -332,6 +332,9 @@ func shown(name string) string {
 	return strconv.Quote(name)
 }
 
+// maxIndent is the deepest level WriteText indents.
+const maxIndent = 8
+
 // listSome joins the first few names and says how many more there are.
 func listSome(names []string) string {
 	if len(names) <= maxListed {
@@ -361,8 +364,14 @@ func (p *Plan) WriteText(w io.Writer) error {
 	var walk func(i int)
 	walk = func(i int) {
 		c := &p.Clusters[i]
-		ind := strings.Repeat("  ", c.Depth)
-		fmt.Fprintf(bw, "\n%scluster %s\n", ind, c.Name)
+		// Indentation stops at maxIndent levels, or a deep chain's
+		// text would grow as the square of its depth.
+		ind := strings.Repeat("  ", min(c.Depth, maxIndent))
+		if c.Depth > maxIndent {
+			fmt.Fprintf(bw, "\n%scluster %s (depth %d)\n", ind, c.Name, c.Depth)
+		} else {
+			fmt.Fprintf(bw, "\n%scluster %s\n", ind, c.Name)
+		}
 		fmt.Fprintf(bw, "%s  nodes     %s\n", ind, listSome(c.Nodes))
 		if len(c.Leads) > 0 {
 			fmt.Fprintf(bw, "%s  leads     %s, %s: %s\n", ind, plural(len(c.Leads), "member"), plural(len(c.SubCohort), "silo"), listSome(c.Leads))

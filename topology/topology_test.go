@@ -244,3 +244,32 @@ func TestClusterMembersAreLed(t *testing.T) {
 	}
 	checkPlaced(t, p, members)
 }
+
+// A chain of clusters as deep as its aggregators are many is a valid
+// plan; its text grows with the number of clusters, not the square of
+// the depth (indentation stops at maxIndent levels).
+func TestWriteTextDeepChain(t *testing.T) {
+	const n = 400
+	path := filepath.Join(t.TempDir(), "chain.star")
+	src := `def topology(members, params):
+    aggs = [m["name"] for m in members if m["role"] == "aggregator"]
+    cl = [{"name": "c0", "parent": None, "nodes": [aggs[0]], "leads": [m["name"] for m in members if m["role"] == "silo"]}]
+    for i in range(1, len(aggs)):
+        cl.append({"name": "c%d" % i, "parent": "c%d" % (i - 1), "nodes": [aggs[i]]})
+    return {"clusters": cl}
+`
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p, err := evaluate(t, path, federation(n, 3, 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := p.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if p.Depth() != n-1 || !strings.Contains(b.String(), fmt.Sprintf("cluster c%d (depth %d)", n-1, n-1)) || b.Len() > 300*n {
+		t.Fatalf("depth %d, %d bytes of text; tail:\n%s", p.Depth(), b.Len(), b.String()[max(0, b.Len()-300):])
+	}
+}
