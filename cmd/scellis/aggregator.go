@@ -147,13 +147,24 @@ func childDelegate(ctx context.Context, c *config.Aggregator, probe bool) (*aggr
 	if c.ParentFederation == "" {
 		return nil, nil
 	}
+	// A parent file or delegate key that cannot be read is reported at
+	// the config line naming it.
+	atKey := func(err error, key string) error {
+		ds := asList(err)
+		for _, d := range ds {
+			if d.Pos == nil {
+				c.Pos.At(d, c.File, key)
+			}
+		}
+		return ds
+	}
 	parent, err := identity.LoadFederation(c.ParentFederation)
 	if err != nil {
-		return nil, err
+		return nil, atKey(err, "parent_federation")
 	}
 	key, err := loadIdentity(c.DelegateIdentity, "")
 	if err != nil {
-		return nil, err
+		return nil, atKey(err, "delegate_identity")
 	}
 	d := &aggregator.Delegate{Name: c.DelegateName, Identity: key, Parent: parent, Batch: c.DelegateBatch}
 	if err := aggregator.CheckDelegate(d); err != nil {

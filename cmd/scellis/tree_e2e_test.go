@@ -563,4 +563,17 @@ func TestTopologySplitRefuses(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2 with SC7601 at nokid.yaml:7:\n%s", args, code, stderr)
 		}
 	}
+	// A parent file or delegate key that is not there: at the line naming it.
+	raw, _ := os.ReadFile(filepath.Join(kid, "nokid.yaml"))
+	for want, repl := range map[string][2]string{
+		"SC1006": {"../root/federation.yaml", "../gone/federation.yaml"},
+		"SC1104": {"delegate/identity.key", "gone/identity.key"},
+	} {
+		cfg := strings.Replace(strings.Replace(string(raw), "nokid", "kid", 1), repl[0], repl[1], 1)
+		os.WriteFile(filepath.Join(kid, "gone.yaml"), []byte(cfg), 0o644)
+		code, _, stderr := runBounded(t, scellisBinary(t), kid, "config", "check", "--kind", "aggregator", "gone.yaml")
+		if code != 2 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "gone.yaml:") {
+			t.Errorf("config check with %s: exit %d, want 2 with %s at its line of gone.yaml:\n%s", repl[1], code, want, stderr)
+		}
+	}
 }
