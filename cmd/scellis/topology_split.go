@@ -91,6 +91,10 @@ already is refused.`,
 // splitTree writes the plan's clusters' files under out (see
 // newTopologySplitCmd).
 func splitTree(fed *identity.Federation, p *topology.Plan, out string) error {
+	if fi, err := os.Stat(out); err == nil && !fi.IsDir() {
+		return diag.New(diag.InvalidValue, "--out", "%s is a file, not a folder; nothing was written", out).
+			WithHelp("give --out a new or empty folder")
+	}
 	delegates := map[string]*identity.Identity{}
 	for _, cl := range p.Clusters {
 		if _, taken := fed.Member(cl.Name); taken {

@@ -529,6 +529,8 @@ func TestTopologySplitRefuses(t *testing.T) {
 	}
 	mustRun(t, scellisCmd(t, dir, "topology", "split", "--federation", "pool.yaml", "--out", "b"))
 	refused("SC1005", "--out", "b")
+	os.WriteFile(filepath.Join(dir, "afile"), nil, 0o644)
+	refused("SC1005", "--out", "afile")
 
 	// A node named after a cluster's own files: its config would overwrite
 	// the cluster's federation file, or its identity be the delegate key.
