@@ -35,6 +35,11 @@ func childSources(flags []string) (map[string]string, error) {
 			return nil, diag.New(diag.FlagValue, "--child", "%q is not NAME=FILE", f).
 				WithHelp("name the child cluster as the parent federation does, and give its federation file (its chain is fetched from it) or a receipt export (.json)")
 		}
+		if prev, dup := out[name]; dup {
+			// Which one would be walked is not for the flag order to decide.
+			return nil, diag.New(diag.FlagValue, "--child", "child %s is given twice (%s and %s)", name, prev, path).
+				WithHelp("give each child cluster once")
+		}
 		out[name] = path
 	}
 	return out, nil
@@ -84,8 +89,21 @@ func walkLevel(rs []receipt.Receipt, sources map[string]string, loadChild func(n
 		}
 		chain, err := loadChild(name, path)
 		if err != nil {
-			return names, diag.New(diag.TreeChildChain, name, "the chain of child cluster %s cannot be read from %s: %v", name, path, err).
-				WithHelp("check that the child cluster runs and that this identity is a member of its federation, or give an export of its chain"), nil
+			msg := err.Error()
+			if ds, ok := diag.As(err); ok { // not a diagnostic rendered inside another
+				msg = ds[0].Message
+				if p := ds[0].Pos; p != nil && p.File != "" && p.Line > 0 {
+					msg = fmt.Sprintf("%s:%d: %s", p.File, p.Line, msg)
+				}
+				if len(ds) > 1 {
+					msg += fmt.Sprintf(" (and %d more problems)", len(ds)-1)
+				}
+			}
+			help := "check that the child cluster runs and that this identity is a member of its federation, or give an export of its chain"
+			if isExport(path) {
+				help = fmt.Sprintf("give the file 'scellis receipts export --format json' wrote on a node of %s, or its federation file to fetch the chain", name)
+			}
+			return names, diag.New(diag.TreeChildChain, name, "the chain of child cluster %s cannot be read from %s: %s", name, path, msg).WithHelp("%s", help), nil
 		}
 		if err := receipt.Verify(chain); err != nil {
 			d, _ := diag.As(err)
@@ -136,18 +154,20 @@ func walkLevel(rs []receipt.Receipt, sources map[string]string, loadChild func(n
 // the child cluster's aggregators named in its federation file, as this
 // member (whose key the child's federation must list).
 func (s *receiptSource) loadChildChain(ctx context.Context, name, path string) ([]receipt.Receipt, error) {
-	if strings.EqualFold(filepath.Ext(path), ".json") {
+	if isExport(path) {
 		b, err := safefile.ReadFile(path, safefile.MaxLedger)
 		if err != nil {
 			return nil, err
 		}
 		return decodeReceiptExport(path, b)
 	}
-	id, _, err := s.loadMember(io.Discard)
+	// The child's file first: a path that is wrong is the first thing to
+	// say, before this member's own identity.
+	fed, err := identity.LoadFederation(path)
 	if err != nil {
 		return nil, err
 	}
-	fed, err := identity.LoadFederation(path)
+	id, _, err := s.loadMember(io.Discard)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +180,10 @@ func (s *receiptSource) loadChildChain(ctx context.Context, name, path string) (
 	defer cancel()
 	return c.Receipts(cctx, 0)
 }
+
+// isExport reports whether a --child path is a receipt export (.json)
+// rather than a federation file.
+func isExport(path string) bool { return strings.EqualFold(filepath.Ext(path), ".json") }
 
 // citedChildren names the children rs cites, sorted.
 func citedChildren(rs []receipt.Receipt) []string {
