@@ -211,12 +211,17 @@ func LoadAggregator(file string) (*Aggregator, error) {
 	}
 	if set := []string{c.ParentFederation, c.DelegateIdentity, c.DelegateName}; slices.Contains(set, "") && slices.ContainsFunc(set, func(s string) bool { return s != "" }) {
 		key := "parent_federation"
+		var given, missing []string
 		for i, k := range []string{"parent_federation", "delegate_identity", "delegate_name"} {
 			if set[i] != "" {
 				key = k
+				given = append(given, k)
+			} else {
+				missing = append(missing, k) // unset, or set to ""
 			}
 		}
-		return nil, c.Pos.At(diag.New(diag.MissingField, key, "a child cluster needs parent_federation, delegate_identity and delegate_name; %s alone is not enough", key), file, key).
+		return nil, c.Pos.At(diag.New(diag.MissingField, key, "a child cluster needs parent_federation, delegate_identity and delegate_name; %s without %s is not enough",
+			strings.Join(given, " and "), strings.Join(missing, " and ")), file, key).
 			WithHelp("set all three (docs/tree.md), or none for a cluster that is no child")
 	}
 	if c.ParentFederation != "" {

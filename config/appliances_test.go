@@ -3,6 +3,7 @@ package config
 import (
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -71,6 +72,30 @@ func TestAggregatorVolunteer(t *testing.T) {
 		_, err := load(tc.extra)
 		if got := where(err); !slices.Equal(got, tc.want) {
 			t.Errorf("%q: got %v, want %v (%v)", tc.extra, got, tc.want, err)
+		}
+	}
+}
+
+// A child cluster's node sets parent_federation, delegate_identity and
+// delegate_name together; the refusal names the ones given and missing
+// (a key set to "" counts as missing), at the last given.
+func TestAggregatorChildKeysTogether(t *testing.T) {
+	load := func(extra string) (*Aggregator, error) {
+		dir := writeFiles(t, map[string]string{"agg.yaml": aggBase + extra})
+		return LoadAggregator(filepath.Join(dir, "agg.yaml"))
+	}
+	if c, err := load("parent_federation: p.yaml\ndelegate_identity: d/identity.key\ndelegate_name: kid\n"); err != nil || !filepath.IsAbs(c.ParentFederation) {
+		t.Fatalf("all three: %+v %v", c, err)
+	}
+	for _, tc := range []struct {
+		extra, want, says string
+	}{
+		{"delegate_name: kid\n", "SC1004 5:16", "delegate_name without parent_federation and delegate_identity"},
+		{"parent_federation: \"\"\ndelegate_identity: d/identity.key\ndelegate_name: kid\n", "SC1004 7:16", "delegate_identity and delegate_name without parent_federation"},
+	} {
+		_, err := load(tc.extra)
+		if got := where(err); !slices.Equal(got, []string{tc.want}) || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("%q: got %v (%v), want %s saying %q", tc.extra, got, err, tc.want, tc.says)
 		}
 	}
 }
