@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -96,8 +97,8 @@ func parseParams(kvs []string) (map[string]any, error) {
 		}
 		if i, err := strconv.ParseInt(v, 10, 64); err == nil {
 			out[k] = i
-		} else if x, err := strconv.ParseFloat(v, 64); err == nil {
-			out[k] = x
+		} else if x, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(x) && !math.IsInf(x, 0) {
+			out[k] = x // nan and inf stay strings, as in YAML: a NaN param broke --json
 		} else if b, err := strconv.ParseBool(v); err == nil && (v == "true" || v == "false") {
 			out[k] = b
 		} else {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -139,5 +140,24 @@ def topology(members, params):
 	out = mustRun(t, scellisCmd(t, dir, "topology", "simulate", "--members", "1000", "--fanout", "32"))
 	if !strings.Contains(out, "tree fanout=32") || !strings.Contains(out, "13000") {
 		t.Fatalf("simulate:\n%s", out)
+	}
+}
+
+// --param values are typed as YAML types a plain scalar: nan and inf are
+// strings (as floats they reached content and broke --json), a number
+// beyond float64 too.
+func TestParseParams(t *testing.T) {
+	got, err := parseParams([]string{"a=3", "b=2.5", "c=true", "d=nan", "e=-Inf", "f=1e400", "g=x=y", "h="})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{"a": int64(3), "b": 2.5, "c": true, "d": "nan", "e": "-Inf", "f": "1e400", "g": "x=y", "h": ""}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %#v, want %#v", got, want)
+	}
+	for _, bad := range [][]string{{"=1"}, {"k"}, {"k=1", "k=2"}} {
+		if _, err := parseParams(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
