@@ -23,6 +23,21 @@ func TestRenderQuotesLineWithCaret(t *testing.T) {
 	}
 }
 
+// What a diagnostic quotes can be hostile (a binary file given as
+// content, a fail() message): control characters and invalid UTF-8 are
+// shown as U+FFFD, one for one, so the caret still lines up and no
+// escape sequence reaches the terminal; a message keeps its newlines.
+func TestRenderControlCharacters(t *testing.T) {
+	d := New(StarlarkRuntime, "x\x1b]0;t\a", "fail: \x1b[2Jgone\nline two").
+		At("x.star", 1, 4).WithSource("\x1b[31m\xffx = 1").WithHelp("\x1b[0m")
+	var b bytes.Buffer
+	Render(&b, List{d})
+	want := "error[SC2003]: x.star:1:4: x\ufffd]0;t\ufffd: fail: \ufffd[2Jgone\nline two\n  |\n1 | \ufffd[31m\ufffdx = 1\n  |    ^\n  = help: \ufffd[0m\n"
+	if b.String() != want {
+		t.Fatalf("got\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
 func TestJSONRoundTrip(t *testing.T) {
 	d := New(StepBudget, "program montecarlo-pi", "used %d steps", 10).At("x.star", 3, 1)
 	var b bytes.Buffer

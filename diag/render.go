@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/scellis/scellis/internal/safefile"
 )
@@ -33,12 +35,12 @@ func Render(w io.Writer, ds List) {
 func renderOne(w io.Writer, d *Diagnostic) {
 	fmt.Fprintf(w, "%s[%s]: ", d.Severity, d.Code)
 	if d.Pos != nil {
-		fmt.Fprintf(w, "%s: ", d.Pos)
+		fmt.Fprintf(w, "%s: ", printable(d.Pos.String(), false))
 	}
 	if d.Subject != "" {
-		fmt.Fprintf(w, "%s: ", d.Subject)
+		fmt.Fprintf(w, "%s: ", printable(d.Subject, false))
 	}
-	fmt.Fprintln(w, d.Message)
+	fmt.Fprintln(w, printable(d.Message, true))
 	src := d.Source
 	if src == "" && d.Pos != nil && d.Pos.Line > 0 {
 		src = readLine(d.Pos.File, d.Pos.Line)
@@ -46,14 +48,28 @@ func renderOne(w io.Writer, d *Diagnostic) {
 	if src != "" && d.Pos != nil && d.Pos.Line > 0 {
 		num := fmt.Sprint(d.Pos.Line)
 		pad := strings.Repeat(" ", len(num))
-		fmt.Fprintf(w, "%s |\n%s | %s\n", pad, num, strings.TrimRight(src, "\r\n"))
+		fmt.Fprintf(w, "%s |\n%s | %s\n", pad, num, printable(strings.TrimRight(src, "\r\n"), false))
 		if d.Pos.Col > 0 {
 			fmt.Fprintf(w, "%s | %s^\n", pad, caretIndent(src, d.Pos.Col))
 		}
 	}
 	if d.Help != "" {
-		fmt.Fprintf(w, "  = help: %s\n", d.Help)
+		fmt.Fprintf(w, "  = help: %s\n", printable(d.Help, true))
 	}
+}
+
+// printable replaces control characters (but tabs, and newlines when
+// lines is set) and invalid UTF-8 with U+FFFD, one for one so a caret
+// still lines up: a quoted line or a message can come from hostile
+// content (a binary file given as a .star, a fail() message), and raw
+// escape sequences would drive the terminal that shows the diagnostic.
+func printable(s string, lines bool) string {
+	return strings.Map(func(r rune) rune {
+		if r == '\t' || (lines && r == '\n') || !unicode.IsControl(r) {
+			return r // an invalid byte arrives as utf8.RuneError and is written as U+FFFD
+		}
+		return utf8.RuneError
+	}, s)
 }
 
 // caretIndent keeps tabs so the caret lines up under the column.
