@@ -79,6 +79,16 @@ func Evaluate(ctx context.Context, c *catalog.Catalog, e *catalog.Entry, members
 	}
 	out, err := script.Call(ctx, script.Env{Catalog: c}, e, "topology", arg, params)
 	if err != nil {
+		// The sandbox's help speaks of a job's limits; a topology has
+		// none to raise.
+		if ds, ok := diag.As(err); ok {
+			for _, d := range ds {
+				if d.Code == diag.MemoryBudget || d.Code == diag.StepBudget {
+					d.WithHelp("a topology runs under the sandbox's default budgets (%d MiB, %d steps), which nothing raises: make it do less per member, or lay out fewer members (%d here)",
+						script.DefaultMemoryBytes>>20, script.DefaultSteps, len(members))
+				}
+			}
+		}
 		return nil, err
 	}
 	line := defLine(e, "topology")

@@ -273,3 +273,15 @@ func TestWriteTextDeepChain(t *testing.T) {
 		t.Fatalf("depth %d, %d bytes of text; tail:\n%s", p.Depth(), b.Len(), b.String()[max(0, b.Len()-300):])
 	}
 }
+
+// A topology over its budget is told what it can do: no job limit
+// applies to it.
+func TestTopologyBudgetHelp(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "greedy.star")
+	if err := os.WriteFile(path, []byte("def topology(members, params):\n    return [0] * (1 << 40)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := evaluate(t, path, federation(3, 3, 0), nil)
+	wantCode(t, err, diag.MemoryBudget, "nothing raises")
+	wantCode(t, err, diag.MemoryBudget, "6 here")
+}
