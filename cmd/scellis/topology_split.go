@@ -97,8 +97,9 @@ func splitTree(fed *identity.Federation, p *topology.Plan, out string) error {
 	}
 	delegates := map[string]*identity.Identity{}
 	for _, cl := range p.Clusters {
-		if _, taken := fed.Member(cl.Name); taken {
+		if m, taken := fed.Member(cl.Name); taken {
 			return diag.New(diag.TopologyInvalid, cl.Name, "cluster %s has the name of a member of %s: a child cluster becomes a member of its parent's federation under its name", cl.Name, fed.File).
+				At(m.Pos.File, m.Pos.Line, m.Pos.Col).
 				WithHelp("name the clusters apart from every member")
 		}
 		if len(cl.Name) > 63 {

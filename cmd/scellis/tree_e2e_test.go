@@ -524,6 +524,7 @@ func TestTopologySplitRefuses(t *testing.T) {
 		}
 	}
 	refused("SC2017", "--topology", "./named.star", "--out", "a")
+	refused("pool.yaml:", "--topology", "./named.star", "--out", "a") // at w1's line
 	if _, err := os.Stat(filepath.Join(dir, "a")); err == nil {
 		t.Error("a refused split wrote files")
 	}
