@@ -14,8 +14,6 @@
 package testfault
 
 import (
-	"errors"
-	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -39,7 +37,7 @@ const (
 	// parent cluster, before it proposes their sub-job — the one moment
 	// those leases are known to no node of the child. Armed as
 	// "kill-before-subjob:JOB:MARKER"; it fires once across every
-	// process armed with the same MARKER file (Once), so a whole
+	// process armed with the same MARKER file, so a whole
 	// cluster can be armed and only the leader that gets there first
 	// dies (Fires).
 	KillBeforeSubJob = "kill-before-subjob"
@@ -74,9 +72,9 @@ func Armed(point string) bool {
 	return enabled == "yes" && os.Getenv(Env) == point
 }
 
-// Args returns the arguments a point was armed with ("point:a:b" gives
+// args returns the arguments a point was armed with ("point:a:b" gives
 // a, b), and whether this process was started with that point.
-func Args(point string) ([]string, bool) {
+func args(point string) ([]string, bool) {
 	if enabled != "yes" {
 		return nil, false
 	}
@@ -93,17 +91,18 @@ func Args(point string) ([]string, bool) {
 
 // Fires reports whether this process was armed with point for the job
 // named name ("point:NAME:MARKER") and is the first, in any process
-// armed with the same MARKER, to get there (Once).
+// armed with the same MARKER, to get there (once).
 func Fires(point, name string) bool {
-	args, ok := Args(point)
-	return ok && len(args) == 2 && args[0] == name && Once(args[1])
+	a, ok := args(point)
+	return ok && len(a) == 2 && a[0] == name && once(a[1])
 }
 
-// Once reports whether this is the first call, in any process, to claim
-// marker (a file it creates; an existing one means another got there).
-func Once(marker string) bool {
+// once reports whether this is the first call, in any process, to claim
+// marker (a file it creates; an existing one, or none creatable, means
+// another got there or none may).
+func once(marker string) bool {
 	f, err := os.OpenFile(marker, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if errors.Is(err, fs.ErrExist) || err != nil {
+	if err != nil {
 		return false
 	}
 	f.Close()
