@@ -142,14 +142,24 @@ func (n *Node) excuseLapsed(ctx context.Context, round string, members []secagg.
 		if next < 0 {
 			next = time.Hour // everyone excused: wait for the round's end
 		}
-		timer.Reset(next + time.Millisecond)
-		select {
-		case <-ctx.Done():
+		if !waitLapse(ctx, timer, next, gone) {
 			return
-		case <-gone:
-		case <-timer.C:
 		}
 	}
+}
+
+// waitLapse waits until d has passed (a lapse due then: a millisecond
+// more, to be past it) or a held poll ended with its connection (gone);
+// false once ctx ends. timer is the caller's, reused.
+func waitLapse(ctx context.Context, timer *time.Timer, d time.Duration, gone <-chan struct{}) bool {
+	timer.Reset(d + time.Millisecond)
+	select {
+	case <-ctx.Done():
+		return false
+	case <-gone:
+	case <-timer.C:
+	}
+	return true
 }
 
 // revokeGone re-delegates a gone child cluster's pooled work at once
@@ -184,12 +194,8 @@ func (n *Node) revokeGone(ctx context.Context) {
 				next = min(next, time.Second) // try again: the leases still wait
 			}
 		}
-		timer.Reset(next + time.Millisecond)
-		select {
-		case <-ctx.Done():
+		if !waitLapse(ctx, timer, next, gone) {
 			return
-		case <-gone:
-		case <-timer.C:
 		}
 	}
 }
