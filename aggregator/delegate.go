@@ -261,15 +261,7 @@ func (n *Node) delegateLoop(ctx context.Context) {
 	defer func() { <-reporter }()
 	renewEvery := 500 * time.Millisecond
 	lastRenew := time.Time{}
-	// First what earlier leaders left: keep the running sub-jobs' parent
-	// leases alive, then hand back those no sub-job holds.
-	if running, _ := g.running(); len(running) > 0 {
-		if ttl := g.renew(ctx, running); ttl > 0 {
-			renewEvery = max(ttl/3, 100*time.Millisecond)
-		}
-		lastRenew = time.Now()
-	}
-	g.releaseOrphans(ctx)
+	orphansChecked := false
 	for ctx.Err() == nil {
 		running, unreported := g.running()
 		if unreported {
@@ -284,6 +276,13 @@ func (n *Node) delegateLoop(ctx context.Context) {
 			}
 			g.handBackStalled(ctx, running)
 			lastRenew = time.Now()
+		}
+		if !orphansChecked {
+			// What earlier leaders left, once the running sub-jobs'
+			// parent leases are renewed and before this tenure's first
+			// lease: the parent leases no sub-job holds go back.
+			g.releaseOrphans(ctx)
+			orphansChecked = true
 		}
 		leased := false
 		inFlight := d.InFlight
