@@ -77,6 +77,7 @@ type memGuard struct {
 	nextAudit uint64 // step count of the next scheduled audit
 	auditedAt uint64 // step count of the last audit
 	startLive uint64
+	slack     uint64 // backstopSlack when the call started
 	live      []metrics.Sample
 }
 
@@ -90,7 +91,9 @@ const (
 )
 
 // backstopSlack is the heap growth the backstop tolerates beyond the
-// budgets (engine allocations, GC timing). A variable so tests can shrink it.
+// budgets (engine allocations, GC timing). A variable so tests can shrink
+// it; each call reads it once, when it starts (memGuard.slack), so a test
+// that shrinks it races with no other call's heap watch.
 var backstopSlack uint64 = 64 << 20
 
 // Process-wide registry of running calls, for the backstop.
@@ -101,6 +104,7 @@ var (
 
 func (g *memGuard) start(limit uint64) {
 	g.limit = limit
+	g.slack = backstopSlack
 	g.nextAudit = auditMinSteps
 	// The baseline is the larger of the live heap at the last GC and the
 	// heap's current objects (live plus unswept garbage): the first may be
@@ -143,21 +147,32 @@ func (st *callState) checkpoint() {
 	if th.Steps >= g.nextAudit && !st.audit() {
 		return
 	}
-	if live := g.readLive(); live > g.startLive {
-		growth := live - g.startLive
-		budget := activeLimit.Load() + backstopSlack
-		if growth > budget {
-			if th.Steps > g.auditedAt && !st.audit() {
-				return
-			}
-			if activeCalls.Load() <= 1 || growth > budget+budget/2 {
-				st.stop(stopMemory, fmt.Sprintf("the process heap grew by %s while this call ran, over the %s budget of the %d call(s) running (memory held by temporaries the audit cannot see)",
-					mib(growth), mib(activeLimit.Load()), activeCalls.Load()))
-				return
-			}
+	if growth, budget := g.heapGrowth(g.readLive()); growth > budget {
+		if th.Steps > g.auditedAt && !st.audit() {
+			return
+		}
+		if activeCalls.Load() <= 1 || growth > budget+budget/2 {
+			st.stopHeap(growth)
+			return
 		}
 	}
 	th.SetMaxExecutionSteps(min(th.Steps+checkEvery, st.limits.Steps))
+}
+
+// heapGrowth returns how much the process heap grew, live bytes now
+// against the call's start, and the budget the backstop holds it to: the
+// running calls' budgets plus the slack.
+func (g *memGuard) heapGrowth(live uint64) (growth, budget uint64) {
+	if live > g.startLive {
+		growth = live - g.startLive
+	}
+	return growth, activeLimit.Load() + g.slack
+}
+
+// stopHeap stops the call for a heap grown by growth past the backstop.
+func (st *callState) stopHeap(growth uint64) {
+	st.stop(stopMemory, fmt.Sprintf("the process heap grew by %s while this call ran, over the %s budget of the %d call(s) running (memory held by temporaries the audit cannot see)",
+		mib(growth), mib(activeLimit.Load()), activeCalls.Load()))
 }
 
 // watchEvery is how often watchHeap looks at the heap while a call runs.
@@ -176,27 +191,25 @@ const watchEvery = 20 * time.Millisecond
 func (st *callState) watchHeap() (stop func()) {
 	g := &st.guard
 	live := []metrics.Sample{{Name: liveMetric}}
-	var mu sync.Mutex
+	var mu sync.Mutex // held by a check under way; stop waits it out
 	done := false
 	var t *time.Timer
 	mu.Lock() // t is read by the callback
 	defer mu.Unlock()
 	t = time.AfterFunc(watchEvery, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return // the call has returned
+		}
 		metrics.Read(live)
-		if live[0].Value.Kind() == metrics.KindUint64 && live[0].Value.Uint64() > g.startLive {
-			growth := live[0].Value.Uint64() - g.startLive
-			budget := activeLimit.Load() + backstopSlack
-			if growth > budget+budget/2 {
-				st.stop(stopMemory, fmt.Sprintf("the process heap grew by %s while this call ran, over the %s budget of the %d call(s) running (memory held by temporaries the audit cannot see)",
-					mib(growth), mib(activeLimit.Load()), activeCalls.Load()))
+		if live[0].Value.Kind() == metrics.KindUint64 {
+			if growth, budget := g.heapGrowth(live[0].Value.Uint64()); growth > budget+budget/2 {
+				st.stopHeap(growth)
 				return
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if !done {
-			t.Reset(watchEvery)
-		}
+		t.Reset(watchEvery)
 	})
 	return func() {
 		mu.Lock()
