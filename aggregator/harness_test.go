@@ -230,6 +230,14 @@ func (p *testPool) startWorkers(n int, poll time.Duration) (stop func()) {
 				p.tb.Fatal(err)
 			}
 			w.Blobs = b
+			// Blobs go over HTTPS until the channel is up, without
+			// waiting for it: the tests that move blobs over data
+			// channels (law 3's) wait for it here instead.
+			select {
+			case <-b.Connected():
+			case <-time.After(30 * time.Second):
+				p.tb.Fatalf("worker %s: no data channel to the pool within 30 s", name)
+			}
 		}
 		wg.Add(1)
 		go func() {

@@ -181,7 +181,8 @@ type Options struct {
 	// address). TURNMaxAllocations bounds the relays open at once
 	// (default 64), TURNBandwidth each relay's bytes per second and
 	// direction (0: unlimited). P2PLoopback makes ICE use loopback
-	// addresses only: every peer on one machine (tests, benchmarks).
+	// addresses only; deprecated: a federation whose member addresses
+	// are all loopback implies it (dataplane/scope.go).
 	TURNListen, TURNRelayIP string
 	TURNMaxAllocations      int
 	TURNBandwidth           int64

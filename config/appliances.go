@@ -90,8 +90,10 @@ type Aggregator struct {
 	// TURNRelayIP (default: the host of the node's federation address),
 	// at most TURNMaxAllocations relays at once and TURNBandwidthMB
 	// megabytes per second per relay and direction (0: unlimited).
-	// P2PLoopback: ICE uses loopback addresses only (every member on
-	// one machine).
+	// P2PLoopback (p2p_loopback): ICE uses loopback addresses only.
+	// Deprecated and accepted: implied when every member address in the
+	// federation file is loopback (dataplane/scope.go); it matters only
+	// for hostnames that resolve to loopback.
 	TURNListen         string
 	TURNRelayIP        string
 	TURNMaxAllocations int
@@ -250,13 +252,17 @@ type Worker struct {
 	// and reports sent in one request each (pool.Worker.Batch); 1: one
 	// request per shard; 0 (the default): adaptive — what is ready goes
 	// together, and short shards are leased ahead (pool/adaptive.go).
-	Batch         int
-	MemoryMB      int           // per-shard memory budget for content
-	ShardTimeout  time.Duration // CPU/wall budget per shard
-	Poll          time.Duration // wait between lease requests when idle
-	LogLevel      string        // off, error, warn (default: progress lines too), info, debug
-	LogFormat     string        // text (default) or json
-	MetricsListen string        // /metrics in plain HTTP (empty: off)
+	Batch        int
+	MemoryMB     int           // per-shard memory budget for content
+	ShardTimeout time.Duration // CPU/wall budget per shard
+	Poll         time.Duration // wait after a failed lease request
+	// LongPoll is how long the leader may hold an idle lease request: a
+	// new job's shards reach the worker as soon as they are leasable
+	// instead of at its next poll. 0: plain polls every Poll.
+	LongPoll      time.Duration
+	LogLevel      string // off, error, warn (default: progress lines too), info, debug
+	LogFormat     string // text (default) or json
+	MetricsListen string // /metrics in plain HTTP (empty: off)
 	// Isolate runs each shard in a child process under RLIMIT_AS
 	// (memory_mb + 256 MiB) and kills it at shard_timeout. Default true.
 	Isolate bool
@@ -268,7 +274,9 @@ type Worker struct {
 	// https (no data channels). STUN: extra STUN/TURN server URLs
 	// (stun:host:port) besides those the aggregator hands out. P2PVia:
 	// the aggregator to move blobs with (default: the first in the
-	// federation file). P2PLoopback: ICE uses loopback addresses only.
+	// federation file). P2PLoopback: ICE uses loopback addresses only;
+	// deprecated, implied by a federation on loopback addresses (as the
+	// aggregator's).
 	ICEPolicy   string
 	STUN        []string
 	P2PVia      string
@@ -297,9 +305,15 @@ func stunURL(s string) error {
 	return nil
 }
 
+// DefaultWorkerLongPoll is a worker's long_poll, as a silo's: a node that
+// has gone silent costs a request its hold on top of the attempt's own
+// deadline before the client tries another node, so a longer hold would
+// stall a worker behind a silent node that long at every attempt.
+const DefaultWorkerLongPoll = 2 * time.Second
+
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 0, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, Isolate: true, ICEPolicy: "all"}
+	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 0, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, LongPoll: DefaultWorkerLongPoll, Isolate: true, ICEPolicy: "all"}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),
@@ -311,6 +325,7 @@ func LoadWorker(file string) (*Worker, error) {
 		mk("memory_mb", false, "", integer(&c.MemoryMB, 16, 1<<20)),
 		mk("shard_timeout", false, "", duration(&c.ShardTimeout)),
 		mk("poll", false, "", duration(&c.Poll)),
+		mk("long_poll", false, "", duration(&c.LongPoll)),
 		mk("corrupt_results", false, "", boolean(&c.CorruptResults)),
 		mk("isolate", false, "", boolean(&c.Isolate)),
 		mk("log_level", false, "", parsed(func(s string) error {

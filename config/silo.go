@@ -46,6 +46,8 @@ type Silo struct {
 	// channel to a round host that dies is noticed only after ICE gives
 	// up and a redial times out, longer than a round's join timeout, so
 	// rounds across leader changes failed until the run paused).
+	// P2PLoopback is deprecated and accepted, as a worker's: implied by
+	// a federation on loopback addresses.
 	ICEPolicy   string
 	STUN        []string
 	P2PVia      string

@@ -46,6 +46,9 @@ type Machine struct {
 	// nextExpiry is a lower bound on the earliest live lease's expiry
 	// (math.MinInt64 forces the next clock advance to scan).
 	nextExpiry int64
+	// preverified holds, while a batch applies, the verdicts of its
+	// reports' signatures checked ahead in parallel (signed.go).
+	preverified map[sigCheck]bool
 }
 
 // New returns an empty machine for a pool of cfg.Regime. It refuses an
@@ -134,6 +137,8 @@ func (m *Machine) apply(c Command, batchOK bool) Result {
 }
 
 func (m *Machine) batch(b Batch) Result {
+	m.preverify(b)
+	defer func() { m.preverified = nil }()
 	resp := &BatchResponse{Results: make([]Result, len(b.Commands))}
 	var events []Event
 	for i, c := range b.Commands {

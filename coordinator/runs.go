@@ -217,6 +217,9 @@ func (m *Machine) startRun(c StartRun) Result {
 	if len(submitter) > maxName {
 		return refuse(badCommand("submitter name has more than %d bytes", maxName))
 	}
+	// The plan is the command without its time and submitter (a
+	// relaunch of the same run is the same plan); the time is kept first.
+	at := c.Now
 	c.Silos, c.Now, c.Submitter = silos, 0, ""
 	plan, err := content.HashOf(c)
 	if err != nil {
@@ -236,7 +239,7 @@ func (m *Machine) startRun(c StartRun) Result {
 	if ds := trust.Admit(m.st.Regime, req); ds.HasErrors() {
 		return Result{Refusal: ds}
 	}
-	now := m.clock(c.Now)
+	now := m.clock(at)
 	events := m.advance(now)
 	r := &runState{ID: c.Run, Name: c.Name, Plan: plan, Rounds: c.Rounds, Silos: silos, StartedAt: now, Submitter: submitter, State: RunRunning}
 	m.st.Runs = append(m.st.Runs, r)

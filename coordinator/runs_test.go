@@ -60,6 +60,11 @@ func TestTrainingRunRounds(t *testing.T) {
 	if r := applyEncoded(t, m, start); r.Refused() || !r.Response.(*StartRunResponse).Existing {
 		t.Fatalf("restart not idempotent: %+v", r)
 	}
+	// The run's start time is its command's (it was once zeroed with the
+	// plan's copy of the command, and every run said it started at 0).
+	if st, err := m.Run(run); err != nil || st.StartedAt != start.Now {
+		t.Fatalf("the run started at %d, its command at %d (%v)", st.StartedAt, start.Now, err)
+	}
 
 	// Rounds are planned in order, one per cohort silo, one replica.
 	wantCode(t, applyEncoded(t, m, roundJob(run, 1, "s1", "s2", "s3")), diag.RunBadRound)

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"bytes"
+	"runtime"
+	"sync"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -90,7 +92,7 @@ func (m *Machine) checkReportSig(c ReportResult, j *jobState, s *shardState) *di
 	if why == "" && len(c.Sig) == 0 {
 		why = "is not signed"
 	}
-	if why == "" && !receipt.VerifyStatement(c.Key, StatementOf(j.ID, s.Index, c.Result, j.Policy, c.Peer), c.Sig) {
+	if why == "" && !m.verifyStatement(c.Key, StatementOf(j.ID, s.Index, c.Result, j.Policy, c.Peer), c.Sig) {
 		why = "has a signature that does not verify for its job, shard, result and tier " + TierOf(j.Policy)
 	}
 	if why == "" {
@@ -142,4 +144,58 @@ func bytesClone(b []byte) []byte { return bytes.Clone(b) }
 // anyone test a guess of an undecided result's hash (law 13).
 func (r report) info() ReportInfo {
 	return ReportInfo{Peer: r.Peer, Result: r.Result, Late: r.Late, Outcome: r.Outcome, At: r.At}
+}
+
+// sigCheck is one Ed25519 check of a result statement.
+type sigCheck struct{ key, msg, sig string }
+
+// verifyStatement checks a report's signature, answered from the checks
+// a batch made ahead (preverify) when it has one.
+func (m *Machine) verifyStatement(key string, st receipt.Statement, sig []byte) bool {
+	if ok, done := m.preverified[sigCheck{key, string(st.Bytes()), string(sig)}]; done {
+		return ok
+	}
+	return receipt.VerifyStatement(key, st, sig)
+}
+
+// preverify checks the signatures of a batch's reports on all cores
+// before the batch applies, one by one, in order: a batch of hundreds of
+// reports otherwise spends most of its apply in Ed25519 on one core. The
+// check is a pure function of the report and its job's policy (fixed at
+// submission), so the verdicts are the ones apply would reach itself;
+// reports of jobs not known yet are left to apply.
+func (m *Machine) preverify(b Batch) {
+	var checks []sigCheck
+	for _, c := range b.Commands {
+		r, ok := c.(ReportResult)
+		if !ok || len(r.Sig) == 0 || r.Key == "" {
+			continue
+		}
+		j, s, d := m.shard(r.Job, r.Shard)
+		if d != nil {
+			continue
+		}
+		checks = append(checks, sigCheck{r.Key, string(StatementOf(j.ID, s.Index, r.Result, j.Policy, r.Peer).Bytes()), string(r.Sig)})
+	}
+	if len(checks) < 8 {
+		return // not worth the goroutines
+	}
+	ok := make([]bool, len(checks))
+	workers := min(runtime.GOMAXPROCS(0), len(checks))
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(checks); i += workers {
+				c := checks[i]
+				ok[i] = receipt.VerifySigned(c.key, receipt.PurposeResult, []byte(c.msg), []byte(c.sig))
+			}
+		}()
+	}
+	wg.Wait()
+	m.preverified = make(map[sigCheck]bool, len(checks))
+	for i, c := range checks {
+		m.preverified[c] = ok[i]
+	}
 }

@@ -108,3 +108,62 @@ func TestSignedReportsAndVerdicts(t *testing.T) {
 		t.Fatalf("w1 signing with its key in the log: %v", res.Refusal)
 	}
 }
+
+// A batch's reports have their signatures checked ahead on all cores
+// (preverify): a batch with good and forged reports reaches exactly the
+// verdicts, responses and state of the same reports applied one by one.
+func TestBatchPreverifiedSignatures(t *testing.T) {
+	const n = 40
+	mk := func() *Machine {
+		m, err := New(Config{Regime: trust.Own, DefaultLeaseTTL: 1000, SignedReports: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	batched, single := mk(), mk()
+	w, mallory := identity.NewFromSeed([32]byte{1}), identity.NewFromSeed([32]byte{2})
+	job := content.Hash([]byte("preverify"))
+	var shards []ShardPlan
+	for i := range n {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
+	}
+	pol := Policy{Replicas: 1}
+	setup := []Command{
+		SubmitJob{Job: job, Name: "p", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: 1, Shards: shards},
+		Lease{Peer: "w1", Now: 2, Max: n, Job: job},
+	}
+	var reports []Command
+	for i := range n {
+		res := result(string(rune('a' + i)))
+		st := StatementOf(job, i, res, pol, "w1")
+		signer := w
+		if i%5 == 3 {
+			signer = mallory // forged: w1's key, another's signature
+		}
+		reports = append(reports, ReportResult{Peer: "w1", Job: job, Shard: i, Result: res, Key: w.Public().String(),
+			Sig: identity.Sign(signer, identity.PurposeResult, st.Bytes()), Now: 3})
+	}
+	for _, c := range setup {
+		applyEncoded(t, batched, c)
+		applyEncoded(t, single, c)
+	}
+	got := applyEncoded(t, batched, Batch{Commands: reports}).Response.(*BatchResponse).Results
+	for i, c := range reports {
+		want := applyEncoded(t, single, c)
+		if i%5 == 3 {
+			wantCode(t, got[i], diag.VerifyBadSignature)
+		} else if got[i].Refused() {
+			t.Fatalf("report %d refused in the batch: %v", i, got[i].Refusal)
+		}
+		if got[i].Refused() != want.Refused() {
+			t.Fatalf("report %d: batched refused %v, alone %v", i, got[i].Refused(), want.Refused())
+		}
+	}
+	if batched.StateHash() != single.StateHash() {
+		t.Fatal("the batch and the reports one by one reach different states")
+	}
+	if batched.preverified != nil {
+		t.Fatal("the batch's checks outlived it")
+	}
+}

@@ -3,7 +3,9 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -22,6 +24,13 @@ type HTTPSBlobs interface {
 // Others that has one — else over HTTPS. It is what a worker or silo uses
 // in place of the API client's blob calls; each change of path is logged
 // once, so the log says which path the member's blobs take.
+//
+// A transfer never waits for a connection to be made: it takes a data
+// channel that is up now, or goes over HTTPS at once. The connections are
+// made in the background (keep), from the start, and after a failure
+// again with backoff — never in the path of a lease or a report, which a
+// blob transfer is (a worker fetches a shard's inputs under its lease and
+// uploads the result before it reports).
 type Blobs struct {
 	Peer *Peer
 	Via  string // the aggregator member to move blobs with
@@ -34,12 +43,36 @@ type Blobs struct {
 	mu   sync.Mutex
 	last string // the path and aggregator of the last transfer, for logging changes
 	cur  string // the aggregator the last data-channel transfer went to
+	// why no data channel is up, once the first round of attempts ended;
+	// nil before (errSettingUp) and while one is up.
+	why     error
+	settled bool
+
+	once   sync.Once
+	wake   chan struct{} // a transfer happened: demand for a channel
+	up     chan struct{} // closed when a first channel is up
+	upOnce sync.Once
 }
 
+// Connected is closed once a first data channel is up (never, if none
+// ever comes up). Blobs never wait for it; a caller that wants its blobs
+// to take the data channel from the first one (a test) may.
+func (b *Blobs) Connected() <-chan struct{} {
+	b.start(context.Background())
+	return b.up
+}
+
+// errSettingUp: the first connection attempts have not ended yet.
+var errSettingUp = fmt.Errorf("%w: the data channel is being set up", ErrNoPath)
+
 func (b *Blobs) used(via, path string, err error) {
+	key := via + " " + path
+	if path == PathHTTPS && errors.Is(err, errSettingUp) {
+		key += " setup"
+	}
 	b.mu.Lock()
-	changed := b.last != via+" "+path
-	b.last = via + " " + path
+	changed := b.last != key
+	b.last = key
 	if path != PathHTTPS {
 		b.cur = via
 	}
@@ -47,44 +80,191 @@ func (b *Blobs) used(via, path string, err error) {
 	if !changed || b.Logf == nil {
 		return
 	}
-	if path == PathHTTPS {
-		b.Logf("p2p: blobs with %s go over the https fallback (data channel: %v)", via, err)
-	} else {
+	switch {
+	case path != PathHTTPS:
 		b.Logf("p2p: blobs with %s go over a %s data channel", via, path)
+	case errors.Is(err, errSettingUp):
+		b.Logf("p2p: blobs with %s go over https while the data channel is set up (candidates: %s)", via, b.Peer.Scope())
+	default:
+		b.Logf("p2p: blobs with %s go over the https fallback (data channel: %v)", via, err)
 	}
 }
 
-func (b *Blobs) pathOf(via string) string {
-	for _, s := range b.Peer.Stats() {
-		if s.Peer == via {
-			return s.Path
-		}
-	}
-	return PathDirect
+// order is the aggregators in order of preference.
+func (b *Blobs) order() []string { return append([]string{b.Via}, b.Others...) }
+
+// start starts keep once; ctx ends it (StartMember's), else the peer's
+// Close does.
+func (b *Blobs) start(ctx context.Context) {
+	b.once.Do(func() {
+		b.wake, b.up = make(chan struct{}, 1), make(chan struct{})
+		ctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-b.Peer.done:
+			case <-ctx.Done():
+			}
+			cancel()
+		}()
+		go b.keep(ctx)
+	})
 }
 
-// over runs op with Via, then with each of Others while the error is that
-// there is no path; it returns the aggregator the last attempt went to.
-func (b *Blobs) over(ctx context.Context, op func(via string) error) (string, error) {
-	via, err := b.Via, op(b.Via)
-	for _, o := range b.Others {
-		if err == nil || !errors.Is(err, ErrNoPath) || ctx.Err() != nil {
-			break
-		}
-		via, err = o, op(o)
+// demand tells keep that blobs are moving.
+func (b *Blobs) demand() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
 	}
-	return via, err
+}
+
+// keep holds a data channel up with the first aggregator in order that
+// takes one, in the background. It dials in order until one connects;
+// then waits for that connection to go (and dials again at once: it was
+// working), or for an aggregator earlier in the order to be due for
+// another attempt — made only once blobs are moving again, so an idle
+// member does not keep dialling one that refuses it. The first round
+// runs at start, so that the first blobs find a channel up.
+func (b *Blobs) keep(ctx context.Context) {
+	order := b.order()
+	for ctx.Err() == nil {
+		// This round answers the demand so far; blobs moving during it
+		// are demand for the next.
+		select {
+		case <-b.wake:
+		default:
+		}
+		// Dial the aggregators preferred to the one in use (all, when
+		// none is), in order, until one connects.
+		preferred := len(order)
+		for i, m := range order {
+			if b.Peer.liveConn(m) != nil {
+				preferred = i
+				break
+			}
+		}
+		var why error
+		for i, m := range order[:preferred] {
+			if time.Now().Before(b.Peer.retryAt(m)) {
+				continue
+			}
+			c, err := b.Peer.connect(ctx, m, true)
+			if err == nil {
+				b.used(m, c.path, nil)
+				b.upOnce.Do(func() { close(b.up) })
+				preferred = i
+				break
+			}
+			why = err
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var gone <-chan struct{}
+		if preferred < len(order) {
+			c := b.Peer.liveConn(order[preferred])
+			if c == nil {
+				continue // it went already: another round
+			}
+			gone = c.gone
+		}
+		b.mu.Lock()
+		first := !b.settled
+		b.settled, b.why = true, nil
+		if gone == nil {
+			b.why = cmpOr(why, error(fmt.Errorf("%w: every aggregator's last attempt failed; retrying with backoff", ErrNoPath)))
+		}
+		b.mu.Unlock()
+		if gone == nil && (why != nil || first) {
+			b.used(b.Via, PathHTTPS, b.noChannel())
+		}
+		if !b.wait(ctx, gone, order[:preferred]) {
+			continue // it was working: dial again at once
+		}
+		// Due: once blobs move again (or the channel in use goes).
+		select {
+		case <-ctx.Done():
+			return
+		case <-gone:
+		case <-b.wake:
+		}
+	}
+}
+
+// wait waits for the next attempt due among the aggregators preferred
+// to the one in use (never sooner than RetryMin: no busy loop); it
+// reports false if the connection in use (gone) went first.
+func (b *Blobs) wait(ctx context.Context, gone <-chan struct{}, preferred []string) bool {
+	if len(preferred) == 0 {
+		select {
+		case <-ctx.Done():
+		case <-gone:
+			return false
+		}
+		return true
+	}
+	next := b.Peer.retryAt(preferred[0])
+	for _, m := range preferred[1:] {
+		if at := b.Peer.retryAt(m); at.Before(next) {
+			next = at
+		}
+	}
+	t := time.NewTimer(max(time.Until(next), b.Peer.cfg.RetryMin))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-gone:
+		return false
+	case <-t.C:
+	}
+	return true
+}
+
+// noChannel is why a transfer finds no data channel up.
+func (b *Blobs) noChannel() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.settled {
+		return errSettingUp
+	}
+	if b.why != nil {
+		return b.why
+	}
+	return fmt.Errorf("%w: the connection broke; redialling in the background", ErrNoPath)
+}
+
+// over runs op on the first aggregator in order with a data channel up
+// now; it returns the aggregator and path, or ErrNoPath at once when
+// none is up.
+func (b *Blobs) over(ctx context.Context, op func(c *conn) error) (via, path string, err error) {
+	b.start(context.Background()) // StartMember started it with its own
+	b.demand()
+	for _, m := range b.order() {
+		c := b.Peer.liveConn(m)
+		if c == nil {
+			continue
+		}
+		err := op(c)
+		if err == nil {
+			return m, c.path, nil
+		}
+		if !errors.Is(err, ErrNoPath) || ctx.Err() != nil {
+			return m, "", err // the transfer failed: this blob goes over https
+		}
+		// The connection closed under the transfer: the next one up.
+	}
+	return b.Via, "", b.noChannel()
 }
 
 // GetBlob fetches ref (hash-checked on either path).
 func (b *Blobs) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 	var data []byte
-	via, err := b.over(ctx, func(via string) (err error) {
-		data, err = b.Peer.Get(ctx, via, ref)
+	via, path, err := b.over(ctx, func(c *conn) (err error) {
+		data, err = b.Peer.getOn(ctx, c, ref)
 		return err
 	})
 	if err == nil {
-		b.used(via, b.pathOf(via), nil)
+		b.used(via, path, nil)
 		return data, nil
 	}
 	if ctx.Err() != nil {
@@ -101,12 +281,12 @@ func (b *Blobs) GetBlob(ctx context.Context, ref content.Ref) ([]byte, error) {
 // PutBlob stores data in the pool and returns its ref.
 func (b *Blobs) PutBlob(ctx context.Context, data []byte) (content.Ref, error) {
 	var ref content.Ref
-	via, err := b.over(ctx, func(via string) (err error) {
-		ref, err = b.Peer.Put(ctx, via, data)
+	via, path, err := b.over(ctx, func(c *conn) (err error) {
+		ref, err = b.Peer.putOn(ctx, c, data)
 		return err
 	})
 	if err == nil {
-		b.used(via, b.pathOf(via), nil)
+		b.used(via, path, nil)
 		return ref, nil
 	}
 	if ctx.Err() != nil {
@@ -142,6 +322,8 @@ type MemberConfig struct {
 	Policy   string   // PolicyAll or PolicyRelay
 	Via      string   // the aggregator to move blobs with; "" the member's Home
 	STUN     []string // extra STUN/TURN URLs besides the aggregator's
+	// Loopback forces loopback-only candidates (Config.Loopback):
+	// deprecated, implied by a federation on loopback addresses.
 	Loopback bool
 	HTTPS    HTTPSBlobs
 	Logf     func(format string, args ...any)
@@ -164,7 +346,11 @@ func StartMember(ctx context.Context, cfg MemberConfig) (*Blobs, error) {
 			others = append(others, a.Name)
 		}
 	}
-	return &Blobs{Peer: peer, Via: via, Others: others, HTTPS: cfg.HTTPS, Logf: cfg.Logf}, nil
+	b := &Blobs{Peer: peer, Via: via, Others: others, HTTPS: cfg.HTTPS, Logf: cfg.Logf}
+	// The data channel is set up now, in the background, so that the
+	// first blobs find it up; until it is, they go over HTTPS.
+	b.start(ctx)
+	return b, nil
 }
 
 // NewMember returns a member's data-plane peer (not yet running) and the

@@ -158,14 +158,17 @@ func (c *conn) finish(p *Peer, err error) {
 		c.err = err
 		c.close()
 		p.mu.Lock()
-		p.down[c.remote] = time.Now().Add(p.cfg.RetryAfter)
+		p.fails[c.remote]++
+		next := time.Now().Add(p.backoff(p.fails[c.remote]))
+		p.down[c.remote] = next
 		p.mu.Unlock()
 		p.counter(c.remote).failedDial()
-		p.logf("p2p: no data channel to %s: %v", c.remote, err)
+		p.logf("p2p: no data channel to %s: %v (candidates: %s; next attempt after %s)", c.remote, err, p.scope, next.Format(time.TimeOnly))
 	} else {
 		c.describe()
 		p.mu.Lock()
 		delete(p.down, c.remote)
+		delete(p.fails, c.remote)
 		p.mu.Unlock()
 		p.counter(c.remote).connected(c.path)
 		p.track(c)

@@ -17,9 +17,9 @@ var (
 	descLive = prometheus.NewDesc("scellis_p2p_connections",
 		"Data-channel connections open now, by path: direct or relayed.", []string{"path"}, nil)
 	descFailed = prometheus.NewDesc("scellis_p2p_failed_dials_total",
-		"Connection attempts that found no path (the transfers fell back to https).", nil, nil)
+		"Connection attempts that found no path (transfers go over https meanwhile).", nil, nil)
 	descFallbacks = prometheus.NewDesc("scellis_p2p_fallbacks_total",
-		"Transfers that went over https after the data channel failed or was avoided.", nil, nil)
+		"Transfers that went over https because no data channel was up (being set up, failed or avoided) or the transfer failed on one.", nil, nil)
 )
 
 type collector struct{ p *Peer }

@@ -10,9 +10,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/pion/ice/v4"
 	"github.com/pion/webrtc/v4"
 
 	"github.com/scellis/scellis/blob"
@@ -69,17 +71,24 @@ type Config struct {
 	// nil answers none.
 	Services map[string]Service
 	// ConnectTimeout bounds one connection attempt, signalling and ICE
-	// (default 12 s). A first attempt is waited for; a redial after a
-	// live connection broke runs in the background (connTo).
+	// (default 12 s). Get, Put, Call and Probe wait for a first attempt;
+	// a redial after a live connection broke runs in the background
+	// (connTo). A member's blob mover (Blobs) waits for none: its
+	// connections are made in the background from the start.
 	ConnectTimeout time.Duration
-	// RetryAfter: after a failed connection attempt to a member, no new
-	// one for this long (default 1 min): callers fall back at once
-	// instead of waiting ConnectTimeout for every blob.
+	// RetryMin and RetryAfter: after a failed connection attempt to a
+	// member, no new one for RetryMin (default 2 s), doubling with each
+	// further failure up to RetryAfter (default 1 min); a success starts
+	// over. Callers fall back at once meanwhile, and a member that cannot
+	// be reached costs one attempt a minute, not one per blob. Avoid
+	// holds a member off for RetryAfter.
+	RetryMin   time.Duration
 	RetryAfter time.Duration
 	// Chunk is the data-channel message size (default DefaultChunk).
 	Chunk int
-	// Loopback lets ICE use 127.0.0.1 (tests and benchmarks on one
-	// machine).
+	// Loopback forces loopback-only candidates. Deprecated: implied when
+	// every member address in the federation is loopback (scope.go); it
+	// matters only for a federation whose hostnames resolve to loopback.
 	Loopback bool
 	// Logf reports connections and their paths for people; nil is silent.
 	Logf func(format string, args ...any)
@@ -119,11 +128,17 @@ type Peer struct {
 	cert webrtc.Certificate
 	fp   string
 
+	// scope is where ICE candidates come from (scope.go).
+	scope *scope
+	// done is closed by Close: background work for this peer ends.
+	done chan struct{}
+
 	mu      sync.Mutex
 	conns   map[string]*conn        // remote member → live (or connecting) connection
 	waiting map[string]chan Signal  // session → the dialer waiting for its answer
 	stats   map[string]*pairCounter // remote member → counters
 	down    map[string]time.Time    // remote member → no new dial before
+	fails   map[string]int          // remote member → failed attempts in a row
 	open    map[*conn]struct{}      // connected, either side dialing, until gone
 	closed  bool
 	// answering: remote member → its offers being answered now;
@@ -216,6 +231,9 @@ func New(cfg Config) (*Peer, error) {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Minute
 	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = min(2*time.Second, cfg.RetryAfter)
+	}
 	// A fresh DTLS key per process: it is bound to the member by the
 	// signed fingerprint, never by a CA.
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -235,11 +253,23 @@ func New(cfg Config) (*Peer, error) {
 		se.SetNet(n)
 	}
 	se.DetachDataChannels()
-	se.SetIncludeLoopbackCandidate(cfg.Loopback)
+	sc := scopeOf(cfg.Fed, cfg.Loopback)
+	se.SetIncludeLoopbackCandidate(sc.loopback)
+	se.SetIPFilter(sc.ipOK)
+	se.SetInterfaceFilter(sc.interfaceOK)
 	se.SetNetworkTypes([]webrtc.NetworkType{webrtc.NetworkTypeUDP4})
-	// mDNS candidates hide host addresses from browsers' pages; here they
-	// only slow gathering down.
-	se.SetICEMulticastDNSMode(0)
+	// Members never gather mDNS (.local) candidates: they hide host
+	// addresses from web pages, which members are not. A browser tab's
+	// candidates may be .local names, which a node resolves (query only)
+	// to reach a tab on its own LAN directly. On loopback there is no
+	// such tab to find, and the mDNS socket (a multicast group on
+	// 224.0.0.251:5353) would be one more thing that fails in a namespace
+	// with only lo. Mode 0 is not "disabled": pion reads it as query only.
+	if sc.loopback {
+		se.SetICEMulticastDNSMode(ice.MulticastDNSModeDisabled)
+	} else {
+		se.SetICEMulticastDNSMode(ice.MulticastDNSModeQueryOnly)
+	}
 	se.SetSCTPMaxReceiveBufferSize(tuning.recvBuffer)
 	// Both ends are Scellis peers over DTLS, which already authenticates
 	// every packet: SCTP's CRC32c adds CPU and nothing else (RFC 9653).
@@ -253,17 +283,26 @@ func New(cfg Config) (*Peer, error) {
 	// answer to the keepalives; a false alarm under load only sends some
 	// exchanges over the fallback until the background redial succeeds.
 	se.SetICETimeouts(3*time.Second, 6*time.Second, 500*time.Millisecond)
-	if cfg.Loopback {
-		se.SetIPFilter(func(ip net.IP) bool { return ip.IsLoopback() })
-	} else {
-		se.SetIPFilter(func(ip net.IP) bool { return !ip.IsLoopback() })
-	}
 	return &Peer{
 		cfg: cfg, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)), cert: *cert,
 		fp:    fingerprintString(fps[0].Algorithm, fps[0].Value),
-		conns: map[string]*conn{}, down: map[string]time.Time{}, waiting: map[string]chan Signal{}, stats: map[string]*pairCounter{},
+		scope: sc, done: make(chan struct{}),
+		conns: map[string]*conn{}, down: map[string]time.Time{}, fails: map[string]int{}, waiting: map[string]chan Signal{}, stats: map[string]*pairCounter{},
 		open: map[*conn]struct{}{},
 	}, nil
+}
+
+// Scope says where this peer's ICE candidates come from ("loopback",
+// or which interfaces), for logs.
+func (p *Peer) Scope() string { return p.scope.String() }
+
+// backoff is how long to wait after the n-th failed attempt in a row.
+func (p *Peer) backoff(n int) time.Duration {
+	d := p.cfg.RetryMin
+	for i := 1; i < n && d < p.cfg.RetryAfter; i++ {
+		d *= 2
+	}
+	return min(d, p.cfg.RetryAfter)
 }
 
 func (p *Peer) logf(format string, args ...any) {
@@ -317,6 +356,9 @@ func (p *Peer) Run(ctx context.Context) error {
 // Close ends every connection.
 func (p *Peer) Close() {
 	p.mu.Lock()
+	if !p.closed {
+		close(p.done)
+	}
 	p.closed = true
 	conns := make([]*conn, 0, len(p.conns)+len(p.open))
 	for _, c := range p.conns {
@@ -364,16 +406,51 @@ func (p *Peer) configuration(ctx context.Context) (webrtc.Configuration, error) 
 	if p.cfg.Policy == PolicyRelay {
 		cfg.ICETransportPolicy = webrtc.ICETransportPolicyRelay
 	}
-	if p.cfg.ICE != nil {
-		servers, err := p.cfg.ICE(ctx)
-		if err != nil {
-			return cfg, fmt.Errorf("ICE servers: %w", err)
+	if p.cfg.ICE == nil {
+		return cfg, nil
+	}
+	if p.scope.loopback && p.cfg.Policy != PolicyRelay {
+		// Loopback host candidates always pair on one machine: STUN
+		// would only find the same address again, and a relay would be
+		// chosen only once the peer is gone. Asking for credentials
+		// would cost a request per connection for nothing.
+		return cfg, nil
+	}
+	servers, err := p.cfg.ICE(ctx)
+	if err != nil {
+		return cfg, fmt.Errorf("ICE servers: %w", err)
+	}
+	for _, s := range servers {
+		urls := s.URLs
+		if p.scope.loopback {
+			// A server off this machine would be reached from a
+			// loopback socket (it cannot be) or hand out an address of
+			// the machine that is not loopback: only loopback servers.
+			urls = loopbackURLs(urls)
 		}
-		for _, s := range servers {
-			cfg.ICEServers = append(cfg.ICEServers, webrtc.ICEServer{URLs: s.URLs, Username: s.Username, Credential: s.Credential})
+		if len(urls) > 0 {
+			cfg.ICEServers = append(cfg.ICEServers, webrtc.ICEServer{URLs: urls, Username: s.Username, Credential: s.Credential})
 		}
 	}
 	return cfg, nil
+}
+
+// loopbackURLs keeps the STUN/TURN URLs whose host is a loopback address
+// ("stun:127.0.0.1:3478", "turn:127.0.0.1:3478?transport=udp").
+func loopbackURLs(urls []string) []string {
+	var out []string
+	for _, u := range urls {
+		_, rest, _ := strings.Cut(u, ":")
+		rest, _, _ = strings.Cut(rest, "?")
+		host, _, err := net.SplitHostPort(rest)
+		if err != nil {
+			host = rest // no port: the scheme's default
+		}
+		if ip := net.ParseIP(host); (ip != nil && ip.IsLoopback()) || strings.EqualFold(host, "localhost") {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 func newSession() string {
@@ -399,8 +476,34 @@ func (p *Peer) Avoid(member string) {
 }
 
 // connTo returns a live connection to member, dialing one if needed.
-// Concurrent callers share one attempt.
+// Concurrent callers share one attempt. It waits for a first attempt,
+// not for a redial after a live connection broke.
 func (p *Peer) connTo(ctx context.Context, member string) (*conn, error) {
+	return p.connect(ctx, member, false)
+}
+
+// liveConn returns the connection to member if one is up now; it never
+// dials or waits.
+func (p *Peer) liveConn(member string) *conn {
+	p.mu.Lock()
+	c := p.conns[member]
+	p.mu.Unlock()
+	if c == nil || !c.isReady() || c.failed() {
+		return nil
+	}
+	return c
+}
+
+// retryAt is when member may be dialled again (zero: now).
+func (p *Peer) retryAt(member string) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.down[member]
+}
+
+// connect is connTo; always also waits for a background redial (for a
+// caller that is itself in the background: Blobs.keep).
+func (p *Peer) connect(ctx context.Context, member string, always bool) (*conn, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -426,7 +529,7 @@ func (p *Peer) connTo(ctx context.Context, member string) (*conn, error) {
 	} else {
 		p.mu.Unlock()
 	}
-	if c.background && !c.isReady() {
+	if c.background && !c.isReady() && !always {
 		return nil, fmt.Errorf("%w: the connection to %s broke; redialling in the background", ErrNoPath, member)
 	}
 	select {

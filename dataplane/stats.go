@@ -16,7 +16,7 @@ type PairStats struct {
 	RelayedBytes int64 `json:"relayed_bytes"`
 	HTTPSBytes   int64 `json:"https_bytes"`
 	Transfers    int64 `json:"transfers"`
-	Fallbacks    int64 `json:"fallbacks"`    // transfers that went over HTTPS after the data channel failed
+	Fallbacks    int64 `json:"fallbacks"`    // transfers that went over HTTPS: no data channel up, or it failed
 	FailedDials  int64 `json:"failed_dials"` // connection attempts that found no path
 	// Connections made with this member (either side dialing), by path.
 	DirectConns  int64 `json:"direct_connections"`

@@ -238,6 +238,12 @@ func (p *Peer) Get(ctx context.Context, member string, ref content.Ref) ([]byte,
 	if err != nil {
 		return nil, err
 	}
+	return p.getOn(ctx, c, ref)
+}
+
+// getOn is Get over the connection c.
+func (p *Peer) getOn(ctx context.Context, c *conn, ref content.Ref) ([]byte, error) {
+	member := c.remote
 	rw, err := c.open(ctx, "get")
 	if err != nil {
 		return nil, err
@@ -272,11 +278,16 @@ func (p *Peer) Get(ctx context.Context, member string, ref content.Ref) ([]byte,
 // Put sends b to member, which stores it under its hash; it returns once
 // the member has checked and stored the bytes.
 func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, error) {
-	ref := content.Hash(b)
 	c, err := p.connTo(ctx, member)
 	if err != nil {
-		return ref, err
+		return content.Hash(b), err
 	}
+	return p.putOn(ctx, c, b)
+}
+
+// putOn is Put over the connection c.
+func (p *Peer) putOn(ctx context.Context, c *conn, b []byte) (content.Ref, error) {
+	ref, member := content.Hash(b), c.remote
 	rw, err := c.open(ctx, "put")
 	if err != nil {
 		return ref, err

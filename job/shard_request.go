@@ -33,6 +33,17 @@ type ShardRequest struct {
 // is the job the request names, and runs the one shard under the same
 // step and memory budgets as any other worker.
 func (r *ShardRequest) Execute(ctx context.Context) (*Result, error) {
+	p, err := r.Compile(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return p.ExecuteIndex(ctx, r.Shard)
+}
+
+// Compile compiles the bundle against the builtin catalog, checks that it
+// is the job the request names and caps its memory budget: the plan every
+// shard of the request's job runs from (Shard is not read).
+func (r *ShardRequest) Compile(ctx context.Context) (*Plan, error) {
 	var b Bundle
 	if err := content.Decode(r.Bundle, &b); err != nil {
 		return nil, err
@@ -57,9 +68,14 @@ func (r *ShardRequest) Execute(ctx context.Context) (*Result, error) {
 	if p.ID != r.Job {
 		return nil, fmt.Errorf("bundle compiles to job %s, not %s", p.ID.Short(), r.Job.Short())
 	}
-	if r.Shard < 0 || r.Shard >= len(p.Shards) {
-		return nil, fmt.Errorf("job %s has no shard %d", p.ID.Short(), r.Shard)
-	}
 	p.CapMemory(r.MemoryBytes)
-	return p.Execute(ctx, p.Shards[r.Shard])
+	return p, nil
+}
+
+// ExecuteIndex runs shard i of the plan, refusing an index it does not have.
+func (p *Plan) ExecuteIndex(ctx context.Context, i int) (*Result, error) {
+	if i < 0 || i >= len(p.Shards) {
+		return nil, fmt.Errorf("job %s has no shard %d", p.ID.Short(), i)
+	}
+	return p.Execute(ctx, p.Shards[i])
 }

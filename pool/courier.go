@@ -146,21 +146,35 @@ func (w *Worker) makeCouriers() {
 // sensible blob size limit of the aggregators; larger results go alone.
 const maxUploadBatch = 4 << 20
 
+// smallResult is the size up to which a batching worker uploads a result
+// in a batched HTTPS request even when it has a data channel: a data
+// channel pays off for tensors, while hundreds of small results a second
+// each sent as their own message cost more than one request carrying
+// them all (and a burst of them can overrun a UDP socket's buffer, which
+// SCTP then recovers from in retransmission timeouts of seconds).
+const smallResult = 4 << 10
+
 // putResult uploads a result's bytes: in a batched upload (POST
-// /blobs/batch) when the worker batches and moves blobs over HTTPS and the
-// result is small, else alone (the data plane, or PUT). A batched upload
-// that fails is retried alone, so an aggregator that refuses the batch
-// (too large for its limit) still gets the result.
-func (w *Worker) putResult(ctx context.Context, data []byte) (content.Ref, error) {
-	if !w.batching() || w.Blobs != nil || len(data) > maxUploadBatch/4 {
-		return w.blobs().PutBlob(ctx, data)
+// /blobs/batch) when the worker batches and the result is small, else
+// alone (the data plane, or PUT); https reports which way it went. A
+// batched upload that fails is retried alone, so an aggregator that
+// refuses the batch (too large for its limit) still gets the result.
+func (w *Worker) putResult(ctx context.Context, data []byte) (ref content.Ref, https bool, err error) {
+	limit := smallResult
+	if w.Blobs == nil {
+		limit = maxUploadBatch / 4 // HTTPS either way: batch what fits
+	}
+	if !w.batching() || len(data) > limit {
+		ref, err := w.blobs().PutBlob(ctx, data)
+		return ref, w.Blobs == nil, err
 	}
 	w.makeCouriers()
-	ref, err := w.uploads.call(ctx, data)
+	ref, err = w.uploads.call(ctx, data)
 	if err == nil || ctx.Err() != nil {
-		return ref, err
+		return ref, true, err
 	}
-	return w.Client.PutBlob(ctx, data)
+	ref, err = w.Client.PutBlob(ctx, data)
+	return ref, true, err
 }
 
 // commitOne commits to one result, in a batch when the worker batches.

@@ -59,7 +59,10 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 		}
 		req.Nonce = fmt.Sprintf("%x", nonce)
 	}
-	if _, err := w.putResult(rctx, data); err != nil {
+	// https: the result went over HTTPS (too), so its report need not
+	// race a second upload (report).
+	_, https, err := w.putResult(rctx, data)
+	if err != nil {
 		return coordinator.ReportResponse{}, fmt.Errorf("uploading result: %w", err)
 	}
 	if ready != nil {
@@ -67,7 +70,6 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 			return coordinator.ReportResponse{}, err
 		}
 	}
-	var https bool // the result went over HTTPS too
 	if direct {
 		return w.report(rctx, req, data, &https)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -11,18 +12,26 @@ import (
 	"github.com/scellis/scellis/job"
 )
 
-// shardHandler runs one shard of a job in a child process
+// shardSession runs the shards of one job in a child process
 // (internal/sandboxproc), so the operating system bounds what the
 // submitter's program can take from the worker: its address space
-// (RLIMIT_AS) and its wall clock.
-const shardHandler = "pool.shard"
+// (RLIMIT_AS) and its wall clock. A child compiles the job once and serves
+// a run of its shards, each in a fresh interpreter thread; it is retired
+// after a failed shard, after MaxShardsPerChild shards, and once it holds
+// more memory than the shard budget (sandboxproc's sessions).
+const shardSession = "pool.shards"
+
+// MaxShardsPerChild is how many shards one child runs before a new one
+// takes over: its start (about 30–200 ms) is then under a millisecond a
+// shard, and nothing a child accumulates outlives a few seconds of work.
+const MaxShardsPerChild = 1000
 
 // ChildOverhead is the address space a shard's child should be allowed
 // beyond the content's memory budget: the engine, the job's input tables
 // (loaded outside the content budget) and the Go heap's slack.
 const ChildOverhead = 256 << 20
 
-func init() { sandboxproc.Register(shardHandler, childShard) }
+func init() { sandboxproc.RegisterSession(shardSession, childShards) }
 
 // executeIsolated runs shard sh of p in a child process and returns its
 // result, checked like any result received from elsewhere (DecodeResult).
@@ -33,15 +42,14 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 	if in == nil {
 		return nil, errors.New("no bundle kept for the isolated run")
 	}
-	sources, _ := p.Blobs()
-	req, err := content.Encode(job.ShardRequest{
-		Bundle: in.bundle, Sources: sources, CacheDir: in.dir, Job: p.ID, Shard: sh.Index, MemoryBytes: w.MemoryBytes,
-	})
-	if err != nil {
-		return nil, err
+	setup := func() ([]byte, error) {
+		sources, _ := p.Blobs()
+		return content.Encode(job.ShardRequest{
+			Bundle: in.bundle, Sources: sources, CacheDir: in.dir, Job: p.ID, MemoryBytes: w.MemoryBytes,
+		})
 	}
-	lim := sandboxproc.Limits{MemoryBytes: w.ProcessMemoryBytes, WallClock: w.ShardTimeout}
-	out, err := sandboxproc.Run(ctx, shardHandler, lim, req)
+	lim := w.childLimits()
+	out, err := w.children.Do(ctx, string(p.ID), shardSession, lim, setup, []byte(strconv.Itoa(sh.Index)))
 	switch {
 	case errors.Is(err, sandboxproc.ErrMemory):
 		return nil, diag.New(diag.MemoryBudget, fmt.Sprintf("shard %d", sh.Index), "the shard's process exceeded this worker's address-space limit of %d MiB", lim.MemoryBytes>>20)
@@ -53,16 +61,41 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 	return job.DecodeResult(sh, out)
 }
 
-// childShard runs in the child process: the request carries the bundle,
-// its sources and the cache folder that already holds its inputs.
-func childShard(ctx context.Context, raw []byte) ([]byte, error) {
+// childLimits are the limits of the worker's shard children: the address
+// space and wall clock of ProcessMemoryBytes and ShardTimeout, retired
+// once they hold more than the content's memory budget.
+func (w *Worker) childLimits() sandboxproc.SessionLimits {
+	recycle := w.MemoryBytes
+	if recycle == 0 {
+		recycle = w.ProcessMemoryBytes / 2
+	}
+	return sandboxproc.SessionLimits{
+		Limits:      sandboxproc.Limits{MemoryBytes: w.ProcessMemoryBytes, WallClock: w.ShardTimeout},
+		MaxRequests: MaxShardsPerChild, RecycleBytes: recycle,
+	}
+}
+
+// childShards runs in the child process: the setup carries the bundle,
+// its sources and the cache folder that already holds its inputs; each
+// request is the index of a shard to run.
+func childShards(ctx context.Context, raw []byte) (sandboxproc.Handler, error) {
 	var req job.ShardRequest
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	res, err := req.Execute(ctx)
+	p, err := req.Compile(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return res.Bytes, nil
+	return func(ctx context.Context, b []byte) ([]byte, error) {
+		i, err := strconv.Atoi(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("shard index %q: %w", b, err)
+		}
+		res, err := p.ExecuteIndex(ctx, i)
+		if err != nil {
+			return nil, err
+		}
+		return res.Bytes, nil
+	}, nil
 }

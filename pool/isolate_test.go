@@ -5,11 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/sandboxproc"
 	"github.com/scellis/scellis/job"
 )
@@ -25,11 +27,20 @@ func TestMain(m *testing.M) {
 // ready to run its shards in child processes.
 func isolatedWorker(t testing.TB) (*Worker, *job.Plan) {
 	dir := t.TempDir()
+	p, raw := compileSpec(t, dir, "name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 200000, chunks: 4}}\nreducer: {use: mean, params: {weight: samples}}\n")
+	w := &Worker{ProcessMemoryBytes: 512 << 20, ShardTimeout: time.Minute,
+		isolated: map[content.Ref]*isolatedJob{p.ID: {bundle: raw, dir: dir}}}
+	return w, p
+}
+
+// compileSpec compiles the job spec text (its files in dir) and returns
+// the plan and its bundle's canonical bytes, as a worker keeps them.
+func compileSpec(t testing.TB, dir, text string) (*job.Plan, []byte) {
 	builtin, err := catalog.Builtin()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := job.ParseSpec(filepath.Join(dir, "mc.yaml"), []byte("name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 200000, chunks: 4}}\nreducer: {use: mean, params: {weight: samples}}\n"))
+	spec, err := job.ParseSpec(filepath.Join(dir, "job.yaml"), []byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,9 +52,7 @@ func isolatedWorker(t testing.TB) (*Worker, *job.Plan) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Worker{ProcessMemoryBytes: 512 << 20, ShardTimeout: time.Minute,
-		isolated: map[content.Ref]*isolatedJob{p.ID: {bundle: raw, dir: dir}}}
-	return w, p
+	return p, raw
 }
 
 // A shard run in a child process gives the byte-identical result of the
@@ -84,4 +93,68 @@ func BenchmarkShardIsolation(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A shard that exhausts its memory budget in a shared child is stopped
+// with SC2005, retires that child, and does not touch the result of the
+// shards before and after it, which match their in-process runs byte for
+// byte — by the sandbox's guard (a list too large for the budget) and by
+// the OS (RLIMIT_AS, the guard given more room than the process has).
+func TestSharedChildMemoryExhaustion(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		contentBudget uint64 // the worker's memory_mb: the guard's limit
+		process       uint64 // the child's address-space allowance
+		says          string // what the diagnostic says stopped it
+	}{
+		{"guard", 64 << 20, 512 << 20, "budget"},
+		{"rlimit", 4 << 30, 256 << 20, "address-space limit"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			prog := "def run(params, inputs):\n" +
+				"    if params[\"chunk\"] == 1:\n" +
+				"        hog = []\n" +
+				"        for i in range(1000):\n" +
+				"            hog.append([i] * 1000000)\n" +
+				"        return {\"n\": len(hog)}\n" +
+				"    return {\"v\": params[\"chunk\"] * 3}\n"
+			if err := os.WriteFile(filepath.Join(dir, "p.star"), []byte(prog), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p, raw := compileSpec(t, dir, "name: hog\nprogram: ./p.star\npartitioner: {use: range, params: {count: 4, chunks: 4}}\nreducer: concat\n")
+			w := &Worker{MemoryBytes: c.contentBudget, ProcessMemoryBytes: c.process, ShardTimeout: time.Minute,
+				isolated: map[content.Ref]*isolatedJob{p.ID: {bundle: raw, dir: dir}}}
+			defer w.children.Close()
+			for _, i := range []int{0, 2, 1, 3} {
+				got, err := w.executeIsolated(context.Background(), p, p.Shards[i])
+				if i == 1 {
+					ds, ok := diag.As(err)
+					if !ok || ds[0].Code != diag.MemoryBudget {
+						t.Fatalf("the hog: %v, want SC2005", err)
+					}
+					if !strings.Contains(ds[0].Message, c.says) {
+						t.Fatalf("the hog was stopped by %q, want the %s", ds[0].Message, c.name)
+					}
+					if w.children.Idle() != 0 {
+						t.Fatalf("the hog's child was kept for the next shard")
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("shard %d: %v", i, err)
+				}
+				want, err := p.Execute(context.Background(), p.Shards[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Hash != want.Hash || !bytes.Equal(got.Bytes, want.Bytes) {
+					t.Fatalf("shard %d: shared child %s, in process %s", i, got.Hash.Short(), want.Hash.Short())
+				}
+				if w.children.Idle() != 1 {
+					t.Fatalf("after shard %d: %d idle children, want the one that ran it", i, w.children.Idle())
+				}
+			}
+		})
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/sandboxproc"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/verify"
 )
@@ -91,6 +92,9 @@ type Worker struct {
 	// grant before it returns; ctx ends when the worker stops.
 	Dispatch func(ctx context.Context, g coordinator.LeaseGrant)
 
+	// children keeps the shard children (ProcessMemoryBytes) of recent
+	// jobs, each serving a run of shards (isolate.go).
+	children sandboxproc.Pool
 	// planning serialises compiling a job's bundle, so the shards of a
 	// new job leased together compile it once.
 	planning sync.Mutex
@@ -182,6 +186,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	if poll <= 0 {
 		poll = 500 * time.Millisecond
 	}
+	// Idle children: a few jobs' worth of Parallel each.
+	w.children.MaxIdle = max(2*w.Parallel, 4)
+	defer w.children.Close()
 	slots := make(chan struct{}, parallel)
 	freed := make(chan struct{}, 1) // a slot was freed since the last look
 	var running sync.WaitGroup

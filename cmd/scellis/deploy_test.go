@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -60,7 +61,7 @@ func TestSystemdUnitsVerify(t *testing.T) {
 
 // consecutivePorts finds n consecutive free loopback ports and returns the
 // first (federation init numbers the aggregators' ports from one base).
-func consecutivePorts(t *testing.T, n int) int {
+func consecutivePorts(t testing.TB, n int) int {
 	for range 500 {
 		// The counter values this call owns are first..first+n-1 (ports.next
 		// hands out the values after them): the run maps onto them exactly.
@@ -184,9 +185,11 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	if w := scrape(t, workerMetrics); w[`scellis_worker_shards_total{event="leased"}`] < 1 || w[`scellis_worker_shards_total{event="reported"}`] < 1 {
 		t.Fatalf("worker-1's /metrics after the job: %v", w)
 	}
-	// job watch on a finished job prints its state and returns; worker
-	// stop stops worker-1 (the README's commands).
-	if out := c.mustCLI("alice", "job", "watch", id); !strings.Contains(out, ": done; 4/4 verified") {
+	// job watch on a finished job prints its state and its wall time by
+	// the pool's clock, and returns; worker stop stops worker-1 (the
+	// README's commands).
+	if out := c.mustCLI("alice", "job", "watch", id); !strings.Contains(out, ": done; 4/4 verified") ||
+		!regexp.MustCompile(`(?m)^done in \S+ by the pool's clock: 4/4 shards decided \(4 verified, 0 unverified\), [0-9.]+ shards/s mean$`).MatchString(out) {
 		t.Fatalf("job watch of the finished job:\n%s", out)
 	}
 	if out := mustRun(t, scellisCmd(t, filepath.Join(dir, "worker-1"), "worker", "stop", "--config", "worker.yaml")); !strings.Contains(out, "sent stop to worker worker-1") {

@@ -39,7 +39,12 @@ would: signalling through the first aggregator's mailbox with signed DTLS
 fingerprints, ICE with the aggregator's STUN/TURN server. MEMBER must be
 running (an aggregator, or a worker with ice_policy all or relay). The
 bytes are hashed by MEMBER and stored nowhere. Exit code 1 when no data
-channel can be set up: blobs with MEMBER would then go over HTTPS.`,
+channel can be set up: blobs with MEMBER would then go over HTTPS.
+
+ICE candidates follow the federation file: when every aggregator's address
+is loopback (federation init --hosts 127.0.0.1) only loopback addresses are
+used; otherwise never loopback, and, for addresses given as IPs, only the
+interfaces that route to them.`,
 		Example: `  scellis p2p probe agg-1
   scellis p2p probe worker-2 --policy relay --bytes 8388608`,
 		Args: exactArgs(1, "MEMBER"),
@@ -80,6 +85,8 @@ channel can be set up: blobs with MEMBER would then go over HTTPS.`,
 	flagRange(cmd, "bytes", "1", "1073741824")
 	cmd.Flags().StringVar(&policy, "policy", dataplane.PolicyAll, "ICE policy: all (direct first) or relay (TURN only)")
 	cmd.Flags().StringSliceVar(&stun, "stun", nil, "extra STUN/TURN server URLs")
-	cmd.Flags().BoolVar(&loopback, "loopback", false, "use loopback addresses only (every member on one machine)")
+	// Implied by a federation whose addresses are all loopback (dataplane
+	// scope.go); kept so that scripts written for it still run.
+	cmd.Flags().BoolVar(&loopback, "loopback", false, "use loopback addresses only (deprecated: implied when every aggregator's address is loopback)")
 	return cmd
 }

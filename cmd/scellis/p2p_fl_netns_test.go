@@ -20,16 +20,18 @@ import (
 //     everything goes over the HTTPS fallback, and its log says so;
 //   - the round, with its three-site minimum, completes.
 //
-// About 30 s, run beside the other tests: h3 waits out one ICE attempt
-// (ConnectTimeout, 12 s) before it falls back, which is what the
-// fallback case costs a site.
+// About 30 s, run beside the other tests: h3's blobs go over HTTPS at
+// once, but its first secure-aggregation exchange waits out one ICE
+// attempt (ConnectTimeout, 12 s: a Call waits for a first attempt) before
+// it falls back, which is what the fallback case costs a site whose
+// secure aggregation is set to go over data channels.
 func TestFLRoundThroughNATs(t *testing.T) {
 	t.Parallel() // its own namespaces, processes and directories
 	skipUnlessNetLab(t)
 	lab := newNetLab(t)
 	aggNS, aggIP := lab.public("agg")
 	const turnPort = "3478"
-	// The round waits for h3's first fetch, held by its ICE attempt.
+	// The round waits for h3's first exchange, held by its ICE attempt.
 	c, silos := survivalCluster(t, 1, 3, "turn_listen: "+aggIP+":"+turnPort+"\nround_join_timeout: 1m\n")
 	fed, err := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
 	if err != nil {
@@ -73,6 +75,14 @@ func TestFLRoundThroughNATs(t *testing.T) {
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
+	}
+	// A silo's blobs never wait for its data channel (they go over HTTPS
+	// until it is up): h1's and h2's relayed ones are waited for here, so
+	// that the round's blobs show the relay at work.
+	for _, s := range []string{"h1", "h2"} {
+		waitFor(t, s+"'s relayed data channel", time.Minute, func() bool {
+			return strings.Contains(c.log(s), "p2p: blobs with agg-1 go over a relayed data channel")
+		})
 	}
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "nat.yaml"))
 	waitFor(t, "the run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })

@@ -21,11 +21,22 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, label string) *progress {
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = term.IsTerminal(int(f.Fd()))
-	}
+	tty, _ := terminal(w)
 	return &progress{w: w, label: label, tty: tty, start: time.Now()}
+}
+
+// terminal says whether w is a terminal and, if so, its width in columns
+// (0 if unknown): lines rewritten in place with \r must not wrap.
+func terminal(w io.Writer) (bool, int) {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return false, 0
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return true, 0
+	}
+	return true, width
 }
 
 func (p *progress) update(done, total int) {

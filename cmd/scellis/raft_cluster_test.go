@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,7 +89,10 @@ func (c *cluster) montecarlo(name string, n int) string {
 
 // The leader dies mid-job: a new leader takes over, the job completes, and
 // every node's receipt chain ends in the same head with no gap and no
-// duplicate; the dead node, restarted from its disk, catches up.
+// duplicate; the dead node, restarted from its disk, catches up. The job
+// is submitted with --watch, as a user would: the watch follows it across
+// the leader's death (it reconnects to another node) and ends with the
+// summary, in tens of lines for 200 shards, not a line per event.
 func TestClusterLeaderKilledMidJob(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
@@ -98,7 +102,31 @@ func TestClusterLeaderKilledMidJob(t *testing.T) {
 	c.startAggregators()
 	c.startWorker("w1")
 	c.startWorker("w2")
-	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc200", 200)))
+	type cliResult struct {
+		out, errs string
+		err       error
+	}
+	job := c.montecarlo("mc200", 200)
+	watched := make(chan cliResult, 1)
+	go func() {
+		out, errs, err := c.cli("alice", "job", "submit", job, "--watch")
+		watched <- cliResult{out, errs, err}
+	}()
+	// The submit prints the ID only when it exits; the pool names it sooner.
+	var id string
+	waitFor(t, "the job to be submitted", 2*time.Minute, func() bool {
+		out, _, err := c.cli("alice", "--json", "job", "ls")
+		var jobs []struct{ ID, Name string }
+		if err != nil || json.Unmarshal([]byte(out), &jobs) != nil {
+			return false
+		}
+		for _, j := range jobs {
+			if j.Name == "mc200" {
+				id = j.ID
+			}
+		}
+		return id != ""
+	})
 	waitFor(t, "a quarter of the shards", 2*time.Minute, func() bool { return c.status("alice", id).Counts.Verified >= 50 })
 	old := c.leader("alice")
 	if old == "" {
@@ -121,6 +149,23 @@ func TestClusterLeaderKilledMidJob(t *testing.T) {
 	}
 	if out := c.mustCLI("alice", "receipts", "verify"); !strings.Contains(out, "intact: 200 receipts") {
 		t.Fatalf("receipts verify: %s", out)
+	}
+	// The watch ends once the job is done (c.cli bounds it besides).
+	w := <-watched
+	t.Logf("job submit --watch (stderr):\n%s", w.errs)
+	if w.err != nil || strings.TrimSpace(w.out) != id {
+		t.Fatalf("job submit --watch: %v; stdout %q, want the job ID %s\n%s", w.err, w.out, id, w.errs)
+	}
+	lines := strings.Split(strings.TrimSpace(w.errs), "\n")
+	summary := regexp.MustCompile(`^done in \S+: 200/200 shards decided \(200 verified, 0 unverified\), [0-9.]+ shards/s mean(; leases: [^;]+)?$`)
+	if last := lines[len(lines)-1]; !summary.MatchString(last) {
+		t.Errorf("the watch's last line is %q, want the summary", last)
+	}
+	if !strings.Contains(w.errs, "\njob complete: result ") || strings.Contains(w.errs, " leased to ") {
+		t.Errorf("the watch lacks the job's completion, or lists leases one by one:\n%s", w.errs)
+	}
+	if len(lines) > 40 {
+		t.Errorf("the watch wrote %d lines for 200 shards, want tens at most", len(lines))
 	}
 	c.restartAggregator(old)
 	again := c.converged("alice", c.aggs...)

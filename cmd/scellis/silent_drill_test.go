@@ -232,7 +232,14 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 	c.startAggregators()
 	c.startWorker("w1")
 	c.startWorker("w2")
-	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-drill", 3000)))
+	// A job the drill cannot finish: two workers whose shard children
+	// serve many shards verify thousands of small shards a minute, and a
+	// job that ran out of shards in the second window would leave nothing
+	// to verify there. 8,000 shards of 500,000 samples (~17 ms each) last
+	// about a minute on two cores; the job is cancelled once the drill is
+	// over.
+	c.write("mc-drill.yaml", "name: mc-drill\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 4000000000, chunks: 8000}}\nreducer: {use: mean, params: {weight: samples}}\n")
+	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "mc-drill.yaml"))
 	verified := func() int { return c.status("alice", id).Counts.Verified }
 	waitFor(t, "the pool to verify shards", 2*time.Minute, func() bool { return verified() >= 20 })
 
@@ -271,7 +278,13 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 		t.Fatal("no leader")
 	}
 	drill("leader", leader)
-	c.converged("alice", c.aggs...) // the old leader catches up once healed
+	// The old leader catches up once healed: its chain reaches what the
+	// cluster had at the heal. (Not an equal state hash: the workers go on
+	// reporting, so the nodes' states are rarely equal at one instant.)
+	healedAt := chainSeq()
+	waitFor(t, fmt.Sprintf("the healed %s to catch up to receipt %d", leader, healedAt), 2*time.Minute, func() bool {
+		return c.statuses("alice")[leader].ChainSeq >= healedAt
+	})
 	var follower string
 	now := c.leader("alice")
 	for _, a := range c.aggs {

@@ -79,7 +79,7 @@ hands them back when it stops (SIGINT, or 'scellis worker stop').`,
 			defer stopMetrics()
 			w := &pool.Worker{
 				Client: client, Name: c.Name, Identity: id, Catalog: builtin, CacheDir: c.CacheDir, Parallel: c.Parallel, Batch: c.Batch,
-				MemoryBytes: uint64(c.MemoryMB) << 20, ShardTimeout: c.ShardTimeout, ProcessMemoryBytes: processMemory(c), Poll: c.Poll, Corrupt: c.CorruptResults,
+				MemoryBytes: uint64(c.MemoryMB) << 20, ShardTimeout: c.ShardTimeout, ProcessMemoryBytes: processMemory(c), Poll: c.Poll, LongPoll: c.LongPoll, Corrupt: c.CorruptResults,
 				Logf: logf, Observe: observe,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)

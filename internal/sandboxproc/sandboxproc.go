@@ -79,13 +79,16 @@ func Warmup(f func()) {
 }
 
 // Register makes h runnable under name. Call it from an init function.
-func Register(name string, h Handler) {
+func Register(name string, h Handler) { register(handlers, "handler", name, h) }
+
+// register adds h to m under name, once.
+func register[H any](m map[string]H, kind, name string, h H) {
 	mu.Lock()
 	defer mu.Unlock()
-	if _, dup := handlers[name]; dup {
-		panic("sandboxproc: handler registered twice: " + name)
+	if _, dup := m[name]; dup {
+		panic("sandboxproc: " + kind + " registered twice: " + name)
 	}
-	handlers[name] = h
+	m[name] = h
 }
 
 // Limits bound one child.
@@ -127,24 +130,38 @@ type proc struct {
 // start starts a child under lim. name is the handler, or anyName for a
 // child that reads the handler's name from its request (a spare, Warm).
 func start(name string, lim Limits) (*proc, error) {
-	exe, err := Executable()
-	if err != nil {
-		return nil, fmt.Errorf("sandboxproc: finding this binary: %w", err)
-	}
 	maxOut := lim.MaxOutput
 	if maxOut <= 0 {
 		maxOut = DefaultMaxOutput
 	}
-	cmd := exec.Command(exe, Subcommand, name)
+	stdout := &capped{max: maxOut + 1}
+	c, err := launch([]string{name}, lim, stdout, &capped{max: 64 << 10}, syscall.SysProcAttr{})
+	if err != nil {
+		return nil, err
+	}
+	c.stdout = stdout
+	return c, nil
+}
+
+// launch starts this binary as a child with args after Subcommand, its
+// memory limit in the environment, stdout and stderr as given, in its own
+// process group (so a kill reaches anything it started), and a goroutine
+// that waits for it.
+func launch(args []string, lim Limits, stdout io.Writer, stderr *capped, attr syscall.SysProcAttr) (*proc, error) {
+	exe, err := Executable()
+	if err != nil {
+		return nil, fmt.Errorf("sandboxproc: finding this binary: %w", err)
+	}
+	cmd := exec.Command(exe, append([]string{Subcommand}, args...)...)
 	cmd.Env = append(os.Environ(), envMemory+"="+strconv.FormatUint(lim.MemoryBytes, 10))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("sandboxproc: starting the child: %w", err)
 	}
-	c := &proc{cmd: cmd, stdin: stdin, stdout: &capped{max: maxOut + 1}, stderr: &capped{max: 64 << 10}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = c.stdout, c.stderr
-	// Its own process group, so a kill reaches anything it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c := &proc{cmd: cmd, stdin: stdin, stderr: stderr, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	attr.Setpgid = true
+	cmd.SysProcAttr = &attr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("sandboxproc: starting the child: %w", err)
 	}
@@ -269,13 +286,30 @@ func tail(s string) string {
 	return ": " + s
 }
 
-// capped keeps at most max bytes and discards the rest.
+// capped keeps at most max bytes and discards the rest: the last max
+// bytes when keepTail is set (a session's child writes to stderr across
+// many requests, and what matters is how it died), else the first.
 type capped struct {
 	bytes.Buffer
-	max int
+	max      int
+	keepTail bool
 }
 
 func (c *capped) Write(p []byte) (int, error) {
+	if c.keepTail {
+		if len(p) >= c.max {
+			c.Reset()
+			c.Buffer.Write(p[len(p)-c.max:])
+			return len(p), nil
+		}
+		if over := c.Len() + len(p) - c.max; over > 0 {
+			rest := append([]byte(nil), c.Bytes()[over:]...)
+			c.Reset()
+			c.Buffer.Write(rest)
+		}
+		c.Buffer.Write(p)
+		return len(p), nil
+	}
 	if room := c.max - c.Len(); room > 0 {
 		if len(p) > room {
 			c.Buffer.Write(p[:room])
@@ -311,6 +345,9 @@ func child(name string, in io.Reader, out io.Writer) int {
 	mu.RUnlock()
 	for _, f := range prepare {
 		f()
+	}
+	if len(os.Args) >= 4 && os.Args[3] == sessionArg {
+		return childSession(name, in)
 	}
 	br := bufio.NewReader(in)
 	if name == anyName {

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scellis/scellis/fl"
+)
+
+// Federated rounds as a user runs them, against the same rounds in plain
+// Go, in one run. The federation is the layout `scellis federation init
+// --aggregators 3 --silos N` writes (three aggregators: real Raft on disk,
+// mutual TLS on loopback; N silo processes, each with its own hospital's
+// rows), a FedAvg run of a logistic model with update-level DP (clip and
+// noise, signed ledger charges fsync'd before release) and secure
+// aggregation, launched with `scellis fl launch`. A round's time is the
+// run's time by the leader's replicated clock (started_at to done_at in
+// `fl status`) over its rounds, so neither CLI start-up nor watching is in
+// it. The baseline is `fl simulate`'s engine (flSim: the same strategy,
+// data preparation, per-site seeds and DP mechanisms over in-process
+// sites, plain sums in place of secure aggregation) on the same CSVs, in
+// this process.
+//
+//	go test -run x -bench FLRoundProcesses -benchtime 2x ./cmd/scellis/
+//
+// Metrics: round-ms, go-round-ms and overhead-ms (their difference), per
+// round; growth (silos=30 only: its round over the silos=10 round in the
+// same run).
+func BenchmarkFLRoundProcesses(b *testing.B) {
+	const rounds = 5
+	var tenRound float64
+	for _, n := range []int{4, 10, 30} {
+		b.Run(fmt.Sprintf("silos=%d", n), func(b *testing.B) {
+			f := startFLBenchFederation(b, n)
+			var fed, plain time.Duration
+			for i := 0; i < b.N; i++ {
+				f.runs++
+				spec := f.writeSpec(rounds)
+				id := strings.TrimSpace(f.c.mustCLI("alice", "fl", "launch", spec))
+				f.c.mustCLI("alice", "fl", "watch", id)
+				var st struct {
+					State     string `json:"state"`
+					StartedAt int64  `json:"started_at"`
+					DoneAt    int64  `json:"done_at"`
+					Models    []string
+				}
+				raw := f.c.mustCLI("alice", "--json", "fl", "status", id)
+				if err := json.Unmarshal([]byte(raw), &st); err != nil {
+					b.Fatal(err)
+				}
+				if st.State != "done" || len(st.Models) != rounds {
+					b.Fatalf("run %s ended %s with %d of %d rounds", id, st.State, len(st.Models), rounds)
+				}
+				if st.StartedAt <= 0 || st.DoneAt < st.StartedAt {
+					b.Fatalf("run %s: started_at %d, done_at %d:\n%s", id, st.StartedAt, st.DoneAt, raw)
+				}
+				fed += time.Duration(st.DoneAt-st.StartedAt) * time.Millisecond
+				plain += f.simulate(b, spec)
+			}
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(b.N*rounds) }
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(per(fed), "round-ms")
+			b.ReportMetric(per(plain), "go-round-ms")
+			b.ReportMetric(per(fed)-per(plain), "overhead-ms")
+			switch n {
+			case 10:
+				tenRound = per(fed)
+			case 30:
+				if tenRound > 0 {
+					b.ReportMetric(per(fed)/tenRound, "growth-vs-10")
+				}
+			}
+		})
+	}
+}
+
+type flBenchFederation struct {
+	c    *cluster
+	data string // the sites' CSVs, one per silo, named after it
+	runs int
+}
+
+func startFLBenchFederation(b *testing.B, silos int) *flBenchFederation {
+	dir := b.TempDir()
+	port := consecutivePorts(b, 6)
+	mustRun(b, scellisCmd(b, dir, "federation", "init", "--dir", dir, "--aggregators", "3", "--silos", strconv.Itoa(silos),
+		"--researcher", "alice", "--regime", "consortium", "--port", strconv.Itoa(port)))
+	mustRun(b, scellisCmd(b, dir, "datagen", "hospitals", "--sites", strconv.Itoa(silos), "--rows", "1500", "--out", "gen"))
+	data := filepath.Join(dir, "sites")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	c := &cluster{t: b, dir: dir, aggs: []string{"agg-1", "agg-2", "agg-3"}, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
+	b.Cleanup(c.stopAll)
+	gen, err := filepath.Glob(filepath.Join(dir, "gen", "hospital-*.csv")) // sorted; numbered with zeros to sort
+	if err != nil || len(gen) != silos {
+		b.Fatalf("datagen wrote %d sites, want %d (%v)", len(gen), silos, err)
+	}
+	for i := 1; i <= silos; i++ {
+		name := fmt.Sprintf("silo-%d", i)
+		csv, err := os.ReadFile(gen[i-1])
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range []string{filepath.Join(dir, name, "patients.csv"), filepath.Join(data, name+".csv")} {
+			if err := os.WriteFile(p, csv, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		// The written config with update-level DP (a silo is the unit) and
+		// a budget for many runs.
+		c.write(filepath.Join(name, "silo.yaml"), fmt.Sprintf(`name: %s
+identity: identity.key
+federation: federation.yaml
+data_dir: data
+datasets:
+  - name: patients
+    path: patients.csv
+    label: outcome
+    class: confidential
+    budget: {epsilon: 100000, delta: 1.0e-5}
+    unit: silo
+policy:
+  strategies: [fedavg]
+  min_cohort: 3
+`, name))
+	}
+	for _, a := range c.aggs {
+		c.start(a, "aggregator", "--config", a+"/aggregator.yaml")
+	}
+	c.waitLeader()
+	for i := 1; i <= silos; i++ {
+		name := fmt.Sprintf("silo-%d", i)
+		c.start(name, "silo", "--config", name+"/silo.yaml")
+	}
+	return &flBenchFederation{c: c, data: data}
+}
+
+// writeSpec writes the run spec of the next run (its seed makes it new).
+func (f *flBenchFederation) writeSpec(rounds int) string {
+	name := fmt.Sprintf("run-%d.yaml", f.runs)
+	f.c.write(name, fmt.Sprintf(`name: bench-%d
+strategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}
+model: {kind: logistic, inputs: 9, label: outcome}
+dataset: patients
+rounds: %d
+privacy: {clip: 1.0, sigma: 1.0}
+standardize: local
+secure_aggregation: true
+seed: %d
+`, f.runs, rounds, f.runs))
+	return filepath.Join(f.c.dir, name)
+}
+
+// simulate times the spec's run over the same sites in this process.
+func (f *flBenchFederation) simulate(b *testing.B, spec string) time.Duration {
+	ctx := context.Background()
+	s, err := fl.LoadRunSpec(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cat, err := openCatalog()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sim := &flSim{unit: fl.UnitSilo, out: io.Discard}
+	if err := sim.load(ctx, s, cat, spec, f.data, "", "outcome"); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := sim.run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
