@@ -81,6 +81,12 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 	if poll <= 0 {
 		poll = 500 * time.Millisecond
 	}
+	// The other replicas usually commit within milliseconds (workers
+	// lease the replicas of a shard at about the same time): the first
+	// retries come soon and back off to poll, so a shard does not wait a
+	// whole poll for a commitment that came just after its reveal. An
+	// early reveal costs the pool no log entry.
+	wait := min(earlyRevealRetry, poll)
 	for {
 		out, err := w.report(ctx, req, data, &https)
 		if ds, ok := diag.As(err); !ok || ds[0].Code != diag.PoolRevealEarly {
@@ -92,10 +98,15 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 		case <-wctx.Done():
 			// The lease is gone (revoked by a decision, or capped): the
 			// reveal is open now, or will be at the window's end.
-		case <-time.After(poll):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, poll)
 	}
 }
+
+// earlyRevealRetry is the first pause before a reveal refused as early is
+// sent again (doubling up to Worker.Poll).
+const earlyRevealRetry = 20 * time.Millisecond
 
 // DurableWithin bounds how long a report of a result moved over the data
 // plane may go unanswered before the worker also uploads it over HTTPS
