@@ -17,14 +17,27 @@ import (
 // submitter's program can take from the worker: its address space
 // (RLIMIT_AS) and its wall clock. A child compiles the job once and serves
 // a run of its shards, each in a fresh interpreter thread; it is retired
-// after a failed shard, after MaxShardsPerChild shards, and once it holds
+// after a failed shard, after MaxShardsPerChild shards (more for a very
+// large job: shardsPerChild), and once it holds
 // more memory than the shard budget (sandboxproc's sessions).
 const shardSession = "pool.shards"
 
 // MaxShardsPerChild is how many shards one child runs before a new one
 // takes over: its start (about 30–200 ms) is then under a millisecond a
 // shard, and nothing a child accumulates outlives a few seconds of work.
+// A job of more shards than childRuns × MaxShardsPerChild lets a child
+// run a childRuns-th of it instead (shardsPerChild): a new child compiles
+// the whole job again (its partition and every shard's cost, ~13 µs a
+// shard), which for 10^5 shards is a second, and once per 1,000 shards
+// that would be a millisecond a shard.
 const MaxShardsPerChild = 1000
+
+// childRuns bounds how many children in a row one run slot starts for a
+// large job (shardsPerChild).
+const childRuns = 8
+
+// shardsPerChild is how many shards of a job of n shards one child runs.
+func shardsPerChild(n int) int { return max(MaxShardsPerChild, n/childRuns) }
 
 // ChildOverhead is the address space a shard's child should be allowed
 // beyond the content's memory budget: the engine, the job's input tables
@@ -48,7 +61,7 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 			Bundle: in.bundle, Sources: sources, CacheDir: in.dir, Job: p.ID, MemoryBytes: w.MemoryBytes,
 		})
 	}
-	lim := w.childLimits()
+	lim := w.childLimits(len(p.Shards))
 	out, err := w.children.Do(ctx, string(p.ID), shardSession, lim, setup, []byte(strconv.Itoa(sh.Index)))
 	switch {
 	case errors.Is(err, sandboxproc.ErrMemory):
@@ -61,17 +74,18 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 	return job.DecodeResult(sh, out)
 }
 
-// childLimits are the limits of the worker's shard children: the address
-// space and wall clock of ProcessMemoryBytes and ShardTimeout, retired
-// once they hold more than the content's memory budget.
-func (w *Worker) childLimits() sandboxproc.SessionLimits {
+// childLimits are the limits of the shard children of a job of shards
+// shards: the address space and wall clock of ProcessMemoryBytes and
+// ShardTimeout, retired once they hold more than the content's memory
+// budget or have run shardsPerChild shards.
+func (w *Worker) childLimits(shards int) sandboxproc.SessionLimits {
 	recycle := w.MemoryBytes
 	if recycle == 0 {
 		recycle = w.ProcessMemoryBytes / 2
 	}
 	return sandboxproc.SessionLimits{
 		Limits:      sandboxproc.Limits{MemoryBytes: w.ProcessMemoryBytes, WallClock: w.ShardTimeout},
-		MaxRequests: MaxShardsPerChild, RecycleBytes: recycle,
+		MaxRequests: shardsPerChild(shards), RecycleBytes: recycle,
 	}
 }
 

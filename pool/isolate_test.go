@@ -158,3 +158,16 @@ func TestSharedChildMemoryExhaustion(t *testing.T) {
 		})
 	}
 }
+
+// A child runs 1,000 shards of a job, or an eighth of a larger one: a new
+// child compiles the whole job again.
+func TestShardsPerChild(t *testing.T) {
+	for n, want := range map[int]int{1: 1000, 8000: 1000, 8008: 1001, 100_000: 12_500} {
+		if got := shardsPerChild(n); got != want {
+			t.Errorf("a job of %d shards: %d a child, want %d", n, got, want)
+		}
+		if got := (&Worker{}).childLimits(n).MaxRequests; got != shardsPerChild(n) {
+			t.Errorf("a job of %d shards: children retire after %d", n, got)
+		}
+	}
+}
