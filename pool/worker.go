@@ -540,8 +540,20 @@ func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
 		return
 	}
 	w.observe("reported")
-	w.logf("shard %d of %s: reported %s (%s)", g.Shard, g.Job.Short(), res.Hash.Short(), out.Outcome)
+	if ran >= longShard {
+		w.logf("shard %d of %s: reported %s (%s)", g.Shard, g.Job.Short(), res.Hash.Short(), out.Outcome)
+	} else {
+		// Short shards, hundreds a second, get no line each: one message
+		// per job and outcome, which the log's summariser writes once and
+		// then counts ("×2400 in the last minute"); the worker's metrics
+		// count every shard.
+		w.logf("shards of %s: reported (%s)", g.Job.Short(), out.Outcome)
+	}
 }
+
+// longShard is the run time from which a worker logs each shard it
+// reports on its own line.
+const longShard = time.Second
 
 // planIndex is the index in the job's plan of g's shard: g.Shard, or for
 // a sub-job the parent shard it stands for (-1 when out of range).
