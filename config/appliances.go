@@ -258,7 +258,9 @@ type Worker struct {
 	Poll         time.Duration // wait after a failed lease request
 	// LongPoll is how long the leader may hold an idle lease request: a
 	// new job's shards reach the worker as soon as they are leasable
-	// instead of at its next poll. 0: plain polls every Poll.
+	// instead of at its next poll. Positive, like every duration here;
+	// the leader holds a request at most 30 s (and half its silo_lease)
+	// whatever it says.
 	LongPoll      time.Duration
 	LogLevel      string // off, error, warn (default: progress lines too), info, debug
 	LogFormat     string // text (default) or json

@@ -148,6 +148,20 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 		applyEncoded(t, batched, c)
 		applyEncoded(t, single, c)
 	}
+	// The checks are made ahead, one verdict per report, forged ones false
+	// (so the batch below is answered from them, not by apply's own checks).
+	batched.preverify(Batch{Commands: reports})
+	if len(batched.preverified) != n {
+		t.Fatalf("%d signatures checked ahead, want %d", len(batched.preverified), n)
+	}
+	for i, c := range reports {
+		r := c.(ReportResult)
+		key := sigCheck{r.Key, string(StatementOf(job, i, r.Result, pol, "w1").Bytes()), string(r.Sig)}
+		if ok, done := batched.preverified[key]; !done || ok != (i%5 != 3) {
+			t.Fatalf("report %d checked ahead: %v (made %v)", i, ok, done)
+		}
+	}
+	batched.preverified = nil
 	got := applyEncoded(t, batched, Batch{Commands: reports}).Response.(*BatchResponse).Results
 	for i, c := range reports {
 		want := applyEncoded(t, single, c)

@@ -216,10 +216,7 @@ func (s *jobWatch) event(now time.Time, e api.Event) {
 	case "shard-verified":
 		var ev coordinator.ShardVerified
 		json.Unmarshal(e.Data, &ev)
-		s.verified++
-		if !s.decide(now) {
-			s.verified--
-		}
+		s.decide(now, &s.verified)
 		if len(ev.Losers) > 0 {
 			s.note(now, noteOutvoted, fmt.Sprintf("  shard %d verified by %s; out-voted: %s", ev.Shard, strings.Join(ev.Agreeing, ", "), strings.Join(ev.Losers, ", ")),
 				"shards with out-voted reports", "out-voted: "+strings.Join(ev.Losers, ", "))
@@ -227,10 +224,7 @@ func (s *jobWatch) event(now time.Time, e api.Event) {
 	case "shard-flagged":
 		var ev coordinator.ShardFlagged
 		json.Unmarshal(e.Data, &ev)
-		s.unverified++
-		if !s.decide(now) {
-			s.unverified--
-		}
+		s.decide(now, &s.unverified)
 		s.note(now, noteUnverified, fmt.Sprintf("  shard %d UNVERIFIED after %d reports: %s", ev.Shard, ev.Reports, ev.Reason), "shards unverified", ev.Reason)
 	case "shard-reopened":
 		var ev coordinator.ShardReopened
@@ -327,15 +321,15 @@ func (s *jobWatch) status(now time.Time, st coordinator.JobStatus) {
 	}
 }
 
-// decide records a shard decided at now; false (and nothing recorded) if
-// the count would pass the total: the event was already in the status the
-// stream began with (it subscribes before it reads the status).
-func (s *jobWatch) decide(now time.Time) bool {
-	if s.total > 0 && s.decided() > s.total {
-		return false
+// decide counts a shard decided at now in *n (verified or unverified),
+// unless the count would pass the total: the event was already in the
+// status the stream began with (it subscribes before it reads the status).
+func (s *jobWatch) decide(now time.Time, n *int) {
+	if s.total > 0 && s.decided()+1 > s.total {
+		return
 	}
+	*n++
 	s.stamp(now, stampDecided)
-	return true
 }
 
 func (s *jobWatch) stamp(now time.Time, k stampKind) {

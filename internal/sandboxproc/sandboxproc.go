@@ -11,7 +11,8 @@
 // a test binary that runs handlers): when the process was started as a
 // child (argv[1] is the hidden subcommand), Main runs the named handler
 // and exits. Handlers register in init functions, so parent and child,
-// being the same binary, agree on them.
+// being the same binary, agree on them. A session (session.go) is a child
+// that serves a run of requests of one kind, under the same limits.
 //
 // The invariant: a handler's failure, however it happens (an error, a
 // panic, an exhausted limit, a killed process), reaches the parent as an
@@ -118,7 +119,8 @@ func Run(ctx context.Context, name string, lim Limits, req []byte) ([]byte, erro
 	return c.serve(ctx, name, lim, req)
 }
 
-// proc is one started child: it serves one request, then exits.
+// proc is one started child: under Run and Warm it serves one request,
+// then exits; under a Session (session.go), a run of requests.
 type proc struct {
 	cmd            *exec.Cmd
 	stdin          io.WriteCloser
@@ -173,8 +175,12 @@ func launch(args []string, lim Limits, stdout io.Writer, stderr *capped, attr sy
 }
 
 // kill ends the child's process group and waits for the child.
+// A child that has exited is not signalled: once it is reaped its process
+// group ID may belong to another process group.
 func (c *proc) kill() error {
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	if !c.exited() {
+		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+	}
 	<-c.done
 	return c.err
 }
@@ -242,14 +248,7 @@ func (c *proc) serve(ctx context.Context, name string, lim Limits, req []byte) (
 	case statusOK:
 		return out[1:], nil
 	case statusErr:
-		var e wireError
-		if err := json.Unmarshal(out[1:], &e); err != nil {
-			return nil, fmt.Errorf("%w: malformed error response", ErrCrashed)
-		}
-		if len(e.Diagnostics) > 0 {
-			return nil, e.Diagnostics
-		}
-		return nil, errors.New(e.Message)
+		return nil, decodeFailure(out[1:])
 	}
 	return nil, fmt.Errorf("%w: malformed response", ErrCrashed)
 }
@@ -262,6 +261,30 @@ const (
 type wireError struct {
 	Message     string    `json:"message,omitempty"`
 	Diagnostics diag.List `json:"diagnostics,omitempty"`
+}
+
+// encodeFailure is how a child sends a handler's error: its diagnostics,
+// or its message.
+func encodeFailure(err error) []byte {
+	e := wireError{Message: err.Error()}
+	if ds, ok := diag.As(err); ok {
+		e.Diagnostics = ds
+	}
+	b, _ := json.Marshal(e)
+	return b
+}
+
+// decodeFailure turns a child's failure answer back into the handler's
+// diagnostics or message.
+func decodeFailure(b []byte) error {
+	var e wireError
+	if err := json.Unmarshal(b, &e); err != nil {
+		return fmt.Errorf("%w: malformed error response", ErrCrashed)
+	}
+	if len(e.Diagnostics) > 0 {
+		return e.Diagnostics
+	}
+	return errors.New(e.Message)
 }
 
 // isOOM recognises the Go runtime's out-of-memory deaths, which is how an
@@ -374,13 +397,7 @@ func child(name string, in io.Reader, out io.Writer) int {
 	}
 	resp, err := run(h, req)
 	if err != nil {
-		e := wireError{Message: err.Error()}
-		if ds, ok := diag.As(err); ok {
-			e.Diagnostics = ds
-		}
-		b, _ := json.Marshal(e)
-		_, werr := out.Write(append([]byte{statusErr}, b...))
-		if werr != nil {
+		if _, werr := out.Write(append([]byte{statusErr}, encodeFailure(err)...)); werr != nil {
 			return 3
 		}
 		return 0

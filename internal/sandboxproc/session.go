@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,8 +14,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/scellis/scellis/diag"
 )
 
 // A session is one child that serves a run of requests of the same kind
@@ -146,15 +143,12 @@ func (s *Session) Reusable() bool {
 		(s.lim.RecycleBytes == 0 || s.mapped <= s.lim.RecycleBytes)
 }
 
-// Served is how many requests the session has answered or failed.
-func (s *Session) Served() int { return s.served }
-
-// Close ends the child: its stdin closes (it exits at once when idle) and
-// its process group is killed.
+// Close ends the child: its process group is killed (unless it has
+// exited already) and its pipes are closed.
 func (s *Session) Close() {
 	s.broken = true
-	s.in.Close()
 	s.proc.kill()
+	s.in.Close()
 	s.outF.Close()
 }
 
@@ -222,14 +216,7 @@ func (s *Session) do(ctx context.Context, req []byte) ([]byte, error) {
 		return f.payload, nil
 	case statusErr:
 		s.broken = true // a failed request retires the child
-		var e wireError
-		if err := json.Unmarshal(f.payload, &e); err != nil {
-			return nil, fmt.Errorf("%w: malformed error response", ErrCrashed)
-		}
-		if len(e.Diagnostics) > 0 {
-			return nil, e.Diagnostics
-		}
-		return nil, errors.New(e.Message)
+		return nil, decodeFailure(f.payload)
 	}
 	s.broken = true
 	return nil, fmt.Errorf("%w: malformed response", ErrCrashed)
@@ -288,12 +275,7 @@ func childSession(name string, in io.Reader) int {
 	answer := func(resp []byte, err error) bool {
 		status := statusOK
 		if err != nil {
-			status = statusErr
-			e := wireError{Message: err.Error()}
-			if ds, ok := diag.As(err); ok {
-				e.Diagnostics = ds
-			}
-			resp, _ = json.Marshal(e)
+			status, resp = statusErr, encodeFailure(err)
 		}
 		var h [13]byte
 		h[0] = status
