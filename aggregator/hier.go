@@ -83,6 +83,28 @@ func (n *Node) hierCohort(subject string, members []string, minCohort int) (map[
 	return byChild, nil
 }
 
+// cohortGroups splits a round's alive members for sampling
+// (fl.RunSpec.RoundCohortOf): the silos led here first, then those of
+// each child cluster, by the child's name. A flat federation is one
+// group, so a flat round draws as fl simulate does.
+func (n *Node) cohortGroups(members []secagg.Member) [][]string {
+	var here []string
+	byChild := map[string][]string{}
+	for _, mem := range members {
+		m, _ := n.fed.Member(mem.ID)
+		if m.Cluster == "" {
+			here = append(here, mem.ID)
+			continue
+		}
+		byChild[m.Cluster] = append(byChild[m.Cluster], mem.ID)
+	}
+	groups := [][]string{here}
+	for _, c := range slices.Sorted(maps.Keys(byChild)) {
+		groups = append(groups, byChild[c])
+	}
+	return groups
+}
+
 // subRoundID names a sub-cohort's secure-aggregation round: fresh with
 // the parent round (every attempt of a round has its own).
 func subRoundID(parent, cluster string) string {

@@ -475,12 +475,10 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			r, len(members), len(st.Silos), need, strings.Join(absent, ", ")))
 	}
 	// A training round may sample the alive cohort and give some of its
-	// silos only part of their local work (cohort.sample, .stragglers).
-	names := make([]string, len(members))
-	for i, m := range members {
-		names[i] = m.ID
-	}
-	sampled, work := spec.RoundCohort(st.ID, r, step, names)
+	// silos only part of their local work (cohort.sample, .stragglers);
+	// silos led by child clusters are sampled child by child, so that
+	// each sub-cohort keeps the round's minimum (hierCohort).
+	sampled, work := spec.RoundCohortOf(st.ID, r, step, n.cohortGroups(members))
 	members = slices.DeleteFunc(members, func(m secagg.Member) bool { return !slices.Contains(sampled, m.ID) })
 	var bases map[string]fl.Base
 	if spec.Buffer > 0 && step == fl.StepTrain {

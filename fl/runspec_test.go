@@ -131,6 +131,32 @@ func TestRoundCohort(t *testing.T) {
 	if c, w := s.RoundCohort("sha256:run", 0, StepStats, members); len(c) != 10 || w != nil {
 		t.Fatalf("the statistics step sampled %v (work %v)", c, w)
 	}
+	// Under DP a straggler a strategy drops takes no part: the draw
+	// leaves max(3, cohort.min) sites their whole work.
+	s.DP = true
+	if c, w := s.RoundCohort("sha256:run", 5, StepTrain, members); len(c) != 5 || len(w) != 2 {
+		t.Fatalf("half of ten under DP: %v, %d stragglers, want 2", c, len(w))
+	}
+	s.DP = false
+	// Groups (a tree's children) are sampled apart, each keeping the
+	// minimum; one group draws as the whole.
+	groups := [][]string{{}, {"a", "b", "c", "d"}, {"e", "f", "g", "h", "i", "j"}}
+	c, _ := s.RoundCohortOf("sha256:run", 5, StepTrain, groups)
+	var inA, inB int
+	for _, name := range c {
+		if name <= "d" {
+			inA++
+		} else {
+			inB++
+		}
+	}
+	if inA != 3 || inB != 3 {
+		t.Fatalf("grouped draw %v: %d of the first child, %d of the second; want 3 and round(0.5·6) = 3", c, inA, inB)
+	}
+	c1, w1 = s.RoundCohortOf("sha256:run", 5, StepTrain, [][]string{members})
+	if one, w := s.RoundCohort("sha256:run", 5, StepTrain, members); !slices.Equal(c1, one) || !maps.Equal(w1, w) {
+		t.Fatalf("one group %v %v, RoundCohort %v %v", c1, w1, one, w)
+	}
 	// A buffered run fills each server step's buffer with K silos.
 	b := &RunSpec{Buffer: 4, MinCohort: 3}
 	if c, w := b.RoundCohort("sha256:run", 2, StepTrain, members); len(c) != 4 || w != nil {

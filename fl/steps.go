@@ -134,14 +134,53 @@ func (s *RunSpec) StepSums(ctx context.Context, env script.Env, strat *Strategy,
 // from the alive members (sorted), and the local work of its stragglers:
 // a training round samples round(Sample·n) of them (at least max(3,
 // MinCohort), at most n), and round(Stragglers·k) of those get params
-// work uniform in (0, 1). Statistics and evaluation steps take every
-// member, at full work. The draws are a pure function of the run and the
-// round, so a re-planned round picks the same silos.
+// work uniform in (0, 1) — under DP never so many that fewer than max(3,
+// MinCohort) do all their work: a strategy may drop a straggler (FedAvg
+// does), and under DP a dropped site takes no part in the round at all
+// (it cannot send a zero weight), so more stragglers would leave a round
+// below the secure-aggregation minimum on every attempt (the draw is the
+// same each time). Statistics and evaluation steps take every member, at
+// full work. The draws are a pure function of the run and the round, so a
+// re-planned round picks the same silos.
 func (s *RunSpec) RoundCohort(run content.Ref, r int, step string, members []string) (cohort []string, work map[string]float64) {
+	return s.RoundCohortOf(run, r, step, [][]string{members})
+}
+
+// RoundCohortOf is RoundCohort over members in groups that are sampled
+// apart: a tree's silos by the child cluster that leads them, each child
+// summing its own sub-cohort of at least max(3, MinCohort) sites, which
+// a draw over the whole cohort need not leave it. One group is exactly
+// RoundCohort's draw (fl simulate's); each further group draws with its
+// index in the key.
+func (s *RunSpec) RoundCohortOf(run content.Ref, r int, step string, groups [][]string) (cohort []string, work map[string]float64) {
 	if step != StepTrain || (s.Sample == 0 && s.Stragglers == 0 && s.Buffer == 0) {
-		return members, nil
+		for _, g := range groups {
+			cohort = append(cohort, g...)
+		}
+		slices.Sort(cohort)
+		return cohort, nil
 	}
-	key := sha256.Sum256(fmt.Appendf(nil, "scellis/fl/round-cohort\x00%s\x00%d", run, r))
+	for i, g := range groups {
+		c, w := s.drawCohort(run, r, i, g)
+		cohort = append(cohort, c...)
+		for name, f := range w {
+			if work == nil {
+				work = map[string]float64{}
+			}
+			work[name] = f
+		}
+	}
+	slices.Sort(cohort)
+	return cohort, work
+}
+
+// drawCohort samples one group of a training round (RoundCohortOf).
+func (s *RunSpec) drawCohort(run content.Ref, r, group int, members []string) (cohort []string, work map[string]float64) {
+	label := fmt.Appendf(nil, "scellis/fl/round-cohort\x00%s\x00%d", run, r)
+	if group > 0 {
+		label = fmt.Appendf(label, "\x00group %d", group)
+	}
+	key := sha256.Sum256(label)
 	rng := rand.New(rand.NewChaCha8(key))
 	shuffled := func(in []string) []string {
 		out := slices.Clone(in)
@@ -151,17 +190,22 @@ func (s *RunSpec) RoundCohort(run content.Ref, r int, step string, members []str
 		}
 		return out
 	}
+	need := max(s.MinCohort, 3)
 	n := len(members)
 	k := n
 	if s.Sample > 0 {
-		k = min(n, max(int(math.Round(s.Sample*float64(n))), s.MinCohort, 3))
+		k = min(n, max(int(math.Round(s.Sample*float64(n))), need))
 	}
 	if s.Buffer > 0 {
-		k = min(n, max(s.Buffer, s.MinCohort, 3))
+		k = min(n, max(s.Buffer, need))
 	}
 	cohort = shuffled(members)[:k]
 	slices.Sort(cohort)
-	if m := int(math.Round(s.Stragglers * float64(k))); m > 0 {
+	m := int(math.Round(s.Stragglers * float64(k)))
+	if s.DP {
+		m = min(m, max(0, k-need))
+	}
+	if m > 0 {
 		work = map[string]float64{}
 		for _, name := range shuffled(cohort)[:m] {
 			work[name] = (float64(rng.Uint64()>>11) + 0.5) * 0x1p-53 // uniform in (0, 1)

@@ -1,0 +1,459 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/model"
+)
+
+// The configuration matrix through real processes (issue 30,
+// docs/matrix.md): every pair of values of the six axes a run can combine
+// — aggregation, standardisation, DP, cohort, topology, transport — runs
+// in at least one cell, and the one pair that is refused (threshold-he
+// over a tree of clusters) is refused at launch with its code. Each cell
+// ends with a model that fl simulate, over the same sites in one process,
+// vouches for: the same parameters (within the secure sum's rounding)
+// when DP is off and the live rounds summed the sites the simulation did,
+// else a held-out accuracy within matrixTolerance of the simulation's
+// DP-off twin. fl simulate itself runs every combination of the first four
+// axes (TestFLSimulateMatrix).
+
+// matrixCell is one combination of the axes.
+type matrixCell struct {
+	agg, std, dp, cohort, topo, transport string
+}
+
+func (m matrixCell) String() string {
+	return strings.NewReplacer("+", "plus").Replace(strings.Join([]string{m.agg, m.std, m.dp, m.cohort, m.topo, m.transport}, "-"))
+}
+
+// matrixCovering is a pairwise covering of the axes (every pair of values
+// in some cell; 9 cells for 3·3·3·2·2·2 values), threshold-he never over
+// the tree.
+var matrixCovering = []matrixCell{
+	{"threshold-he", "none", "record", "sampled", "flat", "datachannel"},
+	{"threshold-he", "federated", "update", "sampled", "flat", "datachannel"},
+	{"threshold-he", "local", "off", "all", "flat", "https"},
+	{"secagg+", "none", "update", "all", "flat", "https"},
+	{"pairwise", "federated", "record", "all", "flat", "https"},
+	{"pairwise", "local", "update", "all", "tree", "datachannel"},
+	{"secagg+", "local", "record", "sampled", "tree", "datachannel"},
+	{"pairwise", "none", "off", "sampled", "tree", "datachannel"},
+	{"secagg+", "federated", "off", "sampled", "tree", "https"},
+}
+
+// matrixTolerance is how far below its DP-off twin's held-out accuracy a
+// cell's model may score (DP noise at σ = 0.5 over a few sites, sampled
+// cohorts and stragglers cost some accuracy; a broken combination costs
+// far more: a model that predicts the majority class loses ~0.05–0.25).
+const matrixTolerance = 0.12
+
+// matrixBounds are public bounds on the hospitals' features (datagen), for
+// the DP statistics step.
+const matrixBounds = "[100, 1, 60, 250, 400, 400, 1, 20, 20]"
+
+// dataset is the silos' dataset name for the cell: raw or pre-standardised
+// (z) features — standardize: none is for data already on one scale — at
+// the cell's unit of privacy.
+func (m matrixCell) dataset() string {
+	d := "raw"
+	if m.std == "none" {
+		d = "z"
+	}
+	if m.dp == "update" {
+		return d + "_upd"
+	}
+	return d + "_rec"
+}
+
+func (m matrixCell) unit() string {
+	if m.dp == "update" {
+		return string(fl.UnitSilo)
+	}
+	return string(fl.UnitRecord)
+}
+
+// spec is the cell's run spec over silos; dpOff gives its DP-off twin.
+func (m matrixCell) spec(silos []string, dpOff bool) string {
+	var b strings.Builder
+	name := m.String()
+	if dpOff {
+		name += "-twin"
+	}
+	fmt.Fprintf(&b, "name: %s\nstrategy: {use: fedavg, params: {lr: 0.5, epochs: 2}}\nmodel: {kind: logistic, inputs: 9, label: outcome}\n", name)
+	fmt.Fprintf(&b, "dataset: %s\nrounds: 3\nseed: 5\nsecure_aggregation: true\nstandardize: %s\n", m.dataset(), m.std)
+	switch m.agg {
+	case "threshold-he":
+		b.WriteString("aggregation: threshold-he\n")
+	default:
+		fmt.Fprintf(&b, "masking: %s\n", m.agg)
+	}
+	cohort := "silos: [" + strings.Join(silos, ", ") + "]"
+	if m.cohort == "sampled" {
+		cohort += ", sample: 0.7, stragglers: 0.3"
+	}
+	fmt.Fprintf(&b, "cohort: {%s}\n", cohort)
+	switch {
+	case m.dp == "off" || dpOff:
+		b.WriteString("privacy: {dp: false}\n")
+	case m.dp == "record":
+		fmt.Fprintf(&b, "privacy: {clip: 1.0, sigma: 0.5, q: 0.1, steps: 10, feature_bounds: %s}\n", matrixBounds)
+	default:
+		fmt.Fprintf(&b, "privacy: {clip: 1.0, sigma: 0.5, feature_bounds: %s}\n", matrixBounds)
+	}
+	return b.String()
+}
+
+// matrixData is the sites' data, written for silos and for fl simulate.
+type matrixData struct {
+	dir    string            // data/<site>.csv (raw) and data/<site>-z.csv
+	sim    map[string]string // by kind and federation: "raw/flat"
+	test   map[string]string // raw and z: held-out rows of every site
+	z      model.Standardizer
+	byName map[string]*model.Dataset
+}
+
+// newMatrixData draws the sites (scellis datagen) and writes each raw and
+// pre-standardised (one pooled standardiser), with one folder per kind for
+// fl simulate (files named as the silos) and federation, and a held-out
+// test set drawn from the same sites with another seed.
+func newMatrixData(t *testing.T, dir string, feds map[string]*matrixFed) *matrixData {
+	var sites []string
+	for _, name := range slices.Sorted(maps.Keys(feds)) {
+		sites = append(sites, feds[name].silos...)
+	}
+	n := fmt.Sprint(len(sites))
+	name := "hospital-%d.csv"
+	if len(sites) >= 10 {
+		name = "hospital-%02d.csv" // datagen pads to the widest number
+	}
+	mustRun(t, scellisCmd(t, dir, "datagen", "hospitals", "--sites", n, "--rows", "250", "--seed", "8", "--out", "gen"))
+	mustRun(t, scellisCmd(t, dir, "datagen", "hospitals", "--sites", n, "--rows", "80", "--seed", "91", "--out", "gen-test"))
+	md := &matrixData{dir: filepath.Join(dir, "data"), byName: map[string]*model.Dataset{}, sim: map[string]string{},
+		test: map[string]string{"raw": filepath.Join(dir, "test.csv"), "z": filepath.Join(dir, "test-z.csv")}}
+	var pooled, test *model.Dataset
+	for i, s := range sites {
+		d, err := model.LoadCSV(filepath.Join(dir, "gen", fmt.Sprintf(name, i+1)), "outcome")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := model.LoadCSV(filepath.Join(dir, "gen-test", fmt.Sprintf(name, i+1)), "outcome")
+		if err != nil {
+			t.Fatal(err)
+		}
+		md.byName[s] = d
+		if pooled == nil {
+			pooled, test = d, e
+		} else {
+			pooled, test = concatRows(pooled, d), concatRows(test, e)
+		}
+	}
+	md.z = model.FitStandardizer(pooled)
+	writeCSV(t, md.test["raw"], test)
+	writeCSV(t, md.test["z"], md.z.Apply(test))
+	for s, d := range md.byName {
+		writeCSV(t, filepath.Join(md.dir, s+".csv"), d)
+		writeCSV(t, filepath.Join(md.dir, s+"-z.csv"), md.z.Apply(d))
+	}
+	for name, f := range feds {
+		for kind, suffix := range map[string]string{"raw": ".csv", "z": "-z.csv"} {
+			sim := filepath.Join(dir, "sim", kind, name)
+			md.sim[kind+"/"+name] = sim
+			for _, s := range f.silos {
+				b, err := os.ReadFile(filepath.Join(md.dir, s+suffix))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.MkdirAll(sim, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(sim, s+".csv"), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	return md
+}
+
+// siloConfig is a matrix silo's config: the four datasets (raw and z, at
+// each unit of privacy), its transport, and the parent federation for a
+// silo of a child cluster.
+func (md *matrixData) siloConfig(name, transport, parent string) string {
+	ice := "https"
+	if transport == "datachannel" {
+		ice = "all"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\npoll: 200ms\nice_policy: %s\n", name, name, name, ice)
+	if parent != "" {
+		fmt.Fprintf(&b, "parent_federation: %s\n", parent)
+	}
+	b.WriteString("datasets:\n")
+	for _, kind := range []string{"raw", "z"} {
+		file := filepath.Join(md.dir, name+".csv")
+		if kind == "z" {
+			file = filepath.Join(md.dir, name+"-z.csv")
+		}
+		for unit, suffix := range map[string]string{"record": "rec", "silo": "upd"} {
+			fmt.Fprintf(&b, "  - {name: %s_%s, path: %s, label: outcome, class: confidential, budget: {epsilon: 100000, delta: 1.0e-5}, unit: %s}\n", kind, suffix, file, unit)
+		}
+	}
+	b.WriteString("policy:\n  min_cohort: 3\n")
+	return b.String()
+}
+
+// layoutOnePerCluster lays a pool of three aggregators out as a parent
+// and one child per region, one node each.
+const layoutOnePerCluster = `def topology(members, params):
+    aggs = [m["name"] for m in members if m["role"] == "aggregator"]
+    regions = {}
+    for m in members:
+        if m["role"] != "aggregator":
+            regions.setdefault(m["region"], []).append(m["name"])
+    clusters = [{"name": "root", "parent": None, "nodes": aggs[0:1], "leads": []}]
+    for i, region in enumerate(sorted(regions.keys())):
+        clusters.append({"name": "child-" + region, "parent": "root", "nodes": aggs[1 + i:2 + i], "leads": regions[region]})
+    return {"clusters": clusters}
+`
+
+// matrixFed is one federation of the matrix: where runs are launched, and
+// its silos with the cluster each runs in.
+type matrixFed struct {
+	at     *cluster
+	silos  []string
+	homeOf map[string]*cluster
+	parent string // the parent federation file, for silos of a tree
+}
+
+func (f *matrixFed) startSilos(md *matrixData, transport string) {
+	for _, s := range f.silos {
+		c := f.homeOf[s]
+		c.write(s+".yaml", md.siloConfig(s, transport, f.parent))
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+}
+
+func (f *matrixFed) stopSilos() {
+	for _, s := range f.silos {
+		f.homeOf[s].kill(s, syscall.SIGTERM)
+	}
+	for _, s := range f.silos {
+		f.homeOf[s].waitExit(s)
+	}
+}
+
+func TestFLConfigurationMatrix(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
+	if testing.Short() {
+		t.Skip("multi-process configuration matrix")
+	}
+	flatSilos := []string{"h1", "h2", "h3", "h4"}
+	var ms []member
+	for _, s := range flatSilos {
+		ms = append(ms, member{s, "silo"})
+	}
+	flat := &matrixFed{at: newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...), silos: flatSilos, homeOf: map[string]*cluster{}}
+	for _, s := range flatSilos {
+		flat.homeOf[s] = flat.at
+	}
+	pf := newPoolFile(t, 3)
+	treeSilos := []string{"a1", "a2", "a3", "b1", "b2", "b3"}
+	for _, s := range treeSilos {
+		pf.member(s, "silo", "region: "+s[:1])
+	}
+	cs, _ := pf.layOut(layoutOnePerCluster, []treeCluster{
+		{"root", []string{"agg-1"}, nil}, {"child-a", []string{"agg-2"}, treeSilos[:3]}, {"child-b", []string{"agg-3"}, treeSilos[3:]}})
+	tree := &matrixFed{at: cs["root"], silos: treeSilos, homeOf: map[string]*cluster{}, parent: filepath.Join(cs["root"].dir, "federation.yaml")}
+	for _, s := range treeSilos {
+		tree.homeOf[s] = cs["child-"+s[:1]]
+	}
+	feds := map[string]*matrixFed{"flat": flat, "tree": tree}
+	md := newMatrixData(t, flat.at.dir, feds)
+
+	flat.at.startAggregators()
+	for _, c := range cs {
+		c.startAggregators()
+	}
+	for _, transport := range []string{"datachannel", "https"} {
+		for _, f := range feds {
+			f.startSilos(md, transport)
+		}
+		var wg sync.WaitGroup
+		for _, m := range matrixCovering {
+			if m.transport != transport {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				t.Run(m.String(), func(t *testing.T) { runMatrixCell(t, m, feds[m.topo], md) })
+			}()
+		}
+		if transport == "https" {
+			// The one refused pair: threshold-he over a tree.
+			he := matrixCell{"threshold-he", "local", "off", "all", "tree", "https"}
+			tree.at.write("he-tree.yaml", he.spec(treeSilos, false))
+			if out, errs, err := tree.at.cli("alice", "fl", "launch", "he-tree.yaml"); err == nil || !strings.Contains(errs, "SC7604") {
+				t.Errorf("threshold-he over a tree of clusters was not refused with SC7604: %v\n%s%s", err, out, errs)
+			}
+		}
+		wg.Wait()
+		for _, f := range feds {
+			f.stopSilos()
+		}
+	}
+}
+
+// runMatrixCell launches cell m at f, waits for the run, and checks its
+// model against fl simulate's.
+func runMatrixCell(t *testing.T, m matrixCell, f *matrixFed, md *matrixData) {
+	c := f.at
+	file := m.String() + ".yaml"
+	c.write(file, m.spec(f.silos, false))
+	c.write(m.String()+"-twin.yaml", m.spec(f.silos, true))
+	kind := strings.TrimSuffix(strings.TrimSuffix(m.dataset(), "_rec"), "_upd")
+	// The simulation of the same spec, and of its DP-off twin.
+	sims := md.sim[kind+"/"+m.topo]
+	simOut := mustRun(t, scellisCmd(t, c.dir, "--json", "fl", "simulate", file, "--data", sims, "--unit", m.unit(), "--out", m.String()+"-sim.json"))
+	mustRun(t, scellisCmd(t, c.dir, "fl", "simulate", m.String()+"-twin.yaml", "--data", sims, "--unit", m.unit(), "--out", m.String()+"-twin.json"))
+
+	cli := func(args ...string) string {
+		out, errs, err := c.cli("alice", args...)
+		if err != nil {
+			t.Fatalf("scellis %s: %v\n%s%s", strings.Join(args, " "), err, out, errs)
+		}
+		return out
+	}
+	id := strings.TrimSpace(cli("fl", "launch", file))
+	out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
+	if err != nil {
+		t.Fatalf("fl watch %s: %v\n%s%s", m, err, out, errs)
+	}
+	if st := c.run(id); st.State != "done" {
+		t.Fatalf("the run is %s after %d steps: %s\n%s", st.State, len(st.Models), st.Reason, out)
+	}
+	cli("fl", "model", id, "--out", m.String()+"-live.json")
+	live, err := fl.ReadModelFile(filepath.Join(c.dir, m.String()+"-live.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim, err := fl.ReadModelFile(filepath.Join(c.dir, m.String()+"-sim.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.dp == "off" && sameParticipants(t, out, simOut) {
+		worst := 0.0
+		for j := range sim.Params {
+			worst = max(worst, math.Abs(sim.Params[j]-live.Params[j]))
+		}
+		if len(sim.Params) != len(live.Params) || worst > 1e-6 {
+			t.Fatalf("the live model differs from fl simulate's by %.3g (%d and %d parameters)", worst, len(live.Params), len(sim.Params))
+		}
+		return
+	}
+	test := md.test[kind]
+	got := heldOutAccuracy(t, c.dir, m.String()+"-live.json", test)
+	ref := heldOutAccuracy(t, c.dir, m.String()+"-twin.json", test)
+	t.Logf("%s: held-out accuracy %.3f, fl simulate's DP-off twin %.3f", m, got, ref)
+	if got < ref-matrixTolerance {
+		t.Fatalf("held-out accuracy %.3f, more than %.2f below the DP-off simulation's %.3f", got, matrixTolerance, ref)
+	}
+}
+
+// sameParticipants reports whether the live run's steps (fl watch --json)
+// summed the sites the simulation's (fl simulate --json) did, step by
+// step: only then must their models agree.
+func sameParticipants(t *testing.T, live, sim string) bool {
+	t.Helper()
+	parts := func(out string) [][]string {
+		var rows [][]string
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r struct {
+				Final        bool     `json:"final"`
+				Participants []string `json:"participants"`
+			}
+			if json.Unmarshal([]byte(line), &r) == nil && !r.Final && r.Participants != nil {
+				rows = append(rows, slices.Sorted(slices.Values(r.Participants)))
+			}
+		}
+		return rows
+	}
+	l, s := parts(live), parts(sim)
+	return slices.EqualFunc(l, s, slices.Equal)
+}
+
+// heldOutAccuracy scores a model file on a labelled CSV (scellis model eval).
+func heldOutAccuracy(t *testing.T, dir, modelFile, data string) float64 {
+	t.Helper()
+	var r struct {
+		Accuracy float64 `json:"accuracy"`
+	}
+	out := mustRun(t, scellisCmd(t, dir, "--json", "model", "eval", modelFile, "--data", data, "--label", "outcome"))
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("model eval: %v\n%s", err, out)
+	}
+	return r.Accuracy
+}
+
+// matrixAxes are the values of the axes fl simulate can take: every
+// combination of aggregation, standardisation, DP and cohort (topology and
+// transport are how a live federation moves the sums, which a simulation
+// adds in plain floats).
+var matrixAxes = struct{ agg, std, dp, cohort []string }{
+	agg:    []string{"pairwise", "secagg+", "threshold-he"},
+	std:    []string{"federated", "local", "none"},
+	dp:     []string{"off", "record", "update"},
+	cohort: []string{"all", "sampled"},
+}
+
+// Every combination of the four axes fl simulate takes runs to a model
+// within matrixTolerance of its DP-off, whole-cohort twin's held-out
+// accuracy (54 cells, real binary, six small sites).
+func TestFLSimulateMatrix(t *testing.T) {
+	t.Parallel() // its own processes and directories
+	dir := t.TempDir()
+	f := &matrixFed{silos: []string{"s1", "s2", "s3", "s4", "s5", "s6"}}
+	md := newMatrixData(t, dir, map[string]*matrixFed{"flat": f})
+	accuracy := map[string]float64{}
+	score := func(m matrixCell, dpOff bool) float64 {
+		file := m.String()
+		if dpOff {
+			file += "-twin"
+		}
+		if err := os.WriteFile(filepath.Join(dir, file+".yaml"), []byte(m.spec(f.silos, dpOff)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		kind := strings.TrimSuffix(strings.TrimSuffix(m.dataset(), "_rec"), "_upd")
+		mustRun(t, scellisCmd(t, dir, "fl", "simulate", file+".yaml", "--data", md.sim[kind+"/flat"], "--unit", m.unit(), "--out", file+".json"))
+		return heldOutAccuracy(t, dir, file+".json", md.test[kind])
+	}
+	for _, std := range matrixAxes.std {
+		twin := matrixCell{"pairwise", std, "off", "all", "flat", "https"}
+		ref := score(twin, true)
+		for _, agg := range matrixAxes.agg {
+			for _, dp := range matrixAxes.dp {
+				for _, cohort := range matrixAxes.cohort {
+					m := matrixCell{agg, std, dp, cohort, "flat", "https"}
+					got := score(m, false)
+					accuracy[m.String()] = got
+					if got < ref-matrixTolerance {
+						t.Errorf("%s: held-out accuracy %.3f, more than %.2f below its DP-off twin's %.3f", m, got, matrixTolerance, ref)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("held-out accuracy by cell: %v", accuracy)
+}
