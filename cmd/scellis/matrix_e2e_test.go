@@ -457,3 +457,27 @@ func TestFLSimulateMatrix(t *testing.T) {
 	}
 	t.Logf("held-out accuracy by cell: %v", accuracy)
 }
+
+// docs/matrix.md's table of real-process cells is matrixCovering's, plus
+// the refused pair.
+func TestMatrixDocsTable(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "matrix.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []matrixCell
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(strings.Trim(line, "| "), " | ")
+		if len(f) != 7 || f[0] == "aggregation" || strings.HasPrefix(f[0], "---") {
+			continue
+		}
+		rows = append(rows, matrixCell{f[0], f[1], f[2], f[3], f[4], f[5]})
+		if refused := strings.HasPrefix(f[6], "refused"); refused != (f[0] == "threshold-he" && f[4] == "tree") {
+			t.Errorf("docs/matrix.md says %q for %v", f[6], rows[len(rows)-1])
+		}
+	}
+	want := append(slices.Clone(matrixCovering), matrixCell{"threshold-he", "local", "off", "all", "tree", "https"})
+	if !slices.Equal(rows, want) {
+		t.Fatalf("docs/matrix.md's table lists %v\nthe test runs %v", rows, want)
+	}
+}
