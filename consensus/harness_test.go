@@ -23,10 +23,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/scellis/scellis/internal/testharness"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(testharness.Wrap(m)) // nothing outlives the tests (internal/testharness)
 }
 
 // ---- identities and pinned TLS configs ----

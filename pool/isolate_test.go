@@ -13,6 +13,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/sandboxproc"
+	"github.com/scellis/scellis/internal/testharness"
 	"github.com/scellis/scellis/job"
 )
 
@@ -20,7 +21,7 @@ import (
 // binary runs the shard handler and exits.
 func TestMain(m *testing.M) {
 	sandboxproc.Main()
-	os.Exit(m.Run())
+	testharness.Main(m) // nothing the tests start or make outlives them
 }
 
 // isolatedWorker compiles a small Monte Carlo job and returns a worker

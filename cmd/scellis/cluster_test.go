@@ -89,34 +89,28 @@ var lowPort = func() *atomic.Int64 {
 }()
 
 // claimPort reserves port for the rest of this test process against every
-// other test process on the machine: an flock on a file named after the
-// port, held until the process exits (the kernel drops it then, so a
-// crashed run leaves nothing behind). A listener alone cannot do this: a
-// node's port is free while the node is down for a restart, or between
-// release and the node's own bind, and a second `go test` of this package
-// (CI's fault-survival rerun, a developer's loop) could take it then.
+// other test process on the machine: a listener on an abstract Unix
+// socket named after the port (Linux: no file, machine-wide within the
+// network namespace), held until the process exits — the kernel drops it
+// then, so a crashed run leaves nothing behind. A TCP listener alone
+// cannot do this: a node's port is free while the node is down for a
+// restart, or between release and the node's own bind, and a second `go
+// test` of this package (CI's fault-survival rerun, a developer's loop)
+// could take it then.
 func claimPort(port int) bool {
-	dir := filepath.Join(os.TempDir(), "scellis-test-ports")
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return true // no shared folder: fall back to the listener check
-	}
-	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o666)
+	l, err := net.Listen("unix", "@scellis-test-port-"+strconv.Itoa(port))
 	if err != nil {
-		return true
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		f.Close()
 		return false // another test process holds it
 	}
 	claimed.Lock()
-	claimed.files = append(claimed.files, f) // kept open: the lock lives as long as the process
+	claimed.ls = append(claimed.ls, l) // kept open: the claim lives as long as the process
 	claimed.Unlock()
 	return true
 }
 
 var claimed struct {
 	sync.Mutex
-	files []*os.File
+	ls []net.Listener
 }
 
 func (p *ports) release() {

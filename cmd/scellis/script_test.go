@@ -11,27 +11,20 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/scellis/scellis/internal/sandboxproc"
+	"github.com/scellis/scellis/internal/testharness"
 )
 
 // TestMain lets testscript run this binary in-process as the `scellis`
 // command inside scripts, the way a user runs it.
 func TestMain(m *testing.M) {
 	sandboxproc.Main() // the aggregator's planner re-executes this binary
-	testscript.Main(removesBinary{m}, map[string]func(){
+	// The tests run guarded (internal/testharness): the scellis processes
+	// they start and their folders — the scellis binary they build
+	// (scellisBinary, 50 MB) included — end with the test binary, even
+	// when go test is killed.
+	testscript.Main(testharness.Wrap(m), map[string]func(){
 		"scellis": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 	})
-}
-
-// removesBinary runs the tests, then removes the scellis binary they built
-// (scellisBinary): 50 MB in the temporary directory per test process.
-type removesBinary struct{ m *testing.M }
-
-func (r removesBinary) Run() int {
-	code := r.m.Run()
-	if buildErr == nil && binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
-	return code
 }
 
 // TestScripts runs cmd/scellis/testdata/script/*.txtar: CLI tests written as

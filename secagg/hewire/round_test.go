@@ -22,12 +22,13 @@ import (
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/testharness"
 	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/secagg/he"
 	"github.com/scellis/scellis/secagg/wire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testharness.Wrap(m)) }
 
 // fixture: a federation of one aggregator and four silos, a Host served
 // over TLS on loopback, and each silo's mutually authenticated client.

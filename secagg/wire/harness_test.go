@@ -22,10 +22,11 @@ import (
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/testharness"
 	"github.com/scellis/scellis/secagg"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testharness.Wrap(m)) }
 
 // A test federation: one aggregator (which hosts the rounds), silos
 // hospital-a…, a worker, and an outsider whose forged federation file
