@@ -179,7 +179,19 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 			}
 		})
 	}
-	rb := must(must(srv.EndMask()).Marshal())
+	req := must(srv.EndMask())
+	count(0, must(req.Marshal()))
+	// The consistency round secure aggregation requires before any
+	// unmasking (SC6011 without it): every survivor signs the set.
+	for i := range cl {
+		var sb []byte
+		timed(&c.decrypt, func() { sb = must(must(cl[i].SignSurvivors(must(secagg.ParseUnmaskRequest(must(req.Marshal()))))).Marshal()) })
+		count(i, sb)
+		if err := srv.AddSignature(must(secagg.ParseSurvivorSig(sb))); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rb := must(must(srv.EndConsistency()).Marshal())
 	count(0, rb)
 	for i := range cl {
 		var ub []byte

@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Reads `go test -json` on stdin and prints what `go test` without -v
+would: each package's result line, and the whole output of every test
+that fails (of its subtests too). It ends with the ten slowest tests
+(top-level and subtests) and the five slowest packages."""
+import json
+import sys
+
+out = {}  # (package, test) -> output lines, until the test ends
+elapsed, packages = [], []
+for line in sys.stdin:
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        sys.stdout.write(line)
+        continue
+    pkg, test, action = ev.get("Package", ""), ev.get("Test"), ev.get("Action")
+    if action == "output":
+        if test:
+            out.setdefault((pkg, test), []).append(ev.get("Output", ""))
+        else:
+            sys.stdout.write(ev.get("Output", ""))
+    elif action in ("pass", "fail", "skip") and test:
+        lines = out.pop((pkg, test), [])
+        if action == "fail":
+            sys.stdout.write("".join(lines))
+        if action != "skip" and "Elapsed" in ev:
+            elapsed.append((ev["Elapsed"], pkg, test, action))
+    elif action in ("pass", "fail") and "Elapsed" in ev:
+        packages.append((ev["Elapsed"], pkg, action))
+    sys.stdout.flush()
+for (pkg, test), lines in out.items():  # a test that never ended: a crash or timeout
+    sys.stdout.write(f"--- {pkg} {test} did not end:\n" + "".join(lines[-200:]))
+
+short = lambda p: p.removeprefix("github.com/scellis/scellis/")
+print("\n== the ten slowest tests")
+for e, pkg, test, action in sorted(elapsed, reverse=True)[:10]:
+    print(f"{e:8.1f} s  {short(pkg)} {test}" + (" (failed)" if action == "fail" else ""))
+print("== the five slowest packages")
+for e, pkg, action in sorted(packages, reverse=True)[:5]:
+    print(f"{e:8.1f} s  {short(pkg)}" + (" (failed)" if action == "fail" else ""))
