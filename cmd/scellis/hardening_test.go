@@ -230,7 +230,7 @@ func TestPoolKillsHostilePartitioner(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(c.dir, "agg-1.yaml"))
 	// Steps far beyond what the wall clock allows, so the kill, not the
 	// step budget, ends the loop.
-	c.write("agg-1.yaml", string(b)+"content_steps: 1000000000000\ncontent_memory_mb: 64\ncontent_timeout: 3s\nmax_job_units: 1000000\n")
+	c.write("agg-1.yaml", string(b)+"content_steps: 1000000000000\ncontent_memory_mb: 64\ncontent_timeout: 6s\nmax_job_units: 1000000\n")
 	c.startAggregators()
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-base", 2)))
 	m := c.apiAs("alice")
@@ -266,7 +266,16 @@ func TestPoolKillsHostilePartitioner(t *testing.T) {
 			return true // the plan ended first; checked below
 		default:
 		}
-		st := c.statuses("alice")["agg-1"]
+		// Asked in this process (no CLI start-up in the way): the plan
+		// runs for content_timeout, which a loaded machine can spend
+		// starting processes.
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		raw, err := m.api.Status(sctx)
+		scancel()
+		var st nodeStatus
+		if err != nil || json.Unmarshal(raw, &st) != nil {
+			return false
+		}
 		if st.PlansRunning > 0 {
 			sawRunning = true
 			return true
