@@ -185,7 +185,9 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 	// unmasking (SC6011 without it): every survivor signs the set.
 	for i := range cl {
 		var sb []byte
-		timed(&c.decrypt, func() { sb = must(must(cl[i].SignSurvivors(must(secagg.ParseUnmaskRequest(must(req.Marshal()))))).Marshal()) })
+		timed(&c.decrypt, func() {
+			sb = must(must(cl[i].SignSurvivors(must(secagg.ParseUnmaskRequest(must(req.Marshal()))))).Marshal())
+		})
 		count(i, sb)
 		if err := srv.AddSignature(must(secagg.ParseSurvivorSig(sb))); err != nil {
 			b.Fatal(err)
