@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 )
@@ -44,8 +45,10 @@ type ingress struct {
 
 // reachTimeout is how long a follower gets to reach this node: long
 // enough for a TLS handshake with a busy process (a slow node is not a
-// cut-off one), short against the silos' lease.
-func (n *Node) reachTimeout() time.Duration { return max(2*time.Second, n.siloLease()/2) }
+// cut-off one), short against the silos' lease; 2 to 10 s.
+func (n *Node) reachTimeout() time.Duration {
+	return min(max(2*time.Second, n.siloLease()/2), 10*time.Second)
+}
 
 // ingressEvery is how often a leader probes its reachability: twice per
 // silo lease, so it hands over about when the silos' leases lapse here.
@@ -149,8 +152,10 @@ func (n *Node) watchIngress(ctx context.Context) {
 			continue
 		}
 		n.log.Warn("the other aggregators cannot reach this leader's API: handing leadership over", "probes", detail)
+		// The transfer's wait for the new leader may end with the tenure
+		// instead: a node nobody reaches does not hear who won.
 		to, err := n.HandOver(ctx)
-		if err != nil {
+		if err != nil && n.raft.Status().State == consensus.StateLeader {
 			n.log.Warn("leadership hand-over failed; trying again", "err", err)
 			continue
 		}
