@@ -2,14 +2,15 @@ package aggregator
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/scellis/scellis/consensus"
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 )
@@ -25,15 +26,15 @@ import (
 // nodes could have led (issue 30: paused in 2 of 2 tries).
 //
 // So the leader asks its followers, over connections it opens itself,
-// whether they can open one to it (api.ReachResponse; each opens a
-// mutually authenticated TLS connection to this node's API address and
-// closes it). When at least a quorum of the voters other than this node
-// answer and none reached it, those nodes can elect a leader among
-// themselves that the silos can reach: this one hands leadership over
-// (Raft leadership transfer), and until then it counts no round failure
-// that silos' absence caused (runs.go, retryAttempt) — it caused them. A
-// follower that cannot reach anyone says nothing useful alone; it takes a
-// quorum of them, and a single answer that reached this node, to decide.
+// whether they can open one to it (api.ReachResponse; each opens a TCP
+// connection to this node's API address and closes it). When at least a
+// quorum of the voters other than this node answer and none reached it,
+// those nodes can elect a leader among themselves that the silos can
+// reach: this one hands leadership over (Raft leadership transfer), and
+// until then it counts no round failure that silos' absence caused
+// (runs.go, retryAttempt) — it caused them. A follower that cannot reach
+// anyone says nothing useful alone: it takes a quorum of them, and one
+// follower that reached this node keeps it leading.
 
 // ingress is the leader's latest finding about its own reachability.
 type ingress struct {
@@ -44,8 +45,8 @@ type ingress struct {
 }
 
 // reachTimeout is how long a follower gets to reach this node: long
-// enough for a TLS handshake with a busy process (a slow node is not a
-// cut-off one), short against the silos' lease; 2 to 10 s.
+// enough for a SYN lost once to be sent again (a lossy link is not a cut
+// one), short against the silos' lease; 2 to 10 s.
 func (n *Node) reachTimeout() time.Duration {
 	return min(max(2*time.Second, n.siloLease()/2), 10*time.Second)
 }
@@ -54,19 +55,18 @@ func (n *Node) reachTimeout() time.Duration {
 // silo lease, so it hands over about when the silos' leases lapse here.
 func (n *Node) ingressEvery() time.Duration { return n.siloLease() / 2 }
 
-// reach implements api.Server.Reach: open a TLS connection, as this node,
-// to aggregator name's API address, and close it.
+// reach implements api.Server.Reach: open a TCP connection to aggregator
+// name's API address, and close it. TCP, not TLS: the kernel completes the
+// handshake for a process however busy, so a loaded leader does not look
+// cut off, while a dropped port never answers.
 func (n *Node) reach(ctx context.Context, name string) error {
 	m, ok := n.fed.Member(name)
 	if !ok || m.Role != identity.Aggregator || m.Address == "" {
 		return diag.New(diag.PoolBadRequest, "cluster", "%q is not an aggregator of federation %q", name, n.fed.Name).
 			WithHelp("name an aggregator of the federation file")
 	}
-	cfg, err := identity.ClientTLSConfig(n.id, n.fed, name, identity.Aggregator)
-	if err != nil {
-		return err
-	}
-	conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", m.Address)
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", m.Address)
 	if err != nil {
 		return err
 	}
@@ -125,10 +125,16 @@ func (n *Node) probeIngress(ctx context.Context) (cutOff bool, detail string) {
 // by a finding of this tenure younger than ingressEvery, else by a fresh
 // probe (callers at the same time share it).
 func (n *Node) unheard(ctx context.Context) (bool, string) {
+	return n.findIngress(ctx, false)
+}
+
+// findIngress returns the latest finding, probing first when fresh is set
+// or the finding is older than ingressEvery or than this tenure.
+func (n *Node) findIngress(ctx context.Context, fresh bool) (bool, string) {
 	n.ingress.mu.Lock()
 	defer n.ingress.mu.Unlock()
 	tenure := time.Unix(0, n.leaderSince.Load())
-	if time.Since(n.ingress.at) > n.ingressEvery() || n.ingress.at.Before(tenure) {
+	if fresh || time.Since(n.ingress.at) > n.ingressEvery() || n.ingress.at.Before(tenure) {
 		n.ingress.cutOff, n.ingress.detail = n.probeIngress(ctx)
 		n.ingress.at = time.Now()
 	}
@@ -141,14 +147,19 @@ func (n *Node) unheard(ctx context.Context) (bool, string) {
 func (n *Node) watchIngress(ctx context.Context) {
 	t := time.NewTicker(n.ingressEvery())
 	defer t.Stop()
-	for {
+	for found := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		cut, detail := n.unheard(ctx)
-		if !cut || ctx.Err() != nil {
+		cut, detail := n.findIngress(ctx, true)
+		if found++; !cut {
+			found = 0
+		}
+		// Two findings in a row: a hand-over costs the cluster a round,
+		// and one probe can meet a passing fault.
+		if found < 2 || ctx.Err() != nil {
 			continue
 		}
 		n.log.Warn("the other aggregators cannot reach this leader's API: handing leadership over", "probes", detail)
@@ -162,4 +173,30 @@ func (n *Node) watchIngress(ctx context.Context) {
 		n.log.Info("leadership handed over", "to", to)
 		return
 	}
+}
+
+// selfInflicted says why a failed attempt of a round (job, if one was
+// submitted) that heals is this leader's doing rather than its silos'
+// ("" when it is theirs): the other aggregators cannot reach this leader
+// (the silos cannot either, and it hands over), or the attempt was planned
+// in the first tenureGrace of its tenure, before the silos — each
+// spending an attempt on the old leader, possibly one nobody reaches —
+// had found it. The latter only delays counting: attempts planned after
+// the grace count.
+func (n *Node) selfInflicted(ctx context.Context, job content.Ref, heals bool) string {
+	if !heals {
+		return ""
+	}
+	if cut, detail := n.unheard(ctx); cut {
+		return "the other aggregators cannot reach this leader (" + detail + ")"
+	}
+	if job == "" {
+		return "" // too few alive: runRound waits out a new tenure itself
+	}
+	js, err := n.fsm.machine().Job(job)
+	grace := time.Unix(0, n.leaderSince.Load()).Add(n.tenureGrace())
+	if err == nil && time.UnixMilli(js.SubmittedAt).Before(grace) {
+		return "planned before the silos had found this new leader"
+	}
+	return ""
 }

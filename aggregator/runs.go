@@ -301,9 +301,7 @@ func (n *Node) retryFault(ctx context.Context, st coordinator.RunStatus, job con
 
 // retryAttempt proposes RetryRound. The backoff doubles per failed attempt
 // and per automatic resume of the round (resume.go). A failure that heals
-// is not counted while the other aggregators cannot reach this leader
-// (ingress.go): the silos were absent because nobody could reach it, and
-// it hands over instead.
+// is not counted when this leader caused it (selfInflicted).
 func (n *Node) retryAttempt(ctx context.Context, st coordinator.RunStatus, job content.Ref, failed, heals bool, reason string) error {
 	if len(reason) > 1000 {
 		reason = reason[:1000]
@@ -312,11 +310,9 @@ func (n *Node) retryAttempt(ctx context.Context, st coordinator.RunStatus, job c
 	retryAt := now
 	if failed {
 		retryAt = now.Add(n.backoff(st.Failures + st.Resumes))
-		if heals {
-			if cut, detail := n.unheard(ctx); cut {
-				failed = false
-				reason += "; not counted: the other aggregators cannot reach this leader (" + detail + ")"
-			}
+		if why := n.selfInflicted(ctx, job, heals); why != "" {
+			failed = false
+			reason += "; not counted: " + why
 		}
 	}
 	res, err := n.Apply(ctx, coordinator.RetryRound{

@@ -390,14 +390,17 @@ func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 // completed round, and it completes: nobody calls resume.
 func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
 	t.Parallel()
-	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 100 * time.Millisecond})
+	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 100 * time.Millisecond, SiloLease: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	spec := fedavgSpec(2)
 	spec.Model.Inputs = p.data["s1"].Dims()
 	// s3 leases the first two attempts of round 0 and never takes part:
 	// each fails (three sites are the minimum) and the second pauses the
-	// run. It takes part in every attempt after.
+	// run. It takes part in every attempt after. The attempts count once
+	// the node's tenure is past its grace (an attempt planned before the
+	// silos could have found a new leader does not).
+	waitUntil(t, "the tenure's grace", 10*time.Second, func() bool { return p.node.leaderSince.Load() != 0 && !p.node.newTenure() })
 	var dropped atomic.Int32
 	events, stopEvents := p.node.hub.Subscribe("")
 	defer stopEvents()

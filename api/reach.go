@@ -16,13 +16,13 @@ import (
 // leading while nobody can reach its API — not the silos, whose polls are
 // its liveness evidence, nor the followers that redirect them to it. It
 // cannot see that from inside; it asks its followers, over connections it
-// opens itself, whether they can open one to it (GET
+// opens itself, whether they can open one to it (a TCP connection: GET
 // /v1/cluster/reach/{name}, aggregators only; package aggregator,
 // ingress.go, decides what follows).
 
 // ReachResponse answers GET /v1/cluster/reach/{name}: whether the
-// answering node (From) opened a mutually authenticated TLS connection to
-// aggregator Node's API, and how long it took or why it failed.
+// answering node (From) opened a TCP connection to aggregator Node's API
+// address, and how long it took or why it failed.
 type ReachResponse struct {
 	From    string `json:"from"`
 	Node    string `json:"node"`
