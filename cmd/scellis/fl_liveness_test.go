@@ -21,9 +21,10 @@ import (
 // A 3-node cluster and three silos (the minimum cohort): h3 is stopped
 // (SIGSTOP) mid-run, long enough for its lease to lapse, so every attempt
 // of the next round fails and the run pauses after round_attempts. The
-// pause says it resumes by itself; once h3 is continued and polls again,
-// the leader resumes the run and it completes with h3 in its last round.
-// Nobody runs fl resume. h3's ledger charges each round at most once.
+// pause says it resumes by itself. The leader is killed while the run is
+// paused; once h3 is continued and polls again, the new leader resumes the
+// run and it completes with h3 in its last round. Nobody runs fl resume.
+// h3's ledger charges each round at most once.
 func TestFLPausedRunResumesWhenSilosReturn(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
@@ -51,6 +52,15 @@ func TestFLPausedRunResumesWhenSilosReturn(t *testing.T) {
 	if out := c.mustCLI("alice", "fl", "status", id); !strings.Contains(out, "resumes by itself") {
 		t.Errorf("fl status of a run paused for an unreachable silo does not say it resumes by itself:\n%s", out)
 	}
+	// The leader that paused it dies: its successor reads the pause, its
+	// retry time and its resume count from the log, and resumes it.
+	old := c.leader("alice")
+	c.kill(old, syscall.SIGKILL)
+	c.waitExit(old)
+	waitFor(t, "a new leader after killing "+old, time.Minute, func() bool {
+		l := c.leader("alice")
+		return l != "" && l != old
+	})
 	// fl watch, started while the run is paused, says the pause heals and
 	// follows the run on to its end (exit 0), not out at the pause. Its
 	// output goes to a file, read while it runs.

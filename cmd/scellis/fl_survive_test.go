@@ -532,8 +532,18 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 	// The run is done once every report is in; h2 removes a record from
 	// its outbox when the answer to its report comes back, which may be
 	// just after. What must hold is that the outbox drains.
+	outbox := filepath.Join(c.dir, "h2", "data", "outbox")
+	t.Cleanup(func() {
+		if left, _ := os.ReadDir(outbox); t.Failed() && len(left) > 0 {
+			var names []string
+			for _, e := range left {
+				names = append(names, e.Name())
+			}
+			t.Logf("h2's outbox holds %v; the run's round jobs: %v", names, c.run(id).Jobs)
+		}
+	})
 	waitFor(t, "h2's outbox to drain", time.Minute, func() bool {
-		left, _ := os.ReadDir(filepath.Join(c.dir, "h2", "data", "outbox"))
+		left, _ := os.ReadDir(outbox)
 		return len(left) == 0
 	})
 	reportMatchesLedgers(t, c, id, silos)
