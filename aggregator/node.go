@@ -82,6 +82,9 @@ type Node struct {
 	seen        sync.Map
 	leaderSince atomic.Int64
 	peerGone    signal // fired when a silo's held poll ends with its connection
+	// ingress: whether the other aggregators can reach this leader
+	// (ingress.go).
+	ingress ingress
 
 	// peerClient talks to the other aggregators as this node (blob
 	// replication and fetches).
@@ -320,7 +323,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, DurableAll: n.durableAll, Membership: n, Leader: n.leader,
 		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer, MaxHold: n.siloLease() / 2,
-		Changes: n.changes, Voters: n.voters,
+		Changes: n.changes, Voters: n.voters, Reach: n.reach,
 	}
 	n.api = srv
 	var control http.Handler = srv.Handler()
@@ -551,6 +554,11 @@ func (n *Node) leaderDuties(ctx context.Context) {
 			go func(ctx context.Context) {
 				defer n.done.Done()
 				n.revokeGone(ctx) // a gone child's pooled shards are leased again at once
+			}(tenure.ctx)
+			n.done.Add(1)
+			go func(ctx context.Context) {
+				defer n.done.Done()
+				n.watchIngress(ctx) // a leader nobody can reach hands over
 			}(tenure.ctx)
 			if n.opt.Delegate != nil {
 				n.done.Add(1)

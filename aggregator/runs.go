@@ -219,6 +219,10 @@ func (n *Node) cohort(spec fl.RunSpec) ([]string, error) {
 func (n *Node) driveRuns(ctx context.Context, m *coordinator.Machine) {
 	now := time.Now().UnixMilli()
 	for _, st := range m.Runs() {
+		if st.State == coordinator.RunPaused {
+			n.resumeHealed(ctx, st, now) // resume.go
+			continue
+		}
 		if st.State != coordinator.RunRunning || st.RetryAt > now {
 			continue
 		}
@@ -279,18 +283,40 @@ func (n *Node) driveRun(ctx context.Context, id content.Ref) error {
 
 // retryRound ends the current attempt of st's next round (job, if one was
 // submitted). A failed attempt counts toward Options.RoundAttempts and the
-// next waits a backoff; a lost host (failed false) is retried at once.
+// next waits a backoff; a lost host (failed false) is retried at once. A
+// failed attempt here is one that can heal by itself (silos unreachable, a
+// secure aggregation that lost its sites, a blob no node served): a run it
+// pauses resumes once enough silos are alive (resume.go); retryFault is
+// for the rest.
 func (n *Node) retryRound(ctx context.Context, st coordinator.RunStatus, job content.Ref, failed bool, reason string) error {
+	return n.retryAttempt(ctx, st, job, failed, failed, reason)
+}
+
+// retryFault ends an attempt that failed in a way the same inputs repeat
+// (the server step or the statistics fail on the sum): it counts, and a
+// run it pauses waits for a person (fl resume), with its reason.
+func (n *Node) retryFault(ctx context.Context, st coordinator.RunStatus, job content.Ref, reason string) error {
+	return n.retryAttempt(ctx, st, job, true, false, reason)
+}
+
+// retryAttempt proposes RetryRound. The backoff doubles per failed attempt
+// and per automatic resume of the round (resume.go). A failure that heals
+// is not counted when this leader caused it (selfInflicted).
+func (n *Node) retryAttempt(ctx context.Context, st coordinator.RunStatus, job content.Ref, failed, heals bool, reason string) error {
 	if len(reason) > 1000 {
 		reason = reason[:1000]
 	}
 	now := time.Now()
 	retryAt := now
 	if failed {
-		retryAt = now.Add(n.backoff(st.Failures))
+		retryAt = now.Add(n.backoff(st.Failures + st.Resumes))
+		if why := n.selfInflicted(ctx, job, heals); why != "" {
+			failed = false
+			reason += "; not counted: " + why
+		}
 	}
 	res, err := n.Apply(ctx, coordinator.RetryRound{
-		Run: st.ID, Round: len(st.Models), Job: job, Reason: reason, Failed: failed,
+		Run: st.ID, Round: len(st.Models), Job: job, Reason: reason, Failed: failed, Heals: heals,
 		MaxAttempts: n.roundAttempts(), RetryAt: retryAt.UnixMilli(), Now: now.UnixMilli(),
 	})
 	if err != nil {
@@ -304,7 +330,7 @@ func (n *Node) retryRound(ctx context.Context, st coordinator.RunStatus, job con
 	}
 	var out coordinator.RetryRoundResponse
 	if json.Unmarshal(res.Response, &out) == nil && out.State == coordinator.RunPaused {
-		n.log.Warn("training run paused", "run", st.ID.Short(), "round", len(st.Models), "failures", out.Failures, "reason", reason)
+		n.log.Warn("training run paused", "run", st.ID.Short(), "round", len(st.Models), "failures", out.Failures, "heals", heals, "reason", reason)
 	} else {
 		n.log.Info("training round retried", "run", st.ID.Short(), "round", len(st.Models), "failed", failed, "reason", reason)
 	}
@@ -332,7 +358,8 @@ func (n *Node) roundAttempts() int {
 }
 
 // backoff is the wait before the next attempt of a round that failed
-// failures times already: RetryBackoff doubled per failure, at most a minute.
+// failures times already (plus the times the leader resumed it):
+// RetryBackoff doubled per failure, at most a minute.
 func (n *Node) backoff(failures int) time.Duration {
 	d := n.opt.RetryBackoff
 	if d <= 0 {
@@ -620,11 +647,11 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 			noise = fl.StatsNoise(spec.StepPrivacy(fl.UnitRecord, fl.StepStats).Sigma, len(bounds), len(sum.Contributors))
 		}
 		if std, err = fl.StatsFromSums(update, metrics["rows"], bounds, noise); err != nil {
-			return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
+			return n.retryFault(ctx, st, jobID, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
 		}
 	case fl.StepTrain:
 		if next, err = fl.ServerStep(ctx, env, strat, global, update, sum.Weight); err != nil {
-			return n.retryRound(ctx, st, jobID, true, fmt.Sprintf("round %d: the server step failed: %v", r, err))
+			return n.retryFault(ctx, st, jobID, fmt.Sprintf("round %d: the server step failed: %v", r, err))
 		}
 	}
 	nb, err := next.Encode()

@@ -384,37 +384,80 @@ func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 }
 
 // A round with too few survivors is retried with backoff under new round
-// IDs, then the run pauses (not stops) with the reason; once the silo is
-// back, fl resume (here its API call, by the run's owner) continues the
-// run from its last completed round and it completes.
+// IDs, then the run pauses (not stops) with the reason; a failure that
+// heals (a silo that dropped out), so once the silo takes part again the
+// leader resumes the run by itself (RunResumed, auto), from its last
+// completed round, and it completes: nobody calls resume.
 func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
 	t.Parallel()
-	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 100 * time.Millisecond})
+	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 100 * time.Millisecond, SiloLease: time.Second})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	spec := fedavgSpec(2)
 	spec.Model.Inputs = p.data["s1"].Dims()
-	var away atomic.Bool
-	away.Store(true)
-	p.startSilos(map[string]func(int) bool{"s3": func(int) bool { return away.Load() }})
+	// s3 leases the first two attempts of round 0 and never takes part:
+	// each fails (three sites are the minimum) and the second pauses the
+	// run. It takes part in every attempt after. The attempts count once
+	// the node's tenure is past its grace (an attempt planned before the
+	// silos could have found a new leader does not).
+	waitUntil(t, "the tenure's grace", 10*time.Second, func() bool { return p.node.leaderSince.Load() != 0 && !p.node.newTenure() })
+	var dropped atomic.Int32
+	events, stopEvents := p.node.hub.Subscribe("")
+	defer stopEvents()
+	p.startSilos(map[string]func(int) bool{"s3": func(int) bool { return dropped.Add(1) <= 2 }})
 	run, err := p.launch(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The run's pause and resume, in order, from the leader's events.
+	var pause *coordinator.RunComplete
+	var resumed *coordinator.RunResumed
+	for resumed == nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no automatic resume after the pause %+v", pause)
+		case e, ok := <-events:
+			if !ok {
+				t.Fatal("the event subscription was dropped")
+			}
+			switch e := e.(type) {
+			case coordinator.RunComplete:
+				if e.Run == run && e.State == coordinator.RunPaused && pause == nil {
+					pause = &e
+					st, _ := p.node.fsm.machine().Run(run)
+					if !st.Heals || st.RetryAt == 0 || st.Failures != 2 {
+						t.Errorf("paused run %+v: want a pause that heals, with its retry time", st)
+					}
+					// Bad input: a member who is neither the owner
+					// nor an operator (whatever the run's state).
+					if _, err := p.client("s1").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.PoolForbidden)) {
+						t.Errorf("a silo resumed alice's run: %v", err)
+					}
+				}
+			case coordinator.RunResumed:
+				if e.Run == run {
+					resumed = &e
+				}
+			}
+		}
+	}
+	if pause == nil || !strings.Contains(pause.Reason, string(diag.SecAggTooFewSites)) {
+		t.Fatalf("pause %+v does not carry the three-site diagnostic %s", pause, diag.SecAggTooFewSites)
+	}
+	if !resumed.Auto || resumed.Peer != p.node.Self.Name || resumed.Round != 0 {
+		t.Errorf("resume %+v: want the leader's automatic resume at round 0", resumed)
+	}
 	st := p.waitRun(run, 40*time.Second)
-	if st.State != coordinator.RunPaused || len(st.Models) != 0 || st.Failures != 2 {
-		t.Fatalf("run %+v", st)
+	if st.State != coordinator.RunDone || len(st.Models) != 2 {
+		t.Fatalf("after the automatic resume: %+v", st)
 	}
-	if !strings.Contains(st.Reason, string(diag.SecAggTooFewSites)) {
-		t.Errorf("reason %q does not carry the three-site diagnostic %s", st.Reason, diag.SecAggTooFewSites)
-	}
-	if len(st.Jobs) != 2 {
-		t.Fatalf("%d round jobs, want 2 attempts", len(st.Jobs))
+	if len(st.Jobs) != 4 {
+		t.Fatalf("%d round jobs, want 3 attempts of round 0 and round 1", len(st.Jobs))
 	}
 	rounds := map[string]bool{}
-	for _, j := range st.Jobs {
+	for i, j := range st.Jobs[:3] {
 		js, _ := p.node.fsm.machine().Job(j)
-		if js.State != coordinator.JobAbandoned {
+		if want := coordinator.JobAbandoned; i < 2 && js.State != want {
 			t.Errorf("attempt %s is %s", j.Short(), js.State)
 		}
 		raw, _ := p.node.blobs.Get(js.Bundle)
@@ -424,29 +467,64 @@ func TestRunRoundTooFewSurvivorsRetriesPausesResumes(t *testing.T) {
 		}
 		rounds[b.SecAgg.Round] = true
 	}
-	if len(rounds) != 2 {
+	if len(rounds) != 3 {
 		t.Errorf("the attempts share a secure aggregation round ID")
-	}
-	// Bad input: a member who is neither the owner nor an operator.
-	if _, err := p.client("s1").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.PoolForbidden)) {
-		t.Errorf("a silo resumed alice's run: %v", err)
-	}
-	away.Store(false)
-	if _, err := p.client("alice").ResumeRun(ctx, run); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.client("alice").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.RunNotResumable)) {
-		t.Errorf("resuming a running run: %v", err)
-	}
-	st = p.waitRun(run, 40*time.Second)
-	if st.State != coordinator.RunDone || len(st.Models) != 2 {
-		t.Fatalf("after resume: %+v", st)
 	}
 	if _, err := p.client("alice").ResumeRun(ctx, run); err == nil || !strings.Contains(err.Error(), string(diag.RunNotResumable)) {
 		t.Errorf("resuming a done run: %v", err)
 	}
 	if _, err := p.client("alice").ResumeRun(ctx, content.Hash([]byte("no such run"))); err == nil {
 		t.Errorf("resuming an unknown run succeeded")
+	}
+}
+
+// A round that fails the same way on every attempt — here its server step,
+// on a parameter the strategy refuses — pauses the run with the reason,
+// and the pause does not heal by itself: the leader never resumes it,
+// however alive its silos are (while a second run on the same silos
+// completes), and refuses its own automatic resume of it; its submitter
+// can resume it.
+func TestRunFaultPauseWaitsForAPerson(t *testing.T) {
+	t.Parallel()
+	p := newRunPool(t, 3, Options{RoundAttempts: 2, RetryBackoff: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p.startSilos(nil)
+	bad := fedavgSpec(2)
+	bad.Name = "bad-server-lr"
+	bad.Model.Inputs = p.data["s1"].Dims()
+	bad.Params = map[string]any{"lr": 0.5, "epochs": int64(1), "server_lr": "fast"}
+	run, err := p.launch(ctx, bad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := p.waitRun(run, 40*time.Second)
+	if st.State != coordinator.RunPaused || st.Heals || !strings.Contains(st.Reason, "server step failed") {
+		t.Fatalf("run %+v: want a pause that does not heal, on the server step", st)
+	}
+	good := fedavgSpec(1)
+	good.Name = "good"
+	good.Model.Inputs = p.data["s1"].Dims()
+	other, err := p.launch(ctx, good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := p.waitRun(other, 40*time.Second); o.State != coordinator.RunDone {
+		t.Fatalf("the second run: %+v", o)
+	}
+	again, _ := p.node.fsm.machine().Run(run)
+	if again.State != coordinator.RunPaused || again.Reason != st.Reason || len(again.Jobs) != len(st.Jobs) {
+		t.Fatalf("the paused run moved while its silos were alive: %+v, was %+v", again, st)
+	}
+	res, err := p.node.Apply(ctx, coordinator.ResumeRun{Run: run, Peer: p.node.Self.Name, Auto: true, Now: time.Now().UnixMilli()})
+	if err != nil || len(res.Refusal) == 0 || res.Refusal[0].Code != diag.RunNotResumable {
+		t.Fatalf("the leader's own resume of a pause that does not heal: %+v %v", res, err)
+	}
+	if _, err := p.client("alice").ResumeRun(ctx, run); err != nil {
+		t.Fatalf("the submitter's resume: %v", err)
+	}
+	if _, err := p.client("alice").CancelRun(ctx, run, "fixing the spec"); err != nil {
+		t.Fatal(err)
 	}
 }
 

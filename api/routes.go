@@ -63,6 +63,7 @@ func Endpoints() []Endpoint {
 		{"GET", "/v1/status", nil},
 		{"POST", "/v1/cluster/join", []identity.Role{identity.Aggregator, identity.Operator}},
 		{"POST", "/v1/cluster/leave", []identity.Role{identity.Aggregator, identity.Operator}},
+		{"GET", "/v1/cluster/reach/{name}", []identity.Role{identity.Aggregator}},
 		{"POST", "/v1/federation/changes", []identity.Role{identity.Operator}},
 		{"GET", "/v1/federation/changes", nil},
 		{"PUT", "/blobs/{ref}", nil},
@@ -102,6 +103,7 @@ func (s *Server) routes() map[string]http.HandlerFunc {
 		"GET /v1/status":                s.status,
 		"POST /v1/cluster/join":         s.membership(true),
 		"POST /v1/cluster/leave":        s.membership(false),
+		"GET /v1/cluster/reach/{name}":  s.reach,
 		"POST /v1/federation/changes":   s.changeMembership,
 		"GET /v1/federation/changes":    s.read(s.changes),
 	}

@@ -64,6 +64,10 @@ type Server struct {
 	Changes func() [][]byte
 	// Voters names the Raft voters; a voter cannot be revoked (SC1117).
 	Voters func() []string
+	// Reach, if set, opens (and closes) a connection from this node to
+	// aggregator node's API within ctx, for GET /v1/cluster/reach/{name}
+	// (reach.go); a diagnostic refuses the name. Nil: 501.
+	Reach func(ctx context.Context, node string) error
 	// MaxHold caps how long a lease request is held (0: 30 s). The
 	// aggregator sets half its silo lease: a held poll is a silo's
 	// heartbeat, so it must end, and be renewed, before the lease lapses,

@@ -16,6 +16,16 @@ import (
 // run whose round failed MaxAttempts times in a row is paused, never
 // stopped, and ResumeRun continues it from its last completed round. A lost
 // host does not count: a leader change only delays a run.
+//
+// A pause whose last failure can heal by itself (RetryRound.Heals: silos
+// that could not be reached, a secure aggregation that lost its sites) is
+// not the end of the run's progress: the leader resumes it (ResumeRun.Auto)
+// once enough of its silos are alive again, never before the run's
+// RetryAt. Everything that decision needs is in the replicated state —
+// Heals, RetryAt, Resumes — so a new leader takes it alike; only the
+// silos' liveness is the leader's own, and a new leader learns it anew.
+// A pause that cannot heal (the same sum fails the same way) waits for a
+// person, with its diagnostic.
 
 // RetryRound ends the current attempt of a run's next round.
 type RetryRound struct {
@@ -35,9 +45,16 @@ type RetryRound struct {
 	// every replica decides alike (law 10).
 	MaxAttempts int `cbor:"max_attempts" json:"max_attempts"`
 	// RetryAt: the next attempt is not planned before it (the leader's
-	// clock plus its backoff).
+	// clock plus its backoff); of a run this attempt pauses, it is the
+	// earliest automatic resume.
 	RetryAt int64 `cbor:"retry_at" json:"retry_at"`
 	Now     int64 `cbor:"now" json:"now"`
+	// Heals: the attempt failed for a reason that can go away by itself
+	// (silos unreachable, a secure aggregation that lost its sites, a
+	// blob no node could serve), not one the same inputs repeat (a server
+	// step or statistics that fail on the sum). A run it pauses is
+	// resumed by the leader once enough silos are alive (ResumeRun.Auto).
+	Heals bool `cbor:"heals,omitempty" json:"heals,omitempty"`
 }
 
 // ResumeRun continues a paused run from its last completed round.
@@ -47,6 +64,10 @@ type ResumeRun struct {
 	// Operator is stamped by the server from the caller's role.
 	Operator bool  `cbor:"operator,omitempty" json:"operator,omitempty"`
 	Now      int64 `cbor:"now" json:"now"`
+	// Auto: the leader (Peer) resumes a run paused by failures that heal,
+	// its silos being alive again. Refused (SC9310) unless the run is
+	// paused with Heals and its RetryAt has come. The API never sets it.
+	Auto bool `cbor:"auto,omitempty" json:"auto,omitempty"`
 }
 
 func (RetryRound) command() {}
@@ -80,11 +101,13 @@ type RoundRetried struct {
 	RetryAt  int64       `json:"retry_at"`
 }
 
-// RunResumed: a paused run continues.
+// RunResumed: a paused run continues; Auto when the leader resumed it
+// (its silos were alive again), not a person.
 type RunResumed struct {
 	Run   content.Ref `json:"run"`
 	Peer  string      `json:"peer"`
 	Round int         `json:"round"`
+	Auto  bool        `json:"auto,omitempty"`
 }
 
 func (RoundRetried) Kind() string         { return "round-retried" }
@@ -140,7 +163,7 @@ func (m *Machine) retryRound(c RetryRound) Result {
 	r.RetryAt = c.RetryAt
 	events = append(events, RoundRetried{Run: r.ID, Round: c.Round, Job: c.Job, Failures: r.Failures, Failed: c.Failed, Reason: c.Reason, RetryAt: c.RetryAt})
 	if c.Failed && c.MaxAttempts > 0 && r.Failures >= c.MaxAttempts {
-		r.State, r.Reason = RunPaused, fmt.Sprintf("round %d failed %d times: %s", c.Round, r.Failures, c.Reason)
+		r.State, r.Reason, r.Heals = RunPaused, fmt.Sprintf("round %d failed %d times: %s", c.Round, r.Failures, c.Reason), c.Heals
 		events = append(events, RunComplete{Run: r.ID, State: r.State, Model: last(r.Models), Reason: r.Reason})
 	}
 	return Result{Response: &RetryRoundResponse{Run: r.ID, Round: c.Round, Failures: r.Failures, State: r.State}, Events: events}
@@ -154,7 +177,12 @@ func (m *Machine) resumeRun(c ResumeRun) Result {
 	if r == nil {
 		return refuse(unknownRun(c.Run))
 	}
-	if d := mayCancel(c.Peer, c.Operator, "run "+r.Name, r.Submitter); d != nil {
+	now := m.clock(c.Now)
+	if c.Auto {
+		if d := autoResumable(r, now); d != nil {
+			return refuse(d)
+		}
+	} else if d := mayCancel(c.Peer, c.Operator, "run "+r.Name, r.Submitter); d != nil {
 		d.Message = strings.Replace(d.Message, "may not cancel it", "may not resume it", 1)
 		d.Help = "ask the submitter or an operator of the federation to resume it"
 		return refuse(d)
@@ -166,9 +194,32 @@ func (m *Machine) resumeRun(c ResumeRun) Result {
 		}
 		return refuse(diag.New(diag.RunNotResumable, "run "+r.Name, "run %s is %s, not paused", r.ID.Short(), r.State).WithHelp("%s", help))
 	}
-	now := m.clock(c.Now)
 	events := m.advance(now)
-	r.State, r.Reason, r.Failures, r.RetryAt = RunRunning, "", 0, 0
-	events = append(events, RunResumed{Run: r.ID, Peer: c.Peer, Round: len(r.Models)})
+	// A person's resume starts the round's backoff afresh; the leader's
+	// keeps counting, so a round that keeps failing waits ever longer.
+	resumes := 0
+	if c.Auto {
+		resumes = r.Resumes + 1
+	}
+	r.State, r.Reason, r.Failures, r.RetryAt, r.Heals, r.Resumes = RunRunning, "", 0, 0, false, resumes
+	events = append(events, RunResumed{Run: r.ID, Peer: c.Peer, Round: len(r.Models), Auto: c.Auto})
 	return Result{Response: &StopRunResponse{Run: r.ID, State: r.State}, Events: events}
+}
+
+// autoResumable refuses the leader's automatic resume of r at now unless r
+// is paused by failures that heal and its RetryAt has come: a proposal
+// made from a stale view (a person resumed or cancelled the run meanwhile)
+// changes nothing.
+func autoResumable(r *runState, now int64) *diag.Diagnostic {
+	subject := "run " + r.Name
+	switch {
+	case r.State != RunPaused:
+		return diag.New(diag.RunNotResumable, subject, "run %s is %s, not paused", r.ID.Short(), r.State)
+	case !r.Heals:
+		return diag.New(diag.RunNotResumable, subject, "run %s paused on a failure that does not heal by itself: %s", r.ID.Short(), r.Reason).
+			WithHelp("fix the cause, then scellis fl resume it, or cancel it")
+	case now < r.RetryAt:
+		return diag.New(diag.RunNotResumable, subject, "run %s resumes by itself no sooner than %d ms from now", r.ID.Short(), r.RetryAt-now)
+	}
+	return nil
 }

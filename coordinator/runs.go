@@ -109,9 +109,15 @@ type runState struct {
 	DoneAt    int64         `cbor:"done_at,omitempty"`
 	Reason    string        `cbor:"reason,omitempty"`
 	// Failures counts the failed attempts of the next round (RetryRound);
-	// RetryAt is when its next attempt may be planned.
+	// RetryAt is when its next attempt may be planned (of a paused run:
+	// its earliest automatic resume).
 	Failures int   `cbor:"failures,omitempty"`
 	RetryAt  int64 `cbor:"retry_at,omitempty"`
+	// Heals: the run is paused by a failure that can heal by itself, and
+	// the leader resumes it once enough silos are alive (retry.go).
+	// Resumes counts the leader's automatic resumes of the next round.
+	Heals   bool `cbor:"heals,omitempty"`
+	Resumes int  `cbor:"resumes,omitempty"`
 }
 
 // RunStatus is a run as the pool sees it.
@@ -129,6 +135,10 @@ type RunStatus struct {
 	Reason    string        `json:"reason,omitempty"`
 	Failures  int           `json:"failures,omitempty"`
 	RetryAt   int64         `json:"retry_at,omitempty"`
+	// Heals: paused by failures that can heal; the leader resumes the
+	// run once enough of its silos are alive, not before RetryAt.
+	Heals   bool `json:"heals,omitempty"`
+	Resumes int  `json:"resumes,omitempty"`
 }
 
 // StartRunResponse answers StartRun.
@@ -265,7 +275,7 @@ func (m *Machine) stopRun(c StopRun) Result {
 	}
 	now := m.clock(c.Now)
 	events := m.advance(now)
-	r.State, r.DoneAt, r.Reason = RunStopped, now, c.Reason
+	r.State, r.DoneAt, r.Reason, r.Heals = RunStopped, now, c.Reason, false
 	events = append(events, RunComplete{Run: r.ID, State: r.State, Model: last(r.Models), Reason: r.Reason})
 	return Result{Response: &StopRunResponse{Run: r.ID, State: r.State}, Events: events}
 }
@@ -363,7 +373,7 @@ func (m *Machine) roundReduced(j *jobState, now int64) []Event {
 		return nil
 	}
 	r.Models = append(r.Models, j.Reduced)
-	r.Failures, r.RetryAt = 0, 0
+	r.Failures, r.RetryAt, r.Resumes = 0, 0, 0
 	events := []Event{RoundComplete{Run: r.ID, Round: j.Round, Job: j.ID, Model: j.Reduced}}
 	if len(r.Models) == r.Rounds && r.State == RunRunning {
 		r.State, r.DoneAt = RunDone, now
@@ -398,6 +408,6 @@ func (r *runState) status() RunStatus {
 	return RunStatus{
 		ID: r.ID, Name: r.Name, Rounds: r.Rounds, Silos: slices.Clone(r.Silos), State: r.State, StartedAt: r.StartedAt, Submitter: r.Submitter,
 		Jobs: append([]content.Ref{}, r.Jobs...), Models: append([]content.Ref{}, r.Models...), DoneAt: r.DoneAt, Reason: r.Reason,
-		Failures: r.Failures, RetryAt: r.RetryAt,
+		Failures: r.Failures, RetryAt: r.RetryAt, Heals: r.Heals, Resumes: r.Resumes,
 	}
 }

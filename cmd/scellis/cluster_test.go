@@ -357,14 +357,21 @@ func (c *cluster) cli(as string, args ...string) (string, string, error) {
 	// Bounded, so a client retrying against a dead cluster cannot outlive the test.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	cmd := c.inNetns(as, exec.CommandContext(ctx, scellisBinary(c.t), args...))
-	cmd.Dir = c.dir
-	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(c.dir, ".scellis"))
-	cmd.Env = append(cmd.Env, "SCELLIS_IDENTITY="+filepath.Join(c.dir, as, "identity.key"), "SCELLIS_FEDERATION="+filepath.Join(c.dir, "federation.yaml"))
+	cmd := c.cliCmd(ctx, as, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	return out.String(), errb.String(), err
+}
+
+// cliCmd is the command cli runs, for a caller that runs it in the
+// background (a watch).
+func (c *cluster) cliCmd(ctx context.Context, as string, args ...string) *exec.Cmd {
+	cmd := c.inNetns(as, exec.CommandContext(ctx, scellisBinary(c.t), args...))
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "SCELLIS_HOME="+filepath.Join(c.dir, ".scellis"))
+	cmd.Env = append(cmd.Env, "SCELLIS_IDENTITY="+filepath.Join(c.dir, as, "identity.key"), "SCELLIS_FEDERATION="+filepath.Join(c.dir, "federation.yaml"))
+	return cmd
 }
 
 func (c *cluster) mustCLI(as string, args ...string) string {

@@ -268,11 +268,14 @@ type runEnd struct {
 }
 
 // watchRun prints each round as it lands until the run ends. It exits 0
-// only when the run is done; a run that stops or pauses ends the watch
-// with exit code 1, its reason and the silos' refusals of the last round.
+// only when the run is done; a run that stops, or pauses on a failure that
+// does not heal by itself, ends the watch with exit code 1, its reason and
+// the silos' refusals of the last round. A pause that heals (its silos
+// were unreachable) is printed once and watched on: the leader resumes it.
 func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) error {
 	shown := 0
 	header := false
+	pausedAt := -1 // the attempts when the pause was printed
 	for {
 		st, err := c.Run(ctx, id)
 		if err != nil {
@@ -295,8 +298,13 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			}
 			printRoundRow(w, row)
 		}
-		if st.State != coordinator.RunRunning {
+		if st.State != coordinator.RunRunning && !(st.State == coordinator.RunPaused && st.Heals) {
 			return endWatch(ctx, c, st, w)
+		}
+		if st.State == coordinator.RunPaused && !jsonOutput && pausedAt != len(st.Jobs) {
+			// Paused by failures that heal: the run goes on by itself.
+			fmt.Fprintf(w, "run paused%s\n  %s\n", reasonSuffix(st.Reason), pausedHint(st))
+			pausedAt = len(st.Jobs)
 		}
 		select {
 		case <-ctx.Done():

@@ -68,6 +68,9 @@ func newFLStatusCmd() *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(w, "run %s  %s\n  state %s%s; %d of %d rounds done\n", st.Name, st.ID, st.State, reasonSuffix(st.Reason), len(st.Models), st.Rounds)
+			if st.State == coordinator.RunPaused {
+				fmt.Fprintf(w, "  %s\n", pausedHint(st))
+			}
 			fmt.Fprintf(w, "  cohort %s\n", strings.Join(st.Silos, ", "))
 			fmt.Fprintf(w, "  started %s", time.UnixMilli(st.StartedAt).UTC().Format(time.RFC3339))
 			if st.DoneAt > 0 {
@@ -88,4 +91,18 @@ func newFLStatusCmd() *cobra.Command {
 			fmt.Fprintf(w, "  %s\n", describeRead(info))
 			return nil
 		})
+}
+
+// pausedHint says what becomes of a paused run: the leader resumes one
+// paused by failures that heal once enough of its silos are alive (not
+// before its retry time); any other waits for a person.
+func pausedHint(st coordinator.RunStatus) string {
+	if !st.Heals {
+		return fmt.Sprintf("it waits for its submitter or an operator: fix the cause, then scellis fl resume %s (or fl cancel it)", st.ID.Short())
+	}
+	when := "as soon as enough of its silos are alive"
+	if d := time.Until(time.UnixMilli(st.RetryAt)); d > 0 {
+		when = fmt.Sprintf("once enough of its silos are alive, in %s at the earliest", d.Round(time.Second))
+	}
+	return fmt.Sprintf("it resumes by itself %s (scellis fl resume %s tries at once)", when, st.ID.Short())
 }

@@ -79,11 +79,23 @@ seed: 3
 `, strings.TrimSuffix(file, ".yaml"), rounds))
 }
 
+// startRun writes a FedAvg run of the given rounds (runSpec), starts the
+// aggregators and silos, launches the run as alice and returns its ID.
+func (c *cluster) startRun(silos []string, file string, rounds int) string {
+	c.runSpec(file, rounds)
+	c.startAggregators()
+	for _, s := range silos {
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+	return strings.TrimSpace(c.mustCLI("alice", "fl", "launch", file))
+}
+
 type runView struct {
 	State  string
 	Reason string
 	Models []string
 	Jobs   []string
+	Heals  bool // paused by failures that heal: the leader resumes it
 }
 
 // run reads a run (a linearizable read through fl status).
@@ -185,12 +197,7 @@ func TestFLChaos(t *testing.T) {
 	// must outlast the steps. 20 rounds once ran out before step 4 could
 	// see one; the steps use about 40 at most.
 	const rounds = 100
-	c.runSpec("chaos.yaml", rounds)
-	c.startAggregators()
-	for _, s := range silos {
-		c.start(s, "silo", "--config", s+".yaml")
-	}
-	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "chaos.yaml"))
+	id := c.startRun(silos, "chaos.yaml", rounds)
 	done := func() int { return len(c.run(id).Models) }
 	waitRound := func(r int) {
 		waitFor(t, fmt.Sprintf("round %d to complete", r-1), 3*time.Minute, func() bool {
@@ -323,12 +330,7 @@ func TestFLKilledSiloCostsSeconds(t *testing.T) {
 	// Far more rounds than the test needs: rounds take tens of
 	// milliseconds, so a short run could end before the restarted h4 has
 	// even started. The test cancels the run once h4 has contributed.
-	c.runSpec("dead.yaml", 500)
-	c.startAggregators()
-	for _, s := range silos {
-		c.start(s, "silo", "--config", s+".yaml")
-	}
-	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "dead.yaml"))
+	id := c.startRun(silos, "dead.yaml", 500)
 	waitFor(t, "round 1", 2*time.Minute, func() bool { return len(c.run(id).Models) >= 2 })
 	c.kill("h4", syscall.SIGKILL)
 	c.waitExit("h4")
@@ -368,11 +370,12 @@ func TestFLKilledSiloCostsSeconds(t *testing.T) {
 }
 
 // A round with too few survivors is retried with backoff, then the run is
-// paused (fl watch exits non-zero with the reason); a member who is not
-// its submitter cannot resume or cancel it; once the silo is back, fl
-// resume continues the run from its last completed round and it completes.
-// A run warm-started from it starts from its model; one whose model does
-// not fit is refused at launch (SC9312).
+// paused, with the reason; a member who is not its submitter cannot resume
+// or cancel it. Its submitter's fl resume continues it even while the silo
+// is down (it pauses again); once the silo is back, the leader resumes it
+// by itself from its last completed round and it completes. A run
+// warm-started from it starts from its model; one whose model does not fit
+// is refused at launch (SC9312).
 func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	if testing.Short() {
@@ -392,27 +395,24 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	c.kill("h3", syscall.SIGKILL)
 	c.waitExit("h3")
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "pause.yaml"))
-	out, errs, err := c.cli("alice", "fl", "watch", id)
-	if err == nil || !strings.Contains(out+errs, "paused") {
-		t.Fatalf("fl watch of a paused run: %v\n%s%s", err, out, errs)
-	}
-	st := c.run(id)
-	if st.State != "paused" || !strings.Contains(st.Reason, "failed 2 times") || len(st.Jobs) < 1 {
+	var st runView
+	waitFor(t, "the run to pause", 2*time.Minute, func() bool { st = c.run(id); return st.State == "paused" })
+	if !st.Heals || !strings.Contains(st.Reason, "failed 2 times") || len(st.Jobs) < 1 {
 		t.Fatalf("run %+v", st)
 	}
 	if _, errs, err := c.cli("h1", "fl", "resume", id); err == nil || !strings.Contains(errs, "SC") {
 		t.Fatalf("a silo resumed the run: %v %s", err, errs)
 	}
+	// alice resumes it herself while h3 is still down (the leader waits
+	// for h3): it runs, its attempts fail again, it pauses again.
+	c.mustCLI("alice", "fl", "resume", id)
+	waitFor(t, "the run to pause again", 2*time.Minute, func() bool { st = c.run(id); return st.State == "paused" })
 	paused := len(st.Models)
 	c.start("h3", "silo", "--config", "h3.yaml")
-	c.mustCLI("alice", "fl", "resume", id)
-	// A resume that comes before the restarted h3's first poll can fail
-	// its round_attempts (2) again and pause: resume it again then (what
-	// an operator does; nothing is charged twice, checked below).
-	waitFor(t, "the resumed run to complete", 3*time.Minute, func() bool {
+	waitFor(t, "the run to complete by itself", 3*time.Minute, func() bool {
 		st := c.run(id)
-		if st.State == "paused" {
-			c.cli("alice", "fl", "resume", id)
+		if st.State == "stopped" {
+			t.Fatalf("the run stopped: %s", st.Reason)
 		}
 		return st.State == "done"
 	})
@@ -476,18 +476,13 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "crash.yaml"))
 	short := content.Ref(id).Short()
 	// A round planned before h2's first lease request leaves it out and
-	// fails (two sites): after round_attempts the run pauses; resume it.
-	resumePaused := func() {
-		if c.run(id).State == "paused" {
-			c.cli("alice", "fl", "resume", id)
-		}
-	}
+	// fails (two sites): after round_attempts the run pauses, and the
+	// leader resumes it once h2 polls.
 	waitFor(t, "h2 to die at its round 0 charge", 3*time.Minute, func() bool {
 		select {
 		case <-c.exits["h2"]:
 			return true
 		default:
-			resumePaused()
 			return false
 		}
 	})
@@ -498,10 +493,7 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 	}
 	cached := string(m[1])
 	c.start("h2", "silo", "--config", "h2.yaml")
-	waitFor(t, "the run to complete", 3*time.Minute, func() bool {
-		resumePaused()
-		return c.run(id).State == "done"
-	})
+	waitFor(t, "the run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })
 
 	after, _ := os.ReadFile(filepath.Join(c.dir, "h2.log"))
 	delivered := regexp.MustCompile(`run ` + short + ` round 0: outbox: delivered the record of ledger entry (\w+) to job (\w+)`).FindSubmatch(after)
@@ -540,8 +532,18 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 	// The run is done once every report is in; h2 removes a record from
 	// its outbox when the answer to its report comes back, which may be
 	// just after. What must hold is that the outbox drains.
+	outbox := filepath.Join(c.dir, "h2", "data", "outbox")
+	t.Cleanup(func() {
+		if left, _ := os.ReadDir(outbox); t.Failed() && len(left) > 0 {
+			var names []string
+			for _, e := range left {
+				names = append(names, e.Name())
+			}
+			t.Logf("h2's outbox holds %v; the run's round jobs: %v", names, c.run(id).Jobs)
+		}
+	})
 	waitFor(t, "h2's outbox to drain", time.Minute, func() bool {
-		left, _ := os.ReadDir(filepath.Join(c.dir, "h2", "data", "outbox"))
+		left, _ := os.ReadDir(outbox)
 		return len(left) == 0
 	})
 	reportMatchesLedgers(t, c, id, silos)
