@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"iter"
 	"maps"
 	"os"
 	"os/signal"
@@ -181,7 +180,7 @@ func (s *flSim) siteData(step string) (trains, helds []*model.Dataset, err error
 // step in site order, as secure aggregation would: floats without DP,
 // grid integers (decoded after the sum) under DP. It returns the sum and
 // the ε each site was charged.
-func (s *flSim) sumReleases(p fl.Privacy, dim int, sens float64, grid int, plain func(i int) ([]float64, error), records func(i int) (iter.Seq[[]float64], error)) ([]float64, map[string]float64, error) {
+func (s *flSim) sumReleases(p fl.Privacy, dim, grid int, plain func(i int) ([]float64, error), release func(i int) ([]int64, []dp.Mechanism, error)) ([]float64, map[string]float64, error) {
 	eps := map[string]float64{}
 	if p.Unit == fl.UnitNone {
 		sum := make([]float64, dim)
@@ -198,13 +197,12 @@ func (s *flSim) sumReleases(p fl.Privacy, dim int, sens float64, grid int, plain
 	}
 	isum := make([]int64, dim)
 	for i, name := range s.names {
-		r, err := records(i)
+		y, mechs, err := release(i)
 		if err != nil {
 			return nil, nil, err
 		}
-		y, mechs, err := p.ReleaseRecordSums(r, dim, sens, grid)
-		if err != nil {
-			return nil, nil, err
+		if len(y) != dim {
+			return nil, nil, fmt.Errorf("site %s released %d values; the step sums %d", name, len(y), dim)
 		}
 		for j, v := range y {
 			isum[j] += v
@@ -249,9 +247,7 @@ func (s *flSim) run(ctx context.Context) error {
 		}
 		printRoundRow(w, row)
 	}
-	offset := 0
 	if s.spec.StandardizeMode() == fl.StandardizeFederated {
-		offset = 1
 		if err := s.statsStep(ctx, emit); err != nil {
 			return err
 		}
@@ -264,10 +260,15 @@ func (s *flSim) run(ctx context.Context) error {
 	}
 	dpOn := s.privacy().Unit != fl.UnitNone
 	var roundErr error
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Training round t is the run's coordinator round TrainStep(t): the
+	// statistics step and any evaluation steps come between.
+	step := s.spec.TrainStep
 	hist, err := fl.Simulate(ctx, s.strat, trains, s.spec.Rounds, fl.SimOptions{
 		Env: s.env, Seed: uint64(s.spec.Seed), Privacy: s.privacy(),
-		ClientSeed:  func(r, i int) [32]byte { return fl.ClientSeed(s.id, r+offset, s.spec.Seed, s.names[i]) },
-		RoundCohort: func(r int) ([]int, []float64) { return s.roundCohort(r + offset) },
+		ClientSeed:  func(r, i int) [32]byte { return fl.ClientSeed(s.id, step(r), s.spec.Seed, s.names[i]) },
+		RoundCohort: func(r int) ([]int, []float64) { return s.roundCohort(step(r)) },
 		OnRound: func(r fl.Round) {
 			sums := map[string]float64{}
 			if !dpOn { // under DP the live round sums the update alone
@@ -285,24 +286,30 @@ func (s *flSim) run(ctx context.Context) error {
 			for j, i := range r.Cohort {
 				names[j] = s.names[i]
 			}
-			row := fl.NewRoundSummary(r.Index+offset, fl.StepTrain, names, []string{}, sums, h)
+			row := fl.NewRoundSummary(step(r.Index), fl.StepTrain, names, []string{}, sums, h)
 			for i, mechs := range r.Charges {
 				if e, err := epsilonOf(mechs); err == nil {
 					row.Epsilon[s.names[i]] = e
 				}
 			}
 			emit(row)
+			// evaluation.every: an evaluation step of the new global.
+			if t := r.Index + 1; t < s.spec.Rounds && step(t) > step(r.Index)+1 && roundErr == nil {
+				if roundErr = s.evalStep(ctx, r.Global, helds, step(r.Index)+1, emit); roundErr != nil {
+					cancel()
+				}
+			}
 		},
 	})
-	if err != nil {
-		return err
-	}
 	if roundErr != nil {
 		return roundErr
 	}
+	if err != nil {
+		return err
+	}
 	s.global = hist.Final
 	if s.spec.Eval.On() {
-		return s.evalStep(ctx, helds, offset+s.spec.Rounds, emit)
+		return s.evalStep(ctx, s.global, helds, s.spec.StepCount()-1, emit)
 	}
 	return nil
 }
@@ -335,27 +342,24 @@ func (s *flSim) statsStep(ctx context.Context, emit func(fl.RoundSummary)) error
 		return err
 	}
 	d := s.spec.Model.Inputs
-	var bounds []float64
-	if s.privacy().Unit != fl.UnitNone {
-		if bounds = s.spec.FeatureBounds; len(bounds) != d {
-			return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the run's DP is on but it gives %d feature bounds for %d features", len(bounds), d).
-				WithHelp("add privacy.feature_bounds, one public bound per model input")
-		}
+	p := s.stepPrivacy(fl.StepStats)
+	bounds := s.spec.Bounds()
+	if p.Unit != fl.UnitNone && bounds.Len() != d {
+		return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the run's DP is on but it gives %d feature bounds for %d features", bounds.Len(), d).
+			WithHelp("add privacy.feature_bounds, one public bound per model input")
 	}
-	sum, eps, err := s.sumReleases(s.stepPrivacy(fl.StepStats), dims+1, fl.StatsSensitivity(d), grid,
+	sum, eps, err := s.sumReleases(p, dims+1, grid,
 		func(i int) ([]float64, error) {
-			v, rows := fl.StatsVector(trains[i], nil)
+			v, rows := fl.StatsVector(trains[i])
 			return append(v, rows), nil
 		},
-		func(i int) (iter.Seq[[]float64], error) { return fl.StatsRecords(trains[i], bounds), nil })
+		func(i int) ([]int64, []dp.Mechanism, error) {
+			return p.ReleaseStats(trains[i], bounds, s.spec.PublicRows, grid)
+		})
 	if err != nil {
 		return err
 	}
-	var noise float64
-	if bounds != nil {
-		noise = fl.StatsNoise(s.stepPrivacy(fl.StepStats).Sigma, d, len(trains))
-	}
-	if s.std, err = fl.StatsFromSums(sum[:dims], sum[dims], bounds, noise); err != nil {
+	if s.std, err = fl.StatsFromSums(sum[:dims], sum[dims], s.spec.StatsDP(len(trains))); err != nil {
 		return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the feature statistics are unusable: %v", err)
 	}
 	row := fl.NewRoundSummary(0, fl.StepStats, s.names, []string{}, map[string]float64{"rows": sum[dims]}, "")
@@ -380,16 +384,18 @@ func (s *flSim) heldOutPlain(g fl.Global, helds []*model.Dataset) (map[string]fl
 	return out, nil
 }
 
-func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int, emit func(fl.RoundSummary)) error {
-	_, names, grid, err := s.spec.StepSums(ctx, s.env, s.strat, s.global, fl.StepEval)
+// evalStep is coordinator round round, an evaluation step of global g.
+func (s *flSim) evalStep(ctx context.Context, g fl.Global, helds []*model.Dataset, round int, emit func(fl.RoundSummary)) error {
+	_, names, grid, err := s.spec.StepSums(ctx, s.env, s.strat, g, fl.StepEval)
 	if err != nil {
 		return err
 	}
-	w, ok := s.global.Vector("w")
+	p := s.stepPrivacy(fl.StepEval)
+	w, ok := g.Vector("w")
 	if !ok {
 		return diag.New(diag.FLContract, "evaluation", "the global state has no parameter vector w to evaluate")
 	}
-	sum, eps, err := s.sumReleases(s.stepPrivacy(fl.StepEval), len(names), fl.EvalSensitivity(), grid,
+	sum, eps, err := s.sumReleases(p, len(names), grid,
 		func(i int) ([]float64, error) {
 			m, err := fl.EvalSums(s.canon.ModelSpec(), w, helds[i])
 			if err != nil {
@@ -401,7 +407,13 @@ func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int,
 			}
 			return v, nil
 		},
-		func(i int) (iter.Seq[[]float64], error) { return fl.EvalRecords(s.canon.ModelSpec(), w, helds[i]) })
+		func(i int) ([]int64, []dp.Mechanism, error) {
+			rows, err := fl.EvalRecords(s.canon.ModelSpec(), w, helds[i])
+			if err != nil {
+				return nil, nil, err
+			}
+			return p.ReleaseRecordSums(rows, len(names), fl.EvalSensitivity(), grid)
+		})
 	if err != nil {
 		return err
 	}
@@ -409,7 +421,7 @@ func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int,
 	for j, k := range names {
 		sums[k] = sum[j]
 	}
-	h, _ := s.global.Hash()
+	h, _ := g.Hash()
 	row := fl.NewRoundSummary(round, fl.StepEval, s.names, []string{}, sums, h)
 	row.Epsilon = eps
 	emit(row)
