@@ -54,7 +54,7 @@ writes the same model file.`,
 				return err
 			}
 			sim := &flSim{unit: fl.Unit(unit), out: cmd.OutOrStdout()}
-			if err := sim.load(ctx, spec, cat, args[0], data, evalData, label); err != nil {
+			if err := sim.load(spec, cat, args[0], data, evalData, label); err != nil {
 				return err
 			}
 			if err := sim.run(ctx); err != nil {
@@ -76,15 +76,13 @@ writes the same model file.`,
 
 // flSim is one fl simulate: the live path's steps over in-process sites.
 type flSim struct {
-	spec   *fl.RunSpec
-	canon  *fl.Canonical
-	id     content.Ref
-	strat  *fl.Strategy
-	env    script.Env
-	unit   fl.Unit
-	names  []string
-	raw    []*model.Dataset
-	evals  []*model.Dataset
+	spec  *fl.RunSpec
+	canon *fl.Canonical
+	id    content.Ref
+	strat *fl.Strategy
+	env   script.Env
+	unit  fl.Unit
+	*sites
 	std    *fl.Standardization
 	rows   []fl.RoundSummary
 	global fl.Global
@@ -95,7 +93,17 @@ type flSim struct {
 const minSimSites = 3
 
 // load resolves the run and reads the sites.
-func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog, file, dir, evalDir, label string) error {
+func (s *flSim) load(spec *fl.RunSpec, cat *catalog.Catalog, file, dir, evalDir, label string) error {
+	if err := s.resolve(spec, cat, file); err != nil {
+		return err
+	}
+	var err error
+	s.sites, err = readSites(spec, dir, evalDir, label)
+	return err
+}
+
+// resolve resolves the run file's spec: its ID, strategy and params.
+func (s *flSim) resolve(spec *fl.RunSpec, cat *catalog.Catalog, file string) error {
 	var err error
 	s.spec = spec
 	var st *fl.Strategy
@@ -107,21 +115,36 @@ func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog
 		return err
 	}
 	s.env = script.Env{Catalog: cat}
+	return nil
+}
+
+// sites are the sites of a simulation: one CSV each in a folder, named
+// after the site, and its evaluation CSV when the run names an
+// evaluation dataset.
+type sites struct {
+	names []string
+	raw   []*model.Dataset
+	evals []*model.Dataset
+}
+
+// readSites reads the sites in dir (and evalDir) for spec.
+func readSites(spec *fl.RunSpec, dir, evalDir, label string) (*sites, error) {
 	if label == "" {
 		label = spec.Model.Label
 	}
 	if label == "" {
-		return usageError{fmt.Errorf("the run names no label column (model.label): give it with --label COL")}
+		return nil, usageError{fmt.Errorf("the run names no label column (model.label): give it with --label COL")}
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.csv"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	slices.Sort(files)
 	if len(files) < minSimSites {
-		return diag.New(diag.FLBadSimulation, dir, "%d site files (*.csv); a federation needs at least %d sites", len(files), minSimSites).
+		return nil, diag.New(diag.FLBadSimulation, dir, "%d site files (*.csv); a federation needs at least %d sites", len(files), minSimSites).
 			WithHelp("with two sites each could learn the other's update from the sum: put one CSV per site, at least three, in the folder")
 	}
+	s := &sites{}
 	var problems diag.List
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".csv")
@@ -133,7 +156,7 @@ func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog
 		s.names, s.raw = append(s.names, name), append(s.raw, d)
 		if spec.Eval.Dataset != "" {
 			if evalDir == "" {
-				return usageError{fmt.Errorf("the run evaluates on dataset %q: give the sites' evaluation CSVs with --eval-data DIR", spec.Eval.Dataset)}
+				return nil, usageError{fmt.Errorf("the run evaluates on dataset %q: give the sites' evaluation CSVs with --eval-data DIR", spec.Eval.Dataset)}
 			}
 			e, err := model.LoadCSV(filepath.Join(evalDir, filepath.Base(f)), label)
 			if err != nil {
@@ -146,9 +169,9 @@ func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog
 		}
 	}
 	if len(problems) > 0 {
-		return problems
+		return nil, problems
 	}
-	return nil
+	return s, nil
 }
 
 func asDiagList(err error) diag.List {
@@ -426,6 +449,37 @@ func (s *flSim) evalStep(ctx context.Context, g fl.Global, helds []*model.Datase
 	row.Epsilon = eps
 	emit(row)
 	return nil
+}
+
+// finalLoss is the final model's mean loss per row on the sites'
+// held-out rows, computed here without noise (on their training rows when
+// the run holds none out: held is false then), standardised as the model
+// file would have it: how privacy plan scores a simulated run.
+func (s *flSim) finalLoss() (loss float64, held bool, err error) {
+	trains, helds, err := s.siteData(fl.StepTrain)
+	if err != nil {
+		return 0, false, err
+	}
+	w, ok := s.global.Vector("w")
+	if !ok {
+		return 0, false, diag.New(diag.FLContract, "evaluation", "the global state has no parameter vector w to evaluate")
+	}
+	rows, held := helds, s.spec.Eval.On()
+	if !held {
+		rows = trains
+	}
+	var sum, n float64
+	for _, d := range rows {
+		m, err := fl.EvalSums(s.canon.ModelSpec(), w, d)
+		if err != nil {
+			return 0, false, err
+		}
+		sum, n = sum+m["eval_loss"], n+m["eval_examples"]
+	}
+	if n == 0 {
+		return 0, false, diag.New(diag.FLBadSimulation, "fl simulate", "no rows to score the final model on")
+	}
+	return sum / n, held, nil
 }
 
 // writeModel writes the model file of the simulation, as fl model does
