@@ -24,10 +24,10 @@ import (
 // share of the run's ε. defaultStatsShare is the one it gives without data:
 // the share that did best or within noise of the best across the study in
 // docs/dp.md ("Planning a whole run").
-var planShares = []float64{0.03, 0.06, 0.1, 0.15, 0.25, 0.4}
+var planShares = []float64{0.06, 0.1, 0.15, 0.25, 0.4, 0.55}
 
 const (
-	defaultStatsShare = 0.15
+	defaultStatsShare = 0.25
 	defaultEvalShare  = 0.1
 	defaultRepeats    = 4
 )
@@ -355,7 +355,8 @@ func (pl *planner) price(share float64) (planChoice, error) {
 		if err != nil {
 			return c, err
 		}
-		c.StatsShare = max(share, least/pl.eps)
+		// Within the least a release can claim and the per-step cap.
+		c.StatsShare = min(max(share, least/pl.eps), pl.roundEps/pl.eps)
 		if c.SumsSigma, err = gaussian(c.StatsShare*pl.eps, 1); err != nil {
 			return c, err
 		}
