@@ -540,7 +540,7 @@ func (pl *planner) print(w io.Writer, choices []planChoice, best int, out string
 	fmt.Fprintf(w, "%s DP for %s (%s): ε ≤ %g for the run and ≤ %g per step at δ = %g\n",
 		pl.unit, pl.runName(), pl.describeSteps(), pl.eps, pl.roundEps, pl.delta)
 	if len(choices) > 1 {
-		fmt.Fprintf(w, "  stats share  sums_sigma  sigma   ε run   simulated loss (%d runs each, on %s)\n", pl.repeats, choices[0].Simulated.On)
+		fmt.Fprintf(w, "  stats share  sums_sigma  sigma   ε run   simulated loss (%s each, on %s)\n", plural(pl.repeats, "run"), choices[0].Simulated.On)
 		for i, c := range choices {
 			mark := " "
 			if i == best {

@@ -11,7 +11,8 @@ import (
 )
 
 // plannedRunFile returns the run file src with a plan's settings: the
-// privacy section's sigma (and q, steps at record level), sums_sigma and
+// privacy section's sigma (and q, steps at record level; none at silo
+// level), sums_sigma and
 // eval_sigma, and at record level the strategy's params.steps (one
 // model.train of the planned DP-SGD steps per round; params.epochs goes).
 // Everything else, comments included, is kept.
@@ -26,7 +27,11 @@ func plannedRunFile(src []byte, c planChoice, unit fl.Unit) ([]byte, error) {
 		setScalar(priv, "clip", num(c.spec.Clip))
 	}
 	setScalar(priv, "sigma", num(c.Sigma))
-	if unit == fl.UnitRecord {
+	if unit == fl.UnitSilo {
+		// A round releases the whole update: no sampling rate, no steps.
+		remove(priv, "q")
+		remove(priv, "steps")
+	} else {
 		setScalar(priv, "q", num(c.Q))
 		setScalar(priv, "steps", strconv.Itoa(c.Steps))
 		strat := lookup(root, "strategy")
