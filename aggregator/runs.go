@@ -445,6 +445,11 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	if step != fl.StepTrain {
 		clip = statsClip
 	}
+	if spec.AggregationMode() == fl.AggThresholdHE {
+		// Threshold-he sums on a smaller ring (±2^49): the range is
+		// narrowed to what fits n sites on the step's grid.
+		clip = fl.HEClip(clip, grid, len(st.Silos))
+	}
 	// The round's cohort: the run's silos that are alive (their lease
 	// poll, the heartbeat, is recent). A silo that is not is left out
 	// until it polls again, and rejoins at the next round.
@@ -640,14 +645,12 @@ func (n *Node) runRound(ctx context.Context, st coordinator.RunStatus) error {
 	next := global // statistics and evaluation steps leave the model as it is
 	switch step {
 	case fl.StepStats:
-		var bounds []float64
-		var noise float64
-		if spec.DP {
-			bounds = spec.FeatureBounds
-			noise = fl.StatsNoise(spec.StepPrivacy(fl.UnitRecord, fl.StepStats).Sigma, len(bounds), len(sum.Contributors))
-		}
-		if std, err = fl.StatsFromSums(update, metrics["rows"], bounds, noise); err != nil {
-			return n.retryFault(ctx, st, jobID, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
+		// Under DP the noised sums are made possible ones (post-processing,
+		// fl.StatsFromSums): noise never makes the step fail. What fails is
+		// a sum of no rows at all, and the silos would re-send the same
+		// sums (each caches what it released): retrying cannot help.
+		if std, err = fl.StatsFromSums(update, metrics["rows"], spec.StatsDP(len(sum.Contributors))); err != nil {
+			return n.stopRun(ctx, st.ID, fmt.Sprintf("round %d: the feature statistics are unusable: %v", r, err))
 		}
 	case fl.StepTrain:
 		if next, err = fl.ServerStep(ctx, env, strat, global, update, sum.Weight); err != nil {

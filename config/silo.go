@@ -77,6 +77,11 @@ type Dataset struct {
 	// Unit is the unit of privacy DP protects: fl.UnitRecord (DP-SGD,
 	// per example; the default) or fl.UnitSilo (the whole update).
 	Unit fl.Unit
+	// PublicRows: the data owner agrees that the dataset's row count is
+	// not secret, so a run's statistics step may sum it unnoised
+	// (privacy.public_rows). Default false: the count is noised and
+	// charged like the sums.
+	PublicRows bool
 	// Pos is where the dataset's entry is in the config file.
 	Pos diag.Position
 }
@@ -321,6 +326,7 @@ func datasetFields(ds *Dataset) []field {
 			ds.Unit = fl.Unit(s)
 			return nil
 		}, units...)),
+		mk("public_rows", false, "", boolean(&ds.PublicRows)),
 	}
 }
 

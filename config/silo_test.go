@@ -111,6 +111,27 @@ func TestLoadSilo(t *testing.T) {
 	}
 }
 
+// A dataset's row count is secret unless its declaration says
+// public_rows: true (a run's privacy.public_rows needs it).
+func TestLoadSiloPublicRows(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want bool
+	}{{"", false}, {"    public_rows: true\n", true}, {"    public_rows: false\n", false}} {
+		dir := writeFiles(t, map[string]string{
+			"cardio.csv": cardioCSV,
+			"silo.yaml": "name: h\nidentity: id.key\nfederation: fed.yaml\ndata_dir: st\ndatasets:\n  cardio:\n    path: cardio.csv\n    label: outcome\n" +
+				"    class: confidential\n" + tc.line + "    budget: {epsilon: 1, delta: 1e-5}\n"})
+		c, err := LoadSilo(filepath.Join(dir, "silo.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Datasets[0].PublicRows != tc.want {
+			t.Errorf("%q: public_rows %v", tc.line, c.Datasets[0].PublicRows)
+		}
+	}
+}
+
 // The mapping form names datasets by their keys; the policy section and
 // most keys have defaults.
 func TestLoadSiloMappingFormAndDefaults(t *testing.T) {

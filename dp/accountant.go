@@ -420,6 +420,14 @@ const calibrateTolerance = 1e-9
 // Poisson-subsampled Gaussian with rate q satisfy (targetEps, delta)-DP.
 // orders nil means DefaultOrders.
 func Calibrate(targetEps, delta, q float64, steps int64, orders []float64, conv Conversion) (sigma float64, err error) {
+	return CalibrateAfter(targetEps, delta, q, steps, nil, orders, conv)
+}
+
+// CalibrateAfter is Calibrate for steps that compose with other
+// mechanisms of the same run: base is their RDP on orders (nil: none),
+// and σ is the smallest for which base plus the steps meets (targetEps,
+// delta). A base that alone exceeds the target is DPUnreachable.
+func CalibrateAfter(targetEps, delta, q float64, steps int64, base, orders []float64, conv Conversion) (sigma float64, err error) {
 	if err := checkEpsilon(targetEps); err != nil {
 		return 0, err
 	}
@@ -436,10 +444,16 @@ func Calibrate(targetEps, delta, q float64, steps int64, orders []float64, conv 
 	if err := CheckOrders(orders); err != nil {
 		return 0, err
 	}
+	if base != nil && len(base) != len(orders) {
+		return 0, fmt.Errorf("dp: %d RDP values for %d orders", len(base), len(orders))
+	}
 	epsAt := func(s float64) (float64, error) {
 		c, err := SubsampledGaussian(s, q, steps).RDP(orders)
 		if err != nil {
 			return 0, err
+		}
+		for i, v := range base {
+			c[i] += v
 		}
 		e, _, err := Epsilon(orders, c, delta, conv)
 		return e, err

@@ -15,7 +15,7 @@ type Plan struct {
 	Batch         int     `json:"batch"`           // expected batch size q·rows
 	StepsPerRound int     `json:"steps_per_round"` // DP-SGD steps per round (privacy.steps)
 	Rounds        int     `json:"rounds"`
-	Epsilon       float64 `json:"epsilon"`       // ε of the whole run at Delta, composed
+	Epsilon       float64 `json:"epsilon"`       // ε of the whole run at Delta, composed (with the base mechanisms)
 	RoundEpsilon  float64 `json:"round_epsilon"` // ε of one round alone at Delta
 	Delta         float64 `json:"delta"`
 }
@@ -38,6 +38,14 @@ const (
 // exceed σ = 2.5, and σ the smallest that meets both targets
 // (Calibrate). Every ε it reports is the accountant's.
 func PlanDPSGD(eps, roundEps, delta float64, rows, rounds int, orders []float64, conv Conversion) (Plan, error) {
+	return PlanDPSGDAfter(eps, roundEps, delta, rows, rounds, nil, orders, conv)
+}
+
+// PlanDPSGDAfter is PlanDPSGD for training that shares the run's budget
+// with other releases (a statistics step, evaluations): base is their RDP
+// on orders (nil: none), composed with the training in eps and in the
+// plan's Epsilon.
+func PlanDPSGDAfter(eps, roundEps, delta float64, rows, rounds int, base, orders []float64, conv Conversion) (Plan, error) {
 	if err := checkEpsilon(eps); err != nil {
 		return Plan{}, err
 	}
@@ -58,7 +66,7 @@ func PlanDPSGD(eps, roundEps, delta float64, rows, rounds int, orders []float64,
 	q := float64(batch) / float64(rows)
 	steps := int(math.Ceil(1 / q))
 	sigmaFor := func(s int) (float64, error) {
-		a, err := Calibrate(eps, delta, q, int64(s)*int64(rounds), orders, conv)
+		a, err := CalibrateAfter(eps, delta, q, int64(s)*int64(rounds), base, orders, conv)
 		if err != nil {
 			return 0, err
 		}
@@ -82,6 +90,9 @@ func PlanDPSGD(eps, roundEps, delta float64, rows, rounds int, orders []float64,
 	run, err := SubsampledGaussian(sigma, q, int64(steps)*int64(rounds)).RDP(orders)
 	if err != nil {
 		return Plan{}, err
+	}
+	for i, v := range base {
+		run[i] += v
 	}
 	if p.Epsilon, _, err = Epsilon(orders, run, delta, conv); err != nil {
 		return Plan{}, err

@@ -34,3 +34,46 @@ func TestPlanDPSGD(t *testing.T) {
 		t.Error("negative ε accepted")
 	}
 }
+
+// A plan that shares the budget with other releases (a statistics step,
+// evaluations) composes them in: its Epsilon is the whole run's, within
+// the target, and its σ is above the plan's without them.
+func TestPlanDPSGDAfter(t *testing.T) {
+	orders := DefaultOrders()
+	stats, err := SubsampledGaussian(8, 1, 2).RDP(orders)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, err := PlanDPSGD(4, 4, 1e-5, 800, 10, nil, Improved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with, err := PlanDPSGDAfter(4, 4, 1e-5, 800, 10, stats, nil, Improved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(with.Sigma > alone.Sigma) || with.Epsilon > 4*(1+1e-6) || math.Abs(with.Epsilon-4) > 4e-3 {
+		t.Fatalf("alone %+v, with the statistics %+v", alone, with)
+	}
+	// CalibrateAfter's σ is the least: composed with the base, it meets
+	// the target, and a little less noise does not.
+	sigma, err := CalibrateAfter(2, 1e-5, 1, 5, stats, nil, Improved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	epsAt := func(s float64) float64 {
+		c, _ := SubsampledGaussian(s, 1, 5).RDP(orders)
+		for i := range c {
+			c[i] += stats[i]
+		}
+		e, _, _ := Epsilon(orders, c, 1e-5, Improved)
+		return e
+	}
+	if epsAt(sigma) > 2 || epsAt(sigma*(1-1e-6)) <= 2 {
+		t.Fatalf("σ = %v: ε %v, slightly less noise %v", sigma, epsAt(sigma), epsAt(sigma*(1-1e-6)))
+	}
+	// A base that alone spends more than the target leaves nothing.
+	if _, err := CalibrateAfter(0.5, 1e-5, 1, 5, stats, nil, Improved); err == nil {
+		t.Fatal("a base above the target was accepted")
+	}
+}

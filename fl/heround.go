@@ -23,6 +23,20 @@ type HERound struct {
 	WeightBits int       `cbor:"weight_bits,omitempty" json:"weight_bits,omitempty"`
 }
 
+// HEClip narrows a step's clip to what a threshold-he round of n sites
+// sums on a grid of gridBits fraction bits (at least one when the grid is
+// left to NewHERound): the widest c ≤ clip with c·2^f + 1 ≤ he.BoundFor(n).
+// The statistics and evaluation steps' range (statsClip, 1e12: sums of
+// squares of raw features) is far wider than the ring of ±2^49 holds on
+// their DP grid; under DP their values are per-row sums of values within
+// ±1 (or the loss cap), so the narrowed clip still admits more than 10^9
+// rows per silo for 255 sites. Without DP the widest grid the range fits
+// is picked as before.
+func HEClip(clip float64, gridBits, n int) float64 {
+	fit := math.Floor(math.Ldexp(float64(he.BoundFor(max(n, 1))-1), -max(gridBits, 1)))
+	return min(clip, fit)
+}
+
 // NewHERound derives a round's threshold-he parameters from its masking
 // parameters. The CRS seed is public: SHA-256 of the round ID.
 func NewHERound(sp secagg.Params) (*HERound, error) {

@@ -75,17 +75,35 @@ type RunSpec struct {
 	// by its cohort size (secagg.DefaultProtocol).
 	Masking string `cbor:"masking,omitempty" json:"masking,omitempty"`
 	Seed    int64  `cbor:"seed" json:"seed"`
-	// FeatureBounds are public bounds B_j on |x_j| (a data dictionary's
-	// ranges), one per model input: under DP the statistics step clips
-	// each value to [−B_j, B_j] and releases Σx/B, Σx²/B², which bounds a
-	// row's contribution by √(2d+1) whatever the data. Required when DP
-	// is on and the statistics are federated.
-	FeatureBounds []float64 `cbor:"feature_bounds,omitempty" json:"feature_bounds,omitempty"`
+	// FeatureBounds are public ranges of the features (a data
+	// dictionary's), one per model input, as half-widths H_j around
+	// FeatureCenters C_j (nil: every C_j is 0): privacy.feature_bounds
+	// gives each as B (the range [−B, B]) or [lo, hi]. Under DP the
+	// statistics step clips each value to its range and releases sums of
+	// u = (x − C)/H, which bounds a row's contribution whatever the data
+	// (StatsRecords). Required when DP is on and the statistics are
+	// federated. A range close around the data is worth more than budget:
+	// the noise on a mean is proportional to H, on a variance to H².
+	FeatureBounds  []float64 `cbor:"feature_bounds,omitempty" json:"feature_bounds,omitempty"`
+	FeatureCenters []float64 `cbor:"feature_centers,omitempty" json:"feature_centers,omitempty"`
 	// SumsSigma is the noise multiplier of the statistics and evaluation
 	// steps' releases (privacy.sums_sigma; 0: Sigma). One q = 1 Gaussian
 	// release at DP-SGD's σ ≈ 1 costs ε ≈ 4.7 at δ = 1e-5, so a run
 	// usually gives these steps more noise than its training.
 	SumsSigma float64 `cbor:"sums_sigma,omitempty" json:"sums_sigma,omitempty"`
+	// EvalSigma is the noise multiplier of the evaluation steps' releases
+	// alone (privacy.eval_sigma; 0: SumsSigma, else Sigma): they only
+	// report on the model, so a run may give them more noise than the
+	// statistics, which shape it (scellis privacy plan prices both).
+	EvalSigma float64 `cbor:"eval_sigma,omitempty" json:"eval_sigma,omitempty"`
+	// PublicRows (privacy.public_rows) sums the statistics step's row
+	// count unnoised, outside the Gaussian release: the federation's total
+	// training rows become public, the noised vector loses a coordinate
+	// and the means and variances are divided by the exact count. Each
+	// silo's dataset must declare public_rows: true (its data owner
+	// agrees that its row count is not secret), else the silo declines
+	// the statistics step (SC9215).
+	PublicRows bool `cbor:"public_rows,omitempty" json:"public_rows,omitempty"`
 	// Standardize says whose statistics standardise the features: the
 	// federation's (secure sums, StandardizeFederated, the default when
 	// empty), each silo's own (StandardizeLocal) or none.
@@ -130,6 +148,11 @@ type EvalSpec struct {
 	Holdout float64 `cbor:"holdout,omitempty" json:"holdout,omitempty"`
 	// Dataset names an evaluation dataset every silo declares instead.
 	Dataset string `cbor:"dataset,omitempty" json:"dataset,omitempty"`
+	// Every, when set, adds an evaluation step after every Every training
+	// rounds (besides the final one): under DP each is one more charged,
+	// noised release (at privacy.eval_sigma), the only held-out figures a
+	// DP run reports while it trains.
+	Every int `cbor:"every,omitempty" json:"every,omitempty"`
 }
 
 // On reports whether the run evaluates on held-out rows.
@@ -275,7 +298,7 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 	}
 	if n := f["privacy"]; n != nil {
-		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "participation", "steps", "feature_bounds", "sums_sigma")
+		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "participation", "steps", "feature_bounds", "sums_sigma", "eval_sigma", "public_rows")
 		if v := pf["dp"]; v != nil {
 			s.DP = d.Bool(v, "privacy.dp")
 		}
@@ -297,10 +320,14 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		if v := pf["sums_sigma"]; v != nil {
 			s.SumsSigma = d.Number(v, "privacy.sums_sigma", 1e-6, 1e6)
 		}
+		if v := pf["eval_sigma"]; v != nil {
+			s.EvalSigma = d.Number(v, "privacy.eval_sigma", 1e-6, 1e6)
+		}
+		if v := pf["public_rows"]; v != nil {
+			s.PublicRows = d.Bool(v, "privacy.public_rows")
+		}
 		if l := pf["feature_bounds"]; l != nil {
-			for i, item := range d.Seq(l, "privacy.feature_bounds") {
-				s.FeatureBounds = append(s.FeatureBounds, d.Number(item, fmt.Sprintf("privacy.feature_bounds[%d]", i), 1e-9, 1e15))
-			}
+			s.FeatureCenters, s.FeatureBounds = parseBounds(d, l)
 			if len(s.FeatureBounds) != s.Model.Inputs {
 				d.Errorf(l, diag.InvalidValue, "privacy.feature_bounds", "give one bound per model input, in the model's input order",
 					"%d feature bounds for a model of %d inputs", len(s.FeatureBounds), s.Model.Inputs)
@@ -357,12 +384,19 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		}
 	}
 	if n := f["evaluation"]; n != nil {
-		ef := d.Fields(n, "evaluation", "holdout", "dataset")
+		ef := d.Fields(n, "evaluation", "holdout", "dataset", "every")
 		if v := ef["holdout"]; v != nil {
 			s.Eval.Holdout = d.Number(v, "evaluation.holdout", 0, 0.9)
 		}
 		if v := ef["dataset"]; v != nil {
 			s.Eval.Dataset = d.Str(v, "evaluation.dataset")
+		}
+		if v := ef["every"]; v != nil {
+			s.Eval.Every = int(d.Integer(v, "evaluation.every", 1, 100000))
+			if s.Eval.Holdout == 0 && s.Eval.Dataset == "" {
+				d.Errorf(v, diag.MissingField, "evaluation.every", "give evaluation.holdout: F or evaluation.dataset: NAME, the rows the model is scored on",
+					"evaluation.every without held-out rows to evaluate on")
+			}
 		}
 		if s.Eval.Holdout > 0 && s.Eval.Dataset != "" {
 			d.Errorf(n, diag.InvalidValue, "evaluation", "give holdout: F or dataset: NAME, not both",
@@ -373,6 +407,11 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		d.Errorf(f["privacy"], diag.MissingField, "privacy.feature_bounds",
 			"give privacy.feature_bounds: [B_1, …, B_d], public bounds on each feature's magnitude (see docs/models.md), or standardize: local|none",
 			"federated feature statistics under DP need privacy.feature_bounds")
+	}
+	if s.PublicRows && s.StandardizeMode() != StandardizeFederated {
+		d.Errorf(f["privacy"], diag.InvalidValue, "privacy.public_rows",
+			"drop public_rows, or standardise with federated statistics (standardize: federated, the default)",
+			"privacy.public_rows releases the statistics step's row count, and standardize: %s has no statistics step", s.StandardizeMode())
 	}
 	if err := d.Err(); err != nil {
 		return nil, err
@@ -390,13 +429,44 @@ func (s *RunSpec) Privacy(unit Unit) Privacy {
 }
 
 // StepPrivacy is Privacy for one step: the statistics and evaluation
-// steps release at SumsSigma when the run sets it.
+// steps release at SumsSigma when the run sets it, an evaluation step at
+// EvalSigma when that is set.
 func (s *RunSpec) StepPrivacy(unit Unit, step string) Privacy {
 	p := s.Privacy(unit)
-	if p.Unit != UnitNone && (step == StepStats || step == StepEval) && s.SumsSigma > 0 {
-		p.Sigma = s.SumsSigma
+	if p.Unit == UnitNone {
+		return p
 	}
+	p.Sigma = s.StepSigma(step)
 	return p
+}
+
+// StepSigma is the noise multiplier a step of the run releases at under
+// DP: Sigma for training, SumsSigma (if set) for the statistics and
+// evaluation steps, EvalSigma (if set) for evaluation.
+func (s *RunSpec) StepSigma(step string) float64 {
+	switch {
+	case step == StepEval && s.EvalSigma > 0:
+		return s.EvalSigma
+	case (step == StepStats || step == StepEval) && s.SumsSigma > 0:
+		return s.SumsSigma
+	}
+	return s.Sigma
+}
+
+// StatsDP is how the run's statistics step released its sums under DP,
+// summed over sites silos (nil without DP: the sums are exact).
+func (s *RunSpec) StatsDP(sites int) *StatsDP {
+	if !s.DP {
+		return nil
+	}
+	c := len(s.FeatureBounds)
+	return &StatsDP{Bounds: s.Bounds(), PublicRows: s.PublicRows,
+		Noise: StatsNoise(s.StepSigma(StepStats), c, sites, s.PublicRows)}
+}
+
+// Bounds are the run's public feature ranges (privacy.feature_bounds).
+func (s *RunSpec) Bounds() Bounds {
+	return Bounds{Center: s.FeatureCenters, Half: s.FeatureBounds}
 }
 
 // Canonical is the run as it is hashed and shipped: the strategy resolved
@@ -423,6 +493,36 @@ func (s *RunSpec) Resolve(c *catalog.Catalog, baseDir string) (*Canonical, conte
 		return nil, "", nil, err
 	}
 	return cs, id, st, nil
+}
+
+// parseBounds reads privacy.feature_bounds: each item a bound B (the
+// range [−B, B]) or a range [lo, hi] with lo < hi; it returns the ranges'
+// centres (nil when all are 0) and half-widths.
+func parseBounds(d *yamlpos.Decoder, l *yaml.Node) (centers, halves []float64) {
+	centred := false
+	for i, item := range d.Seq(l, "privacy.feature_bounds") {
+		subject := fmt.Sprintf("privacy.feature_bounds[%d]", i)
+		c, h := 0.0, 0.0
+		if item.Kind != yaml.SequenceNode {
+			h = d.Number(item, subject, 1e-9, 1e15)
+		} else if len(item.Content) != 2 {
+			d.Errorf(item, diag.InvalidValue, subject, "give a bound B (the range [−B, B]) or a range [lo, hi]",
+				"a range of %d values", len(item.Content))
+		} else {
+			lo, hi := d.Number(item.Content[0], subject, -1e15, 1e15), d.Number(item.Content[1], subject, -1e15, 1e15)
+			if !(hi-lo >= 1e-9) {
+				d.Errorf(item, diag.InvalidValue, subject, "give the range as [lo, hi] with lo below hi",
+					"range [%g, %g] is empty", lo, hi)
+			}
+			c, h = (lo+hi)/2, (hi-lo)/2
+		}
+		centers, halves = append(centers, c), append(halves, h)
+		centred = centred || c != 0
+	}
+	if !centred {
+		centers = nil // symmetric bounds hash as they always have
+	}
+	return centers, halves
 }
 
 // parseClass reads a class (public or confidential) at n; an unknown one

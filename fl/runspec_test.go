@@ -55,29 +55,49 @@ func TestRunSpecReportsEveryProblem(t *testing.T) {
 	}
 }
 
-// The statistics step's DP path scales by the bounds and StatsFromSums
-// undoes it: on noiseless sums it gives the pooled mean and std.
+// The statistics step's DP path scales by the bounds (and shifts the
+// squares by ½) and StatsFromSums undoes it: on noiseless sums it gives
+// the pooled mean and std, with the count noised or public; every row's
+// vector stays within the sensitivity the noise is calibrated to.
 func TestStatsRoundTripWithBounds(t *testing.T) {
-	d := &model.Dataset{Features: []string{"a", "b"}, X: mat.NewDense(4, 2, []float64{1, 10, 2, 20, 3, 30, 4, 40}), Y: []float64{0, 1, 0, 1}}
+	d := &model.Dataset{Features: []string{"a", "b"}, X: mat.NewDense(4, 2, []float64{1, 10, 2, 20, 3, 30, -9, 60}), Y: []float64{0, 1, 0, 1}}
 	bounds := []float64{8, 50}
-	sums := make([]float64, 5)
-	for r := range StatsRecords(d, bounds) {
-		for i, v := range r {
-			sums[i] += v
+	clipped := &model.Dataset{Features: d.Features, X: mat.NewDense(4, 2, []float64{1, 10, 2, 20, 3, 30, -8, 50}), Y: d.Y}
+	want := model.FitStandardizer(clipped)
+	for _, public := range []bool{false, true} {
+		sums := make([]float64, 5)
+		for r := range StatsRecords(d, Bounds{Half: bounds}, public) {
+			if len(r) != StatsDim(2, public) {
+				t.Fatalf("a record of %d values, want %d", len(r), StatsDim(2, public))
+			}
+			var norm float64
+			for i, v := range r {
+				sums[i] += v
+				norm += v * v
+			}
+			if math.Sqrt(norm) > StatsSensitivity(2, public)+1e-12 {
+				t.Fatalf("a record of norm %v above the sensitivity %v", math.Sqrt(norm), StatsSensitivity(2, public))
+			}
+		}
+		if public {
+			sums[4] = float64(d.Rows())
+		}
+		std, err := StatsFromSums(sums[:4], sums[4], &StatsDP{Bounds: Bounds{Half: bounds}, PublicRows: public})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 2 {
+			if math.Abs(std.Mean[j]-want.Mean[j]) > 1e-12 || math.Abs(std.Std[j]-want.Std[j]) > 1e-12 {
+				t.Fatalf("public %v, feature %d: %v/%v, pooled %v/%v", public, j, std.Mean[j], std.Std[j], want.Mean[j], want.Std[j])
+			}
 		}
 	}
-	std, err := StatsFromSums(sums[:4], sums[4], bounds, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := model.FitStandardizer(d)
-	for j := range 2 {
-		if math.Abs(std.Mean[j]-want.Mean[j]) > 1e-12 || math.Abs(std.Std[j]-want.Std[j]) > 1e-12 {
-			t.Fatalf("feature %d: %v/%v, pooled %v/%v", j, std.Mean[j], std.Std[j], want.Mean[j], want.Std[j])
-		}
-	}
-	if got := StatsSensitivity(2); got != math.Sqrt(5) {
+	// Each feature adds at most u² + (u² − ½)² ≤ 5/4, the count 1.
+	if got := StatsSensitivity(2, false); got != math.Sqrt(3.5) {
 		t.Fatalf("sensitivity %v", got)
+	}
+	if got := StatsSensitivity(2, true); got != math.Sqrt(2.5) {
+		t.Fatalf("sensitivity with a public count %v", got)
 	}
 }
 
@@ -185,21 +205,21 @@ func TestStatsFromNoisySumsNeverUnderestimateSpread(t *testing.T) {
 		sites  = 4
 		trials = 300
 	)
-	noise := StatsNoise(sigma, 1, sites)
+	noise := StatsNoise(sigma, 1, sites, false)
 	rng := rand.New(rand.NewPCG(1, 2)) // test draws of the noise, not DP noise
-	exact := []float64{rows * mean / bound, rows * (sd*sd + mean*mean) / (bound * bound)}
+	exact := []float64{rows * mean / bound, rows * ((sd*sd+mean*mean)/(bound*bound) - 0.5)}
 	var below int
 	for range trials {
 		sums := []float64{exact[0] + noise*rng.NormFloat64(), exact[1] + noise*rng.NormFloat64()}
 		n := rows + noise*rng.NormFloat64()
-		got, err := StatsFromSums(sums, n, []float64{bound}, noise)
+		got, err := StatsFromSums(sums, n, &StatsDP{Bounds: Bounds{Half: []float64{bound}}, Noise: noise})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.Std[0] < sd/2 || got.Std[0] > bound {
 			t.Fatalf("std %.3g from noisy sums; the feature's is %.3g and its bound %.3g", got.Std[0], sd, bound)
 		}
-		naive, _ := StatsFromSums(sums, n, []float64{bound}, 0)
+		naive, _ := StatsFromSums(sums, n, &StatsDP{Bounds: Bounds{Half: []float64{bound}}})
 		if naive.Std[0] < sd/2 {
 			below++
 		}
@@ -275,5 +295,48 @@ func TestRunSpecMasking(t *testing.T) {
 	src := strings.Replace(goodRun, "secure_aggregation: true", "secure_aggregation: false", 1) + "masking: pairwise\n"
 	if _, err := ParseRunSpec("run.yaml", []byte(src)); err == nil {
 		t.Fatal("masking without secure aggregation accepted")
+	}
+}
+
+// privacy.feature_bounds takes a bound B ([−B, B]) or a range [lo, hi]
+// per feature; symmetric bounds hash as before (no centres stored).
+// evaluation.every needs rows to evaluate on, public_rows a statistics
+// step; eval_sigma prices the evaluation steps alone.
+func TestRunSpecBoundsEveryPublicRows(t *testing.T) {
+	const src = `name: r
+strategy: fedavg
+model: {kind: logistic, inputs: 3}
+dataset: d
+rounds: 4
+privacy: {clip: 1, sigma: 1, q: 0.1, steps: 5, sums_sigma: 6, eval_sigma: 9, public_rows: true, feature_bounds: [10, [0, 120], [-3, 5]]}
+evaluation: {holdout: 0.2, every: 2}
+`
+	s, err := ParseRunSpec("run.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(s.FeatureBounds, []float64{10, 60, 4}) || !slices.Equal(s.FeatureCenters, []float64{0, 60, 1}) {
+		t.Fatalf("bounds %v centres %v", s.FeatureBounds, s.FeatureCenters)
+	}
+	if !s.PublicRows || s.Eval.Every != 2 || s.StepCount() != 1+4+1+1 {
+		t.Fatalf("%+v: %d steps", s, s.StepCount())
+	}
+	if s.StepSigma(StepStats) != 6 || s.StepSigma(StepEval) != 9 || s.StepSigma(StepTrain) != 1 {
+		t.Fatalf("step σ: stats %v eval %v train %v", s.StepSigma(StepStats), s.StepSigma(StepEval), s.StepSigma(StepTrain))
+	}
+	sym, err := ParseRunSpec("run.yaml", []byte(goodRun))
+	if err != nil || sym.FeatureCenters != nil {
+		t.Fatalf("symmetric bounds kept centres %v (%v)", sym.FeatureCenters, err)
+	}
+	for _, bad := range []struct{ from, to, code, line string }{
+		{"[-3, 5]]", "[5, -3]]", "SC1005", ":6:"},
+		{"[-3, 5]]", "[1, 2, 3]]", "SC1005", ":6:"},
+		{"{holdout: 0.2, every: 2}", "{every: 2}", "SC1004", ":7:"},
+		{"evaluation: {holdout: 0.2, every: 2}", "standardize: local", "SC1005", ":6:"},
+	} {
+		_, err := ParseRunSpec("run.yaml", []byte(strings.Replace(src, bad.from, bad.to, 1)))
+		if err == nil || !strings.Contains(err.Error(), bad.code) || !strings.Contains(err.Error(), bad.line) {
+			t.Errorf("%s → %s: %v", bad.from, bad.to, err)
+		}
 	}
 }

@@ -18,14 +18,17 @@ import (
 // (law 1: one mechanism). Before the training rounds comes the
 // feature-statistics step when the run standardises with federated
 // statistics; after them, the final evaluation step when the run
-// evaluates on held-out rows. The coordinator's round r is step r.
+// evaluates on held-out rows, and with evaluation.every k an evaluation
+// step after every k training rounds too. The coordinator's round r is
+// step r.
 const (
 	// StepStats: each silo secure-aggregates per-feature Σx, Σx² and its
 	// row count; the reducer turns the sums into the global standardiser.
 	StepStats = "stats"
 	// StepTrain: a training round (the strategy's client and server step).
 	StepTrain = "train"
-	// StepEval: each silo evaluates the final model on its held-out rows.
+	// StepEval: each silo evaluates the current model on its held-out
+	// rows (after the last training round, and every Eval.Every rounds).
 	StepEval = "eval"
 )
 
@@ -38,7 +41,7 @@ var StatsMetrics = []string{"rows"}
 
 // StepCount returns the number of coordinator rounds the run takes.
 func (s *RunSpec) StepCount() int {
-	n := s.Rounds
+	n := s.Rounds + s.MidEvals()
 	if s.StandardizeMode() == StandardizeFederated {
 		n++
 	}
@@ -48,9 +51,21 @@ func (s *RunSpec) StepCount() int {
 	return n
 }
 
-// Step returns the kind of coordinator round r and, for a training round,
-// its training round number (0-based, as strategies see it in
-// params.round).
+// MidEvals is the number of evaluation steps between training rounds:
+// one after every Eval.Every of them, except after the last, which the
+// final evaluation step scores.
+func (s *RunSpec) MidEvals() int {
+	if s.Eval.Every <= 0 || !s.Eval.On() || s.Rounds < 1 {
+		return 0
+	}
+	return (s.Rounds - 1) / s.Eval.Every
+}
+
+// Step returns the kind of coordinator round r and its training round
+// number: for a training round its own (0-based, as strategies see it in
+// params.round), for an evaluation step the training rounds done before
+// it. With evaluation.every k the training rounds come in blocks of k,
+// each but the last followed by an evaluation step.
 func (s *RunSpec) Step(r int) (kind string, train int) {
 	if s.StandardizeMode() == StandardizeFederated {
 		if r == 0 {
@@ -58,10 +73,30 @@ func (s *RunSpec) Step(r int) (kind string, train int) {
 		}
 		r--
 	}
+	if k := s.Eval.Every; k > 0 && s.Eval.On() {
+		b, i := r/(k+1), r%(k+1)
+		if i == k && (b+1)*k < s.Rounds {
+			return StepEval, (b + 1) * k
+		}
+		r = b*k + i
+	}
 	if r >= s.Rounds {
 		return StepEval, s.Rounds
 	}
 	return StepTrain, r
+}
+
+// TrainStep is the coordinator round of training round t (Step's
+// inverse for training rounds).
+func (s *RunSpec) TrainStep(t int) int {
+	r := t
+	if s.StandardizeMode() == StandardizeFederated {
+		r++
+	}
+	if k := s.Eval.Every; k > 0 && s.Eval.On() {
+		r += t / k
+	}
+	return r
 }
 
 // ModelSpec is the model the run trains, as the model package builds it:
@@ -111,7 +146,7 @@ func (s *RunSpec) StepSums(ctx context.Context, env script.Env, strat *Strategy,
 	case StepStats:
 		d := s.Model.Inputs
 		if s.DP {
-			gridBits = dp.GridFracBits(StatsSensitivity(d), 2*d+1)
+			gridBits = dp.GridFracBits(StatsSensitivity(d, s.PublicRows), StatsDim(d, s.PublicRows))
 		}
 		return 2 * d, StatsMetrics, gridBits, nil
 	case StepEval:

@@ -198,6 +198,10 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 	if !known {
 		add(p.unknownDataset(subject, req.Dataset))
 	}
+	if known && dpOn && req.PublicRows && !ds.PublicRows {
+		add(diag.New(diag.SiloRowsNotPublic, subject, "the statistics step would release the row count of dataset %q unnoised (privacy.public_rows), and the dataset does not declare its row count public", ds.Name).
+			WithHelp("the data owner adds public_rows: true to the dataset if its row count is not secret, or the run drops privacy.public_rows"))
+	}
 
 	admit := trust.Request{Subject: subject, Training: true, DP: dpOn, SecureAgg: req.SecureAgg}
 	if known {

@@ -160,6 +160,17 @@ func TestCheckRound(t *testing.T) {
 			req:    func(r *RoundRequest) { r.Step = fl.StepStats },
 			want:   []diag.Code{diag.SiloEpsilonPerRound, diag.SiloBudgetOverdraft},
 			msg:    []string{"up to ε = 4.2396"}},
+		{name: "a public row count the dataset does not declare public",
+			req: func(r *RoundRequest) {
+				r.Step, r.PublicRows, r.Privacy.Sigma = fl.StepStats, true, 8
+			},
+			want: []diag.Code{diag.SiloRowsNotPublic},
+			msg:  []string{`row count of dataset "cardio" unnoised`, "public_rows: true"}},
+		{name: "accepted: a public row count the dataset declares public",
+			policy: func(p *Policy) { p.Datasets[0].PublicRows = true },
+			req: func(r *RoundRequest) {
+				r.Step, r.PublicRows, r.Privacy.Sigma = fl.StepStats, true, 8
+			}},
 		{name: "noise multiplier below min_noise_multiplier",
 			policy: func(p *Policy) { p.MinNoiseMultiplier = 1.5 },
 			want:   []diag.Code{diag.SiloNoiseTooLow},

@@ -217,7 +217,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
 		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.StepPrivacy(unit, b.Step), Cohort: len(b.SecAgg.Members),
 		Threshold: threshold, Masking: masking, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg, Step: b.Step,
-		Aggregation: aggMode(b),
+		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.Spec.PublicRows,
 	}
 	if want := spec.Spec.AggregationMode(); want != req.Aggregation {
 		return decline(bad("the round forms its sum by %s but its run asks for %s", req.Aggregation, want))
@@ -346,20 +346,20 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	case fl.StepStats:
 		// Feature statistics: Σx, Σx² and the row count of the training
 		// rows; with DP on, each row scaled by the run's public feature
-		// bounds and the sums released on the grid, noised and charged.
+		// bounds and the sums released on the grid, noised and charged
+		// (the count exact when the run and the dataset make it public).
 		in.Weight = 1
 		if req.Privacy.Unit == fl.UnitNone {
-			sums, rows := fl.StatsVector(train, nil)
+			sums, rows := fl.StatsVector(train)
 			in.Values = append(sums, rows)
 			break
 		}
-		bounds := spec.Spec.FeatureBounds
-		if len(bounds) != train.Dims() {
-			return decline(diag.New(diag.ModelNoStatistics, subject, "the run's DP is on but it gives %d feature bounds for %d features", len(bounds), train.Dims()).
+		bounds := spec.Spec.Bounds()
+		if bounds.Len() != train.Dims() {
+			return decline(diag.New(diag.ModelNoStatistics, subject, "the run's DP is on but it gives %d feature bounds for %d features", bounds.Len(), train.Dims()).
 				WithHelp("a value's range must be bounded for the statistics' noise to mean anything; the run author sets privacy.feature_bounds"))
 		}
-		d := train.Dims()
-		if in.Encoded, out.Mechanism.Mechanisms, err = req.Privacy.ReleaseRecordSums(fl.StatsRecords(train, bounds), 2*d+1, fl.StatsSensitivity(d), b.SecAgg.GridBits); err != nil {
+		if in.Encoded, out.Mechanism.Mechanisms, err = req.Privacy.ReleaseStats(train, bounds, spec.Spec.PublicRows, b.SecAgg.GridBits); err != nil {
 			return decline(err)
 		}
 	case fl.StepEval:

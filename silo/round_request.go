@@ -41,6 +41,10 @@ type RoundRequest struct {
 	// empty: training): a statistics or evaluation step releases one
 	// Gaussian sum of its rows, priced as such.
 	Step string
+	// PublicRows: the statistics step sums the dataset's row count
+	// unnoised (the run's privacy.public_rows); the dataset must declare
+	// its row count public.
+	PublicRows bool
 }
 
 // Subject names the round in diagnostics: "run RUN round N".

@@ -62,13 +62,16 @@ func newFLLaunchCmd() *cobra.Command {
   standardize: local             # each silo its own statistics
   secure_aggregation: true
 
-  # privacy from: scellis privacy plan --epsilon 8 --delta 1e-5 --rows 800 --rounds 10
+  # privacy: σ, q and steps as scellis privacy plan gives them for 800 rows
   # (ε 1 per round, 2.47 for the run). privacy.q is DP-SGD's per-record
   # sampling rate; silos whose dataset is protected at the silo level
   # (unit: silo) are charged q = 1 per round and refuse a q below 1.
-  # standardize: federated (the default; needs privacy.feature_bounds) and
-  # evaluation: {holdout: 0.2} add one Gaussian release each at q = 1 with
-  # the run's σ (ε ≈ 3.2 each at σ 1.425; docs/models.md).`,
+  # standardize: federated (the default; needs privacy.feature_bounds, a
+  # bound B or a range [lo, hi] per input) and evaluation: {holdout: 0.2}
+  # (every: k for one every k rounds too) add a Gaussian release each at
+  # q = 1, at privacy.sums_sigma and eval_sigma (else the run's σ: ε ≈ 3.2
+  # each at σ 1.425; docs/models.md). scellis privacy plan RUN.yaml plans
+  # them all within one budget.`,
 		Args: exactArgs(1, "RUN.yaml"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)

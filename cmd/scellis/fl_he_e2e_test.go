@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -123,6 +125,8 @@ seed: 5
 		t.Fatalf("s4 declined every round but its ledger was charged:\n%s", out)
 	}
 
+	heDefaultStandardize(t, c)
+
 	// Below the three-site minimum: s4 refuses the mode, two are left; the
 	// round ends at advertising (SC6002) and the run stops. (s1 and s2 paid
 	// before sending, as law 6 wants: nothing had left when it ended.)
@@ -142,6 +146,54 @@ seed: 5
 	}
 
 	heDropouts(t, c, spec)
+}
+
+// heDefaultStandardize runs threshold-he with the default standardize:
+// federated and a final evaluation, under DP (issue 30: the statistics
+// and evaluation steps' range did not fit the HE ring on their DP grid,
+// and such a run failed at step 0 while config check called it valid).
+// Every step is summed by threshold-he and the model file carries the
+// federation's statistics.
+func heDefaultStandardize(t *testing.T, c *cluster) {
+	c.write("std.yaml", `name: std
+strategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}
+model: {kind: logistic, inputs: 9}
+dataset: patients
+rounds: 1
+cohort: {silos: [s1, s2, s3]}
+privacy: {clip: 5.0, sigma: 0.5, sums_sigma: 8, feature_bounds: [[0, 120], [0, 1], [10, 80], [50, 300], [20, 600], [50, 500], [0, 1], [0, 40], [0, 20]]}
+evaluation: {holdout: 0.2}
+aggregation: threshold-he
+seed: 5
+`)
+	mustRun(t, scellisCmd(t, c.dir, "config", "check", "std.yaml"))
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "std.yaml"))
+	table, errs, err := c.cli("alice", "fl", "watch", id)
+	if err != nil || !strings.Contains(table, "run done") {
+		t.Fatalf("threshold-he with federated statistics did not complete (%v):\n%s%s", err, table, errs)
+	}
+	for _, step := range []string{"\n    0  stats 3 ", "\n    1  train 3 ", "\n    2  eval  3 "} {
+		if !strings.Contains(table, step) {
+			t.Fatalf("no step %q of three silos:\n%s", step, table)
+		}
+	}
+	if log := readFile(t, c.dir, "s2.log"); strings.Count(log, "threshold-he)") < 3 {
+		t.Fatalf("s2 did not contribute to three threshold-he sums:\n%s", log)
+	}
+	c.mustCLI("alice", "fl", "model", id, "--out", "std-model.json")
+	var f fl.ModelFile
+	if err := json.Unmarshal([]byte(readFile(t, c.dir, "std-model.json")), &f); err != nil {
+		t.Fatal(err)
+	}
+	st := f.Standardization
+	if st.Mode != fl.StandardizeFederated || len(st.Mean) != 9 || len(st.Std) != 9 || !(st.Rows >= 1) {
+		t.Fatalf("the model's standardisation: %+v", st)
+	}
+	for j := range 9 {
+		if math.IsNaN(st.Mean[j]) || !(st.Std[j] > 0) {
+			t.Fatalf("feature %d: mean %v std %v", j, st.Mean[j], st.Std[j])
+		}
+	}
 }
 
 // heDropouts runs TestFLThresholdHERun's two dropout runs (see there).

@@ -173,7 +173,7 @@ func (f *flBenchFederation) simulate(b *testing.B, spec string) time.Duration {
 		b.Fatal(err)
 	}
 	sim := &flSim{unit: fl.UnitSilo, out: io.Discard}
-	if err := sim.load(ctx, s, cat, spec, f.data, "", "outcome"); err != nil {
+	if err := sim.load(s, cat, spec, f.data, "", "outcome"); err != nil {
 		b.Fatal(err)
 	}
 	start := time.Now()

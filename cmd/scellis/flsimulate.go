@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"iter"
 	"maps"
 	"os"
 	"os/signal"
@@ -55,7 +54,7 @@ writes the same model file.`,
 				return err
 			}
 			sim := &flSim{unit: fl.Unit(unit), out: cmd.OutOrStdout()}
-			if err := sim.load(ctx, spec, cat, args[0], data, evalData, label); err != nil {
+			if err := sim.load(spec, cat, args[0], data, evalData, label); err != nil {
 				return err
 			}
 			if err := sim.run(ctx); err != nil {
@@ -77,15 +76,13 @@ writes the same model file.`,
 
 // flSim is one fl simulate: the live path's steps over in-process sites.
 type flSim struct {
-	spec   *fl.RunSpec
-	canon  *fl.Canonical
-	id     content.Ref
-	strat  *fl.Strategy
-	env    script.Env
-	unit   fl.Unit
-	names  []string
-	raw    []*model.Dataset
-	evals  []*model.Dataset
+	spec  *fl.RunSpec
+	canon *fl.Canonical
+	id    content.Ref
+	strat *fl.Strategy
+	env   script.Env
+	unit  fl.Unit
+	*sites
 	std    *fl.Standardization
 	rows   []fl.RoundSummary
 	global fl.Global
@@ -96,7 +93,17 @@ type flSim struct {
 const minSimSites = 3
 
 // load resolves the run and reads the sites.
-func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog, file, dir, evalDir, label string) error {
+func (s *flSim) load(spec *fl.RunSpec, cat *catalog.Catalog, file, dir, evalDir, label string) error {
+	if err := s.resolve(spec, cat, file); err != nil {
+		return err
+	}
+	var err error
+	s.sites, err = readSites(spec, dir, evalDir, label)
+	return err
+}
+
+// resolve resolves the run file's spec: its ID, strategy and params.
+func (s *flSim) resolve(spec *fl.RunSpec, cat *catalog.Catalog, file string) error {
 	var err error
 	s.spec = spec
 	var st *fl.Strategy
@@ -108,21 +115,36 @@ func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog
 		return err
 	}
 	s.env = script.Env{Catalog: cat}
+	return nil
+}
+
+// sites are the sites of a simulation: one CSV each in a folder, named
+// after the site, and its evaluation CSV when the run names an
+// evaluation dataset.
+type sites struct {
+	names []string
+	raw   []*model.Dataset
+	evals []*model.Dataset
+}
+
+// readSites reads the sites in dir (and evalDir) for spec.
+func readSites(spec *fl.RunSpec, dir, evalDir, label string) (*sites, error) {
 	if label == "" {
 		label = spec.Model.Label
 	}
 	if label == "" {
-		return usageError{fmt.Errorf("the run names no label column (model.label): give it with --label COL")}
+		return nil, usageError{fmt.Errorf("the run names no label column (model.label): give it with --label COL")}
 	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.csv"))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	slices.Sort(files)
 	if len(files) < minSimSites {
-		return diag.New(diag.FLBadSimulation, dir, "%d site files (*.csv); a federation needs at least %d sites", len(files), minSimSites).
+		return nil, diag.New(diag.FLBadSimulation, dir, "%d site files (*.csv); a federation needs at least %d sites", len(files), minSimSites).
 			WithHelp("with two sites each could learn the other's update from the sum: put one CSV per site, at least three, in the folder")
 	}
+	s := &sites{}
 	var problems diag.List
 	for _, f := range files {
 		name := strings.TrimSuffix(filepath.Base(f), ".csv")
@@ -134,7 +156,7 @@ func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog
 		s.names, s.raw = append(s.names, name), append(s.raw, d)
 		if spec.Eval.Dataset != "" {
 			if evalDir == "" {
-				return usageError{fmt.Errorf("the run evaluates on dataset %q: give the sites' evaluation CSVs with --eval-data DIR", spec.Eval.Dataset)}
+				return nil, usageError{fmt.Errorf("the run evaluates on dataset %q: give the sites' evaluation CSVs with --eval-data DIR", spec.Eval.Dataset)}
 			}
 			e, err := model.LoadCSV(filepath.Join(evalDir, filepath.Base(f)), label)
 			if err != nil {
@@ -147,9 +169,9 @@ func (s *flSim) load(ctx context.Context, spec *fl.RunSpec, cat *catalog.Catalog
 		}
 	}
 	if len(problems) > 0 {
-		return problems
+		return nil, problems
 	}
-	return nil
+	return s, nil
 }
 
 func asDiagList(err error) diag.List {
@@ -181,7 +203,7 @@ func (s *flSim) siteData(step string) (trains, helds []*model.Dataset, err error
 // step in site order, as secure aggregation would: floats without DP,
 // grid integers (decoded after the sum) under DP. It returns the sum and
 // the ε each site was charged.
-func (s *flSim) sumReleases(p fl.Privacy, dim int, sens float64, grid int, plain func(i int) ([]float64, error), records func(i int) (iter.Seq[[]float64], error)) ([]float64, map[string]float64, error) {
+func (s *flSim) sumReleases(p fl.Privacy, dim, grid int, plain func(i int) ([]float64, error), release func(i int) ([]int64, []dp.Mechanism, error)) ([]float64, map[string]float64, error) {
 	eps := map[string]float64{}
 	if p.Unit == fl.UnitNone {
 		sum := make([]float64, dim)
@@ -198,13 +220,12 @@ func (s *flSim) sumReleases(p fl.Privacy, dim int, sens float64, grid int, plain
 	}
 	isum := make([]int64, dim)
 	for i, name := range s.names {
-		r, err := records(i)
+		y, mechs, err := release(i)
 		if err != nil {
 			return nil, nil, err
 		}
-		y, mechs, err := p.ReleaseRecordSums(r, dim, sens, grid)
-		if err != nil {
-			return nil, nil, err
+		if len(y) != dim {
+			return nil, nil, fmt.Errorf("site %s released %d values; the step sums %d", name, len(y), dim)
 		}
 		for j, v := range y {
 			isum[j] += v
@@ -249,9 +270,7 @@ func (s *flSim) run(ctx context.Context) error {
 		}
 		printRoundRow(w, row)
 	}
-	offset := 0
 	if s.spec.StandardizeMode() == fl.StandardizeFederated {
-		offset = 1
 		if err := s.statsStep(ctx, emit); err != nil {
 			return err
 		}
@@ -264,10 +283,15 @@ func (s *flSim) run(ctx context.Context) error {
 	}
 	dpOn := s.privacy().Unit != fl.UnitNone
 	var roundErr error
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Training round t is the run's coordinator round TrainStep(t): the
+	// statistics step and any evaluation steps come between.
+	step := s.spec.TrainStep
 	hist, err := fl.Simulate(ctx, s.strat, trains, s.spec.Rounds, fl.SimOptions{
 		Env: s.env, Seed: uint64(s.spec.Seed), Privacy: s.privacy(),
-		ClientSeed:  func(r, i int) [32]byte { return fl.ClientSeed(s.id, r+offset, s.spec.Seed, s.names[i]) },
-		RoundCohort: func(r int) ([]int, []float64) { return s.roundCohort(r + offset) },
+		ClientSeed:  func(r, i int) [32]byte { return fl.ClientSeed(s.id, step(r), s.spec.Seed, s.names[i]) },
+		RoundCohort: func(r int) ([]int, []float64) { return s.roundCohort(step(r)) },
 		OnRound: func(r fl.Round) {
 			sums := map[string]float64{}
 			if !dpOn { // under DP the live round sums the update alone
@@ -285,24 +309,30 @@ func (s *flSim) run(ctx context.Context) error {
 			for j, i := range r.Cohort {
 				names[j] = s.names[i]
 			}
-			row := fl.NewRoundSummary(r.Index+offset, fl.StepTrain, names, []string{}, sums, h)
+			row := fl.NewRoundSummary(step(r.Index), fl.StepTrain, names, []string{}, sums, h)
 			for i, mechs := range r.Charges {
 				if e, err := epsilonOf(mechs); err == nil {
 					row.Epsilon[s.names[i]] = e
 				}
 			}
 			emit(row)
+			// evaluation.every: an evaluation step of the new global.
+			if t := r.Index + 1; t < s.spec.Rounds && step(t) > step(r.Index)+1 && roundErr == nil {
+				if roundErr = s.evalStep(ctx, r.Global, helds, step(r.Index)+1, emit); roundErr != nil {
+					cancel()
+				}
+			}
 		},
 	})
-	if err != nil {
-		return err
-	}
 	if roundErr != nil {
 		return roundErr
 	}
+	if err != nil {
+		return err
+	}
 	s.global = hist.Final
 	if s.spec.Eval.On() {
-		return s.evalStep(ctx, helds, offset+s.spec.Rounds, emit)
+		return s.evalStep(ctx, s.global, helds, s.spec.StepCount()-1, emit)
 	}
 	return nil
 }
@@ -335,27 +365,24 @@ func (s *flSim) statsStep(ctx context.Context, emit func(fl.RoundSummary)) error
 		return err
 	}
 	d := s.spec.Model.Inputs
-	var bounds []float64
-	if s.privacy().Unit != fl.UnitNone {
-		if bounds = s.spec.FeatureBounds; len(bounds) != d {
-			return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the run's DP is on but it gives %d feature bounds for %d features", len(bounds), d).
-				WithHelp("add privacy.feature_bounds, one public bound per model input")
-		}
+	p := s.stepPrivacy(fl.StepStats)
+	bounds := s.spec.Bounds()
+	if p.Unit != fl.UnitNone && bounds.Len() != d {
+		return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the run's DP is on but it gives %d feature bounds for %d features", bounds.Len(), d).
+			WithHelp("add privacy.feature_bounds, one public bound per model input")
 	}
-	sum, eps, err := s.sumReleases(s.stepPrivacy(fl.StepStats), dims+1, fl.StatsSensitivity(d), grid,
+	sum, eps, err := s.sumReleases(p, dims+1, grid,
 		func(i int) ([]float64, error) {
-			v, rows := fl.StatsVector(trains[i], nil)
+			v, rows := fl.StatsVector(trains[i])
 			return append(v, rows), nil
 		},
-		func(i int) (iter.Seq[[]float64], error) { return fl.StatsRecords(trains[i], bounds), nil })
+		func(i int) ([]int64, []dp.Mechanism, error) {
+			return p.ReleaseStats(trains[i], bounds, s.spec.PublicRows, grid)
+		})
 	if err != nil {
 		return err
 	}
-	var noise float64
-	if bounds != nil {
-		noise = fl.StatsNoise(s.stepPrivacy(fl.StepStats).Sigma, d, len(trains))
-	}
-	if s.std, err = fl.StatsFromSums(sum[:dims], sum[dims], bounds, noise); err != nil {
+	if s.std, err = fl.StatsFromSums(sum[:dims], sum[dims], s.spec.StatsDP(len(trains))); err != nil {
 		return diag.New(diag.ModelNoStatistics, "run "+s.spec.Name, "the feature statistics are unusable: %v", err)
 	}
 	row := fl.NewRoundSummary(0, fl.StepStats, s.names, []string{}, map[string]float64{"rows": sum[dims]}, "")
@@ -380,16 +407,18 @@ func (s *flSim) heldOutPlain(g fl.Global, helds []*model.Dataset) (map[string]fl
 	return out, nil
 }
 
-func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int, emit func(fl.RoundSummary)) error {
-	_, names, grid, err := s.spec.StepSums(ctx, s.env, s.strat, s.global, fl.StepEval)
+// evalStep is coordinator round round, an evaluation step of global g.
+func (s *flSim) evalStep(ctx context.Context, g fl.Global, helds []*model.Dataset, round int, emit func(fl.RoundSummary)) error {
+	_, names, grid, err := s.spec.StepSums(ctx, s.env, s.strat, g, fl.StepEval)
 	if err != nil {
 		return err
 	}
-	w, ok := s.global.Vector("w")
+	p := s.stepPrivacy(fl.StepEval)
+	w, ok := g.Vector("w")
 	if !ok {
 		return diag.New(diag.FLContract, "evaluation", "the global state has no parameter vector w to evaluate")
 	}
-	sum, eps, err := s.sumReleases(s.stepPrivacy(fl.StepEval), len(names), fl.EvalSensitivity(), grid,
+	sum, eps, err := s.sumReleases(p, len(names), grid,
 		func(i int) ([]float64, error) {
 			m, err := fl.EvalSums(s.canon.ModelSpec(), w, helds[i])
 			if err != nil {
@@ -401,7 +430,13 @@ func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int,
 			}
 			return v, nil
 		},
-		func(i int) (iter.Seq[[]float64], error) { return fl.EvalRecords(s.canon.ModelSpec(), w, helds[i]) })
+		func(i int) ([]int64, []dp.Mechanism, error) {
+			rows, err := fl.EvalRecords(s.canon.ModelSpec(), w, helds[i])
+			if err != nil {
+				return nil, nil, err
+			}
+			return p.ReleaseRecordSums(rows, len(names), fl.EvalSensitivity(), grid)
+		})
 	if err != nil {
 		return err
 	}
@@ -409,11 +444,42 @@ func (s *flSim) evalStep(ctx context.Context, helds []*model.Dataset, round int,
 	for j, k := range names {
 		sums[k] = sum[j]
 	}
-	h, _ := s.global.Hash()
+	h, _ := g.Hash()
 	row := fl.NewRoundSummary(round, fl.StepEval, s.names, []string{}, sums, h)
 	row.Epsilon = eps
 	emit(row)
 	return nil
+}
+
+// finalLoss is the final model's mean loss per row on the sites'
+// held-out rows, computed here without noise (on their training rows when
+// the run holds none out: held is false then), standardised as the model
+// file would have it: how privacy plan scores a simulated run.
+func (s *flSim) finalLoss() (loss float64, held bool, err error) {
+	trains, helds, err := s.siteData(fl.StepTrain)
+	if err != nil {
+		return 0, false, err
+	}
+	w, ok := s.global.Vector("w")
+	if !ok {
+		return 0, false, diag.New(diag.FLContract, "evaluation", "the global state has no parameter vector w to evaluate")
+	}
+	rows, held := helds, s.spec.Eval.On()
+	if !held {
+		rows = trains
+	}
+	var sum, n float64
+	for _, d := range rows {
+		m, err := fl.EvalSums(s.canon.ModelSpec(), w, d)
+		if err != nil {
+			return 0, false, err
+		}
+		sum, n = sum+m["eval_loss"], n+m["eval_examples"]
+	}
+	if n == 0 {
+		return 0, false, diag.New(diag.FLBadSimulation, "fl simulate", "no rows to score the final model on")
+	}
+	return sum / n, held, nil
 }
 
 // writeModel writes the model file of the simulation, as fl model does

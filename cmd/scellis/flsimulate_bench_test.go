@@ -38,7 +38,7 @@ func BenchmarkFLSimulate(b *testing.B) {
 				Model: fl.ModelSpec{Kind: "logistic", Inputs: 9, Label: datagen.HospitalLabel}, Dataset: "patients",
 				Rounds: 1, MinCohort: 3, Seed: 1, Standardize: standardize}
 			s := &flSim{unit: fl.UnitRecord, out: io.Discard}
-			if err := s.load(context.Background(), spec, cat, filepath.Join(dir, "run.yaml"), dir, "", ""); err != nil {
+			if err := s.load(spec, cat, filepath.Join(dir, "run.yaml"), dir, "", ""); err != nil {
 				b.Fatal(err)
 			}
 			return s
