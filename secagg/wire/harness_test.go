@@ -153,11 +153,12 @@ func serveHost(tb testing.TB, w *world, opt HostOptions, record bool) *testHost 
 	}
 	th := &testHost{Host: NewHost(w.fed, opt), url: "https://" + ln.Addr().String()}
 	mux := http.NewServeMux()
+	var h http.Handler = th.Host
 	if record {
-		mux.Handle(Prefix, th.record(th.Host))
-	} else {
-		mux.Handle(Prefix, th.Host)
+		h = th.record(th.Host)
 	}
+	mux.Handle(Prefix, h)
+	mux.Handle(HEPrefix, h)
 	mux.Handle("/v1/", http.NotFoundHandler()) // the coordinator API lives beside it
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	served := make(chan struct{})
