@@ -46,9 +46,7 @@ func TestPlusRoundOfManySites(t *testing.T) {
 		t.Fatalf("a round of %d sites runs %s with %d neighbours a site; want SecAgg+ on a sparse graph", n, proto, k)
 	}
 	hour := Deadlines{Advertise: time.Hour, Share: time.Hour, Mask: time.Hour, Consistency: time.Hour, Unmask: time.Hour}
-	if err := th.Open(p, hour); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, hour)
 	ctx := t.Context()
 	before := []string{"hospital-b", "hospital-050"} // cut before their input leaves
 	after := []string{"hospital-c", "hospital-100"}  // cut once their input was accepted
