@@ -95,9 +95,6 @@ func TestKeysBeforeInput(t *testing.T) {
 			t.Fatal("a silo's part did not end")
 		}
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 1+2+3, []string{"hospital-a", "hospital-b", "hospital-c"}, []string{"hospital-d"})
 }

@@ -290,6 +290,27 @@ func startSites(ctx context.Context, w *world, th *testHost, p secagg.Params, si
 func rising(k float64) func(int) float64 { return func(i int) float64 { return k * float64(i+1) } }
 func flat(k float64) func(int) float64   { return func(int) float64 { return k } }
 
+// waitAll waits for each run and reports those that failed.
+func waitAll(tb testing.TB, runs []*run) {
+	tb.Helper()
+	for _, r := range runs {
+		if err := r.wait(tb); err != nil {
+			tb.Errorf("%s: %v", r.site, err)
+		}
+	}
+}
+
+// sum waits for the round's sum on the host, failing the test without
+// one.
+func (th *testHost) sum(tb testing.TB, ctx context.Context, round string) *secagg.Result {
+	tb.Helper()
+	res, err := th.Wait(ctx, round)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res
+}
+
 func (r *run) wait(tb testing.TB) error {
 	tb.Helper()
 	select {

@@ -268,18 +268,37 @@ func (h *Host) parentCall(w http.ResponseWriter, r *http.Request, what string) (
 	return peer, hp, subject, true
 }
 
+// posted is a message posted to a hierarchical round, with who posted it.
+type posted[M any] struct {
+	peer    identity.Member
+	hp      *hostParent
+	subject string
+	body    []byte
+	msg     M
+}
+
 // parentPost authenticates a post to a hierarchical round (parentCall:
-// the caller may do action) and reads its body, a message of kind what of
-// at most limit bytes (0: the round's bound on partial sums).
-func (h *Host) parentPost(w http.ResponseWriter, r *http.Request, what, action string, limit int64) (peer identity.Member, hp *hostParent, subject string, body []byte, ok bool) {
-	if peer, hp, subject, ok = h.parentCall(w, r, action); !ok || !isCBOR(w, r, subject, what) {
-		return peer, nil, subject, nil, false
+// the caller may do action), reads its body, a message of kind what of at
+// most limit bytes (0: the round's bound on partial sums), and parses it
+// (400 when it does not parse).
+func parentPost[M any](h *Host, w http.ResponseWriter, r *http.Request, what, action string, limit int64, parse func([]byte) (M, error)) (*posted[M], bool) {
+	p := &posted[M]{}
+	var ok bool
+	if p.peer, p.hp, p.subject, ok = h.parentCall(w, r, action); !ok || !isCBOR(w, r, p.subject, what) {
+		return nil, false
 	}
 	if limit == 0 {
-		limit = hp.maxBody
+		limit = p.hp.maxBody
 	}
-	body, ok = readLimited(w, r, subject, what, limit)
-	return peer, hp, subject, body, ok
+	if p.body, ok = readLimited(w, r, p.subject, what, limit); !ok {
+		return nil, false
+	}
+	var err error
+	if p.msg, err = parse(p.body); err != nil {
+		refuse(w, http.StatusBadRequest, err)
+		return nil, false
+	}
+	return p, true
 }
 
 // postPartial takes a child's partial sum: from an aggregator of the
@@ -287,15 +306,11 @@ func (h *Host) parentPost(w http.ResponseWriter, r *http.Request, what, action s
 // byte-identical resend is answered 204; a refused partial sum leaves the
 // round waiting for a good one.
 func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
-	_, hp, subject, body, ok := h.parentPost(w, r, "partial sum", "post partial sums", 0)
+	p, ok := parentPost(h, w, r, "partial sum", "post partial sums", 0, secagg.ParsePartialSum)
 	if !ok {
 		return
 	}
-	ps, err := secagg.ParsePartialSum(body)
-	if err != nil {
-		refuse(w, http.StatusBadRequest, err)
-		return
-	}
+	hp, subject, body, ps := p.hp, p.subject, p.body, p.msg
 	sum := sha256.Sum256(body)
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
@@ -341,15 +356,11 @@ const maxRoundID = 256
 // for a sub-cohort that has one 409. The children check the keys
 // themselves, against their own copies of the federation.
 func (h *Host) postOuter(w http.ResponseWriter, r *http.Request) {
-	peer, hp, subject, body, ok := h.parentPost(w, r, "outer key", "post outer keys", maxOuterKey)
+	p, ok := parentPost(h, w, r, "outer key", "post outer keys", maxOuterKey, secagg.ParseOuterKey)
 	if !ok {
 		return
 	}
-	k, err := secagg.ParseOuterKey(body)
-	if err != nil {
-		refuse(w, http.StatusBadRequest, err)
-		return
-	}
+	peer, hp, subject, body, k := p.peer, p.hp, p.subject, p.body, p.msg
 	bad := func(format string, args ...any) {
 		refuse(w, http.StatusBadRequest, diag.New(diag.SecAggOuterKeys, subject, format, args...).
 			WithHelp("a child posts the key of its own sub-cohort, signed with its delegate identity"))

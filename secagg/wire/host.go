@@ -134,7 +134,9 @@ type opening struct {
 	id      string
 	digest  func() ([]byte, error) // the params' digest: equal params, equal digests
 	members []secagg.Member
-	state   func(*hostRound) roundState
+	// state builds the scheme's state machine for the round, refusing
+	// invalid params.
+	state func() (roundState, error)
 }
 
 // open starts a round of any scheme with the given phase deadlines.
@@ -144,6 +146,10 @@ type opening struct {
 // fresh round ID. Every member must be a silo of the federation, under its
 // member name and with its federation key (SC6106).
 func (h *Host) open(o opening, dl Deadlines) error {
+	state, err := o.state()
+	if err != nil {
+		return err
+	}
 	digest, err := o.digest()
 	if err != nil {
 		return err
@@ -179,7 +185,7 @@ func (h *Host) open(o opening, dl Deadlines) error {
 			WithHelp("take the results of finished rounds, or raise HostOptions.MaxRounds (MaxHERounds for threshold-he)")
 	}
 	rd := newHostRound(o.sch, o.id, digest, dl, keys)
-	rd.state = o.state(rd)
+	rd.state = state
 	h.rounds[o.id] = rd
 	h.wg.Add(1)
 	go h.drive(rd)

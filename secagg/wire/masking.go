@@ -87,7 +87,7 @@ func maskUnits(p secagg.Params) int {
 
 // maskRound is masking's side of one round on the host.
 type maskRound struct {
-	rd       *hostRound
+	rd       *hostRound // its round, from run on
 	srv      *secagg.Server
 	n, units int64
 	// relayed: a sub-cohort of a hierarchical round (Params.Parent); it
@@ -113,6 +113,7 @@ func (m *maskRound) phase() (ph int, fail bool) {
 // their inputs masked, sign the survivor set (the consistency round) and
 // unmask.
 func (m *maskRound) run(r *runner) error {
+	m.rd = r.rd
 	if err := r.phase("advertise", slotAdvertise, m.endAdvertise); err != nil {
 		return err
 	}
@@ -209,12 +210,9 @@ func maskResult(c *call, _ *http.Request) reply {
 // member name and with its federation key (SC6106). Invalid params are
 // refused with secagg's diagnostic (with fewer than three members: SC6002).
 func (h *Host) Open(p secagg.Params, dl Deadlines) error {
-	srv, err := secagg.NewServer(p)
-	if err != nil {
-		return err
-	}
-	return h.open(opening{sch: &masking, id: p.Round, digest: p.Digest, members: p.Members, state: func(rd *hostRound) roundState {
-		return &maskRound{rd: rd, srv: srv, n: int64(len(p.Members)), units: int64(maskUnits(p)), relayed: p.Parent != nil}
+	return h.open(opening{sch: &masking, id: p.Round, digest: p.Digest, members: p.Members, state: func() (roundState, error) {
+		srv, err := secagg.NewServer(p)
+		return &maskRound{srv: srv, n: int64(len(p.Members)), units: int64(maskUnits(p)), relayed: p.Parent != nil}, err
 	}}, dl)
 }
 

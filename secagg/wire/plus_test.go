@@ -75,10 +75,7 @@ func TestPlusRoundOfManySites(t *testing.T) {
 		weights[s] = float64(i%7 + 1)
 		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], testInput(s, dim), weights[s], s))
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	var want, dropped []string
 	var xs [][]float64
 	weight := 0.0

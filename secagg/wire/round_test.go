@@ -131,10 +131,7 @@ func TestFourSites(t *testing.T) {
 	if err := fin.wait(t, p.Round); err != nil {
 		t.Fatalf("OnFinish: %v", err)
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 100, w.silos, nil)
 
 	if _, err := th.Result(p.Round); !errors.Is(err, ErrOver) {
@@ -161,19 +158,12 @@ func TestDropAfterMasking(t *testing.T) {
 	cab := newCable()
 	cab.cutAfter = func(r *http.Request, _ *http.Response) bool { return endpoint(r, "masked") }
 	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-d": w.client(w.ids["hospital-d"], w.fed, cab.wrap)})
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 10, w.silos, nil)
-	for _, r := range runs[:3] {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, runs[:3])
 	<-cab.cutNow
 	runs[3].cancel()
-	err = runs[3].wait(t)
+	err := runs[3].wait(t)
 	wantCode(t, "the cut-off site", err, diag.SecAggWireGaveUp)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("the cut-off site's error does not wrap context.Canceled: %v", err)
@@ -195,16 +185,9 @@ func TestDropBeforeMasking(t *testing.T) {
 	cab.cutBefore = func(r *http.Request) bool { return endpoint(r, "masked") }
 	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-b": w.client(w.ids["hospital-b"], w.fed, cab.wrap)})
 	xs = slices.Delete(xs, 1, 2) // hospital-b's input never arrives
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 1+3+4, []string{"hospital-a", "hospital-c", "hospital-d"}, []string{"hospital-b"})
-	for _, r := range slices.Delete(slices.Clone(runs), 1, 2) {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, slices.Delete(slices.Clone(runs), 1, 2))
 	runs[1].cancel()
 	wantCode(t, "the cut-off site", runs[1].wait(t), diag.SecAggWireGaveUp)
 }
@@ -231,15 +214,8 @@ func TestLateSite(t *testing.T) {
 	<-gotKeys // advertising has ended
 	err := Participate(ctx, w.silo("hospital-d"), th.url, p, w.keys["hospital-d"], testInput("hospital-d", dim), 1)
 	wantCode(t, "the late site", err, diag.SecAggWireTooLate)
-	for _, r := range runs {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitAll(t, runs)
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 3, w.silos[:3], nil)
 }
 
@@ -463,11 +439,7 @@ func TestResultOverHTTP(t *testing.T) {
 	}
 	_, err = FetchResult(ctx, w.silo("hospital-a"), th.url, p)
 	wantCode(t, "reading a taken result", err, diag.SecAggWireRoundOver)
-	for _, r := range runs {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, runs)
 }
 
 // TestHostClose: closing the host ends its open rounds with SC6107, which
@@ -516,17 +488,10 @@ func TestExcusedSite(t *testing.T) {
 		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], testInput(s, dim), float64(i+1), s))
 	}
 	th.Excuse(p.Round, "hospital-b")
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	// It never advertised, so it is not among the dropped: it was never in.
 	checkSum(t, res, plainSum(dim, xs...), 1+3+4, []string{"hospital-a", "hospital-c", "hospital-d"}, nil)
-	for _, r := range runs {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, runs)
 }
 
 // TestLongPollsBoundedPerSite: a site holds at most maxPolls GETs open on

@@ -69,7 +69,7 @@ func poly() int64 { return int64(he.PolyBytes()) }
 
 // heRound is threshold-he's side of one round on the host.
 type heRound struct {
-	rd     *hostRound
+	rd     *hostRound // its round, from run on
 	agg    *he.Aggregator
 	n, cts int64
 	opened bool // the sum is open (run's own)
@@ -92,6 +92,7 @@ func (h *heRound) phase() (ph int, fail bool) { p := h.agg.Phase(); return int(p
 // requests, attempt after attempt, until t of them open the sum. Their
 // names (OnPhase) keep them apart from masking's.
 func (h *heRound) run(r *runner) error {
+	h.rd = r.rd
 	if err := r.phase("he-advertise", slotAdvertise, h.endAdvertise); err != nil {
 		return err
 	}
@@ -164,12 +165,9 @@ func heDecrypt(c *call, r *http.Request) reply {
 // OpenHE starts threshold-he round p, as Open starts a masking round (the
 // same refusals; its members must be silos of the federation, SC6106).
 func (h *Host) OpenHE(p he.Params, dl Deadlines) error {
-	agg, err := he.NewAggregator(p)
-	if err != nil {
-		return err
-	}
-	return h.open(opening{sch: &thresholdHE, id: p.Round, digest: p.Digest, members: p.Members, state: func(rd *hostRound) roundState {
-		return &heRound{rd: rd, agg: agg, n: int64(len(p.Members)), cts: int64(p.Ciphertexts())}
+	return h.open(opening{sch: &thresholdHE, id: p.Round, digest: p.Digest, members: p.Members, state: func() (roundState, error) {
+		agg, err := he.NewAggregator(p)
+		return &heRound{agg: agg, n: int64(len(p.Members)), cts: int64(p.Ciphertexts())}, err
 	}}, dl)
 }
 

@@ -56,10 +56,7 @@ func TestHostSeesOnlyMasked(t *testing.T) {
 		}
 		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], inputs[s], 0, s))
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	if len(res.Dropped) != 1 {
 		t.Fatalf("dropped %v, want hospital-c", res.Dropped)
 	}
