@@ -15,7 +15,6 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
-	"github.com/scellis/scellis/secagg/hewire"
 	"github.com/scellis/scellis/secagg/transport"
 	"github.com/scellis/scellis/secagg/wire"
 	"github.com/scellis/scellis/trust"
@@ -89,7 +88,7 @@ func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
 		// Secure-aggregation exchanges that come over a data channel go
 		// through the same hosts, as the member the channel
 		// authenticated (secagg/transport).
-		Services: map[string]dataplane.Service{transport.Service: transport.Serve(n.secaggHosts(), wire.Prefix, hewire.Prefix)},
+		Services: map[string]dataplane.Service{transport.Service: transport.Serve(n.secaggHosts(), wire.Prefix, wire.HEPrefix)},
 		Logf:     func(format string, args ...any) { n.log.Info(fmt.Sprintf(format, args...)) },
 	})
 	if err != nil {
@@ -105,12 +104,12 @@ func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
 	return nil
 }
 
-// secaggHosts is the node's two secure-aggregation hosts, as the API
-// listener mounts them.
+// secaggHosts is the node's secure-aggregation host, as the API listener
+// mounts it.
 func (n *Node) secaggHosts() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(wire.Prefix, n.metrics.countPlane("secagg", n.sagg))
-	mux.Handle(hewire.Prefix, n.metrics.countPlane("secagg", n.hesagg))
+	mux.Handle(wire.HEPrefix, n.metrics.countPlane("secagg", n.sagg))
 	return mux
 }
 

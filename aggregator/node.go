@@ -28,7 +28,6 @@ import (
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/internal/obs"
 	"github.com/scellis/scellis/receipt"
-	"github.com/scellis/scellis/secagg/hewire"
 	"github.com/scellis/scellis/secagg/wire"
 	"github.com/scellis/scellis/verify/spot"
 )
@@ -73,10 +72,9 @@ type Node struct {
 	verifying sync.Map
 
 	opt        Options
-	sagg       *wire.Host   // the reducer peer's secure aggregation host
-	hesagg     *hewire.Host // its threshold-he host (runs with aggregation: threshold-he)
-	activeRuns sync.Map     // run ID → struct{}: a round being planned, hosted or reduced here
-	runCache   sync.Map     // run ID → *runCtx
+	sagg       *wire.Host // the reducer peer's secure aggregation host (masking and threshold-he)
+	activeRuns sync.Map   // run ID → struct{}: a round being planned, hosted or reduced here
+	runCache   sync.Map   // run ID → *runCtx
 	// seen: silo → time.Time of its last lease poll (zero: gone); see
 	// liveness.go. leaderSince: when this node's tenure began (unix ns).
 	seen        sync.Map
@@ -261,7 +259,6 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	n.fsm = &fsm{m: machine, hub: n.hub, members: n.membershipApplied}
 	n.metrics = newNodeMetrics(n)
 	n.sagg = wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll, OnPhase: n.metrics.phase})
-	n.hesagg = hewire.NewHost(fed, hewire.HostOptions{LongPoll: opt.SecAggLongPoll})
 	n.planner.fetchBlob = n.fetchBlob
 	n.planner.durable = n.durable
 	if n.peerClient, err = api.NewClient(id, fed); err != nil {
@@ -335,7 +332,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	// The data plane of training rounds: silos' masked inputs go to the
 	// reducer peer here, never through the control-plane API (law 3).
 	mux.Handle(wire.Prefix, n.metrics.countPlane("secagg", n.sagg))
-	mux.Handle(hewire.Prefix, n.metrics.countPlane("secagg", n.hesagg))
+	mux.Handle(wire.HEPrefix, n.metrics.countPlane("secagg", n.sagg))
 	ctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	if err := n.startDataPlane(ctx, mux); err != nil {
@@ -438,7 +435,6 @@ func (n *Node) Close() error {
 		n.volunteerStop()
 	}
 	n.sagg.Close()
-	n.hesagg.Close()
 	n.closeDataPlane()
 	err := n.raft.Close()
 	n.done.Wait()

@@ -10,10 +10,11 @@ import (
 	"github.com/scellis/scellis/secagg/wire"
 )
 
-// The round's secure sum runs on one of the reducer peer's two hosts:
-// pairwise masking (secagg/wire) or, for a run with aggregation:
-// threshold-he, threshold homomorphic encryption (secagg/hewire). The mode
-// changes only how the sum is formed; the round flow around it is the same.
+// The round's secure sum runs on the reducer peer's secure-aggregation
+// host (secagg/wire) under one of its schemes: pairwise masking or, for a
+// run with aggregation: threshold-he, threshold homomorphic encryption.
+// The scheme changes only how the sum is formed; the round flow around it
+// is the same.
 
 func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey) error {
 	if b.SubCohorts != nil {
@@ -24,7 +25,7 @@ func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey) error {
 		return n.sagg.OpenParent(b.SecAgg.Round, parent, cohorts)
 	}
 	if b.HE != nil {
-		return n.hesagg.Open(b.HE.Params, n.opt.SecAgg)
+		return n.sagg.OpenHE(b.HE.Params, n.opt.SecAgg)
 	}
 	return n.sagg.Open(b.SecAgg, n.siloRoundDeadlines())
 }
@@ -43,10 +44,6 @@ func (n *Node) abortSum(b *fl.RoundBundle, reason string) {
 		n.sagg.AbortParent(b.SecAgg.Round, reason)
 		return
 	}
-	if b.HE != nil {
-		n.hesagg.Abort(b.SecAgg.Round, reason)
-		return
-	}
 	n.sagg.Abort(b.SecAgg.Round, reason)
 }
 
@@ -60,16 +57,14 @@ func (n *Node) waitSum(ctx context.Context, b *fl.RoundBundle, job content.Ref) 
 	if b.HE == nil {
 		return n.sagg.Wait(ctx, b.SecAgg.Round)
 	}
-	res, err := n.hesagg.Wait(ctx, b.SecAgg.Round)
+	res, err := n.sagg.WaitHE(ctx, b.SecAgg.Round)
 	if err != nil {
 		return nil, err
 	}
 	return b.HE.Result(res, b.SecAgg.Weighted), nil
 }
 
-// excuse tells the round's host that a silo will not take part (a round
-// ID is open on one host only; the other ignores it).
+// excuse tells the round's host that a silo will not take part.
 func (n *Node) excuse(round, silo string) {
 	n.sagg.Excuse(round, silo)
-	n.hesagg.Excuse(round, silo)
 }

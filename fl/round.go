@@ -50,8 +50,8 @@ type RoundBundle struct {
 	// with staleness 0).
 	Base map[string]Base `cbor:"base,omitempty" json:"base,omitempty"`
 	// HE, when set, runs the round in threshold-he mode (package
-	// secagg/he) on the Reducer's threshold-he host (secagg/hewire)
-	// instead of pairwise masking; SecAgg still names the members,
+	// secagg/he) on the Reducer's secure-aggregation host (secagg/wire,
+	// its threshold-he scheme) instead of pairwise masking; SecAgg still names the members,
 	// dimension, clip, weighting and grid.
 	HE *HERound `cbor:"he,omitempty" json:"he,omitempty"`
 	// SubCohorts, when set, make the round hierarchical (docs/secagg.md,

@@ -18,4 +18,9 @@
 // with fewer than 2t − n sites. The sum itself is released, so differential
 // privacy is still needed.
 // docs/secagg.md records where this departs from the paper.
+//
+// It may import the standard library, golang.org/x/crypto and x/sys/cpu,
+// diag, content and identity: the network runs it from package
+// secagg/wire, which imports it, never the other way (TestSecAggFloors in
+// secagg/wire).
 package secagg

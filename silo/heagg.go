@@ -8,7 +8,6 @@ import (
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/internal/testfault"
 	"github.com/scellis/scellis/secagg/he"
-	"github.com/scellis/scellis/secagg/hewire"
 	"github.com/scellis/scellis/secagg/transport"
 	"github.com/scellis/scellis/secagg/wire"
 )
@@ -55,7 +54,7 @@ func (a *Appliance) participate(ctx context.Context, base string, b fl.RoundBund
 	if testfault.Armed(testfault.KillAfterHECiphertext) {
 		t = dieAfterCiphertext{t, a.logf}
 	}
-	return hewire.ParticipateOver(ctx, t, b.HE.Params, a.ID.PrivateKey(), y, in.MinSurvivors)
+	return wire.ParticipateHE(ctx, t, b.HE.Params, a.ID.PrivateKey(), y, in.MinSurvivors)
 }
 
 // dieAfterCiphertext kills the process once the aggregator accepted its

@@ -18,4 +18,9 @@
 // coalitions can decrypt two different ciphertexts of a round. Fewer than
 // t survivors end the round with a diagnostic, never a partial sum.
 // docs/secagg.md ("Threshold homomorphic mode") records the parameters.
+//
+// It may import the standard library, lattigo, diag, content, identity and
+// secagg (its members, Shamir sharing and boxes); package secagg/wire runs
+// it over the network as one scheme of the round protocol
+// (TestSecAggFloors in secagg/wire).
 package he

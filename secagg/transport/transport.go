@@ -1,9 +1,9 @@
-// Package transport is the one round transport both secure-aggregation
-// modes run over: a site's exchanges with the host of a round (pairwise
-// masking, package secagg/wire; threshold-he, package secagg/hewire) —
-// messages posted, phases long-polled, transient failures retried, hosts
-// probed — over HTTPS to the aggregator or over a WebRTC data channel to it
-// (package dataplane), HTTPS then being the fallback.
+// Package transport is the one round transport every secure-aggregation
+// scheme runs over: a site's exchanges with the host of a round (package
+// secagg/wire: pairwise masking, SecAgg+, threshold-he) — messages posted,
+// phases long-polled, transient failures retried, hosts probed — over
+// HTTPS to the aggregator or over a WebRTC data channel to it (package
+// dataplane), HTTPS then being the fallback.
 //
 // Either way an exchange is the same request to the same http.Handler on
 // the host, authenticated as the same federation member (mutual TLS, or
@@ -11,6 +11,10 @@
 // hosts holds on both paths. Nothing here parses, logs or stores a
 // message's bytes: they are the secagg state machines' canonical CBOR,
 // checked by the host and by the site's state machine.
+//
+// It may import the standard library, diag, content and identity — not
+// secagg, nor the data plane's dataplane package (Caller is its side of a
+// data channel): TestSecAggFloors in secagg/wire.
 package transport
 
 import (

@@ -27,13 +27,9 @@ import (
 // signatures; and no unmasking may reach the aggregator.
 func TestEquivocatingHostRefused(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 64
-	p := w.params("equivocate", dim, w.silos...)
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	w, th, p := roundOf(t, 4, HostOptions{}, "equivocate", dim)
+	th.open(t, p, generous())
 	const victim = "hospital-b"
 	fakeView := map[string]bool{"hospital-a": true, "hospital-c": true}
 
@@ -139,10 +135,7 @@ func TestEquivocatingHostRefused(t *testing.T) {
 	th.mu.Unlock()
 
 	ctx := t.Context()
-	var runs []*run
-	for i, s := range w.silos {
-		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], testInput(s, dim), float64(i+1), s))
-	}
+	runs, _ := startSites(ctx, w, th, p, w.silos, rising(1), nil)
 	want := map[string]diag.Code{"hospital-a": diag.SecAggEquivocation, "hospital-b": diag.SecAggEquivocation,
 		"hospital-c": diag.SecAggEquivocation, "hospital-d": diag.SecAggBelowThreshold}
 	for _, r := range runs {

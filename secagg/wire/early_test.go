@@ -21,16 +21,12 @@ import (
 // is the three others'.
 func TestKeysBeforeInput(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 64
-	p := w.params("keys-before-input", dim, w.silos...)
+	w, th, p := roundOf(t, 4, HostOptions{}, "keys-before-input", dim)
 	dl := generous()
 	dl.Mask = 10 * time.Millisecond
 	dl.TrainInMask = true
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	ctx := t.Context()
 	asked := make(chan string, len(w.silos))
 	give := make(chan struct{})
@@ -99,9 +95,6 @@ func TestKeysBeforeInput(t *testing.T) {
 			t.Fatal("a silo's part did not end")
 		}
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 1+2+3, []string{"hospital-a", "hospital-b", "hospital-c"}, []string{"hospital-d"})
 }

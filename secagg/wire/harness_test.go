@@ -153,11 +153,12 @@ func serveHost(tb testing.TB, w *world, opt HostOptions, record bool) *testHost 
 	}
 	th := &testHost{Host: NewHost(w.fed, opt), url: "https://" + ln.Addr().String()}
 	mux := http.NewServeMux()
+	var h http.Handler = th.Host
 	if record {
-		mux.Handle(Prefix, th.record(th.Host))
-	} else {
-		mux.Handle(Prefix, th.Host)
+		h = th.record(th.Host)
 	}
+	mux.Handle(Prefix, h)
+	mux.Handle(HEPrefix, h)
 	mux.Handle("/v1/", http.NotFoundHandler()) // the coordinator API lives beside it
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
 	served := make(chan struct{})
@@ -171,6 +172,23 @@ func serveHost(tb testing.TB, w *world, opt HostOptions, record bool) *testHost 
 		<-served
 	})
 	return th
+}
+
+// roundOf is the start most round tests share: a world of n silos, a host
+// (opt), and a round named round of all n silos with dim values, not yet
+// open.
+func roundOf(tb testing.TB, n int, opt HostOptions, round string, dim int) (*world, *testHost, secagg.Params) {
+	tb.Helper()
+	w := newWorld(tb, n)
+	return w, startHost(tb, w, opt), w.params(round, dim, w.silos...)
+}
+
+// open opens p under dl, failing the test if the host refuses.
+func (th *testHost) open(tb testing.TB, p secagg.Params, dl Deadlines) {
+	tb.Helper()
+	if err := th.Open(p, dl); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // record keeps a copy of every request body.
@@ -248,6 +266,49 @@ func participate(ctx context.Context, hc *http.Client, th *testHost, p secagg.Pa
 	r := &run{site: site, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- Participate(ctx, hc, th.url, p, key, x, weight) }()
 	return r
+}
+
+// startSites starts the Participate of each of silos with its test input
+// and weight(i), over via[s] when set (else its own client); it returns
+// the runs and the inputs, in the order of silos.
+func startSites(ctx context.Context, w *world, th *testHost, p secagg.Params, silos []string, weight func(i int) float64, via map[string]*http.Client) ([]*run, [][]float64) {
+	var runs []*run
+	var xs [][]float64
+	for i, s := range silos {
+		hc := via[s]
+		if hc == nil {
+			hc = w.silo(s)
+		}
+		x := testInput(s, p.Dim)
+		xs = append(xs, x)
+		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], x, weight(i), s))
+	}
+	return runs, xs
+}
+
+// rising weighs the i-th site k·(i+1); flat weighs every site k.
+func rising(k float64) func(int) float64 { return func(i int) float64 { return k * float64(i+1) } }
+func flat(k float64) func(int) float64   { return func(int) float64 { return k } }
+
+// waitAll waits for each run and reports those that failed.
+func waitAll(tb testing.TB, runs []*run) {
+	tb.Helper()
+	for _, r := range runs {
+		if err := r.wait(tb); err != nil {
+			tb.Errorf("%s: %v", r.site, err)
+		}
+	}
+}
+
+// sum waits for the round's sum on the host, failing the test without
+// one.
+func (th *testHost) sum(tb testing.TB, ctx context.Context, round string) *secagg.Result {
+	tb.Helper()
+	res, err := th.Wait(ctx, round)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res
 }
 
 func (r *run) wait(tb testing.TB) error {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"mime"
 	"net/http"
 	"slices"
 	"sync"
@@ -65,17 +64,12 @@ func errRelayed(rd *hostRound) error {
 }
 
 // relay ends a relayed round: the masked sum waits for WaitPartial.
-func (rd *hostRound) relay() error {
-	ps, err := rd.srv.Relay()
+func (m *maskRound) relay() error {
+	ps, err := m.srv.Relay()
 	if err != nil {
-		return rd.fail(err)
+		return err
 	}
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.clearLocked()
-	rd.partial = ps
-	rd.publishLocked(secagg.PhaseDone)
-	close(rd.done)
+	m.rd.publish(func() { m.partial = ps })
 	return nil
 }
 
@@ -85,32 +79,19 @@ func (rd *hostRound) relay() error {
 // — and forgets the round. The host cannot open it. A round that failed
 // returns its diagnostic; a round with no parent, SC6019 (use Wait).
 func (h *Host) WaitPartial(ctx context.Context, round string) (*secagg.PartialSum, error) {
-	rd, err := h.untaken(round)
+	rd, err := h.ended(ctx, round, &masking)
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case <-rd.done:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	rd.mu.Lock()
-	if rd.isTaken {
-		rd.mu.Unlock()
-		return nil, ErrOver
-	}
-	if !rd.relayed {
-		rd.mu.Unlock()
-		return nil, diag.New(diag.SecAggRelayed, rd.subject(), "the round names no parent; its sum is opened on this host").
-			WithHelp("take its outcome with Wait or Result")
-	}
-	rd.isTaken = true
-	close(rd.taken)
-	ps, err := rd.partial, rd.err
-	rd.partial = nil
-	rd.mu.Unlock()
-	h.forget(rd)
-	return ps, err
+	return takeOutcome(h, rd, func(m *maskRound) (*secagg.PartialSum, error) {
+		if !m.relayed {
+			return nil, diag.New(diag.SecAggRelayed, rd.subject(), "the round names no parent; its sum is opened on this host").
+				WithHelp("take its outcome with Wait or Result")
+		}
+		ps := m.partial
+		m.partial = nil
+		return ps, nil
+	})
 }
 
 // ParentPath is the path of a hierarchical round's endpoints on the
@@ -129,13 +110,24 @@ func Forward(ctx context.Context, hc *http.Client, base, parentRound string, ps 
 	if hc == nil || ps == nil {
 		return errors.New("wire: Forward needs an *http.Client with mutual TLS and a partial sum")
 	}
-	b, err := ps.Marshal()
+	return sendParent(ctx, hc, base, parentRound, "partial sum", "partial", ps)
+}
+
+// parentSession is a child's conversation with the hierarchical round
+// parentRound on the parent's Host at base.
+func parentSession(hc *http.Client, base, parentRound string) *transport.Session {
+	return &transport.Session{T: transport.HTTPS{Client: hc, Base: base}, Round: ParentPath(parentRound),
+		Subject: fmt.Sprintf("hierarchical secure aggregation round %q", parentRound)}
+}
+
+// sendParent posts m to path of the hierarchical round parentRound on the
+// parent's Host at base, until the host accepts it.
+func sendParent(ctx context.Context, hc *http.Client, base, parentRound, what, path string, m marshaler) error {
+	b, err := m.Marshal()
 	if err != nil {
 		return err
 	}
-	s := transport.Session{T: transport.HTTPS{Client: hc, Base: base}, Round: ParentPath(parentRound),
-		Subject: fmt.Sprintf("hierarchical secure aggregation round %q", parentRound)}
-	return s.Send(ctx, "partial sum", "partial", b)
+	return parentSession(hc, base, parentRound).Send(ctx, what, path, b)
 }
 
 // OpenParent opens the hierarchical round id on this host, as its parent:
@@ -276,33 +268,49 @@ func (h *Host) parentCall(w http.ResponseWriter, r *http.Request, what string) (
 	return peer, hp, subject, true
 }
 
+// posted is a message posted to a hierarchical round, with who posted it.
+type posted[M any] struct {
+	peer    identity.Member
+	hp      *hostParent
+	subject string
+	body    []byte
+	msg     M
+}
+
+// parentPost authenticates a post to a hierarchical round (parentCall:
+// the caller may do action), reads its body, a message of kind what of at
+// most limit bytes (0: the round's bound on partial sums), and parses it
+// (400 when it does not parse).
+func parentPost[M any](h *Host, w http.ResponseWriter, r *http.Request, what, action string, limit int64, parse func([]byte) (M, error)) (*posted[M], bool) {
+	p := &posted[M]{}
+	var ok bool
+	if p.peer, p.hp, p.subject, ok = h.parentCall(w, r, action); !ok || !isCBOR(w, r, p.subject, what) {
+		return nil, false
+	}
+	if limit == 0 {
+		limit = p.hp.maxBody
+	}
+	if p.body, ok = readLimited(w, r, p.subject, what, limit); !ok {
+		return nil, false
+	}
+	var err error
+	if p.msg, err = parse(p.body); err != nil {
+		refuse(w, http.StatusBadRequest, err)
+		return nil, false
+	}
+	return p, true
+}
+
 // postPartial takes a child's partial sum: from an aggregator of the
 // federation over mutual TLS, for an open hierarchical round. A
 // byte-identical resend is answered 204; a refused partial sum leaves the
 // round waiting for a good one.
 func (h *Host) postPartial(w http.ResponseWriter, r *http.Request) {
-	_, hp, subject, ok := h.parentCall(w, r, "post partial sums")
+	p, ok := parentPost(h, w, r, "partial sum", "post partial sums", 0, secagg.ParsePartialSum)
 	if !ok {
 		return
 	}
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != contentCBOR {
-		refuse(w, http.StatusUnsupportedMediaType, diag.New(diag.SecAggWireBadRequest, subject, "partial sum sent as %q", r.Header.Get("Content-Type")).
-			WithHelp("send the partial sum's canonical CBOR as %s", contentCBOR))
-		return
-	}
-	body, err := readBody(w, r, hp.maxBody)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			refuse(w, http.StatusRequestEntityTooLarge, diag.New(diag.SecAggWireBadRequest, subject, "partial sum of more than %d bytes", hp.maxBody))
-		}
-		return
-	}
-	ps, err := secagg.ParsePartialSum(body)
-	if err != nil {
-		refuse(w, http.StatusBadRequest, err)
-		return
-	}
+	hp, subject, body, ps := p.hp, p.subject, p.body, p.msg
 	sum := sha256.Sum256(body)
 	hp.mu.Lock()
 	defer hp.mu.Unlock()
@@ -348,28 +356,11 @@ const maxRoundID = 256
 // for a sub-cohort that has one 409. The children check the keys
 // themselves, against their own copies of the federation.
 func (h *Host) postOuter(w http.ResponseWriter, r *http.Request) {
-	peer, hp, subject, ok := h.parentCall(w, r, "post outer keys")
+	p, ok := parentPost(h, w, r, "outer key", "post outer keys", maxOuterKey, secagg.ParseOuterKey)
 	if !ok {
 		return
 	}
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != contentCBOR {
-		refuse(w, http.StatusUnsupportedMediaType, diag.New(diag.SecAggWireBadRequest, subject, "outer key sent as %q", r.Header.Get("Content-Type")).
-			WithHelp("send the outer key's canonical CBOR as %s", contentCBOR))
-		return
-	}
-	body, err := readBody(w, r, maxOuterKey)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			refuse(w, http.StatusRequestEntityTooLarge, diag.New(diag.SecAggWireBadRequest, subject, "outer key of more than %d bytes", maxOuterKey))
-		}
-		return
-	}
-	k, err := secagg.ParseOuterKey(body)
-	if err != nil {
-		refuse(w, http.StatusBadRequest, err)
-		return
-	}
+	peer, hp, subject, body, k := p.peer, p.hp, p.subject, p.body, p.msg
 	bad := func(format string, args ...any) {
 		refuse(w, http.StatusBadRequest, diag.New(diag.SecAggOuterKeys, subject, format, args...).
 			WithHelp("a child posts the key of its own sub-cohort, signed with its delegate identity"))
@@ -418,19 +409,14 @@ func (h *Host) getOuter(w http.ResponseWriter, r *http.Request) {
 	}
 	timer := time.NewTimer(h.opt.LongPoll)
 	defer timer.Stop()
+	if !h.held(w, r, timer, subject, hp.outerIn, hp.done) {
+		return
+	}
 	select {
 	case <-hp.outerIn:
-	case <-hp.done:
+	default: // over before every key was in
 		refuse(w, http.StatusGone, diag.New(diag.SecAggWireRoundOver, subject, "the hierarchical round is over").
 			WithHelp("its total was released, or the parent aborted it and runs it again under a new ID"))
-		return
-	case <-timer.C:
-		w.WriteHeader(http.StatusNoContent)
-		return
-	case <-r.Context().Done():
-		return
-	case <-h.quit:
-		refuse(w, http.StatusServiceUnavailable, diag.New(diag.SecAggWireUnavailable, subject, "the aggregator's secure aggregation host is closed"))
 		return
 	}
 	hp.mu.Lock()
@@ -461,13 +447,7 @@ func PostOuterKey(ctx context.Context, hc *http.Client, base, parentRound string
 	if hc == nil || k == nil {
 		return errors.New("wire: PostOuterKey needs an *http.Client with mutual TLS and a key")
 	}
-	b, err := k.Marshal()
-	if err != nil {
-		return err
-	}
-	s := transport.Session{T: transport.HTTPS{Client: hc, Base: base}, Round: ParentPath(parentRound),
-		Subject: fmt.Sprintf("hierarchical secure aggregation round %q", parentRound)}
-	return s.Send(ctx, "outer key", "outer", b)
+	return sendParent(ctx, hc, base, parentRound, "outer key", "outer", k)
 }
 
 // FetchOuterKeys long-polls the parent's Host at base until every
@@ -478,9 +458,7 @@ func FetchOuterKeys(ctx context.Context, hc *http.Client, base, parentRound stri
 	if hc == nil {
 		return nil, errors.New("wire: FetchOuterKeys needs an *http.Client with mutual TLS")
 	}
-	s := transport.Session{T: transport.HTTPS{Client: hc, Base: base}, Round: ParentPath(parentRound),
-		Subject: fmt.Sprintf("hierarchical secure aggregation round %q", parentRound)}
-	b, err := s.Fetch(ctx, "outer keys", "outer", int64(secagg.MaxSitesPlus)*maxOuterKey)
+	b, err := parentSession(hc, base, parentRound).Fetch(ctx, "outer keys", "outer", int64(secagg.MaxSitesPlus)*maxOuterKey)
 	if err != nil {
 		return nil, err
 	}

@@ -104,9 +104,7 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 
 	// A silo may not post a partial sum, nor an outer key; a cluster
 	// posts its own key only, signed with its delegate key.
-	if err := Forward(ctx, w.silo(w.silos[0]), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-a", Masked: []byte{0}}); codeOfErr(err) != diag.SecAggWireForbidden {
-		t.Fatalf("a silo's partial sum: %v, want SC6101", err)
-	}
+	wantCode(t, "a silo's partial sum", Forward(ctx, w.silo(w.silos[0]), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-a", Masked: []byte{0}}), diag.SecAggWireForbidden)
 	outer := map[string]*secagg.OuterMask{}
 	for _, c := range plan {
 		o, err := secagg.NewOuterMask("hier", c.Round, c.Cluster, w.ids[c.Cluster].PrivateKey())
@@ -115,34 +113,24 @@ func TestHierarchicalRoundOverTLS(t *testing.T) {
 		}
 		outer[c.Round] = o
 	}
-	if err := PostOuterKey(ctx, w.silo(w.silos[0]), parentHost.url, "hier", outer["hier-a"].Key()); codeOfErr(err) != diag.SecAggWireForbidden {
-		t.Fatalf("a silo's outer key: %v, want SC6101", err)
-	}
-	if err := PostOuterKey(ctx, clientTo("child-b", "agg-1"), parentHost.url, "hier", outer["hier-a"].Key()); codeOfErr(err) != diag.SecAggWireForbidden {
-		t.Fatalf("a cluster posting another's outer key: %v, want SC6101", err)
-	}
+	wantCode(t, "a silo's outer key", PostOuterKey(ctx, w.silo(w.silos[0]), parentHost.url, "hier", outer["hier-a"].Key()), diag.SecAggWireForbidden)
+	wantCode(t, "a cluster posting another's outer key", PostOuterKey(ctx, clientTo("child-b", "agg-1"), parentHost.url, "hier", outer["hier-a"].Key()), diag.SecAggWireForbidden)
 	forged, err := secagg.NewOuterMask("hier", "hier-a", "child-a", w.ids["child-b"].PrivateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := PostOuterKey(ctx, clientTo("agg-2", "agg-1"), parentHost.url, "hier", forged.Key()); codeOfErr(err) != diag.SecAggOuterKeys {
-		t.Fatalf("an outer key signed by another cluster's key: %v, want SC6020", err)
-	}
+	wantCode(t, "an outer key signed by another cluster's key", PostOuterKey(ctx, clientTo("agg-2", "agg-1"), parentHost.url, "hier", forged.Key()), diag.SecAggOuterKeys)
 	if err := PostOuterKey(ctx, clientTo("child-a", "agg-1"), parentHost.url, "hier", outer["hier-a"].Key()); err != nil {
 		t.Fatal(err)
 	}
 	// A partial sum whose child posted no outer key cannot carry its
 	// outer mask: refused.
-	if err := Forward(ctx, clientTo("child-b", "agg-1"), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-b", Masked: []byte{0}}); codeOfErr(err) != diag.SecAggOuterKeys {
-		t.Fatalf("a partial sum before its child's outer key: %v, want SC6020", err)
-	}
+	wantCode(t, "a partial sum before its child's outer key", Forward(ctx, clientTo("child-b", "agg-1"), parentHost.url, "hier", &secagg.PartialSum{Round: "hier-b", Masked: []byte{0}}), diag.SecAggOuterKeys)
 	second, err := secagg.NewOuterMask("hier", "hier-a", "child-a", w.ids["child-a"].PrivateKey())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := PostOuterKey(ctx, clientTo("child-a", "agg-1"), parentHost.url, "hier", second.Key()); codeOfErr(err) != diag.SecAggWireConflict {
-		t.Fatalf("a second outer key for one sub-cohort: %v, want SC6104", err)
-	}
+	wantCode(t, "a second outer key for one sub-cohort", PostOuterKey(ctx, clientTo("child-a", "agg-1"), parentHost.url, "hier", second.Key()), diag.SecAggWireConflict)
 
 	bound, err := pa.EncodedBound()
 	if err != nil {

@@ -12,38 +12,43 @@ import (
 	"github.com/scellis/scellis/secagg"
 )
 
+// resultMeta is what a round's result says besides its round and sum, in
+// either encoding.
+type resultMeta struct {
+	Weight       float64  `cbor:"weight" json:"weight"`
+	Contributors []string `cbor:"contributors" json:"contributors"`
+	Dropped      []string `cbor:"dropped" json:"dropped"`
+	ErrorBound   float64  `cbor:"error_bound" json:"error_bound"`
+}
+
 // resultWire is the canonical CBOR of a round's result, as GET result
 // serves it.
 type resultWire struct {
 	Round string `cbor:"round"`
 	// Sum holds each coordinate as a little-endian IEEE 754 float64.
-	Sum          []byte   `cbor:"sum"`
-	Weight       float64  `cbor:"weight"`
-	Contributors []string `cbor:"contributors"`
-	Dropped      []string `cbor:"dropped"`
-	ErrorBound   float64  `cbor:"error_bound"`
+	Sum []byte `cbor:"sum"`
+	resultMeta
 }
 
 // resultJSON is the same for people (Accept: application/json).
 type resultJSON struct {
-	Round        string    `json:"round"`
-	Sum          []float64 `json:"sum"`
-	Weight       float64   `json:"weight"`
-	Contributors []string  `json:"contributors"`
-	Dropped      []string  `json:"dropped"`
-	ErrorBound   float64   `json:"error_bound"`
+	Round string    `json:"round"`
+	Sum   []float64 `json:"sum"`
+	resultMeta
 }
 
-func resultJSONOf(r *secagg.Result) resultJSON {
-	return resultJSON{Round: r.Round, Sum: r.Sum, Weight: r.Weight, Contributors: r.Contributors, Dropped: r.Dropped, ErrorBound: r.ErrorBound}
+func metaOf(r *secagg.Result) resultMeta {
+	return resultMeta{Weight: r.Weight, Contributors: r.Contributors, Dropped: r.Dropped, ErrorBound: r.ErrorBound}
 }
+
+func resultJSONOf(r *secagg.Result) resultJSON { return resultJSON{r.Round, r.Sum, metaOf(r)} }
 
 func encodeResult(r *secagg.Result) ([]byte, error) {
 	sum := make([]byte, 8*len(r.Sum))
 	for i, v := range r.Sum {
 		binary.LittleEndian.PutUint64(sum[8*i:], math.Float64bits(v))
 	}
-	return content.Encode(resultWire{Round: r.Round, Sum: sum, Weight: r.Weight, Contributors: r.Contributors, Dropped: r.Dropped, ErrorBound: r.ErrorBound})
+	return content.Encode(resultWire{r.Round, sum, metaOf(r)})
 }
 
 // parseResult parses the canonical encoding of a result, refusing any

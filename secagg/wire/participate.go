@@ -9,12 +9,29 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sync"
+	"strings"
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/he"
 	"github.com/scellis/scellis/secagg/transport"
 )
+
+// Input is what a site puts into a round, for ParticipateWith.
+type Input struct {
+	// Values is the input vector, encoded onto the ring by the client.
+	Values []float64
+	// Encoded, when not nil, is the input already on the round's grid
+	// (secagg.Client.MaskEncoded), sent instead of Values: the path for
+	// differential-privacy noise added on the integers. A threshold-he
+	// round takes its integers here.
+	Encoded []int64
+	// Weight is the site's weight (weighted rounds).
+	Weight float64
+	// MinSurvivors, when > 0, makes the site refuse to mask or unmask
+	// when fewer sites than that survive (its policy's min_cohort).
+	MinSurvivors int
+}
 
 // Participate takes part in the secure aggregation round params, as the
 // site whose identity key is id, against the Host at base (for example
@@ -54,21 +71,6 @@ func Participate(ctx context.Context, hc *http.Client, base string, params secag
 	return ParticipateWith(ctx, hc, base, params, id, Input{Values: input, Weight: weight})
 }
 
-// Input is what a site puts into a round, for ParticipateWith.
-type Input struct {
-	// Values is the input vector, encoded onto the ring by the client.
-	Values []float64
-	// Encoded, when not nil, is the input already on the round's grid
-	// (secagg.Client.MaskEncoded), sent instead of Values: the path for
-	// differential-privacy noise added on the integers.
-	Encoded []int64
-	// Weight is the site's weight (weighted rounds).
-	Weight float64
-	// MinSurvivors, when > 0, makes the site refuse to mask or unmask
-	// when fewer sites than that survive (its policy's min_cohort).
-	MinSurvivors int
-}
-
 // ParticipateWith is Participate with the site's input and its own floor
 // on the sites the sum may hold.
 func ParticipateWith(ctx context.Context, hc *http.Client, base string, params secagg.Params, id ed25519.PrivateKey, in Input) error {
@@ -81,7 +83,7 @@ func ParticipateWith(ctx context.Context, hc *http.Client, base string, params s
 // ParticipateOver is ParticipateWith over any round transport: HTTPS to
 // the host, or a data channel to its aggregator (transport.DataChannel).
 func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, in Input) error {
-	return participateSite(ctx, t, params, id, in.MinSurvivors, func(context.Context) (Input, error) { return in, nil }, true)
+	return participateMasking(ctx, t, params, id, in.MinSurvivors, func(context.Context) (Input, error) { return in, nil }, true)
 }
 
 // ParticipateBeforeInput is ParticipateOver for a site whose input is not
@@ -96,213 +98,205 @@ func ParticipateOver(ctx context.Context, t transport.Transport, params secagg.P
 // others are removed at unmasking, as for any dropout). minSurvivors is
 // Input.MinSurvivors; that of input's answer is ignored.
 func ParticipateBeforeInput(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, minSurvivors int, input func(context.Context) (Input, error)) error {
-	return participateSite(ctx, t, params, id, minSurvivors, input, false)
+	return participateMasking(ctx, t, params, id, minSurvivors, input, false)
 }
 
-// participateSite runs a site's part; inputFirst: input is called (and
-// its answer checked) before anything is sent.
-func participateSite(ctx context.Context, t transport.Transport, params secagg.Params, id ed25519.PrivateKey, minSurvivors int, input func(context.Context) (Input, error), inputFirst bool) error {
-	site, err := siteOf(params, id)
+// participateMasking runs a site's part in a masking round.
+func participateMasking(ctx context.Context, t transport.Transport, p secagg.Params, id ed25519.PrivateKey, minSurvivors int, input func(context.Context) (Input, error), inputFirst bool) error {
+	c, site, err := machineOf(&masking, p.Round, p.Members, id, minSurvivors, func(site string) (*secagg.Client, error) { return secagg.NewClient(p, site, id) })
 	if err != nil {
 		return err
 	}
-	c, err := secagg.NewClient(params, site, id)
-	if err != nil {
-		return err
-	}
-	c.RequireSurvivors(minSurvivors)
-	var in Input
-	check := func() error {
-		if in.Encoded != nil {
-			return c.CheckEncoded(in.Encoded, in.Weight)
-		}
-		return c.CheckInput(in.Values, in.Weight)
-	}
-	if inputFirst {
-		if in, err = input(ctx); err != nil {
-			return err
-		}
-		if err := check(); err != nil {
-			return err
-		}
-	}
-	s := newSession(t, params)
-
-	a, err := c.Advertise()
-	if err != nil {
-		return err
-	}
-	if err := s.send(ctx, stageAdvert, a); err != nil {
-		return err
-	}
-	b, err := s.fetch(ctx, "key set", "keyset", 2<<10+int64(s.n)<<10)
-	if err != nil {
-		return err
-	}
-	ks, err := secagg.ParseKeySet(b)
-	if err != nil {
-		return err
-	}
-	sh, err := c.ShareKeys(ks)
-	if err != nil {
-		return err
-	}
-	if err := s.send(ctx, stageShares, sh); err != nil {
-		return err
-	}
-	if b, err = s.fetch(ctx, "share delivery", "deliveries/"+url.PathEscape(site), 2<<10+int64(s.n)*1536); err != nil {
-		return err
-	}
-	d, err := secagg.ParseShareDelivery(b)
-	if err != nil {
-		return err
-	}
-	if !inputFirst {
-		if in, err = input(ctx); err != nil {
-			return err
-		}
-		if err := check(); err != nil {
-			return err
-		}
-	}
-	buf := maskBuf.take()
-	var m *secagg.MaskedInput
-	if in.Encoded != nil {
-		m, err = c.MaskEncodedTo(buf, d, in.Encoded, in.Weight)
-	} else {
-		m, err = c.MaskInputTo(buf, d, in.Values, in.Weight)
-	}
-	if err != nil {
-		maskBuf.give(buf)
-		return err
-	}
-	err = s.send(ctx, stageMasked, m) // marshals m: its buffer is free after
-	maskBuf.give(m.Masked)
-	if err != nil {
-		return err
-	}
-	if b, err = s.fetch(ctx, "survivor set", "survivors", 1<<10+int64(s.n)*192); err != nil {
-		return err
-	}
-	set, err := secagg.ParseUnmaskRequest(b)
-	if err != nil {
-		return err
-	}
-	sig, err := c.SignSurvivors(set)
-	if err != nil {
-		return err
-	}
-	if err := s.send(ctx, stageSignature, sig); err != nil {
-		return err
-	}
-	if b, err = s.fetch(ctx, "unmask request", "unmask", 1<<10+int64(s.n)*(192+224)); err != nil {
-		return err
-	}
-	req, err := secagg.ParseUnmaskRequest(b)
-	if err != nil {
-		return err
-	}
-	u, err := c.Unmask(req)
-	if err != nil {
-		return err
-	}
-	return s.send(ctx, stageUnmasking, u)
+	s := newSession(t, &masking, p.Round, site, len(p.Members), maskUnits(p))
+	return takePart(ctx, s, &maskSite{c}, input, inputFirst)
 }
 
-// maskBuf keeps the last masked vector's buffer for the next round
-// (secagg.Client.MaskInputTo), so a site masking a d-vector round after
-// round neither allocates nor has the allocator zero 8·d bytes each time.
-// One buffer is kept, the largest returned; a round running beside
-// another takes none and allocates. What it holds was sent in the clear
-// (a masked input), so keeping it exposes nothing.
-var maskBuf bufSlot
-
-type bufSlot struct {
-	mu sync.Mutex
-	b  []byte
-}
-
-// take returns the kept buffer (nil if none) and keeps none.
-func (s *bufSlot) take() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b := s.b
-	s.b = nil
-	return b
-}
-
-// give keeps b if it is larger than the buffer kept.
-func (s *bufSlot) give(b []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if cap(b) > cap(s.b) {
-		s.b = b
+// ParticipateHE takes part in threshold-he round p as the site whose
+// identity key is id, over round transport t (HTTPS to the host, or a data
+// channel to its aggregator): advertise, share keys, send y encrypted
+// under the collective key, and answer the decrypt requests that name this
+// site, until the round has opened its sum (nil), failed (its diagnostic),
+// or ctx ends (SC6108). minSurvivors > 0 makes the site refuse to encrypt
+// or decrypt with fewer sites (its policy's min_cohort).
+//
+// As for masking: call it only AFTER the ledger entry paying for y is
+// durable (the ciphertext leaves during the call), and at most once per
+// update and round.
+func ParticipateHE(ctx context.Context, t transport.Transport, p he.Params, id ed25519.PrivateKey, y []int64, minSurvivors int) error {
+	c, site, err := machineOf(&thresholdHE, p.Round, p.Members, id, minSurvivors, func(site string) (*he.Party, error) { return he.NewParty(p, site, id) })
+	if err != nil {
+		return err
 	}
+	s := newSession(t, &thresholdHE, p.Round, site, len(p.Members), p.Ciphertexts())
+	return takePart(ctx, s, &heSite{c: c, site: site}, func(context.Context) (Input, error) { return Input{Encoded: y}, nil }, true)
 }
 
-// FetchResult waits for the sum of the round params on the Host at base
-// and returns it. Sites of the round and aggregators may fetch it, until
-// the reducer takes it (then SC6103). The reducer on the host's own
+// FetchResult waits for the sum of the masking round params on the Host at
+// base and returns it. Sites of the round and aggregators may fetch it,
+// until the reducer takes it (then SC6103). The reducer on the host's own
 // aggregator uses Host.Result or Host.Wait instead.
 func FetchResult(ctx context.Context, hc *http.Client, base string, params secagg.Params) (*secagg.Result, error) {
 	if hc == nil {
 		return nil, errors.New("wire: FetchResult needs an *http.Client with mutual TLS")
 	}
-	s := newSession(transport.HTTPS{Client: hc, Base: base}, params)
-	b, err := s.fetch(ctx, "result", "result", 4<<10+8*int64(params.Dim)+int64(s.n)*192)
+	s := newSession(transport.HTTPS{Client: hc, Base: base}, &masking, params.Round, "", len(params.Members), maskUnits(params))
+	b, err := s.fetch(ctx, getResult, "")
 	if err != nil {
 		return nil, err
 	}
 	return parseResult(b)
 }
 
-// siteOf finds the member of p whose key is id's public key.
-func siteOf(p secagg.Params, id ed25519.PrivateKey) (string, error) {
+// RoundPath is the path of a masking round's endpoints on a Host, ending
+// in "/".
+func RoundPath(round string) string { return roundPath(&masking, round) }
+
+// takePart runs a site's part in a round, whatever its scheme: the
+// exchange every scheme shares — send the advert, fetch the key set, send
+// the key shares, fetch the site's delivery of the others', send the
+// contribution (masked input, ciphertext) — and then the scheme's own end
+// (siteState.conclude). input is called once, and its answer checked,
+// before anything is sent (inputFirst) or once the delivery is in: the
+// advert and key shares carry nothing of the input. When input fails the
+// site sends nothing more and returns that error.
+func takePart(ctx context.Context, s *session, st siteState, input func(context.Context) (Input, error), inputFirst bool) error {
+	var in Input
+	take := func() (err error) {
+		if in, err = input(ctx); err != nil {
+			return err
+		}
+		return st.check(in)
+	}
+	if inputFirst {
+		if err := take(); err != nil {
+			return err
+		}
+	}
+	a, err := st.advert()
+	if err != nil {
+		return err
+	}
+	if err := s.send(ctx, stageAdvert, a); err != nil {
+		return err
+	}
+	if err := s.answer(ctx, getKeySet, "", st.share, stageShares); err != nil {
+		return err
+	}
+	err = s.answer(ctx, getDelivery, "", func(delivery []byte) ([]byte, error) {
+		if !inputFirst {
+			if err := take(); err != nil {
+				return nil, err
+			}
+		}
+		return st.contribute(delivery, in)
+	}, stageContribution)
+	if err != nil {
+		return err
+	}
+	return st.conclude(ctx, s)
+}
+
+// session is one site's conversation with a round on a Host, over a round
+// transport (package transport): its posts and long polls, as its
+// scheme's stages and gets say.
+type session struct {
+	transport.Session
+	sch      *scheme
+	site     string
+	n, units int64 // the round's sites and vector size, for the answers' bounds
+}
+
+func newSession(t transport.Transport, sch *scheme, round, site string, n, units int) *session {
+	return &session{
+		Session: transport.Session{T: t, Round: roundPath(sch, round), Subject: fmt.Sprintf("%s round %q", sch.name, round)},
+		sch:     sch, site: site, n: int64(n), units: int64(units),
+	}
+}
+
+// send posts the message of the scheme's stage i until the host accepts
+// it.
+func (s *session) send(ctx context.Context, i int, body []byte) error {
+	st := &s.sch.stages[i]
+	return s.Send(ctx, st.what, st.path, body)
+}
+
+// fetch long-polls the scheme's get i (with query, if any) until its answer
+// is ready.
+func (s *session) fetch(ctx context.Context, i int, query string) ([]byte, error) {
+	g := &s.sch.gets[i]
+	path := strings.ReplaceAll(g.pattern, "{site}", url.PathEscape(s.site)) + query
+	return s.Fetch(ctx, g.what, path, g.bound(s.n, s.units))
+}
+
+// answer fetches the scheme's get g (with query, if any), makes the
+// site's reply to it with respond, and sends that as stage st.
+func (s *session) answer(ctx context.Context, g int, query string, respond func([]byte) ([]byte, error), st int) error {
+	b, err := s.fetch(ctx, g, query)
+	if err != nil {
+		return err
+	}
+	out, err := respond(b)
+	if err != nil {
+		return err
+	}
+	return s.send(ctx, st, out)
+}
+
+// respond is a site's reply to a message parsed by parse: its state
+// machine's answer f, in canonical bytes.
+func respond[M any, R marshaler](parse func([]byte) (M, error), f func(M) (R, error)) func([]byte) ([]byte, error) {
+	return func(b []byte) ([]byte, error) {
+		m, err := parse(b)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(f(m))
+	}
+}
+
+// roundPath is the path of a round's endpoints on a Host, ending in "/".
+func roundPath(sch *scheme, round string) string {
+	return sch.prefix + "v1/rounds/" + base64.RawURLEncoding.EncodeToString([]byte(round)) + "/"
+}
+
+// siteOf finds the member of a round whose key is id's public key.
+func siteOf(sch *scheme, round string, members []secagg.Member, id ed25519.PrivateKey) (string, error) {
+	subject := fmt.Sprintf("%s round %q", sch.name, round)
 	if len(id) != ed25519.PrivateKeySize {
-		return "", diag.New(diag.SecAggBadParams, fmt.Sprintf("secure aggregation round %q", p.Round), "the identity key is not an Ed25519 private key").
+		return "", diag.New(diag.SecAggBadParams, subject, "the identity key is not an Ed25519 private key").
 			WithHelp("pass the site's identity key")
 	}
 	pub := id.Public().(ed25519.PublicKey)
-	for _, m := range p.Members {
+	for _, m := range members {
 		if subtle.ConstantTimeCompare(m.Key, pub) == 1 {
 			return m.ID, nil
 		}
 	}
-	return "", diag.New(diag.SecAggUnknownSite, fmt.Sprintf("secure aggregation round %q", p.Round), "this site's identity key is not among the round's members").
+	return "", diag.New(diag.SecAggUnknownSite, subject, "this site's identity key is not among the round's members").
 		WithHelp("the round was planned without this site; do not send anything")
 }
 
-// session is one site's conversation with a round on a Host, over the
-// round transport shared with threshold-he (package transport).
-type session struct {
-	transport.Session
-	n int
-}
-
-func newSession(t transport.Transport, p secagg.Params) *session {
-	return &session{
-		Session: transport.Session{T: t, Round: RoundPath(p.Round), Subject: fmt.Sprintf("secure aggregation round %q", p.Round)},
-		n:       len(p.Members),
-	}
-}
-
-// RoundPath is the path of round's endpoints on a Host, ending in "/".
-func RoundPath(round string) string {
-	return pathRounds + base64.RawURLEncoding.EncodeToString([]byte(round)) + "/"
-}
-
-var postPaths = [...]string{"advert", "shares", "masked", "signature", "unmasking"}
-
-// send posts one message until the host accepts it.
-func (s *session) send(ctx context.Context, st stage, m interface{ Marshal() ([]byte, error) }) error {
-	b, err := m.Marshal()
+// machineOf finds this site among a round's members and builds its state
+// machine (newMachine), which refuses sums of fewer than minSurvivors
+// sites.
+func machineOf[M interface{ RequireSurvivors(int) }](sch *scheme, round string, members []secagg.Member, id ed25519.PrivateKey, minSurvivors int, newMachine func(site string) (M, error)) (M, string, error) {
+	var none M
+	site, err := siteOf(sch, round, members, id)
 	if err != nil {
-		return err
+		return none, "", err
 	}
-	return s.Send(ctx, st.String(), postPaths[st], b)
+	m, err := newMachine(site)
+	if err != nil {
+		return none, "", err
+	}
+	m.RequireSurvivors(minSurvivors)
+	return m, site, nil
 }
 
-// fetch long-polls a GET until its answer is ready.
-func (s *session) fetch(ctx context.Context, what, path string, limit int64) ([]byte, error) {
-	return s.Fetch(ctx, what, path, limit)
+// marshal is m's canonical bytes, or err.
+func marshal[M marshaler](m M, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	return m.Marshal()
 }

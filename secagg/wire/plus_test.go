@@ -46,9 +46,7 @@ func TestPlusRoundOfManySites(t *testing.T) {
 		t.Fatalf("a round of %d sites runs %s with %d neighbours a site; want SecAgg+ on a sparse graph", n, proto, k)
 	}
 	hour := Deadlines{Advertise: time.Hour, Share: time.Hour, Mask: time.Hour, Consistency: time.Hour, Unmask: time.Hour}
-	if err := th.Open(p, hour); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, hour)
 	ctx := t.Context()
 	before := []string{"hospital-b", "hospital-050"} // cut before their input leaves
 	after := []string{"hospital-c", "hospital-100"}  // cut once their input was accepted
@@ -77,10 +75,7 @@ func TestPlusRoundOfManySites(t *testing.T) {
 		weights[s] = float64(i%7 + 1)
 		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], testInput(s, dim), weights[s], s))
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	var want, dropped []string
 	var xs [][]float64
 	weight := 0.0

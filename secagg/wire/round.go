@@ -3,121 +3,76 @@ package wire
 import (
 	"crypto/ed25519"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
-
-	"github.com/scellis/scellis/secagg"
 )
 
-// stage numbers the five message kinds a site sends, in order.
-type stage int
-
-const (
-	stageAdvert stage = iota
-	stageShares
-	stageMasked
-	stageSignature
-	stageUnmasking
-)
-
-var stageNames = [...]string{"key advert", "shares", "masked input", "survivor signature", "unmasking"}
-
-func (s stage) String() string { return stageNames[s] }
-
-// phase is the server phase that takes messages of stage s.
-func (s stage) phase() secagg.Phase { return secagg.Phase(s) }
-
-// hostRound is one open round on a Host: its secagg.Server and what the
-// phases published for the sites to fetch.
+// hostRound is one open round on a Host, of any scheme: its state (the
+// scheme's roundState), what its phases published for the sites to fetch,
+// and the bookkeeping every scheme shares.
 type hostRound struct {
 	id     string
+	sch    *scheme
+	state  roundState
 	digest []byte
-	srv    *secagg.Server
 	dl     Deadlines
 	keys   map[string]ed25519.PublicKey // members' identity keys
-	n, dim int
-	kick   chan struct{} // a message was accepted: check Missing again
-	done   chan struct{} // closed when the round has an outcome
-	taken  chan struct{} // closed when Result takes the outcome
+	kick   chan struct{}                // a message was accepted: check missing again
+	done   chan struct{}                // closed when the round has an outcome
+	taken  chan struct{}                // closed when the outcome is taken
 	// aborted is closed by Host.Abort (once, under Host.mu): the round
 	// ends at once with abortErr.
 	aborted  chan struct{}
 	abortErr error
 
-	mu          sync.Mutex
-	phase       secagg.Phase  // the last phase published to the sites
-	changed     chan struct{} // closed and replaced at every publication
-	keyset      []byte
-	deliveries  map[string][]byte
-	survivorSet []byte          // the unsigned survivor set, for U3 to sign
-	unmask      []byte          // the survivor set with the signatures
-	survivors   map[string]bool // U3
-	signers     map[string]bool // U4
-	result      *secagg.Result
-	resultCBOR  []byte
-	err         error
-	isTaken     bool
-	accepted    map[acceptKey][32]byte // digest of each accepted message
-	// excused are sites known not to take part (they declined the round):
-	// a phase does not wait for them until its deadline.
+	mu      sync.Mutex
+	changed chan struct{}   // closed and replaced at every publication
+	docs    map[string]*doc // what the phases published, by get pattern
+	ended   bool            // the round has an outcome (err says which)
+	err     error
+	isTaken bool
+	// accepted holds the digest of each accepted message; posting, a
+	// lock per site and stage, held while a post of it is added.
+	accepted map[acceptKey][32]byte
+	posting  map[acceptKey]*sync.Mutex
+	// excused are sites known not to take part (they declined the round,
+	// or their lease lapsed): a phase does not wait for them until its
+	// deadline.
 	excused map[string]bool
 	// polls counts the GETs each caller (site, or aggregator peer) holds
 	// open on the round, bounded by maxPolls.
 	polls map[string]int
-	// relayed: a sub-cohort of a hierarchical round (Params.Parent); it
-	// ends with partial, the masked sum for the parent (hier.go).
-	relayed bool
-	partial *secagg.PartialSum
 }
+
+type acceptKey struct {
+	site  string
+	stage string // the stage's path
+}
+
+func newHostRound(sch *scheme, id string, digest []byte, dl Deadlines, keys map[string]ed25519.PublicKey) *hostRound {
+	return &hostRound{
+		id: id, sch: sch, digest: digest, dl: dl, keys: keys,
+		kick: make(chan struct{}, 1), done: make(chan struct{}), taken: make(chan struct{}), aborted: make(chan struct{}),
+		changed: make(chan struct{}), docs: map[string]*doc{}, accepted: map[acceptKey][32]byte{},
+		posting: map[acceptKey]*sync.Mutex{}, excused: map[string]bool{}, polls: map[string]int{},
+	}
+}
+
+func (rd *hostRound) subject() string { return fmt.Sprintf("%s round %q", rd.sch.name, rd.id) }
 
 // waiting reports whether the current phase still waits for a site that
 // has not been excused.
 func (rd *hostRound) waiting() bool {
+	missing := rd.state.missing()
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	for _, s := range rd.srv.Missing() {
+	for _, s := range missing {
 		if !rd.excused[s] {
 			return true
 		}
 	}
 	return false
-}
-
-type acceptKey struct {
-	site  string
-	stage stage
-}
-
-func newHostRound(p secagg.Params, digest []byte, srv *secagg.Server, dl Deadlines, keys map[string]ed25519.PublicKey) *hostRound {
-	dim := p.Dim
-	if p.Weighted {
-		dim++
-	}
-	return &hostRound{
-		id: p.Round, digest: digest, srv: srv, dl: dl, keys: keys, n: len(p.Members), dim: dim,
-		kick: make(chan struct{}, 1), done: make(chan struct{}), taken: make(chan struct{}), aborted: make(chan struct{}),
-		changed: make(chan struct{}), accepted: map[acceptKey][32]byte{}, polls: map[string]int{},
-	}
-}
-
-func (rd *hostRound) subject() string { return fmt.Sprintf("secure aggregation round %q", rd.id) }
-
-// limit is the largest body a site may post at stage s: generous for the
-// round's size, tiny against memory.
-func (rd *hostRound) limit(s stage) int64 {
-	n := int64(rd.n)
-	switch s {
-	case stageAdvert:
-		return 2 << 10
-	case stageShares:
-		return 2<<10 + n*1536
-	case stageMasked:
-		return 1<<10 + 8*int64(rd.dim)
-	case stageSignature:
-		return 1 << 10
-	default:
-		return 1<<10 + n*192
-	}
 }
 
 // poke tells the round's goroutine that a message arrived.
@@ -128,160 +83,206 @@ func (rd *hostRound) poke() {
 	}
 }
 
-// publishLocked makes a new phase visible to long polls.
-func (rd *hostRound) publishLocked(p secagg.Phase) {
-	rd.phase = p
+// A doc is what a phase publishes under one get's pattern: one body for
+// every site it is for, or each site's own.
+type doc struct {
+	pattern string
+	body    []byte
+	own     map[string][]byte // each site's own body (body unused)
+	to      map[string]bool   // the sites it is for; nil: all the round's sites
+	// missed says why a site it is not for is too late; over, why it is
+	// served no more once the next phase's publication replaced it.
+	missed, over string
+	live         bool
+}
+
+// publish makes a phase's end visible to the long polls: what the last
+// phase published is withdrawn, docs are served from now on, and set (if
+// any) runs under the round's lock.
+func (rd *hostRound) publish(set func(), docs ...*doc) {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	rd.withdrawLocked()
+	for _, d := range docs {
+		d.live = true
+		rd.docs[d.pattern] = d
+	}
+	if set != nil {
+		set()
+	}
+	rd.changedLocked()
+}
+
+// A marshaler is a message in its canonical bytes.
+type marshaler interface{ Marshal() ([]byte, error) }
+
+// publishMsg publishes d with m as its body: what a phase's end made (or
+// the error it failed with).
+func publishMsg[M marshaler](rd *hostRound, d doc, m M, err error) error {
+	if err != nil {
+		return err
+	}
+	if d.body, err = m.Marshal(); err != nil {
+		return err
+	}
+	rd.publish(nil, &d)
+	return nil
+}
+
+// publishEach publishes d with each site's own message of ms, addressed
+// by to: what a phase's end made (or the error it failed with).
+func publishEach[M marshaler](rd *hostRound, d doc, ms []M, to func(M) string, err error) error {
+	if err != nil {
+		return err
+	}
+	d.own = make(map[string][]byte, len(ms))
+	for _, m := range ms {
+		if d.own[to(m)], err = m.Marshal(); err != nil {
+			return err
+		}
+	}
+	rd.publish(nil, &d)
+	return nil
+}
+
+// deliveryDoc is the doc of the sites' deliveries of the others' key
+// shares, each its own.
+func deliveryDoc(pattern string) doc {
+	return doc{pattern: pattern, missed: "its shares did not arrive before key sharing ended", over: "input collection has ended"}
+}
+
+func (rd *hostRound) changedLocked() {
 	close(rd.changed)
 	rd.changed = make(chan struct{})
 }
 
-func (rd *hostRound) endAdvertise() error {
-	ks, err := rd.srv.EndAdvertise()
-	if err != nil {
-		return rd.fail(err)
+func (rd *hostRound) withdrawLocked() {
+	for _, d := range rd.docs {
+		d.live, d.body, d.own = false, nil, nil
 	}
-	b, err := ks.Marshal()
-	if err != nil {
-		return rd.fail(err)
-	}
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.keyset = b
-	rd.publishLocked(secagg.PhaseShare)
-	return nil
 }
 
-func (rd *hostRound) endShare() error {
-	dels, err := rd.srv.EndShare()
-	if err != nil {
-		return rd.fail(err)
-	}
-	out := make(map[string][]byte, len(dels))
-	for _, d := range dels {
-		b, err := d.Marshal()
-		if err != nil {
-			return rd.fail(err)
+// serveDoc answers a GET of the document published under pattern: not yet
+// before its phase, the caller's body while it is served, too late after.
+func (rd *hostRound) serveDoc(c *call, pattern string) reply {
+	d := rd.docs[pattern]
+	switch {
+	case rd.err != nil:
+		return reply{status: http.StatusConflict, err: rd.err}
+	case d == nil:
+		return reply{}
+	case !d.live:
+		return reply{status: http.StatusConflict, err: tooLate(c, "%s", d.over)}
+	case d.own != nil:
+		if b, ok := d.own[c.site]; ok {
+			return reply{status: http.StatusOK, body: b}
 		}
-		out[d.To] = b
+	case d.to == nil || d.to[c.site]:
+		return reply{status: http.StatusOK, body: d.body}
 	}
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.keyset = nil
-	rd.deliveries = out
-	rd.publishLocked(secagg.PhaseMask)
-	return nil
+	return reply{status: http.StatusConflict, err: tooLate(c, "%s", d.missed)}
 }
 
-func (rd *hostRound) endMask() error {
-	req, err := rd.srv.EndMask()
-	if err != nil {
-		return rd.fail(err)
-	}
-	b, err := req.Marshal()
-	if err != nil {
-		return rd.fail(err)
-	}
+// end publishes the round's outcome: err, or (nil) the scheme's, which
+// its last phase holds ready.
+func (rd *hostRound) end(err error) {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	rd.deliveries = nil
-	rd.survivorSet = b
-	rd.survivors = make(map[string]bool, len(req.Survivors))
-	for _, s := range req.Survivors {
-		rd.survivors[s] = true
-	}
-	rd.publishLocked(secagg.PhaseConsistency)
-	return nil
-}
-
-func (rd *hostRound) endConsistency() error {
-	req, err := rd.srv.EndConsistency()
-	if err != nil {
-		return rd.fail(err)
-	}
-	b, err := req.Marshal()
-	if err != nil {
-		return rd.fail(err)
-	}
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.survivorSet = nil
-	rd.unmask = b
-	rd.signers = make(map[string]bool, len(req.Signatures))
-	for _, s := range req.Signatures {
-		rd.signers[s.Of] = true
-	}
-	rd.publishLocked(secagg.PhaseUnmask)
-	return nil
-}
-
-func (rd *hostRound) finish() error {
-	if rd.relayed {
-		return rd.relay()
-	}
-	res, err := rd.srv.Finish()
-	if err != nil {
-		return rd.fail(err)
-	}
-	b, err := encodeResult(res)
-	if err != nil {
-		return rd.fail(err)
-	}
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.clearLocked()
-	rd.result, rd.resultCBOR = res, b
-	rd.publishLocked(secagg.PhaseDone)
+	rd.withdrawLocked()
+	rd.state.endLocked()
+	rd.ended, rd.err = true, err
+	rd.changedLocked()
 	close(rd.done)
-	return nil
 }
 
-// fail ends the round with err, which every waiting site receives.
-func (rd *hostRound) fail(err error) error {
-	rd.mu.Lock()
-	defer rd.mu.Unlock()
-	rd.clearLocked()
-	rd.err = err
-	rd.publishLocked(secagg.PhaseFailed)
-	close(rd.done)
-	return err
-}
-
-func (rd *hostRound) clearLocked() {
-	rd.keyset, rd.deliveries, rd.survivorSet, rd.unmask = nil, nil, nil, nil
-}
-
-// take hands the outcome to the reducer, once.
-func (rd *hostRound) take() (*secagg.Result, error) {
+// take hands the outcome over, once: ErrRunning before the round ends,
+// ErrOver once it was taken. out hands the scheme's outcome over (under
+// the round's lock); its error refuses the take, which may come again.
+func (rd *hostRound) take(out func() error) error {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
 	select {
 	case <-rd.done:
 	default:
-		return nil, ErrRunning
+		return ErrRunning
 	}
 	if rd.isTaken {
-		return nil, ErrOver
+		return ErrOver
 	}
-	if rd.relayed && rd.err == nil {
-		return nil, errRelayed(rd)
+	if err := out(); err != nil {
+		return err
 	}
 	rd.isTaken = true
 	close(rd.taken)
-	res, err := rd.result, rd.err
-	rd.result, rd.resultCBOR = nil, nil
-	return res, err
+	return rd.err
+}
+
+// maxPolls bounds the GETs one caller holds open on a round, so a member
+// cannot pin the host's memory and goroutines with held polls: a
+// participant holds one; a few more cover connections the site gave up on
+// that the host has not seen close yet.
+const maxPolls = 4
+
+func (rd *hostRound) enterPoll(holder string) bool {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.polls[holder] >= maxPolls {
+		return false
+	}
+	rd.polls[holder]++
+	return true
+}
+
+func (rd *hostRound) leavePoll(holder string) {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	if rd.polls[holder]--; rd.polls[holder] <= 0 {
+		delete(rd.polls, holder)
+	}
+}
+
+// postLock returns the lock of one site's stage (bounded: sites ×
+// stages): a retry that arrives while the first copy is still being added
+// waits for it, and is then recognised as a retry instead of refused as a
+// second message.
+func (rd *hostRound) postLock(key acceptKey) *sync.Mutex {
+	rd.mu.Lock()
+	defer rd.mu.Unlock()
+	m := rd.posting[key]
+	if m == nil {
+		m = new(sync.Mutex)
+		rd.posting[key] = m
+	}
+	return m
+}
+
+// tombstone is what stays of a round that is over.
+type tombstone struct {
+	sch    *scheme
+	digest []byte
+	err    error // why it failed; nil if it produced a sum
+	at     time.Time
+	// lastWords holds the digests of the accepted messages of the
+	// scheme's lastWord stage, so that a site retrying one whose answer
+	// was lost is told it arrived.
+	lastWords map[acceptKey][32]byte
 }
 
 // tombstone is what the host keeps of the round once it is over.
 func (rd *hostRound) tombstone() *tombstone {
 	rd.mu.Lock()
 	defer rd.mu.Unlock()
-	ts := &tombstone{digest: rd.digest, err: rd.err, at: time.Now(), unmasked: map[string][32]byte{}}
-	for k, v := range rd.accepted {
-		if k.stage == stageUnmasking {
-			ts.unmasked[k.site] = v
+	ts := &tombstone{sch: rd.sch, digest: rd.digest, err: rd.err, at: time.Now(), lastWords: map[acceptKey][32]byte{}}
+	for _, st := range rd.sch.stages {
+		if !st.lastWord {
+			continue
+		}
+		for k, v := range rd.accepted {
+			if k.stage == st.path {
+				ts.lastWords[k] = v
+			}
 		}
 	}
-	rd.result, rd.resultCBOR, rd.accepted = nil, nil, nil
+	rd.accepted = nil
 	return ts
 }

@@ -113,17 +113,9 @@ func TestFourSites(t *testing.T) {
 	p := w.params("fl/run 7/round 3 — ✓", dim, w.silos...) // any round ID travels
 	ctx := t.Context()
 
-	var runs []*run
-	var xs [][]float64
-	for i, s := range w.silos {
-		x := testInput(s, dim)
-		xs = append(xs, x)
-		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], x, float64(10*(i+1)), s))
-	}
+	runs, xs := startSites(ctx, w, th, p, w.silos, rising(10), nil)
 	// The sites wait (404, retried) until the reducer peer opens the round.
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, generous())
 	if err := th.Open(p, Deadlines{}); err != nil {
 		t.Fatalf("opening the same round again: %v", err)
 	}
@@ -139,10 +131,7 @@ func TestFourSites(t *testing.T) {
 	if err := fin.wait(t, p.Round); err != nil {
 		t.Fatalf("OnFinish: %v", err)
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 100, w.silos, nil)
 
 	if _, err := th.Result(p.Round); !errors.Is(err, ErrOver) {
@@ -160,42 +149,21 @@ func TestFourSites(t *testing.T) {
 // arrived); the round completes at the consistency deadline.
 func TestDropAfterMasking(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 500
-	p := w.params("drop-after-mask", dim, w.silos...)
+	w, th, p := roundOf(t, 4, HostOptions{}, "drop-after-mask", dim)
 	dl := generous()
 	dl.Consistency = short // the cut-off site never signs the survivor set
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	ctx := t.Context()
 	cab := newCable()
 	cab.cutAfter = func(r *http.Request, _ *http.Response) bool { return endpoint(r, "masked") }
-	var runs []*run
-	var xs [][]float64
-	for i, s := range w.silos {
-		hc := w.silo(s)
-		if s == "hospital-d" {
-			hc = w.client(w.ids[s], w.fed, cab.wrap)
-		}
-		x := testInput(s, dim)
-		xs = append(xs, x)
-		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], x, float64(i+1), s))
-	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-d": w.client(w.ids["hospital-d"], w.fed, cab.wrap)})
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 10, w.silos, nil)
-	for _, r := range runs[:3] {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, runs[:3])
 	<-cab.cutNow
 	runs[3].cancel()
-	err = runs[3].wait(t)
+	err := runs[3].wait(t)
 	wantCode(t, "the cut-off site", err, diag.SecAggWireGaveUp)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("the cut-off site's error does not wrap context.Canceled: %v", err)
@@ -207,39 +175,19 @@ func TestDropAfterMasking(t *testing.T) {
 // pairwise masks and the sum is of the three others.
 func TestDropBeforeMasking(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 500
-	p := w.params("drop-before-mask", dim, w.silos...)
+	w, th, p := roundOf(t, 4, HostOptions{}, "drop-before-mask", dim)
 	dl := generous()
 	dl.Mask = short
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	ctx := t.Context()
 	cab := newCable()
 	cab.cutBefore = func(r *http.Request) bool { return endpoint(r, "masked") }
-	var runs []*run
-	var xs [][]float64
-	for i, s := range w.silos {
-		hc := w.silo(s)
-		if s == "hospital-b" {
-			hc = w.client(w.ids[s], w.fed, cab.wrap)
-		} else {
-			xs = append(xs, testInput(s, dim))
-		}
-		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], testInput(s, dim), float64(i+1), s))
-	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-b": w.client(w.ids["hospital-b"], w.fed, cab.wrap)})
+	xs = slices.Delete(xs, 1, 2) // hospital-b's input never arrives
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 1+3+4, []string{"hospital-a", "hospital-c", "hospital-d"}, []string{"hospital-b"})
-	for _, r := range slices.Delete(slices.Clone(runs), 1, 2) {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, slices.Delete(slices.Clone(runs), 1, 2))
 	runs[1].cancel()
 	wantCode(t, "the cut-off site", runs[1].wait(t), diag.SecAggWireGaveUp)
 }
@@ -248,15 +196,11 @@ func TestDropBeforeMasking(t *testing.T) {
 // told it is too late (SC6109); the round goes on with the three others.
 func TestLateSite(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 64
-	p := w.params("late", dim, w.silos...)
+	w, th, p := roundOf(t, 4, HostOptions{}, "late", dim)
 	dl := generous()
 	dl.Advertise = short
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	ctx := t.Context()
 	gotKeys := make(chan struct{})
 	var once sync.Once
@@ -266,29 +210,12 @@ func TestLateSite(t *testing.T) {
 			once.Do(func() { close(gotKeys) })
 		}
 	}
-	var runs []*run
-	var xs [][]float64
-	for _, s := range w.silos[:3] {
-		hc := w.silo(s)
-		if s == "hospital-a" {
-			hc = w.client(w.ids[s], w.fed, cab.wrap)
-		}
-		x := testInput(s, dim)
-		xs = append(xs, x)
-		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], x, 1, s))
-	}
+	runs, xs := startSites(ctx, w, th, p, w.silos[:3], flat(1), map[string]*http.Client{"hospital-a": w.client(w.ids["hospital-a"], w.fed, cab.wrap)})
 	<-gotKeys // advertising has ended
 	err := Participate(ctx, w.silo("hospital-d"), th.url, p, w.keys["hospital-d"], testInput("hospital-d", dim), 1)
 	wantCode(t, "the late site", err, diag.SecAggWireTooLate)
-	for _, r := range runs {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitAll(t, runs)
+	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 3, w.silos[:3], nil)
 }
 
@@ -317,9 +244,7 @@ func TestTooFewSites(t *testing.T) {
 	p := w.params("two-of-four", 8, w.silos...)
 	dl := generous()
 	dl.Advertise = short
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	var runs []*run
 	for _, s := range w.silos[:2] {
 		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], make([]float64, 8), 1, s))
@@ -335,9 +260,7 @@ func TestTooFewSites(t *testing.T) {
 // TestBadInputStaysHome: an input out of the clip range is refused before
 // any request leaves the site.
 func TestBadInputStaysHome(t *testing.T) {
-	w := newWorld(t, 3)
-	th := startHost(t, w, HostOptions{})
-	p := w.params("bad-input", 4, w.silos...)
+	w, th, p := roundOf(t, 3, HostOptions{}, "bad-input", 4)
 	sent := 0
 	cab := newCable()
 	cab.cutBefore = func(*http.Request) bool { sent++; return false }
@@ -387,9 +310,7 @@ func TestOnlyAsItself(t *testing.T) {
 	w := newWorld(t, 5)
 	th := startHost(t, w, HostOptions{LongPoll: 50 * time.Millisecond})
 	p := w.params("as-itself", 16, w.silos[:4]...)
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, generous())
 	advert := func(site string) []byte {
 		c, err := secagg.NewClient(p, site, w.keys[site])
 		if err != nil {
@@ -463,12 +384,8 @@ func TestOnlyAsItself(t *testing.T) {
 // handshake; nothing reaches the host, and the site gives up at once
 // rather than retrying.
 func TestNonMemberCannotConnect(t *testing.T) {
-	w := newWorld(t, 3)
-	th := startHost(t, w, HostOptions{})
-	p := w.params("outsider", 4, w.silos...)
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	w, th, p := roundOf(t, 3, HostOptions{}, "outsider", 4)
+	th.open(t, p, generous())
 	hc := w.client(w.outsider, w.forged, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -488,21 +405,11 @@ func TestNonMemberCannotConnect(t *testing.T) {
 // JSON for people) until the reducer takes it; a worker may not.
 func TestResultOverHTTP(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 3)
-	th := startHost(t, w, HostOptions{})
 	const dim = 32
-	p := w.params("result", dim, w.silos...)
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	w, th, p := roundOf(t, 3, HostOptions{}, "result", dim)
+	th.open(t, p, generous())
 	ctx := t.Context()
-	var runs []*run
-	var xs [][]float64
-	for _, s := range w.silos {
-		x := testInput(s, dim)
-		xs = append(xs, x)
-		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], x, 2, s))
-	}
+	runs, xs := startSites(ctx, w, th, p, w.silos, flat(2), nil)
 	got, err := FetchResult(ctx, w.silo("hospital-a"), th.url, p) // waits for the round
 	if err != nil {
 		t.Fatal(err)
@@ -532,11 +439,7 @@ func TestResultOverHTTP(t *testing.T) {
 	}
 	_, err = FetchResult(ctx, w.silo("hospital-a"), th.url, p)
 	wantCode(t, "reading a taken result", err, diag.SecAggWireRoundOver)
-	for _, r := range runs {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, runs)
 }
 
 // TestHostClose: closing the host ends its open rounds with SC6107, which
@@ -546,9 +449,7 @@ func TestHostClose(t *testing.T) {
 	fin := newFinishes()
 	th := startHost(t, w, HostOptions{OnFinish: fin.on})
 	p := w.params("closing", 8, w.silos...)
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, generous())
 	ctx := t.Context()
 	waiting := make(chan struct{})
 	var once sync.Once
@@ -571,15 +472,11 @@ func TestHostClose(t *testing.T) {
 // round ends advertising without waiting for the (here: hour-long) deadline.
 func TestExcusedSite(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 50
-	p := w.params("excused", dim, w.silos...)
+	w, th, p := roundOf(t, 4, HostOptions{}, "excused", dim)
 	dl := generous()
 	dl.Advertise = time.Hour
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	ctx := t.Context()
 	var runs []*run
 	var xs [][]float64
@@ -591,17 +488,10 @@ func TestExcusedSite(t *testing.T) {
 		runs = append(runs, participate(ctx, w.silo(s), th, p, w.keys[s], testInput(s, dim), float64(i+1), s))
 	}
 	th.Excuse(p.Round, "hospital-b")
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	// It never advertised, so it is not among the dropped: it was never in.
 	checkSum(t, res, plainSum(dim, xs...), 1+3+4, []string{"hospital-a", "hospital-c", "hospital-d"}, nil)
-	for _, r := range runs {
-		if err := r.wait(t); err != nil {
-			t.Errorf("%s: %v", r.site, err)
-		}
-	}
+	waitAll(t, runs)
 }
 
 // TestLongPollsBoundedPerSite: a site holds at most maxPolls GETs open on
@@ -613,9 +503,7 @@ func TestLongPollsBoundedPerSite(t *testing.T) {
 	w := newWorld(t, 4)
 	th := startHost(t, w, HostOptions{LongPoll: time.Hour})
 	p := w.params("poll-bound", 16, w.silos[:3]...)
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, generous())
 	th.mu.Lock()
 	rd := th.rounds[p.Round]
 	th.mu.Unlock()

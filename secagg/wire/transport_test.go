@@ -44,10 +44,8 @@ func (c *inProcess) Call(ctx context.Context, _, _ string, req []byte, limit int
 // but the secure-aggregation paths.
 func TestOverDataChannelTransport(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 3)
-	th := startHost(t, w, HostOptions{})
 	const dim = 64
-	p := w.params("over data channels", dim, w.silos...)
+	w, th, p := roundOf(t, 3, HostOptions{}, "over data channels", dim)
 	serve := transport.Serve(th.Host, Prefix)
 	member := func(name string) identity.Member { m, _ := w.fed.Member(name); return m }
 	https := func(name string) transport.Transport { return transport.HTTPS{Client: w.silo(name), Base: th.url} }
@@ -60,9 +58,7 @@ func TestOverDataChannelTransport(t *testing.T) {
 		"hospital-c": &transport.DataChannel{Peer: c, Member: "agg-1", Fallback: https("hospital-c"),
 			Path: func(path string, _ error) { paths = append(paths, path) }},
 	}
-	if err := th.Open(p, generous()); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, generous())
 	// A data channel authenticated as hospital-c cannot speak for b.
 	impostor := &transport.DataChannel{Peer: &inProcess{serve: serve, as: member("hospital-c")}, Member: "agg-1"}
 	wantCode(t, "c's channel posting b's advert", ParticipateOver(t.Context(), impostor, p, w.keys["hospital-b"], Input{Values: make([]float64, dim), Weight: 1}), diag.SecAggWireForbidden)

@@ -22,10 +22,8 @@ import (
 // bytes, appears in anything the host received.
 func TestHostSeesOnlyMasked(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, 4)
-	th := startHost(t, w, HostOptions{})
 	const dim = 4096
-	p := w.params("view", dim, w.silos...)
+	w, th, p := roundOf(t, 4, HostOptions{}, "view", dim)
 	p.Weighted, p.MaxWeight = false, 0
 	f, err := p.FracBits()
 	if err != nil {
@@ -33,9 +31,7 @@ func TestHostSeesOnlyMasked(t *testing.T) {
 	}
 	dl := generous()
 	dl.Mask = short
-	if err := th.Open(p, dl); err != nil {
-		t.Fatal(err)
-	}
+	th.open(t, p, dl)
 	// Highly structured inputs (multiples of 1/8, encoded exactly): the
 	// plaintext encodings are mostly zero bytes, so a leak would stand out.
 	inputs := map[string][]float64{}
@@ -60,10 +56,7 @@ func TestHostSeesOnlyMasked(t *testing.T) {
 		}
 		runs = append(runs, participate(ctx, hc, th, p, w.keys[s], inputs[s], 0, s))
 	}
-	res, err := th.Wait(ctx, p.Round)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := th.sum(t, ctx, p.Round)
 	if len(res.Dropped) != 1 {
 		t.Fatalf("dropped %v, want hospital-c", res.Dropped)
 	}

@@ -1,15 +1,9 @@
-package hewire
+package wire
 
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/tls"
 	"errors"
-	"fmt"
-	"io"
-	"log"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -18,68 +12,32 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/scellis/scellis/diag"
-	"github.com/scellis/scellis/identity"
-	"github.com/scellis/scellis/internal/testharness"
 	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/secagg/he"
-	"github.com/scellis/scellis/secagg/wire"
+	"github.com/scellis/scellis/secagg/transport"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(testharness.Wrap(m)) }
-
-// fixture: a federation of one aggregator and four silos, a Host served
-// over TLS on loopback, and each silo's mutually authenticated client.
+// fixture: the harness's federation with four silos (newWorld) and a Host
+// served over TLS on loopback, for threshold-he rounds.
 type fixture struct {
-	fed   *identity.Federation
-	ids   map[string]*identity.Identity
-	silos []string
-	host  *Host
-	url   string
-	trs   []*http.Transport
+	*world
+	host *testHost
 }
 
 func newFixture(t *testing.T) *fixture {
-	f := &fixture{ids: map[string]*identity.Identity{}}
-	id := func(name string) *identity.Identity {
-		f.ids[name] = identity.NewFromSeed(sha256.Sum256([]byte("scellis hewire test " + name)))
-		return f.ids[name]
+	w := newWorld(t, 4)
+	return &fixture{world: w, host: serveHost(t, w, HostOptions{LongPoll: 2 * time.Second}, false)}
+}
+
+// heParams is a threshold-he round of the given silos.
+func (f *fixture) heParams(round string, dim int, bound int64, silos []string) he.Params {
+	p := he.Params{Round: round, Dim: dim, Bound: bound, Seed: make([]byte, 32)}
+	rand.Read(p.Seed)
+	for _, s := range silos {
+		p.Members = append(p.Members, secagg.Member{ID: s, Key: f.ids[s].Public().Ed25519()})
 	}
-	var src strings.Builder
-	fmt.Fprintf(&src, "federation: test\nregime: consortium\nmembers:\n  - {name: agg-1, role: aggregator, public_key: %s, address: \"127.0.0.1:1\"}\n", id("agg-1").Public())
-	for _, s := range []string{"hospital-a", "hospital-b", "hospital-c", "hospital-d"} {
-		fmt.Fprintf(&src, "  - {name: %s, role: silo, public_key: %s}\n", s, id(s).Public())
-		f.silos = append(f.silos, s)
-	}
-	var err error
-	if f.fed, err = identity.ParseFederation("fed.yaml", []byte(src.String())); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := identity.ServerTLSConfig(f.ids["agg-1"], f.fed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.host, f.url = NewHost(f.fed, HostOptions{LongPoll: 2 * time.Second}), "https://"+ln.Addr().String()
-	mux := http.NewServeMux()
-	mux.Handle(Prefix, f.host)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
-	served := make(chan struct{})
-	go func() { defer close(served); srv.Serve(tls.NewListener(ln, cfg)) }()
-	t.Cleanup(func() {
-		f.host.Close()
-		srv.Close()
-		<-served
-		for _, tr := range f.trs {
-			tr.CloseIdleConnections()
-		}
-	})
-	return f
+	return p
 }
 
 // dies makes a client's requests fail once it has posted its ciphertext:
@@ -102,17 +60,12 @@ func (d *dies) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-func (f *fixture) client(t *testing.T, site string, die context.CancelFunc) *http.Client {
-	cfg, err := identity.ClientTLSConfig(f.ids[site], f.fed, "agg-1", identity.Aggregator)
-	if err != nil {
-		t.Fatal(err)
+// client is site's client, crashing after its ciphertext when die is set.
+func (f *fixture) client(site string, die context.CancelFunc) *http.Client {
+	if die == nil {
+		return f.silo(site)
 	}
-	tr := &http.Transport{TLSClientConfig: cfg}
-	f.trs = append(f.trs, tr)
-	if die != nil {
-		return &http.Client{Transport: &dies{rt: tr, cancel: die}}
-	}
-	return &http.Client{Transport: tr}
+	return f.world.client(f.ids[site], f.fed, func(rt http.RoundTripper) http.RoundTripper { return &dies{rt: rt, cancel: die} })
 }
 
 // run opens a round of the four silos and has them take part, the ones in
@@ -120,13 +73,9 @@ func (f *fixture) client(t *testing.T, site string, die context.CancelFunc) *htt
 // host's outcome, each site's error and the inputs.
 func (f *fixture) run(t *testing.T, round string, die map[string]bool) (*he.Result, map[string]error, [][]int64) {
 	const dim = 1000
-	p := he.Params{Round: round, Dim: dim, Bound: 1 << 30, Seed: make([]byte, 32)}
-	rand.Read(p.Seed)
-	for _, s := range f.silos {
-		p.Members = append(p.Members, secagg.Member{ID: s, Key: f.ids[s].Public().Ed25519()})
-	}
+	p := f.heParams(round, dim, 1<<30, f.silos)
 	// A short decrypt deadline: a crashed decryptor is replaced after it.
-	if err := f.host.Open(p, wire.Deadlines{Advertise: time.Minute, Share: time.Minute, Mask: time.Minute, Unmask: 2 * time.Second}); err != nil {
+	if err := f.host.OpenHE(p, Deadlines{Advertise: time.Minute, Share: time.Minute, Mask: time.Minute, Unmask: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	inputs := make([][]int64, len(f.silos))
@@ -145,18 +94,18 @@ func (f *fixture) run(t *testing.T, round string, die map[string]bool) (*he.Resu
 		if die[s] {
 			crash = scancel
 		}
-		hc := f.client(t, s, crash)
+		hc := f.client(s, crash)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer scancel()
-			err := Participate(sctx, hc, f.url, p, f.ids[s].PrivateKey(), inputs[i], 0)
+			err := ParticipateHE(sctx, transport.HTTPS{Client: hc, Base: f.host.url}, p, f.ids[s].PrivateKey(), inputs[i], 0)
 			mu.Lock()
 			errs[s] = err
 			mu.Unlock()
 		}()
 	}
-	res, err := f.host.Wait(ctx, round)
+	res, err := f.host.WaitHE(ctx, round)
 	wg.Wait()
 	if err != nil {
 		errs["host"] = err
@@ -201,14 +150,6 @@ func TestRoundOverTLS(t *testing.T) {
 }
 
 func hasCode(err error, c diag.Code) bool {
-	ds, ok := diag.As(err)
-	if !ok {
-		return false
-	}
-	for _, d := range ds {
-		if d.Code == c {
-			return true
-		}
-	}
-	return false
+	ds, _ := diag.As(err)
+	return slices.ContainsFunc(ds, func(d *diag.Diagnostic) bool { return d.Code == c })
 }

@@ -1,9 +1,8 @@
-package hewire
+package wire
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -13,9 +12,7 @@ import (
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
-	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/secagg/he"
-	"github.com/scellis/scellis/secagg/wire"
 )
 
 // TestHostileRequests: what a federation member can send the threshold-he
@@ -30,15 +27,10 @@ import (
 func TestHostileRequests(t *testing.T) {
 	f := newFixture(t)
 	params := func(round string) he.Params {
-		p := he.Params{Round: round, Dim: 16, Bound: 1 << 20, Seed: make([]byte, 32)}
-		rand.Read(p.Seed)
-		for _, s := range f.silos[:3] { // hospital-d is a member of the federation, not of the round
-			p.Members = append(p.Members, secagg.Member{ID: s, Key: f.ids[s].Public().Ed25519()})
-		}
-		return p
+		return f.heParams(round, 16, 1<<20, f.silos[:3]) // hospital-d is a member of the federation, not of the round
 	}
 	p := params("he-hostile")
-	if err := f.host.Open(p, wire.Deadlines{Advertise: time.Hour, Share: time.Hour, Mask: time.Hour, Unmask: time.Hour}); err != nil {
+	if err := f.host.OpenHE(p, Deadlines{Advertise: time.Hour, Share: time.Hour, Mask: time.Hour, Unmask: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	advert := func(p he.Params, site string) []byte {
@@ -52,7 +44,7 @@ func TestHostileRequests(t *testing.T) {
 		}
 		return must(t, a.Marshal)
 	}
-	base := pathRounds + base64.RawURLEncoding.EncodeToString([]byte(p.Round)) + "/"
+	base := hePathRounds + base64.RawURLEncoding.EncodeToString([]byte(p.Round)) + "/"
 	do := func(ctx context.Context, as, method, path, ctype string, body []byte) *httptest.ResponseRecorder {
 		r := httptest.NewRequestWithContext(identity.WithPeer(ctx, f.ids[as].Public()), method, path, bytes.NewReader(body))
 		if ctype != "" {
@@ -84,8 +76,8 @@ func TestHostileRequests(t *testing.T) {
 		{"a member outside the round", "hospital-d", "POST", base + "advert", contentCBOR, advert(params("he-hostile"), "hospital-a"), 403, diag.SecAggWireForbidden},
 		{"outside the round, polling", "hospital-d", "GET", base + "keyset", "", nil, 403, diag.SecAggWireForbidden},
 		{"shares before their phase", "hospital-a", "POST", base + "shares", contentCBOR, early, 409, diag.SecAggOutOfOrder},
-		{"unknown round", "hospital-a", "POST", pathRounds + "bm9wZQ/advert", contentCBOR, mine, 404, diag.SecAggWireNoRound},
-		{"round not base64url", "hospital-a", "POST", pathRounds + "%21%21/advert", contentCBOR, mine, 400, diag.SecAggWireBadRequest},
+		{"unknown round", "hospital-a", "POST", hePathRounds + "bm9wZQ/advert", contentCBOR, mine, 404, diag.SecAggWireNoRound},
+		{"round not base64url", "hospital-a", "POST", hePathRounds + "%21%21/advert", contentCBOR, mine, 400, diag.SecAggWireBadRequest},
 		{"no such endpoint", "hospital-a", "POST", base + "sum", contentCBOR, mine, 404, diag.SecAggWireBadRequest},
 	} {
 		w := do(context.Background(), tc.as, tc.method, tc.path, tc.ctype, tc.body)
@@ -113,9 +105,9 @@ func TestHostileRequests(t *testing.T) {
 			do(ctx, "hospital-b", "GET", base+"keyset", "", nil)
 		}()
 	}
-	f.host.mu.Lock()
+	f.host.Host.mu.Lock()
 	rd := f.host.rounds[p.Round]
-	f.host.mu.Unlock()
+	f.host.Host.mu.Unlock()
 	polls := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -163,3 +155,6 @@ func codeOfBody(t *testing.T, w *httptest.ResponseRecorder) diag.Code {
 }
 
 var _ http.Handler = (*Host)(nil)
+
+// hePathRounds is where the threshold-he rounds' endpoints are.
+const hePathRounds = HEPrefix + "v1/rounds/"
