@@ -253,7 +253,7 @@ func TestStudioHidesOpenPoolValues(t *testing.T) {
 	f := newFake(t)
 	f.jobs[0].Regime, f.jobs[0].Submitter = "open", "alice"
 	w := newWorld(t)
-	full := newCache(nil).build(context.Background(), f, w.fed)
+	full := newCache(w.fed, nil).build(context.Background(), f)
 	h1, _ := w.fed.Member("h1")
 	alice, _ := w.fed.Member("alice")
 	other := full.forViewer(Viewer{Member: "h1"}, h1)

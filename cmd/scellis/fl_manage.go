@@ -69,7 +69,7 @@ func newFLStatusCmd() *cobra.Command {
 			}
 			fmt.Fprintf(w, "run %s  %s\n  state %s%s; %d of %d rounds done\n", st.Name, st.ID, st.State, reasonSuffix(st.Reason), len(st.Models), st.Rounds)
 			fmt.Fprintf(w, "  cohort %s\n", strings.Join(st.Silos, ", "))
-			fmt.Fprintf(w, "  started %s", time.UnixMilli(st.StartedAt).UTC().Format(time.RFC3339))
+			fmt.Fprintf(w, "  %s", startedLine(ctx, c, st))
 			if st.DoneAt > 0 {
 				fmt.Fprintf(w, ", ended %s", time.UnixMilli(st.DoneAt).UTC().Format(time.RFC3339))
 			}
@@ -88,4 +88,21 @@ func newFLStatusCmd() *cobra.Command {
 			fmt.Fprintf(w, "  %s\n", describeRead(info))
 			return nil
 		})
+}
+
+// startedLine says when a run started. A run launched before the pool
+// kept StartRun's time (it was dropped with the plan's, so every run said
+// it started at 0: "1970-01-01") holds no start time in its replicated
+// state, nor in snapshots taken since: for it, the submission time of its
+// first round job, which the leader planned right after the launch.
+func startedLine(ctx context.Context, c *api.Client, st coordinator.RunStatus) string {
+	if st.StartedAt > 0 {
+		return "started " + time.UnixMilli(st.StartedAt).UTC().Format(time.RFC3339)
+	}
+	if len(st.Jobs) > 0 {
+		if js, err := c.Job(ctx, st.Jobs[0]); err == nil && js.SubmittedAt > 0 {
+			return "start time not recorded (launched by an earlier version); first round submitted " + time.UnixMilli(js.SubmittedAt).UTC().Format(time.RFC3339)
+		}
+	}
+	return "start time not recorded (launched by an earlier version)"
 }
