@@ -433,9 +433,15 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	reportMatchesLedgers(t, c, id, silos)
 	watchAgreesWithReport(t, c, id)
 
-	// Warm start from the finished run; a model of another shape is refused.
+	// Warm start from the finished run, by the ID's 12 hex digits, right
+	// after the cluster starts again (the restarted node answered reads
+	// before replaying its log: SC9302 for a run fl ls listed); a model of
+	// another shape is refused.
 	c.runSpec("warm.yaml", 1)
-	warm := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "warm.yaml", "--warm-start", id))
+	c.kill("agg-1", syscall.SIGTERM)
+	c.waitExit("agg-1")
+	c.restartAggregator("agg-1")
+	warm := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "warm.yaml", "--warm-start", id[7:19]))
 	waitFor(t, "the warm-started run", 2*time.Minute, func() bool { return c.run(warm).State == "done" })
 	c.write("wide.yaml", "name: wide\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 12}\ndataset: patients\nrounds: 1\nprivacy: {clip: 5.0, sigma: 0.5}\nstandardize: local\n")
 	if _, errs, err := c.cli("alice", "fl", "launch", "wide.yaml", "--warm-start", id); err == nil || !strings.Contains(errs, "SC9312") {
