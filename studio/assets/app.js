@@ -114,9 +114,10 @@
     ];
     const acc = [{ name: "eval_accuracy", colour: "#2e7d32", pts: pts("eval_accuracy") }];
     const n = Math.max(run.rounds, run.done.length + 1);
-    // No point to draw: say why (the node's curve_note: under DP a
-    // training round releases no loss) instead of drawing empty axes.
-    const drawn = series.concat(acc).some((s) => s.pts.length > 0);
+    // Only charts with points are drawn; with none, the node's curve_note
+    // says why (under DP a training round releases no loss) in their place.
+    const charts = [series, acc].filter((ss) => ss.some((s) => s.pts.length > 0)).map((ss) => chart(ss, n));
+    const drawn = charts.length > 0;
     const rows = run.done.map((r) => el("tr", { "data-round": r.round },
       el("td", { class: "n" }, r.round), el("td", {}, r.step || "train"), el("td", {}, r.participants.join(", ")),
       el("td", {}, (r.dropped || []).join(", ")),
@@ -130,7 +131,7 @@
       drawn ? el("div", { class: "legend" }, el("span", {}, el("i", { class: "k", style: "background:#1f5fbf" }), "train loss"),
         el("span", {}, el("i", { class: "k", style: "background:#c62828" }), "held-out loss"),
         el("span", {}, el("i", { class: "k", style: "background:#2e7d32" }), "held-out accuracy (right)")) : null,
-      drawn ? el("div", { class: "charts" }, chart(series, n), chart(acc, n)) : el("p", { class: "no-curve" }, run.curve_note || "no step of the run has completed yet"),
+      drawn ? el("div", { class: "charts" }, charts) : el("p", { class: "no-curve" }, run.curve_note || "no step of the run has completed yet"),
       drawn && run.curve_note ? el("p", { class: "note curve-note" }, run.curve_note) : null,
       run.current ? el("div", {}, "round in progress: ", strip(run.current)) : null,
       el("table", {}, el("tr", {}, ["round", "step", "participants", "dropped", "declined (codes)", "train loss", "held-out loss", "held-out acc", "ε this round", "time"].map((h) => el("th", {}, h))), rows));
