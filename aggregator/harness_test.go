@@ -167,8 +167,9 @@ func startTestNode(tb testing.TB, regime trust.Regime, members []testMember, opt
 			tb.Logf("--- aggregator log ---\n%s", p.log.String())
 		}
 	})
-	waitUntil(tb, "the aggregator to lead", 20*time.Second, func() bool {
-		return n.Status().Raft.State == consensus.StateLeader
+	waitUntil(tb, "the aggregator to lead and answer reads", 20*time.Second, func() bool {
+		st := n.Status()
+		return st.Raft.State == consensus.StateLeader && st.CaughtUp
 	})
 	return p
 }

@@ -18,7 +18,8 @@ import (
 //
 //	GET /healthz  200 while the process serves
 //	GET /readyz   200 when this node is the leader or has heard from one
-//	              within the stale bound; 503 with the reason otherwise
+//	              within the stale bound, and has caught up (catchup.go);
+//	              503 with the reason otherwise
 
 // healthState is the body of /readyz.
 type healthState struct {
@@ -41,7 +42,11 @@ func (n *Node) healthHandler() *http.ServeMux {
 		leader, _, _ := n.leader()
 		st := healthState{Node: n.Self.Name, Ready: !info.Stale, Leader: leader, AppliedIndex: info.AppliedIndex, LeaderContactMs: info.LeaderContactMs}
 		code := http.StatusOK
-		if info.Stale {
+		switch {
+		case info.CatchingUp:
+			code = http.StatusServiceUnavailable
+			st.Reason = "catching up: the node has not yet applied what the cluster had committed when it reached the leader"
+		case info.Stale:
 			code = http.StatusServiceUnavailable
 			st.Reason = "no leader heard from recently: an election is running, or this node is cut off from a majority"
 		}

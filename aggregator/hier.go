@@ -105,6 +105,23 @@ func (n *Node) cohortGroups(members []secagg.Member) [][]string {
 	return groups
 }
 
+// heOverTree is the refusal of a threshold-he run whose silos child
+// clusters lead. The tree splits a round into sub-cohort rounds, each
+// hosted by a child that forwards only its masked partial sum, under an
+// outer mask the children agree on, so the parent learns only the total.
+// Threshold-he has no such split: the round's one collective key is
+// summed from every site's signed key share, each site Shamir-shares its
+// secret key with every other, and t > n/2 sites of the whole cohort
+// decrypt the one summed ciphertext — while a child's silos reach only
+// their child. Per-child threshold-he rounds would each decrypt their
+// sub-cohort's sum in the clear, which is what the outer masks hide.
+func heOverTree(subject string) *diag.Diagnostic {
+	return diag.New(diag.TreeRound, subject, "the run's silos are led by child clusters, and a threshold-he round is not summed over a tree: "+
+		"its one collective key and its decryption by more than half of the whole cohort need every silo in one round, "+
+		"while each child hosts only its own silos' round (per-child rounds would each decrypt their sub-cohort's sum in the clear)").
+		WithHelp("drop aggregation: threshold-he (masking, the default, pairwise or masking: secagg+, is summed over the tree under the children's outer masks), or launch the run on a cluster that leads its silos itself; docs/tree.md, \"Training runs\"")
+}
+
 // subRoundID names a sub-cohort's secure-aggregation round: fresh with
 // the parent round (every attempt of a round has its own).
 func subRoundID(parent, cluster string) string {
@@ -120,8 +137,7 @@ func subRoundID(parent, cluster string) string {
 // which goes to this node's host only.
 func splitRound(b *fl.RoundBundle, byChild map[string][]string, minCohort int) (*ecdh.PrivateKey, error) {
 	if b.HE != nil {
-		return nil, diag.New(diag.TreeRound, fmt.Sprintf("run %s round %d", b.Run.Short(), b.Round), "the run's silos are led by child clusters, and a threshold-he round is not summed over a tree").
-			WithHelp("run it with pairwise or SecAgg+ masking (aggregation: secure), or with silos led by this cluster")
+		return nil, heOverTree(fmt.Sprintf("run %s round %d", b.Run.Short(), b.Round))
 	}
 	if b.SecAgg.GridBits == 0 {
 		f, err := b.SecAgg.FracBits()

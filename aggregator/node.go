@@ -87,6 +87,9 @@ type Node struct {
 	// peerClient talks to the other aggregators as this node (blob
 	// replication and fetches).
 	peerClient *api.Client
+	// ready: whether this node's replica has caught up and may answer
+	// reads (catchup.go).
+	ready catchUp
 
 	// The data plane (dataplane.go): signalling mailbox, data-channel
 	// peer, optional STUN/TURN server.
@@ -257,6 +260,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		planner: newPlanner(blobs, filepath.Join(dataDir, "blobs"), builtin, filepath.Join(dataDir, "plans"), opt.Content),
 	}
 	n.fsm = &fsm{m: machine, hub: n.hub, members: n.membershipApplied}
+	n.ready.kick = make(chan struct{}, 1)
 	n.metrics = newNodeMetrics(n)
 	n.sagg = wire.NewHost(fed, wire.HostOptions{LongPoll: opt.SecAggLongPoll, OnPhase: n.metrics.phase})
 	n.planner.fetchBlob = n.fetchBlob
@@ -372,7 +376,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		ConnState:         n.conns.track(fed),
 		ErrorLog:          obs.HTTPErrorLog(log),
 	}
-	n.done.Add(2)
+	n.done.Add(3)
 	go func() {
 		defer n.done.Done()
 		if err := n.http.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -382,6 +386,10 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	go func() {
 		defer n.done.Done()
 		n.leaderDuties(ctx)
+	}()
+	go func() {
+		defer n.done.Done()
+		n.catchUpLoop(ctx)
 	}()
 	if opt.Delegate != nil {
 		n.done.Add(1)
@@ -477,13 +485,18 @@ type NodeStatus struct {
 	PlansRunning int `json:"plans_running"`
 	// DataPlane: the peer-to-peer paths this node used, per peer pair.
 	DataPlane *DataPlaneStatus `json:"data_plane,omitempty"`
+	// CaughtUp: the node's replica holds what the cluster had committed
+	// when it last gained contact with the leader, so it answers reads
+	// (catchup.go).
+	CaughtUp bool `json:"caught_up"`
 }
 
 // Status reports this node's Raft and state view.
 func (n *Node) Status() NodeStatus {
 	m := n.fsm.machine()
 	seq, head := m.Head()
-	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running(), DataPlane: n.dataPlaneStatus()}
+	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running(), DataPlane: n.dataPlaneStatus(),
+		CaughtUp: n.caughtUp()}
 }
 
 // leaderDuties runs on every node but acts only on the leader: it proposes
@@ -663,6 +676,9 @@ func (n *Node) readInfo() api.ReadInfo {
 		info.LeaderContactMs = age.Milliseconds()
 	}
 	info.Stale = !ok || age > n.raft.StaleAfter()
+	if !info.Stale && !n.caughtUp() {
+		info.Stale, info.CatchingUp = true, true
+	}
 	return info
 }
 

@@ -159,8 +159,7 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 	if byChild, err := n.hierCohort(subject, cohort, spec.MinCohort); err != nil {
 		return coordinator.StartRun{}, err
 	} else if byChild != nil && spec.AggregationMode() == fl.AggThresholdHE {
-		return coordinator.StartRun{}, diag.New(diag.TreeRound, subject, "the run's silos are led by child clusters, and a threshold-he round is not summed over a tree").
-			WithHelp("run it with pairwise or SecAgg+ masking (aggregation: secure), or with silos led by this cluster")
+		return coordinator.StartRun{}, heOverTree(subject)
 	}
 	if spec.WarmStart != "" {
 		// A model that does not fit is refused at launch, not at round 0.

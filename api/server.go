@@ -92,6 +92,10 @@ type ReadInfo struct {
 	// Linearizable: the leader confirmed its leadership and applied every
 	// committed write before answering.
 	Linearizable bool `json:"linearizable,omitempty"`
+	// CatchingUp: the node hears the leader but has not yet applied what
+	// the cluster had committed when it reached it (a node that just
+	// started); Stale is then set too, and reads are refused.
+	CatchingUp bool `json:"catching_up,omitempty"`
 }
 
 // Membership adds and removes aggregator voters. Both return a
@@ -165,6 +169,12 @@ func (s *Server) read(h http.HandlerFunc) http.HandlerFunc {
 		}
 		info := s.Fresh()
 		info.Linearizable = consistent && s.Linearize != nil
+		if info.CatchingUp {
+			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolStaleRead, info.Node,
+				"this aggregator is catching up (at applied index %d): it has not yet applied all the cluster had committed when it reached the leader", info.AppliedIndex).
+				WithHelp("clients ask another aggregator, or this one again, by themselves; a node that just started replays its log first"))
+			return
+		}
 		if info.Stale {
 			writeDiag(w, http.StatusServiceUnavailable, diag.New(diag.PoolStaleRead, info.Node,
 				"this aggregator has not heard from a leader for %s; what it would answer may be out of date", contactAge(info.LeaderContactMs)).

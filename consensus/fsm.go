@@ -3,6 +3,7 @@ package consensus
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -50,6 +51,10 @@ const snapshotV1 byte = 0x01
 // large, and the entry count per fsync is not the bottleneck.
 type fsm struct {
 	sm StateMachine
+	// applied is the index of the last command entry the machine has
+	// applied (Raft's AppliedIndex counts entries handed to this
+	// goroutine, which may still be queued): Node.AppliedThrough.
+	applied atomic.Uint64
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -64,6 +69,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	defer f.applied.Store(l.Index)
 	kind, cmds, err := decodeEntry(l.Data)
 	if err != nil {
 		panic(fmt.Sprintf("consensus: committed log entry %d cannot be applied (invariant: every entry is a valid envelope): %v", l.Index, err))

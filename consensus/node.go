@@ -38,6 +38,8 @@ type Node struct {
 	store  *wal.WAL
 	lock   *os.File
 	b      *batcher
+	fsm    *fsm
+	logs   raft.LogStore // what Raft reads its log through
 
 	// rp is raft for the stream's address resolver, which may run before
 	// Open has assigned n.raft.
@@ -187,7 +189,8 @@ func open(cfg Config, sm StateMachine) (*Node, error) {
 	if err != nil {
 		return fail(storeErr(cfg.Dir, err))
 	}
-	r, err := raft.NewRaft(rc, &fsm{sm: sm}, logs, store, snaps, n.trans)
+	n.fsm, n.logs = &fsm{sm: sm}, logs
+	r, err := raft.NewRaft(rc, n.fsm, logs, store, snaps, n.trans)
 	if err != nil {
 		return fail(storeErr(cfg.Dir, err))
 	}

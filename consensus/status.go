@@ -102,6 +102,10 @@ func (n *Node) LeaderContact() (time.Duration, bool) {
 	}
 }
 
+// Role returns this node's Raft role and current term, without the
+// configuration and statistics Status gathers.
+func (n *Node) Role() (State, uint64) { return stateOf(n.raft.State()), n.raft.CurrentTerm() }
+
 // StaleAfter is how long a follower may go without hearing from the leader
 // before its reads count as stale: two heartbeat timeouts (a healthy
 // leader contacts it every tenth of one).
@@ -109,6 +113,33 @@ func (n *Node) StaleAfter() time.Duration { return 2 * n.cfg.HeartbeatTimeout }
 
 // AppliedIndex is the last log index handed to the state machine.
 func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// AppliedThrough reports whether the state machine has applied every
+// command committed at or before index, so that reads from it see them.
+// Raft hands committed entries to the machine on its own goroutine
+// (AppliedIndex counts what was handed, not what was applied), and
+// entries that are no commands (Raft's no-ops, configuration changes)
+// never reach it; entries at or below the latest snapshot are in the
+// machine's state, restored or taken from it.
+func (n *Node) AppliedThrough(index uint64) bool {
+	if n.raft.AppliedIndex() < index {
+		return false
+	}
+	from := n.fsm.applied.Load()
+	if from >= index {
+		return true
+	}
+	if v, err := strconv.ParseUint(n.raft.Stats()["last_snapshot_index"], 10, 64); err == nil && v > from {
+		from = v
+	}
+	for i := index; i > from; i-- {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); err != nil || l.Type == raft.LogCommand {
+			return false // a command still queued for the machine (or a gap a newer snapshot will cover)
+		}
+	}
+	return true
+}
 
 // Fresh reports whether this node's reads are recent (see Status.Fresh).
 func (n *Node) Fresh() bool {

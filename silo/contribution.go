@@ -41,7 +41,11 @@ type Contribution struct {
 	Shard   int         `cbor:"shard" json:"shard"`
 	Silo    string      `cbor:"silo" json:"silo"`
 	Dataset string      `cbor:"dataset" json:"dataset"`
-	Status  string      `cbor:"status" json:"status"`
+	// Label is the label column the silo's dataset declaration names (a
+	// column name of its schema, never a value): a run whose spec names
+	// none gets its model file's label from its silos' records.
+	Label  string `cbor:"label,omitempty" json:"label,omitempty"`
+	Status string `cbor:"status" json:"status"`
 	// LedgerEntry is the hash of the ledger entry that paid for the
 	// update ("" when nothing was charged: no DP, or declined).
 	LedgerEntry content.Ref    `cbor:"ledger_entry,omitempty" json:"ledger_entry,omitempty"`

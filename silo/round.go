@@ -200,8 +200,11 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	}
 	rec.Dataset = spec.Spec.Dataset
 	unit := fl.UnitRecord
-	if d, ok := a.Config.Dataset(spec.Spec.Dataset); ok && d.Unit != "" {
-		unit = d.Unit
+	if d, ok := a.Config.Dataset(spec.Spec.Dataset); ok {
+		rec.Label = d.Label
+		if d.Unit != "" {
+			unit = d.Unit
+		}
 	}
 	threshold, err := b.SecAgg.EffectiveThreshold()
 	if err != nil {

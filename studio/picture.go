@@ -10,9 +10,9 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/fl/account"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/receipt"
-	"github.com/scellis/scellis/silo"
 	"github.com/scellis/scellis/trust"
 	"github.com/scellis/scellis/viz"
 )
@@ -158,6 +158,11 @@ type RunView struct {
 	Done      []RoundView          `json:"done"`
 	// Current is the round in progress (its shard states), if any.
 	Current *JobView `json:"current,omitempty"`
+	// CurveNote says why the run has no loss curve to draw (under DP a
+	// training round releases no loss; the curve is a charged
+	// evaluation's), or what its points are; "" when nothing needs
+	// saying (account.CurveNote).
+	CurveNote string `json:"curve_note,omitempty"`
 }
 
 // RoundView is one completed round of a run.
@@ -243,17 +248,21 @@ const recentReceipts = 20
 // cache keeps what never changes once known: a blob's decoded value is
 // fixed by its hash, a job's plan by its ID.
 type cache struct {
-	values  map[content.Ref]any                      // decided result → decoded value
-	rounds  map[content.Ref]*fl.RoundResult          // round result blob
-	records map[content.Ref]*silo.SignedContribution // contribution record
-	recOK   map[content.Ref]bool                     // its signature verified
-	plans   map[content.Ref]*Plan                    // job → plan (nil: not a sweep)
-	log     *slog.Logger
+	values map[content.Ref]any   // decided result → decoded value
+	plans  map[content.Ref]*Plan // job → plan (nil: not a sweep)
+	// acct reads runs' accounts (it keeps round results, records and
+	// their signature checks by hash); runs holds each run's last view.
+	acct *account.Reader
+	runs map[content.Ref]builtRun
+	fed  *identity.Federation
+	log  *slog.Logger
 }
 
-func newCache(log *slog.Logger) *cache {
-	return &cache{log: log, values: map[content.Ref]any{}, rounds: map[content.Ref]*fl.RoundResult{},
-		records: map[content.Ref]*silo.SignedContribution{}, recOK: map[content.Ref]bool{}, plans: map[content.Ref]*Plan{}}
+func newCache(fed *identity.Federation, log *slog.Logger) *cache {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &cache{log: log, fed: fed, values: map[content.Ref]any{}, plans: map[content.Ref]*Plan{}, runs: map[content.Ref]builtRun{}}
 }
 
 // full is the unfiltered picture with everything any viewer may see; a
@@ -265,7 +274,7 @@ type full struct {
 
 // build reads the source into a picture. Expensive reads (plans, blobs)
 // are cached; one that fails is retried on the next build.
-func (c *cache) build(ctx context.Context, src Source, fed *identity.Federation) *full {
+func (c *cache) build(ctx context.Context, src Source) *full {
 	f := &full{}
 	p := &f.Picture
 	p.Cluster = src.Cluster()
@@ -284,80 +293,22 @@ func (c *cache) build(ctx context.Context, src Source, fed *identity.Federation)
 	privacy := map[[2]string]*PrivacyRow{}
 	var order [][2]string
 	for _, rs := range src.Runs() {
-		rv := RunView{ID: rs.ID, Name: rs.Name, State: rs.State, Rounds: rs.Rounds, Silos: rs.Silos, Reason: rs.Reason, StartedAt: rs.StartedAt, Done: []RoundView{}}
-		for i, jobID := range rs.Jobs {
-			js, err := src.Job(jobID)
-			if err != nil {
-				continue
-			}
-			var rr *fl.RoundResult
-			if i < len(rs.Models) {
-				rr = c.round(ctx, src, rs.Models[i])
-			}
-			if rr == nil {
-				if i == len(rs.Jobs)-1 && rs.State == coordinator.RunRunning {
-					if jv, ok := c.job(ctx, src, jobID, false); ok {
-						rv.Current = &jv
-					}
-				}
-				continue
-			}
-			sum := fl.NewRoundSummary(rr.Round, rr.Step, rr.Participants, rr.Dropped, rr.Metrics, rr.Model)
-			round := RoundView{Round: sum.Round, Step: sum.Step, Participants: sum.Participants, Dropped: sum.Dropped,
-				Epsilon: map[string]float64{}, Declined: map[string]string{}, StartedAt: js.SubmittedAt, DoneAt: js.DoneAt}
-			if sum.Sums["examples"] > 0 {
-				round.TrainLoss, round.TrainAcc = num(sum.TrainLoss), num(sum.TrainAcc)
-			}
-			if sum.EvalRows > 0 {
-				round.EvalLoss, round.EvalAcc = num(sum.EvalLoss), num(sum.EvalAcc)
-			}
-			for _, s := range js.Shards {
-				if s.State != coordinator.StateVerified || s.Result == "" {
-					continue // undecided or flagged: nothing to read (law 13)
-				}
-				rec, ok := c.record(ctx, src, fed, s.Result)
-				if !ok {
-					continue
-				}
-				r := rec.Record
-				entry := LedgerEntry{Silo: r.Silo, Dataset: r.Dataset, Run: rs.Name, Round: rr.Round, Status: r.Status, Epsilon: r.Epsilon,
-					Cumulative: r.Cumulative, Delta: r.Delta, Budget: r.Budget, LedgerEntry: r.LedgerEntry, LedgerSeq: r.LedgerSeq,
-					LedgerHead: r.LedgerHead, Mechanisms: len(r.Mechanisms), Verified: c.recOK[s.Result], Record: s.Result}
-				for _, ref := range r.Refusals {
-					entry.Refusals = append(entry.Refusals, string(ref.Code))
-				}
-				f.ledger = append(f.ledger, entry)
-				key := [2]string{r.Silo, r.Dataset}
-				row := privacy[key]
-				if row == nil {
-					row = &PrivacyRow{Silo: r.Silo, Dataset: r.Dataset, Verified: true}
-					privacy[key] = row
-					order = append(order, key)
-				}
-				row.Verified = row.Verified && entry.Verified
-				switch r.Status {
-				case silo.Contributed:
-					round.Epsilon[r.Silo] = r.Epsilon
-				default:
-					reason := r.Status
-					if len(r.Refusals) > 0 {
-						reason = string(r.Refusals[0].Code) + " " + r.Refusals[0].Message
-					}
-					round.Declined[r.Silo] = reason
-					row.Declined++
-				}
-				if r.LedgerEntry != "" {
-					row.Charges++
-					row.Run, row.Round, row.RoundEps = rs.Name, rr.Round, r.Epsilon
-				}
-				if r.Budget > 0 {
-					row.Cumulative, row.Delta, row.Budget = r.Cumulative, r.Delta, r.Budget
-					row.Remaining = math.Max(0, r.Budget-r.Cumulative)
-				}
-			}
-			rv.Done = append(rv.Done, round)
-		}
+		rv, a := c.run(ctx, src, rs)
 		p.Runs = append(p.Runs, rv)
+		if a == nil {
+			continue
+		}
+		f.ledger = append(f.ledger, ledgerEntries(rs.Name, a.Records)...)
+		for _, d := range a.Datasets {
+			key := [2]string{d.Silo, d.Dataset}
+			row := privacy[key]
+			if row == nil {
+				row = &PrivacyRow{Silo: d.Silo, Dataset: d.Dataset, Verified: true}
+				privacy[key] = row
+				order = append(order, key)
+			}
+			row.add(rs.Name, d)
+		}
 	}
 	sort.Slice(order, func(i, j int) bool {
 		if order[i][0] != order[j][0] {
@@ -385,6 +336,108 @@ func (c *cache) build(ctx context.Context, src Source, fed *identity.Federation)
 			WorkUnits: r.WorkUnits, Method: r.Method, Hash: r.Hash.Short()})
 	}
 	return f
+}
+
+// run builds a run's view from its account (package account: the
+// records privacy report and fl watch read). A run whose account cannot be
+// read now (a blob still being fetched) keeps its last view, so a picture
+// never shows a run losing its rounds.
+func (c *cache) run(ctx context.Context, src Source, rs coordinator.RunStatus) (RunView, *account.Run) {
+	rv := RunView{ID: rs.ID, Name: rs.Name, State: rs.State, Rounds: rs.Rounds, Silos: rs.Silos, Reason: rs.Reason, StartedAt: rs.StartedAt, Done: []RoundView{}}
+	if c.acct == nil {
+		c.acct = account.NewReader(accountSource{src}, c.fed)
+	}
+	a, err := c.acct.Run(ctx, rs)
+	if err == nil {
+		var spec *fl.Canonical
+		if spec, err = c.acct.Spec(ctx, rs.ID); err == nil {
+			rv.CurveNote = account.CurveNote(&spec.Spec, a.Steps)
+		}
+	}
+	if err != nil {
+		c.log.Warn("studio: cannot read the run's account yet", "run", rs.ID.Short(), "err", err)
+		if last, ok := c.runs[rs.ID]; ok {
+			return last.view, last.account
+		}
+		return rv, nil
+	}
+	produced := map[content.Ref]bool{}
+	for _, s := range a.Steps {
+		rv.Done = append(rv.Done, roundView(s))
+		produced[s.Result.Job] = true
+	}
+	if n := len(rs.Jobs); n > 0 && rs.State == coordinator.RunRunning && !produced[rs.Jobs[n-1]] {
+		if jv, ok := c.job(ctx, src, rs.Jobs[n-1], false); ok {
+			rv.Current = &jv
+		}
+	}
+	c.runs[rs.ID] = builtRun{view: rv, account: a}
+	return rv, a
+}
+
+// builtRun is a run's last view and the account it was built from.
+type builtRun struct {
+	view    RunView
+	account *account.Run
+}
+
+// roundView is one completed step as the run view draws it.
+func roundView(s account.Step) RoundView {
+	sum := s.Summary
+	round := RoundView{Round: sum.Round, Step: sum.Step, Participants: sum.Participants, Dropped: sum.Dropped,
+		Epsilon: sum.Epsilon, Declined: sum.Declined, StartedAt: s.SubmittedAt, DoneAt: s.DoneAt}
+	if sum.Sums["examples"] > 0 {
+		round.TrainLoss, round.TrainAcc = num(sum.TrainLoss), num(sum.TrainAcc)
+	}
+	if sum.EvalRows > 0 {
+		round.EvalLoss, round.EvalAcc = num(sum.EvalLoss), num(sum.EvalAcc)
+	}
+	return round
+}
+
+// ledgerEntries are a run's records as a silo's own ledger view lists them.
+func ledgerEntries(run string, recs []account.Record) []LedgerEntry {
+	out := make([]LedgerEntry, 0, len(recs))
+	for _, r := range recs {
+		e := LedgerEntry{Silo: r.Silo, Dataset: r.Dataset, Run: run, Round: r.Round, Status: r.Status, Epsilon: r.Epsilon,
+			Cumulative: r.Cumulative, Delta: r.Delta, Budget: r.Budget, LedgerEntry: r.LedgerEntry, LedgerSeq: r.LedgerSeq,
+			LedgerHead: r.LedgerHead, Mechanisms: len(r.Mechanisms), Verified: r.Verified, Record: r.Ref}
+		for _, ref := range r.Refusals {
+			e.Refusals = append(e.Refusals, string(ref.Code))
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// add counts one run's cost to a silo's dataset into its privacy row: the
+// charges and declines add up over runs, the last charge and the ledger's
+// cumulative ε (the largest its records state) are the latest.
+func (row *PrivacyRow) add(run string, d account.Dataset) {
+	row.Verified = row.Verified && d.Verified
+	row.Charges += d.Rounds
+	row.Declined += d.Declined
+	if n := len(d.Charges); n > 0 {
+		row.Run, row.Round, row.RoundEps = run, d.Charges[n-1].Round, d.Charges[n-1].Epsilon
+	}
+	if d.Delta > 0 {
+		row.Delta = d.Delta
+	}
+	if d.Budget > 0 && d.LedgerEps >= row.Cumulative {
+		row.Cumulative, row.Budget = d.LedgerEps, d.Budget
+		row.Remaining = math.Max(0, d.Budget-d.LedgerEps)
+	}
+}
+
+// accountSource reads accounts from the node's replica.
+type accountSource struct{ src Source }
+
+func (a accountSource) Job(_ context.Context, id content.Ref) (coordinator.JobStatus, error) {
+	return a.src.Job(id)
+}
+
+func (a accountSource) Blob(ctx context.Context, ref content.Ref) ([]byte, error) {
+	return a.src.Blob(ctx, ref)
 }
 
 func num(v float64) *float64 { return &v }
@@ -506,39 +559,6 @@ func (c *cache) value(ctx context.Context, src Source, ref content.Ref) (any, bo
 	}
 	c.values[ref] = v
 	return v, true
-}
-
-func (c *cache) round(ctx context.Context, src Source, ref content.Ref) *fl.RoundResult {
-	if rr, ok := c.rounds[ref]; ok {
-		return rr
-	}
-	b, err := src.Blob(ctx, ref)
-	if err != nil {
-		return nil
-	}
-	rr, _, err := fl.DecodeRoundResult(b)
-	if err != nil {
-		return nil
-	}
-	c.rounds[ref] = rr
-	return rr
-}
-
-func (c *cache) record(ctx context.Context, src Source, fed *identity.Federation, ref content.Ref) (*silo.SignedContribution, bool) {
-	if r, ok := c.records[ref]; ok {
-		return r, true
-	}
-	b, err := src.Blob(ctx, ref)
-	if err != nil {
-		return nil, false
-	}
-	r, err := silo.DecodeContribution(b)
-	if err != nil {
-		return nil, false
-	}
-	c.records[ref] = r
-	c.recOK[ref] = r.Verify(fed) == nil
-	return r, true
 }
 
 // forViewer cuts a viewer's picture from the full one: values of an

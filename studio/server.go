@@ -80,7 +80,7 @@ func NewServer(src Source, fed *identity.Federation, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{src: src, fed: fed, log: log, now: time.Now, cache: newCache(log), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
+	s := &Server{src: src, fed: fed, log: log, now: time.Now, cache: newCache(fed, log), changed: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.dirty.Store(true)
 	return s
 }
@@ -137,7 +137,7 @@ func (s *Server) rebuild(ctx context.Context) *full {
 	defer s.buildMu.Unlock()
 	s.dirty.Store(false)
 	bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	f := s.cache.build(bctx, s.src, s.fed)
+	f := s.cache.build(bctx, s.src)
 	cancel()
 	sum, err := json.Marshal(struct {
 		P Picture

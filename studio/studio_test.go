@@ -14,8 +14,11 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/silo"
 )
 
 type world struct {
@@ -109,6 +112,7 @@ func TestViewerTokens(t *testing.T) {
 // picture's job and grid logic is what is under test here.
 type fakeSource struct {
 	jobs   []coordinator.JobStatus
+	runs   []coordinator.RunStatus
 	blobs  map[content.Ref][]byte
 	params []map[string]any
 	events chan coordinator.Event
@@ -123,7 +127,7 @@ func (f *fakeSource) Job(id content.Ref) (coordinator.JobStatus, error) {
 	}
 	return coordinator.JobStatus{}, errors.New("no job")
 }
-func (f *fakeSource) Runs() []coordinator.RunStatus     { return nil }
+func (f *fakeSource) Runs() []coordinator.RunStatus     { return f.runs }
 func (f *fakeSource) Receipts(uint64) []receipt.Receipt { return nil }
 func (f *fakeSource) Contributions() map[string]int64   { return map[string]int64{"h1": 2} }
 func (f *fakeSource) Cluster() Cluster {
@@ -253,7 +257,7 @@ func TestStudioHidesOpenPoolValues(t *testing.T) {
 	f := newFake(t)
 	f.jobs[0].Regime, f.jobs[0].Submitter = "open", "alice"
 	w := newWorld(t)
-	full := newCache(nil).build(context.Background(), f, w.fed)
+	full := newCache(w.fed, nil).build(context.Background(), f)
 	h1, _ := w.fed.Member("h1")
 	alice, _ := w.fed.Member("alice")
 	other := full.forViewer(Viewer{Member: "h1"}, h1)
@@ -325,4 +329,66 @@ func TestStudioBoundsStreamsPerMember(t *testing.T) {
 		t.Fatalf("a stream after one closed: %d", res.StatusCode)
 	}
 	cancel()
+}
+
+// put stores v as a blob and returns its hash.
+func (f *fakeSource) put(t *testing.T, v any) content.Ref {
+	t.Helper()
+	b, err := content.Encode(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.blobs[content.Hash(b)] = b
+	return content.Hash(b)
+}
+
+// A DP run whose round 0 was retried: the run view takes each step from
+// the job its round result names (the abandoned attempt, first in the
+// job list, shows no decline for a step h1 contributed to), counts h1's
+// charge once, and says why it draws no curve — under DP a training round
+// releases no loss and this run declares no evaluation — instead of
+// drawing empty axes.
+func TestStudioRunFromTheAccount(t *testing.T) {
+	w := newWorld(t)
+	f := newFake(t)
+	spec := fl.Canonical{Spec: fl.RunSpec{Name: "dp", DP: true}}
+	run := f.put(t, spec)
+	record := func(job content.Ref, status string) content.Ref {
+		c := silo.Contribution{Format: silo.ContributionFormat, Run: run, Round: 0, Job: job, Silo: "h1", Dataset: "patients", Status: status,
+			LedgerEntry: content.Hash([]byte("h1 round 0")), Mechanisms: []dp.Mechanism{dp.SubsampledGaussian(2, 1, 1)}, Epsilon: 0.5, Delta: 1e-5, Cumulative: 0.5, Budget: 8}
+		sc, err := silo.Sign(w.keys["h1"], c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f.put(t, sc)
+	}
+	abandoned, retry := content.Hash([]byte("attempt a")), content.Hash([]byte("attempt b"))
+	shard := func(res content.Ref) []coordinator.ShardStatus {
+		return []coordinator.ShardStatus{{State: coordinator.StateVerified, Result: res, Receipt: 1}}
+	}
+	f.jobs = append(f.jobs,
+		coordinator.JobStatus{ID: abandoned, Run: run, State: coordinator.JobAbandoned, Shards: shard(record(abandoned, silo.Failed))},
+		coordinator.JobStatus{ID: retry, Run: run, State: coordinator.JobDone, Shards: shard(record(retry, silo.Contributed))})
+	g, err := fl.Global{"w": []float64{1}}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	model := f.put(t, fl.RoundResult{Format: fl.RoundResultFormat, Run: run, Job: retry, Model: content.Hash(g), Global: g,
+		Metrics: map[string]float64{}, Participants: []string{"h1"}, Dropped: []string{}})
+	f.runs = []coordinator.RunStatus{{ID: run, Name: "dp", Rounds: 2, State: coordinator.RunRunning, Jobs: []content.Ref{abandoned, retry}, Models: []content.Ref{model}}}
+
+	full := newCache(w.fed, nil).build(context.Background(), f)
+	rv := full.Runs[0]
+	if len(rv.Done) != 1 || len(rv.Done[0].Declined) != 0 || rv.Done[0].Epsilon["h1"] != 0.5 {
+		t.Fatalf("step 0: %+v, want h1 charged 0.5 and no decline", rv.Done)
+	}
+	if !strings.Contains(rv.CurveNote, "declares no charged evaluation") || rv.Done[0].TrainLoss != nil {
+		t.Fatalf("the DP run's curve note: %q (train loss %v)", rv.CurveNote, rv.Done[0].TrainLoss)
+	}
+	if len(full.Privacy) != 1 || full.Privacy[0].Charges != 1 || full.Privacy[0].Cumulative != 0.5 || !full.Privacy[0].Verified {
+		t.Fatalf("privacy rows: %+v, want h1's one charge", full.Privacy)
+	}
+	if n := len(full.ledgerOf("h1")); n != 2 {
+		t.Fatalf("h1's own ledger view lists %d records, want both attempts'", n)
+	}
 }

@@ -129,6 +129,14 @@ func printJSON(w io.Writer, b []byte) {
 // member, resolves a short ID prefix to the full ID, and calls fn with a
 // context that an interrupt cancels.
 func idCommand(use, short string, fn func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error) *cobra.Command {
+	return fedIDCommand(use, short, func(ctx context.Context, cmd *cobra.Command, c *api.Client, _ *identity.Federation, id content.Ref) error {
+		return fn(ctx, cmd, c, id)
+	})
+}
+
+// fedIDCommand is idCommand for a command that also checks signatures
+// against the federation file (a run's contribution records).
+func fedIDCommand(use, short string, fn func(ctx context.Context, cmd *cobra.Command, c *api.Client, fed *identity.Federation, id content.Ref) error) *cobra.Command {
 	var f memberFlags
 	arg := strings.Fields(use)[1]
 	kind := jobID
@@ -142,7 +150,7 @@ func idCommand(use, short string, fn func(ctx context.Context, cmd *cobra.Comman
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			c, _, err := f.client(cmd.ErrOrStderr())
+			c, fed, err := f.client(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -150,7 +158,7 @@ func idCommand(use, short string, fn func(ctx context.Context, cmd *cobra.Comman
 			if err != nil {
 				return err
 			}
-			return fn(ctx, cmd, c, id)
+			return fn(ctx, cmd, c, fed, id)
 		},
 	}
 	f.register(cmd)

@@ -241,16 +241,17 @@ func (d *federationDemo) stopAll() {
 	}
 }
 
-func (d *federationDemo) client() (*api.Client, error) {
+func (d *federationDemo) client() (*api.Client, *identity.Federation, error) {
 	id, _, err := identity.Load(d.path("scientist", "identity.key"), identity.LoadOptions{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	fed, err := identity.LoadFederation(d.fed)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return api.NewClient(id, fed)
+	c, err := api.NewClient(id, fed)
+	return c, fed, err
 }
 
 // cli runs a scellis command in this process as the scientist.
@@ -277,7 +278,7 @@ func (d *federationDemo) run(ctx context.Context) error {
 			return err
 		}
 	}
-	c, err := d.client()
+	c, fed, err := d.client()
 	if err != nil {
 		return err
 	}
@@ -343,7 +344,7 @@ func (d *federationDemo) run(ctx context.Context) error {
 	}()
 	rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer rcancel()
-	if err := watchRun(rctx, c, id, d.out); err != nil {
+	if err := watchRun(rctx, c, fed, id, d.out); err != nil {
 		return err
 	}
 	if err := d.evaluate(id); err != nil {

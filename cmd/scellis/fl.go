@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +23,8 @@ import (
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/fl/account"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/silo"
 )
@@ -80,7 +83,7 @@ func newFLLaunchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, _, err := f.client(cmd.ErrOrStderr())
+			c, fed, err := f.client(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -149,7 +152,7 @@ func newFLLaunchCmd() *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "launched %s: %d rounds of %s on dataset %q\n", spec.Name, spec.Rounds, strat.Entry.Name, spec.Dataset)
 			}
 			if watch {
-				return watchRun(ctx, c, resp.Run, cmd.ErrOrStderr())
+				return watchRun(ctx, c, fed, resp.Run, cmd.ErrOrStderr())
 			}
 			return nil
 		},
@@ -161,56 +164,16 @@ func newFLLaunchCmd() *cobra.Command {
 }
 
 func newFLWatchCmd() *cobra.Command {
-	return idCommand("watch RUN_ID", "Show a live table of a run's rounds: participants, loss, accuracy, ε per silo, dropouts",
-		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
-			return watchRun(ctx, c, id, cmd.OutOrStdout())
+	cmd := fedIDCommand("watch RUN_ID", "Show a live table of a run's rounds: participants, loss, accuracy, ε per silo, dropouts",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, fed *identity.Federation, id content.Ref) error {
+			return watchRun(ctx, c, fed, id, cmd.OutOrStdout())
 		})
-}
-
-// roundRowOf reads a completed round (step) of a run: its result document
-// and the silos' signed contribution records (the round job's reported
-// results). It is one line of the watch table and one round of the model
-// file.
-func roundRowOf(ctx context.Context, c *api.Client, jobID, model content.Ref) (fl.RoundSummary, *fl.RoundResult, fl.Global, error) {
-	raw, err := c.GetBlob(ctx, model)
-	if err != nil {
-		return fl.RoundSummary{}, nil, nil, err
-	}
-	rr, g, err := fl.DecodeRoundResult(raw)
-	if err != nil {
-		return fl.RoundSummary{}, nil, nil, err
-	}
-	row := fl.NewRoundSummary(rr.Round, rr.Step, rr.Participants, rr.Dropped, rr.Metrics, rr.Model)
-	row.Staleness = rr.Staleness
-	row.Absent = rr.Absent
-	st, err := c.Job(ctx, jobID)
-	if err != nil {
-		return row, rr, g, nil
-	}
-	for _, s := range st.Shards {
-		if s.Result == "" {
-			continue
-		}
-		b, err := c.GetBlob(ctx, s.Result)
-		if err != nil {
-			continue
-		}
-		sc, err := silo.DecodeContribution(b)
-		if err != nil {
-			continue
-		}
-		switch sc.Record.Status {
-		case silo.Contributed:
-			row.Epsilon[sc.Record.Silo] = sc.Record.Epsilon
-		default:
-			reason := sc.Record.Status
-			if len(sc.Record.Refusals) > 0 {
-				reason = fmt.Sprintf("%s %s", sc.Record.Refusals[0].Code, sc.Record.Refusals[0].Message)
-			}
-			row.Declined[sc.Record.Silo] = reason
-		}
-	}
-	return row, rr, g, nil
+	cmd.Long = `Watch prints a row per step as it lands and, when the run ends, what it cost
+each silo's dataset. Every ε it shows comes from the silos' signed
+contribution records of the step's round jobs — a retried round's abandoned
+attempts included, each charge once — which privacy report and the Studio
+read too (package fl/account).`
+	return cmd
 }
 
 // printRoundHeader and printRoundRow print the round table of fl watch
@@ -268,6 +231,9 @@ type runEnd struct {
 	Reason      string            `json:"reason,omitempty"`
 	Rounds      int               `json:"rounds_completed"`
 	Diagnostics []diag.Diagnostic `json:"diagnostics"`
+	// Privacy is what the run cost each silo's dataset: the account
+	// privacy report reads (without its receipt hashes).
+	Privacy []account.Dataset `json:"privacy"`
 }
 
 // watchRun prints each round as it lands until the run ends. It exits 0
@@ -275,7 +241,8 @@ type runEnd struct {
 // does not heal by itself, ends the watch with exit code 1, its reason and
 // the silos' refusals of the last round. A pause that heals (its silos
 // were unreachable) is printed once and watched on: the leader resumes it.
-func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) error {
+func watchRun(ctx context.Context, c *api.Client, fed *identity.Federation, id content.Ref, w io.Writer) error {
+	rd := account.NewReader(poolSource{c}, fed)
 	shown := 0
 	header := false
 	pausedAt := -1 // the attempts when the pause was printed
@@ -289,20 +256,18 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 			printRoundHeader(w)
 			header = true
 		}
-		for ; shown < len(st.Models); shown++ {
-			row, _, _, err := roundRowOf(ctx, c, st.Jobs[shown], st.Models[shown])
+		if shown < len(st.Models) {
+			steps, err := rd.Steps(ctx, st, shown)
+			for _, s := range steps {
+				printStep(w, s.Summary)
+				shown++
+			}
 			if err != nil {
 				return err
 			}
-			if jsonOutput {
-				b, _ := json.Marshal(row)
-				fmt.Fprintln(w, string(b))
-				continue
-			}
-			printRoundRow(w, row)
 		}
 		if st.State != coordinator.RunRunning && !(st.State == coordinator.RunPaused && st.Heals) {
-			return endWatch(ctx, c, st, w)
+			return endWatch(ctx, rd, st, w)
 		}
 		if st.State == coordinator.RunPaused && !jsonOutput && pausedAt != len(st.Jobs) {
 			// Paused by failures that heal: the run goes on by itself.
@@ -317,14 +282,31 @@ func watchRun(ctx context.Context, c *api.Client, id content.Ref, w io.Writer) e
 	}
 }
 
+// printStep prints one step: a JSON line, or a row of the table.
+func printStep(w io.Writer, row fl.RoundSummary) {
+	if jsonOutput {
+		b, _ := json.Marshal(row)
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	printRoundRow(w, row)
+}
+
 // endWatch reports how a run ended: the final JSON record or a summary,
-// with the refusals of the round that did not complete; an error (exit 1)
-// unless the run is done.
-func endWatch(ctx context.Context, c *api.Client, st coordinator.RunStatus, w io.Writer) error {
-	end := runEnd{Final: true, Run: st.ID, State: string(st.State), Reason: st.Reason, Rounds: len(st.Models), Diagnostics: []diag.Diagnostic{}}
+// with the refusals of the round that did not complete and what the run
+// cost each silo's dataset; an error (exit 1) unless the run is done.
+func endWatch(ctx context.Context, rd *account.Reader, st coordinator.RunStatus, w io.Writer) error {
+	end := runEnd{Final: true, Run: st.ID, State: string(st.State), Reason: st.Reason, Rounds: len(st.Models), Diagnostics: []diag.Diagnostic{}, Privacy: []account.Dataset{}}
+	a, err := rd.Run(ctx, st)
+	if err != nil {
+		return err
+	}
 	if len(st.Jobs) > len(st.Models) {
 		// The round that did not complete: what each silo said of it.
-		end.Diagnostics = roundRefusals(ctx, c, st.Jobs[len(st.Jobs)-1])
+		end.Diagnostics = refusalsIn(a, st.Jobs[len(st.Jobs)-1])
+	}
+	if a.Datasets != nil {
+		end.Privacy = a.Datasets
 	}
 	if jsonOutput {
 		b, _ := json.Marshal(end)
@@ -334,6 +316,7 @@ func endWatch(ctx context.Context, c *api.Client, st coordinator.RunStatus, w io
 		for _, d := range end.Diagnostics {
 			fmt.Fprintf(w, "  round %d: %s %s: %s\n", len(st.Models), d.Subject, d.Code, d.Message)
 		}
+		printCost(w, end.Privacy)
 	}
 	if st.State == coordinator.RunDone {
 		return nil
@@ -341,29 +324,33 @@ func endWatch(ctx context.Context, c *api.Client, st coordinator.RunStatus, w io
 	return &exitError{code: 1, msg: fmt.Sprintf("run %s is %s after %d of %d rounds%s", st.Name, st.State, len(st.Models), st.Rounds, reasonSuffix(st.Reason))}
 }
 
-// roundRefusals reads a round job's signed contribution records and
-// returns each silo's refusal (declined or failed) as diagnostics whose
-// subject is the silo: codes and their fixed titles, never its data.
-func roundRefusals(ctx context.Context, c *api.Client, job content.Ref) []diag.Diagnostic {
-	out := []diag.Diagnostic{}
-	js, err := c.Job(ctx, job)
-	if err != nil {
-		return out
+// printCost prints what the run cost each silo's dataset, as privacy
+// report does (which adds the receipts): nothing for a run without DP.
+func printCost(w io.Writer, ds []account.Dataset) {
+	charged := slices.ContainsFunc(ds, func(d account.Dataset) bool { return d.Rounds > 0 })
+	if !charged {
+		return
 	}
-	for _, s := range js.Shards {
-		if s.Result == "" {
+	fmt.Fprintln(w, "privacy (each silo's signed records; scellis privacy report adds the receipts):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SILO\tDATASET\tCHARGES\tDECLINED\tRUN ε\tδ\tLEDGER ε\tBUDGET ε")
+	for _, d := range ds {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%.4g\t%g\t%.4g\t%g\n", d.Silo, d.Dataset, d.Rounds, d.Declined, d.RunEps, d.Delta, d.LedgerEps, d.Budget)
+	}
+	tw.Flush()
+}
+
+// refusalsIn returns each silo's refusal (declined or failed) of a round
+// job as diagnostics whose subject is the silo: codes and their fixed
+// titles, never its data.
+func refusalsIn(a *account.Run, job content.Ref) []diag.Diagnostic {
+	out := []diag.Diagnostic{}
+	for _, rec := range a.Records {
+		if rec.ReportedTo != job || rec.Status == silo.Contributed {
 			continue
 		}
-		b, err := c.GetBlob(ctx, s.Result)
-		if err != nil {
-			continue
-		}
-		sc, err := silo.DecodeContribution(b)
-		if err != nil || sc.Record.Status == silo.Contributed {
-			continue
-		}
-		for _, r := range sc.Record.Refusals {
-			out = append(out, diag.Diagnostic{Code: r.Code, Severity: diag.Error, Subject: sc.Record.Silo, Message: r.Message})
+		for _, r := range rec.Refusals {
+			out = append(out, diag.Diagnostic{Code: r.Code, Severity: diag.Error, Subject: rec.Silo, Message: r.Message})
 		}
 	}
 	return out
@@ -387,8 +374,8 @@ func sortedKeys(m map[string]string) []string {
 
 func newFLModelCmd() *cobra.Command {
 	var out string
-	cmd := idCommand("model RUN_ID --out FILE", "Export a run's latest model as a self-contained model file (docs/models.md)",
-		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
+	cmd := fedIDCommand("model RUN_ID --out FILE", "Export a run's latest model as a self-contained model file (docs/models.md)",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, fed *identity.Federation, id content.Ref) error {
 			ctx, cancel := context.WithTimeout(ctx, time.Minute)
 			defer cancel()
 			st, err := c.Run(ctx, id)
@@ -398,45 +385,35 @@ func newFLModelCmd() *cobra.Command {
 			if len(st.Models) == 0 {
 				return &exitError{code: 1, msg: fmt.Sprintf("run %s has no completed round yet", st.Name)}
 			}
-			raw, err := c.GetBlob(ctx, id)
+			rd := account.NewReader(poolSource{c}, fed)
+			spec, err := rd.Spec(ctx, id)
 			if err != nil {
 				return err
 			}
-			var spec fl.Canonical
-			if err := content.Decode(raw, &spec); err != nil {
-				return fmt.Errorf("the run spec %s: %w", id.Short(), err)
-			}
-			var rows []fl.RoundSummary
-			var last *fl.RoundResult
-			var global fl.Global
-			charges := map[string]*fl.SiloCharges{}
-			for i, m := range st.Models {
-				row, rr, g, err := roundRowOf(ctx, c, st.Jobs[i], m)
-				if err != nil {
-					return err
-				}
-				rows = append(rows, row)
-				last, global = rr, g
-				for s, eps := range row.Epsilon {
-					if charges[s] == nil {
-						charges[s] = &fl.SiloCharges{Silo: s}
-					}
-					if eps > 0 {
-						charges[s].Rounds++
-						charges[s].EpsilonSum += eps
-					}
-				}
-			}
-			exp, err := fl.NewModelFile(&spec, global, last.Std)
+			a, err := rd.Run(ctx, st)
 			if err != nil {
 				return err
 			}
-			exp.Run = fl.ModelRun{ID: id, Name: st.Name, State: string(st.State), Spec: &spec}
-			exp.Rounds = rows
-			exp.Privacy = []fl.SiloCharges{}
-			for _, s := range slices.Sorted(maps.Keys(charges)) {
-				exp.Privacy = append(exp.Privacy, *charges[s])
+			lastStep := a.Steps[len(a.Steps)-1]
+			last := lastStep.Result
+			global, err := lastStep.Global()
+			if err != nil {
+				return err
 			}
+			exp, err := fl.NewModelFile(spec, global, last.Std)
+			if err != nil {
+				return err
+			}
+			if exp.Label == "" {
+				// The spec names no label: the one its silos' records name.
+				exp.Label = a.Label()
+			}
+			exp.Run = fl.ModelRun{ID: id, Name: st.Name, State: string(st.State), Spec: spec}
+			exp.Rounds = make([]fl.RoundSummary, len(a.Steps))
+			for i, s := range a.Steps {
+				exp.Rounds[i] = s.Summary
+			}
+			exp.Privacy = siloCharges(a.Datasets)
 			exp.Refs = fl.ModelRefs{Run: id, Strategy: last.Strategy, Model: last.Model, RoundResults: st.Models, RoundJobs: st.Jobs, Receipts: []content.Ref{}}
 			if receipts, err := c.Receipts(ctx, 0); err == nil {
 				jobs := map[content.Ref]bool{}
@@ -462,4 +439,21 @@ func newFLModelCmd() *cobra.Command {
 		})
 	cmd.Flags().StringVar(&out, "out", "model.json", "file to write")
 	return cmd
+}
+
+// siloCharges sums each silo's charges for the model file: rounds charged
+// and their ε summed (an upper bound of what RDP composes).
+func siloCharges(ds []account.Dataset) []fl.SiloCharges {
+	out := []fl.SiloCharges{}
+	for _, d := range ds {
+		if n := len(out); n == 0 || out[n-1].Silo != d.Silo {
+			out = append(out, fl.SiloCharges{Silo: d.Silo})
+		}
+		sc := &out[len(out)-1]
+		sc.Rounds += d.Rounds
+		for _, e := range d.PerRound {
+			sc.EpsilonSum += e
+		}
+	}
+	return out
 }

@@ -223,6 +223,20 @@ seed: 3
 	if b, err := os.ReadFile(filepath.Join(c.dir, "model.json")); err != nil || !strings.Contains(string(b), `"receipts"`) || !strings.Contains(string(b), `"epsilon_sum"`) {
 		t.Fatalf("model export: %v\n%s", err, b)
 	}
+	// The run spec names no label; every silo declares its own (outcome),
+	// and its records say so: the model file records it, and model eval
+	// needs no --label.
+	var mf struct{ Label string }
+	readJSON(t, filepath.Join(c.dir, "model.json"), &mf)
+	if mf.Label != "outcome" {
+		t.Fatalf("the model file's label is %q, want the silos' outcome", mf.Label)
+	}
+	if out := mustRun(t, scellisCmd(t, c.dir, "model", "eval", "model.json", "--data", "data/hospital-1.csv")); !strings.Contains(out, "accuracy") {
+		t.Fatalf("model eval without --label:\n%s", out)
+	}
+	// Round 2 is retried (h3's refusal leaves too few sites for the
+	// threshold): fl watch and privacy report tell one account.
+	watchAgreesWithReport(t, c, id)
 	checkPrivacyReportAndAudit(t, c, id)
 }
 
@@ -454,8 +468,20 @@ func checkFLManagement(t *testing.T, c *cluster, id string) {
 	if out := c.mustCLI("alice", "fl", "ls"); !strings.Contains(out, short) || !strings.Contains(out, "done") || !strings.Contains(out, "3/3") {
 		t.Fatalf("fl ls does not list the finished run %s:\n%s", short, out)
 	}
-	if out := c.mustCLI("alice", "fl", "status", short); !strings.Contains(out, "state done; 3 of 3 rounds done") || !strings.Contains(out, "linearizable") {
+	out := c.mustCLI("alice", "fl", "status", short)
+	if !strings.Contains(out, "state done; 3 of 3 rounds done") || !strings.Contains(out, "linearizable") {
 		t.Fatalf("fl status %s:\n%s", short, out)
+	}
+	// The start time is the launch's (it printed 1970-01-01: StartRun's
+	// time was dropped with the plan's).
+	m := regexp.MustCompile(`started (\S+), ended (\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("fl status names no start and end time:\n%s", out)
+	}
+	started, err1 := time.Parse(time.RFC3339, strings.TrimSuffix(m[1], ","))
+	ended, err2 := time.Parse(time.RFC3339, m[2])
+	if err1 != nil || err2 != nil || time.Since(started) > time.Hour || started.After(ended) || ended.After(time.Now().Add(time.Minute)) {
+		t.Fatalf("fl status: started %s, ended %s (%v %v), want both within this test:\n%s", m[1], m[2], err1, err2, out)
 	}
 	out, errs, err := c.cli("alice", "fl", "launch", "run.yaml")
 	if err != nil || strings.TrimSpace(out) != id || !strings.Contains(errs, "already launched and is done: 3 of 3 rounds done; nothing changed") {

@@ -72,7 +72,7 @@ func newFLStatusCmd() *cobra.Command {
 				fmt.Fprintf(w, "  %s\n", pausedHint(st))
 			}
 			fmt.Fprintf(w, "  cohort %s\n", strings.Join(st.Silos, ", "))
-			fmt.Fprintf(w, "  started %s", time.UnixMilli(st.StartedAt).UTC().Format(time.RFC3339))
+			fmt.Fprintf(w, "  %s", startedLine(ctx, c, st))
 			if st.DoneAt > 0 {
 				fmt.Fprintf(w, ", ended %s", time.UnixMilli(st.DoneAt).UTC().Format(time.RFC3339))
 			}
@@ -105,4 +105,21 @@ func pausedHint(st coordinator.RunStatus) string {
 		when = fmt.Sprintf("once enough of its silos are alive, in %s at the earliest", d.Round(time.Second))
 	}
 	return fmt.Sprintf("it resumes by itself %s (scellis fl resume %s tries at once)", when, st.ID.Short())
+}
+
+// startedLine says when a run started. A run launched before the pool
+// kept StartRun's time (it was dropped with the plan's, so every run said
+// it started at 0: "1970-01-01") holds no start time in its replicated
+// state, nor in snapshots taken since: for it, the submission time of its
+// first round job, which the leader planned right after the launch.
+func startedLine(ctx context.Context, c *api.Client, st coordinator.RunStatus) string {
+	if st.StartedAt > 0 {
+		return "started " + time.UnixMilli(st.StartedAt).UTC().Format(time.RFC3339)
+	}
+	if len(st.Jobs) > 0 {
+		if js, err := c.Job(ctx, st.Jobs[0]); err == nil && js.SubmittedAt > 0 {
+			return "start time not recorded (launched by an earlier version); first round submitted " + time.UnixMilli(js.SubmittedAt).UTC().Format(time.RFC3339)
+		}
+	}
+	return "start time not recorded (launched by an earlier version)"
 }

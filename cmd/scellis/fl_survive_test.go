@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/fl/account"
 	"github.com/scellis/scellis/internal/testfault"
 )
 
@@ -429,10 +431,17 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	// killed between charging and reporting delivers it from its outbox
 	// when it starts again).
 	reportMatchesLedgers(t, c, id, silos)
+	watchAgreesWithReport(t, c, id)
 
-	// Warm start from the finished run; a model of another shape is refused.
+	// Warm start from the finished run, by the ID's 12 hex digits, right
+	// after the cluster starts again (the restarted node answered reads
+	// before replaying its log: SC9302 for a run fl ls listed); a model of
+	// another shape is refused.
 	c.runSpec("warm.yaml", 1)
-	warm := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "warm.yaml", "--warm-start", id))
+	c.kill("agg-1", syscall.SIGTERM)
+	c.waitExit("agg-1")
+	c.restartAggregator("agg-1")
+	warm := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "warm.yaml", "--warm-start", id[7:19]))
 	waitFor(t, "the warm-started run", 2*time.Minute, func() bool { return c.run(warm).State == "done" })
 	c.write("wide.yaml", "name: wide\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 12}\ndataset: patients\nrounds: 1\nprivacy: {clip: 5.0, sigma: 0.5}\nstandardize: local\n")
 	if _, errs, err := c.cli("alice", "fl", "launch", "wide.yaml", "--warm-start", id); err == nil || !strings.Contains(errs, "SC9312") {
@@ -547,6 +556,7 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 		return len(left) == 0
 	})
 	reportMatchesLedgers(t, c, id, silos)
+	watchAgreesWithReport(t, c, id)
 }
 
 // reportMatchesLedgers checks that every silo's ledger verifies and that
@@ -590,6 +600,74 @@ func reportMatchesLedgers(t *testing.T, c *cluster, id string, silos []string) {
 		slices.Sort(listed)
 		if len(charged) == 0 || !slices.Equal(charged, listed) {
 			t.Errorf("%s: its ledger charged the run with entries %v, the privacy report lists %v", s, charged, listed)
+		}
+	}
+}
+
+// watchAgreesWithReport checks that fl watch tells the account privacy
+// report tells, for a run with retried rounds: each step's ε per silo is
+// the ε of that silo's charge for the step's round, no silo the step
+// summed is shown declining it, and the final record's per-silo run ε and
+// ledger ε are the report's. (fl watch paired the i-th model with the
+// i-th round job, an abandoned attempt after a retry: it showed the
+// attempt's declines and another round's ε.)
+func watchAgreesWithReport(t *testing.T, c *cluster, id string) {
+	t.Helper()
+	var report struct {
+		Silos []account.Dataset
+	}
+	if err := json.Unmarshal([]byte(c.mustCLI("alice", "--json", "privacy", "report", id)), &report); err != nil {
+		t.Fatal(err)
+	}
+	charged := map[string]map[int]float64{} // silo → round → ε
+	for _, row := range report.Silos {
+		charged[row.Silo] = map[int]float64{}
+		for _, ch := range row.Charges {
+			charged[row.Silo][ch.Round] = ch.Epsilon
+		}
+	}
+	out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
+	if err != nil {
+		t.Fatalf("fl watch: %v\n%s", err, errs)
+	}
+	var end struct {
+		Privacy []account.Dataset
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var row struct {
+			fl.RoundSummary
+			Final bool
+		}
+		if err := json.Unmarshal([]byte(line), &row); err != nil {
+			t.Fatalf("fl watch --json line %q: %v", line, err)
+		}
+		if row.Final {
+			json.Unmarshal([]byte(line), &end)
+			continue
+		}
+		for s, eps := range row.Epsilon {
+			if want, ok := charged[s][row.Round]; eps != want || (!ok && eps != 0) {
+				t.Errorf("fl watch: round %d charged %s ε %v; the privacy report: %v (charged %v)", row.Round, s, eps, want, ok)
+			}
+		}
+		for s := range charged {
+			if _, ok := charged[s][row.Round]; ok && row.Epsilon[s] == 0 {
+				t.Errorf("fl watch: round %d shows no charge of %s; the privacy report lists one", row.Round, s)
+			}
+		}
+		for s, why := range row.Declined {
+			if slices.Contains(row.Participants, s) {
+				t.Errorf("fl watch: round %d shows %s declining (%s), and its sum holds %s's update", row.Round, s, why, s)
+			}
+		}
+	}
+	if len(end.Privacy) != len(report.Silos) {
+		t.Fatalf("fl watch's final record states %d datasets' cost, the privacy report %d", len(end.Privacy), len(report.Silos))
+	}
+	for i, d := range end.Privacy {
+		r := report.Silos[i]
+		if d.Silo != r.Silo || d.RunEps != r.RunEps || d.LedgerEps != r.LedgerEps || d.Rounds != r.Rounds {
+			t.Errorf("fl watch says %s: run ε %v, ledger ε %v, %d charges; the privacy report %s: %v, %v, %d", d.Silo, d.RunEps, d.LedgerEps, d.Rounds, r.Silo, r.RunEps, r.LedgerEps, r.Rounds)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/scellis/scellis/dp"
+	"github.com/scellis/scellis/fl/account"
 )
 
 // checkPrivacyReportAndAudit runs against the federation of
@@ -23,7 +24,7 @@ import (
 func checkPrivacyReportAndAudit(t *testing.T, c *cluster, id string) {
 	t.Helper()
 	var rep struct {
-		Silos []reportRow `json:"silos"`
+		Silos []account.Dataset `json:"silos"`
 	}
 	out := c.mustCLI("alice", "--json", "privacy", "report", id)
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/model"
@@ -65,7 +66,8 @@ func newModelEvalCmd() *cobra.Command {
 				label = f.Label
 			}
 			if label == "" {
-				return usageError{fmt.Errorf("the model file names no label column: give it with --label COL")}
+				return diag.New(diag.FlagValue, "--label", "%s names no label column: its run spec named none, and its silos' records none or different ones", args[0]).
+					WithHelp("give the label column with --label COL (a model file exported since records carry the silos' label names it)")
 			}
 			raw, err := model.LoadCSV(data, label)
 			if err != nil {

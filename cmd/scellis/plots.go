@@ -10,6 +10,8 @@ import (
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl/account"
+	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/viz"
 )
@@ -72,9 +74,18 @@ func newJobHeatmapCmd() *cobra.Command {
 
 func newFLPlotCmd() *cobra.Command {
 	var out string
-	cmd := idCommand("plot RUN_ID --out curves.png", "Draw a run's loss and held-out curves, round by round, as a PNG",
-		func(ctx context.Context, cmd *cobra.Command, c *api.Client, id content.Ref) error {
+	cmd := fedIDCommand("plot RUN_ID --out curves.png", "Draw a run's loss and held-out curves, round by round, as a PNG",
+		func(ctx context.Context, cmd *cobra.Command, c *api.Client, fed *identity.Federation, id content.Ref) error {
 			st, err := c.Run(ctx, id)
+			if err != nil {
+				return err
+			}
+			rd := account.NewReader(poolSource{c}, fed)
+			spec, err := rd.Spec(ctx, id)
+			if err != nil {
+				return err
+			}
+			steps, err := rd.Steps(ctx, st, 0)
 			if err != nil {
 				return err
 			}
@@ -87,11 +98,8 @@ func newFLPlotCmd() *cobra.Command {
 				}
 				s.X, s.Y = append(s.X, float64(round)), append(s.Y, v)
 			}
-			for i := range st.Models {
-				row, _, _, err := roundRowOf(ctx, c, st.Jobs[i], st.Models[i])
-				if err != nil {
-					return err
-				}
+			for _, s := range steps {
+				row := s.Summary
 				if row.Sums["examples"] > 0 {
 					add("train loss", row.Round, row.TrainLoss)
 				}
@@ -110,13 +118,17 @@ func newFLPlotCmd() *cobra.Command {
 				return out
 			}
 			left, right := pick("train loss", "held-out loss"), pick("held-out accuracy")
+			note := account.CurveNote(&spec.Spec, steps)
 			if len(left)+len(right) == 0 {
-				return &exitError{code: 1, msg: fmt.Sprintf("run %s has no round with a loss or held-out metric yet (%d of %d steps done)", st.Name, len(st.Models), st.Rounds)}
+				return &exitError{code: 1, msg: fmt.Sprintf("run %s has no curve to draw (%d of %d steps done): %s", st.Name, len(st.Models), st.Rounds, note)}
 			}
 			if err := viz.CurvesPNG(out, fmt.Sprintf("%s: loss by round (%d/%d steps, %s)", st.Name, len(st.Models), st.Rounds, st.State), left, right); err != nil {
 				return fmt.Errorf("drawing the curves: %w", err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "  wrote %s (%d steps)\n", out, len(st.Models))
+			if note != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "  note: %s\n", note)
+			}
 			return nil
 		})
 	cmd.Flags().StringVar(&out, "out", "curves.png", "PNG file to write")

@@ -29,6 +29,7 @@ type nodeStatus struct {
 	ChainHead string `json:"chain_head"`
 	StateHash string `json:"state_hash"`
 	Jobs      int    `json:"jobs"`
+	CaughtUp  bool   `json:"caught_up"`
 	// PlansRunning: submitted content planning or reducing in a child.
 	PlansRunning int `json:"plans_running"`
 }
@@ -273,6 +274,63 @@ func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
 	}
 	if st.ChainSeq != 120 {
 		t.Fatalf("chain has %d receipts, want 120", st.ChainSeq)
+	}
+}
+
+// A node that restarts reads only once it has caught up. A follower
+// killed while jobs were submitted hears the leader's heartbeat at once
+// when it starts again, before it has the entries committed without it:
+// it answered `job ls` with none of them, then some, for about half a
+// second (and `fl launch --warm-start RUN` said SC9302 for a run `fl ls`
+// listed). Asked alone (a federation file that lists only it), its first
+// answer now holds every job, and its status says it caught up.
+func TestClusterRestartedNodeReadsOnlyCaughtUp(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories
+	if testing.Short() {
+		t.Skip("multi-process cluster test")
+	}
+	c := newCluster(t, "own", 3, member{"w1", "worker"}, member{"alice", "researcher"})
+	c.startAggregators()
+	c.startWorker("w1")
+	fed, err := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 2; round++ {
+		victim := "agg-3"
+		if c.leader("alice") == victim {
+			victim = "agg-2"
+		}
+		// The federation file as a client that knows only the victim.
+		parts := strings.Split(string(fed), "\n  - name: ")
+		kept := parts[:1]
+		for _, m := range parts[1:] {
+			if !strings.HasPrefix(m, "agg-") || strings.HasPrefix(m, victim+"\n") {
+				kept = append(kept, m)
+			}
+		}
+		only := strings.Join(kept, "\n  - name: ")
+		c.write("only.yaml", only)
+		c.kill(victim, syscall.SIGKILL)
+		c.waitExit(victim)
+		var last string
+		for k := range 4 {
+			last = strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo(fmt.Sprintf("mc-%d-%d", round, k), 5)))
+		}
+		waitFor(t, "the jobs submitted without "+victim, 2*time.Minute, func() bool { return c.status("alice", last).State == "done" })
+		c.restartAggregator(victim)
+		out, errs, err := c.cli("alice", "--json", "job", "ls", "--federation", "only.yaml")
+		var jobs []struct{ Name string }
+		if err != nil || json.Unmarshal([]byte(out), &jobs) != nil {
+			t.Fatalf("job ls from %s alone: %v\n%s%s", victim, err, out, errs)
+		}
+		if len(jobs) != 4*round {
+			t.Fatalf("the restarted %s answered job ls with %d jobs of %d:\n%s", victim, len(jobs), 4*round, out)
+		}
+		// Its status says so (read again until it does: a heartbeat
+		// late past the stale bound on a loaded machine makes it catch
+		// up again).
+		waitFor(t, victim+"'s status to say it caught up", time.Minute, func() bool { return c.statuses("alice")[victim].CaughtUp })
 	}
 }
 

@@ -260,6 +260,21 @@ verification: {replicas: 2}
 	if n, err := chromedp.Run(tabA, chromedp.Evaluate[int](`document.querySelectorAll("table.ledger").length`)); err != nil || n != 0 {
 		t.Fatalf("alice's page shows a silo's full ledger (%d tables, %v)", n, err)
 	}
+	// Under DP a training round releases no loss, and this run declares
+	// no charged evaluation: the run view says so in place of the charts
+	// (it drew two empty axes), while the plain run above has its curves.
+	curves, err := chromedp.Run(tabA, chromedp.Evaluate[[]string](fmt.Sprintf(`(() => {
+		const r = document.querySelector('.run[data-run$="%s"]');
+		const p = r.querySelector("p.no-curve");
+		return [String(r.querySelectorAll("svg.chart").length), p ? p.textContent : ""];
+	})()`, dpHex)))
+	if err != nil || len(curves) != 2 || curves[0] != "0" || !strings.Contains(curves[1], "differential privacy") || !strings.Contains(curves[1], "declares no charged evaluation") {
+		t.Fatalf("the DP run's view without a curve shows %v (%v): want no chart and why", curves, err)
+	}
+	if out, errs, err := c.cli("alice", "fl", "plot", dpHex[:12], "--out", "dp-curves.png"); err == nil || !strings.Contains(errs, "declares no charged evaluation") {
+		t.Fatalf("fl plot of a DP run without an evaluation: %v\n%s%s", err, out, errs)
+	}
+	screenshot(t, tabA, "#runs", "studio-runs-dp.png")
 	screenshot(t, tabB, "#privacy", "studio-privacy.png")
 	screenshot(t, tabA, "#receipts", "studio-receipts.png")
 	screenshot(t, tabA, "#cluster", "studio-cluster.png")

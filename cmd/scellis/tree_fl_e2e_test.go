@@ -267,6 +267,14 @@ seed: 3
 	// run asks, so a run done is a run masked so). Four rounds: the kill lands one
 	// status read after round 0, long before three more rounds of two
 	// clusters' secure aggregation could end. About 5–10 s at load 10.
+	// A threshold-he run over the tree is refused at launch, saying why
+	// (one collective key and decryption need every silo in one round)
+	// and what to do.
+	p.write("he.yaml", strings.Replace(spec, "name: tree-fl\n", "name: tree-fl-he\naggregation: threshold-he\n", 1))
+	if out, errs, err := p.cli("alice", "fl", "launch", "he.yaml"); err == nil || !strings.Contains(errs, "SC7604") ||
+		!strings.Contains(errs, "collective key") || !strings.Contains(errs, "drop aggregation: threshold-he") {
+		t.Fatalf("a threshold-he run over the tree was not refused with SC7604, why and what to do: %v\n%s%s", err, out, errs)
+	}
 	t1 := time.Now()
 	run2 := strings.NewReplacer("name: tree-fl\n", "name: tree-fl-2\n", "rounds: 3\n", "rounds: 4\ncohort: {min: 3}\n",
 		"privacy: {dp: false}\n", "privacy: {clip: 5.0, sigma: 1.0}\nmasking: secagg+\n").Replace(spec)

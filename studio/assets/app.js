@@ -107,7 +107,6 @@
   }
 
   function runCard(run) {
-    const train = run.done.filter((r) => r.step === "train" || !r.step);
     const pts = (k) => run.done.filter((r) => r[k] !== undefined && r[k] !== null).map((r) => [r.round, r[k]]);
     const series = [
       { name: "train_loss", colour: "#1f5fbf", pts: pts("train_loss") },
@@ -115,6 +114,10 @@
     ];
     const acc = [{ name: "eval_accuracy", colour: "#2e7d32", pts: pts("eval_accuracy") }];
     const n = Math.max(run.rounds, run.done.length + 1);
+    // Only charts with points are drawn; with none, the node's curve_note
+    // says why (under DP a training round releases no loss) in their place.
+    const charts = [series, acc].filter((ss) => ss.some((s) => s.pts.length > 0)).map((ss) => chart(ss, n));
+    const drawn = charts.length > 0;
     const rows = run.done.map((r) => el("tr", { "data-round": r.round },
       el("td", { class: "n" }, r.round), el("td", {}, r.step || "train"), el("td", {}, r.participants.join(", ")),
       el("td", {}, (r.dropped || []).join(", ")),
@@ -125,13 +128,13 @@
     return el("div", { class: "run", "data-run": run.id, "data-state": run.state, "data-rounds-done": run.done.length },
       el("h3", {}, run.name + " ", el("code", {}, short(run.id)), " — " + run.state + (run.reason ? ": " + run.reason : "") +
         " · " + run.done.length + "/" + run.rounds + " steps · cohort " + run.silos.join(", ")),
-      el("div", { class: "legend" }, el("span", {}, el("i", { class: "k", style: "background:#1f5fbf" }), "train loss"),
+      drawn ? el("div", { class: "legend" }, el("span", {}, el("i", { class: "k", style: "background:#1f5fbf" }), "train loss"),
         el("span", {}, el("i", { class: "k", style: "background:#c62828" }), "held-out loss"),
-        el("span", {}, el("i", { class: "k", style: "background:#2e7d32" }), "held-out accuracy (right)")),
-      el("div", { class: "charts" }, chart(series, n), chart(acc, n)),
+        el("span", {}, el("i", { class: "k", style: "background:#2e7d32" }), "held-out accuracy (right)")) : null,
+      drawn ? el("div", { class: "charts" }, charts) : el("p", { class: "no-curve" }, run.curve_note || "no step of the run has completed yet"),
+      drawn && run.curve_note ? el("p", { class: "note curve-note" }, run.curve_note) : null,
       run.current ? el("div", {}, "round in progress: ", strip(run.current)) : null,
-      el("table", {}, el("tr", {}, ["round", "step", "participants", "dropped", "declined (codes)", "train loss", "held-out loss", "held-out acc", "ε this round", "time"].map((h) => el("th", {}, h))), rows),
-      train.length ? null : el("p", { class: "empty" }, "no round completed yet"));
+      el("table", {}, el("tr", {}, ["round", "step", "participants", "dropped", "declined (codes)", "train loss", "held-out loss", "held-out acc", "ε this round", "time"].map((h) => el("th", {}, h))), rows));
   }
 
   function privacy(p) {
