@@ -80,10 +80,17 @@ seed: 3
 }
 
 type runView struct {
-	State  string
-	Reason string
-	Models []string
-	Jobs   []string
+	State     string
+	Reason    string
+	Models    []string
+	Jobs      []string
+	StartedAt int64 `json:"started_at"`
+	DoneAt    int64 `json:"done_at"`
+}
+
+// runTime is the run's time by the leader's replicated clock.
+func (v runView) runTime() time.Duration {
+	return time.Duration(v.DoneAt-v.StartedAt) * time.Millisecond
 }
 
 // run reads a run (a linearizable read through fl status).
