@@ -43,9 +43,9 @@ func (n *Node) sawPeer(peer string) { n.seen.Store(peer, time.Now()) }
 // lostPeer records a peer whose held poll ended with its connection
 // (api.Server.Gone), and wakes whoever waits on a lapse. A peer that
 // still holds another heartbeat here (another node of a child cluster)
-// is not lost.
+// or another lease poll (a silo's other lane) is not lost.
 func (n *Node) lostPeer(peer string) {
-	if n.beating(peer) {
+	if n.beating(peer) || (n.api != nil && n.api.Held(peer) > 0) {
 		return
 	}
 	n.seen.Store(peer, time.Time{})

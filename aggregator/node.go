@@ -625,8 +625,8 @@ func (r readerOf) HasJob(id content.Ref) error                       { return r.
 func (r readerOf) Jobs() []coordinator.JobStatus                     { return r.f.machine().Jobs() }
 func (r readerOf) Receipts(since uint64) []receipt.Receipt           { return r.f.machine().Receipts(since) }
 func (r readerOf) Contributions() map[string]int64                   { return r.f.machine().Contributions() }
-func (r readerOf) Leasable(peer string, now int64) int {
-	return r.f.machine().Leasable(peer, now)
+func (r readerOf) Leasable(peer string, kinds coordinator.Kinds, now int64) int {
+	return r.f.machine().LeasableKinds(peer, kinds, now)
 }
 func (r readerOf) Peers() []coordinator.PeerRecord { return r.f.machine().Peers() }
 func (r readerOf) RevealOpen(job content.Ref, shard int, now int64) (bool, int64) {

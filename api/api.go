@@ -43,9 +43,10 @@ type Reader interface {
 	// Runs and Run read the training runs.
 	Runs() []coordinator.RunStatus
 	Run(id content.Ref) (coordinator.RunStatus, error)
-	// Leasable is how many shards a lease by peer at now would get; an
-	// idle worker's poll is answered from it without a log entry.
-	Leasable(peer string, now int64) int
+	// Leasable is how many shards a lease by peer of kinds (empty: every
+	// kind) at now would get; an idle worker's poll is answered from it
+	// without a log entry.
+	Leasable(peer string, kinds coordinator.Kinds, now int64) int
 	// RevealOpen says whether a reveal on job's shard at now would pass
 	// the reveal window, and when it opens at the latest; an early reveal
 	// is answered from it without a log entry.
@@ -120,6 +121,14 @@ type LeaseRequest struct {
 	// parent (docs/tree.md): the child is alive there while one is held,
 	// and gone at once when the last one's connection closes.
 	Heartbeat bool `json:"heartbeat,omitempty"`
+	// Kinds limits the request to shards of these kinds ("round",
+	// "generic"); empty: every kind. A silo leases its training rounds
+	// with requests of their own, and generic shards only when its policy
+	// takes them, so it is never granted a shard it would hand back, and
+	// a round never waits behind generic work (docs/silo.md). A node
+	// older than this field refuses a request that sets it (unknown
+	// field): upgrade the aggregators before the silos.
+	Kinds coordinator.Kinds `json:"kinds,omitempty"`
 }
 
 // RenewRequest renews one lease.

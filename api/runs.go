@@ -67,10 +67,11 @@ func (c *Client) ResumeRun(ctx context.Context, id content.Ref) (coordinator.Sto
 // maxLeaseWait bounds how long a lease request may be held.
 const maxLeaseWait = 30 * time.Second
 
-// holdLease holds an empty lease request until a shard may be leasable for
-// peer (an event was applied and Leasable says so), wait passes, or the
-// client goes away. It reports whether the client is still there.
-func (s *Server) holdLease(r *http.Request, peer string, wait time.Duration) bool {
+// holdLease holds an empty lease request until a shard of kinds may be
+// leasable for peer (an event was applied and Leasable says so), wait
+// passes, or the client goes away. It reports whether the client is still
+// there.
+func (s *Server) holdLease(r *http.Request, peer string, kinds coordinator.Kinds, wait time.Duration) bool {
 	events, cancel := s.Events.Subscribe("")
 	defer cancel()
 	t := time.NewTimer(min(wait, maxLeaseWait))
@@ -85,7 +86,7 @@ func (s *Server) holdLease(r *http.Request, peer string, wait time.Duration) boo
 			if !ok {
 				return true // dropped for falling behind: let the client ask again
 			}
-			if s.Read.Leasable(peer, s.now()) > 0 {
+			if s.Read.Leasable(peer, kinds, s.now()) > 0 {
 				return true
 			}
 		}

@@ -430,9 +430,13 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		s.heartbeat(w, r, peer, time.Duration(req.WaitMS)*time.Millisecond)
 		return
 	}
+	if d := req.Kinds.Check(); d != nil {
+		writeDiag(w, http.StatusBadRequest, d)
+		return
+	}
 	s.seen(peer)
 	now := s.now()
-	if s.Read.Leasable(peer, now) == 0 && req.WaitMS > 0 {
+	if s.Read.Leasable(peer, req.Kinds, now) == 0 && req.WaitMS > 0 {
 		wait := time.Duration(req.WaitMS) * time.Millisecond
 		if s.MaxHold > 0 {
 			wait = min(wait, s.MaxHold)
@@ -441,8 +445,12 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		if !ok {
 			return
 		}
-		defer leave()
-		if !s.holdLease(r, peer, wait) {
+		held := s.holdLease(r, peer, req.Kinds, wait)
+		// The place is given back before Gone is called, so Gone sees
+		// only the peer's other held polls (Held): a silo holds one per
+		// lane, and all end together when it dies.
+		leave()
+		if !held {
 			if s.Gone != nil {
 				s.Gone(peer)
 			}
@@ -451,13 +459,13 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request) {
 		s.seen(peer)
 		now = s.now()
 	}
-	if s.Read.Leasable(peer, now) == 0 {
+	if s.Read.Leasable(peer, req.Kinds, now) == 0 {
 		// Nothing to grant: answer without writing to the replicated log,
 		// so idle workers polling cost no consensus round.
 		writeJSON(w, http.StatusOK, coordinator.LeaseResponse{Grants: []coordinator.LeaseGrant{}})
 		return
 	}
-	s.apply(w, r, coordinator.Lease{Peer: peer, Now: now, Max: req.Max, Job: req.Job, RequestID: req.RequestID})
+	s.apply(w, r, coordinator.Lease{Peer: peer, Now: now, Max: req.Max, Job: req.Job, RequestID: req.RequestID, Kinds: req.Kinds})
 }
 
 // heartbeat holds a heartbeat (LeaseRequest.Heartbeat) until wait

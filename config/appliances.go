@@ -313,9 +313,17 @@ func stunURL(s string) error {
 // stall a worker behind a silent node that long at every attempt.
 const DefaultWorkerLongPoll = 2 * time.Second
 
+// DefaultShardMemoryMB and DefaultShardTimeout are a worker's memory_mb
+// and shard_timeout, and what a silo gives the generic shards its policy
+// takes (each in a child process, as an isolating worker's).
+const (
+	DefaultShardMemoryMB = 512
+	DefaultShardTimeout  = 10 * time.Minute
+)
+
 // LoadWorker reads a worker config.
 func LoadWorker(file string) (*Worker, error) {
-	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 0, MemoryMB: 512, ShardTimeout: 10 * time.Minute, Poll: 500 * time.Millisecond, LongPoll: DefaultWorkerLongPoll, Isolate: true, ICEPolicy: "all"}
+	c := &Worker{File: file, LogLevel: "warn", Parallel: 1, Batch: 0, MemoryMB: DefaultShardMemoryMB, ShardTimeout: DefaultShardTimeout, Poll: 500 * time.Millisecond, LongPoll: DefaultWorkerLongPoll, Isolate: true, ICEPolicy: "all"}
 	fields := []field{
 		mk("name", true, "the worker's member name in the federation file", str(&c.Name)),
 		mk("identity", true, "the private key file made by scellis keygen", str(&c.Identity)),

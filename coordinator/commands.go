@@ -113,11 +113,12 @@ type SubmitJob struct {
 	Now       int64       `cbor:"now" json:"now"`
 }
 
-// Lease asks for up to Max shards (default 1) for Peer. Grants go to
-// shards that still need replicas, jobs in submission order, shards in
-// index order; never a shard the peer already holds a live lease on or has
-// reported for. With a RequestID, repeating the peer's last request returns
-// the same grants instead of granting more.
+// Lease asks for up to Max shards (default 1) for Peer, of Kinds (empty:
+// every kind). Grants go to shards that still need replicas: training
+// rounds' first, then jobs in submission order, shards in index order;
+// never a shard the peer already holds a live lease on or has reported
+// for. With a RequestID, repeating the peer's last request of the same
+// kinds returns the same grants instead of granting more.
 type Lease struct {
 	Peer      string      `cbor:"peer" json:"peer"`
 	Now       int64       `cbor:"now" json:"now"`
@@ -132,6 +133,10 @@ type Lease struct {
 	// in the command, not the node's config, so every replica decides
 	// alike. Ignored for members.
 	Hold int `cbor:"hold,omitempty" json:"hold,omitempty"`
+	// Kinds limits the grants to shards of these kinds (kinds.go): a
+	// silo asks for its rounds apart from generic work, and for generic
+	// work only when its policy takes it.
+	Kinds Kinds `cbor:"kinds,omitempty" json:"kinds,omitempty"`
 }
 
 // RenewLease extends Peer's live lease on one shard to Now+TTL (never

@@ -37,7 +37,11 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //   - a shard is leased only while it needs replicas: while the reports
 //     plus live leases are fewer than the smallest number of further
 //     agreeing reports that could verify it (see need);
-//   - grants go to jobs in submission order, shards in index order;
+//   - grants go to training rounds' shards first (a silo's round never
+//     waits behind generic work its lease could have been given), then to
+//     jobs in submission order, shards in index order;
+//   - a lease that names kinds (Lease.Kinds) is granted shards of those
+//     kinds only;
 //   - when a shard is decided its remaining leases are revoked.
 
 func (m *Machine) lease(c Lease) Result {
@@ -47,11 +51,15 @@ func (m *Machine) lease(c Lease) Result {
 	if c.Max < 0 || len(c.RequestID) > maxName || c.Hold < 0 || c.Hold > MaxVolunteerLeases {
 		return refuse(badCommand("lease: max %d must be ≥ 0, hold %d within 0 to %d and a request ID at most %d bytes", c.Max, c.Hold, MaxVolunteerLeases, maxName))
 	}
+	if d := c.Kinds.Check(); d != nil {
+		return refuse(badCommand("lease: %s", d.Message))
+	}
 	if c.Job != "" && m.jobs[string(c.Job)] == nil {
 		return refuse(unknownJob(c.Job))
 	}
+	memoAt := memoKey(c.Peer, c.Kinds)
 	if c.RequestID != "" {
-		if memo := m.st.LeaseMemo[c.Peer]; memo != nil && memo.RequestID == c.RequestID {
+		if memo := m.st.LeaseMemo[memoAt]; memo != nil && memo.RequestID == c.RequestID {
 			return Result{Response: &LeaseResponse{Grants: slices.Clone(memo.Grants), Jobs: m.leaseJobs(memo.Grants)}}
 		}
 	}
@@ -73,18 +81,19 @@ func (m *Machine) lease(c Lease) Result {
 	}
 	events := m.advance(now)
 	grants := []LeaseGrant{}
-	// Audits reserved for the peer first (adaptive jobs), then the rest.
-	for _, audits := range []bool{true, false} {
+	// Rounds first, then audits reserved for the peer (adaptive jobs),
+	// then the rest.
+	for pass := range leasePasses {
 		for _, j := range m.st.Jobs {
 			if len(grants) == limit {
 				break
 			}
-			if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) || (audits && !adaptive(j)) {
+			if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) || !c.Kinds.admits(j) || !pass.takes(j) {
 				continue
 			}
 			for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
 				s := j.Shards[i]
-				if audits != (s.Audit == auditAudited) || !m.eligible(j, s, c.Peer, now) {
+				if !pass.shard(s) || !m.eligible(j, s, c.Peer, now) {
 					continue
 				}
 				ttl := c.TTL
@@ -100,15 +109,52 @@ func (m *Machine) lease(c Lease) Result {
 		}
 	}
 	// Every peer that asks is recorded, granted or not: it is then a
-	// candidate auditor for adaptive jobs (spotcheck.go).
-	m.peer(c.Peer).Leases += len(grants)
+	// candidate auditor for adaptive jobs (spotcheck.go), unless it asks
+	// for rounds alone.
+	rec := m.peer(c.Peer)
+	rec.Leases += len(grants)
+	rec.RoundsOnly = !c.Kinds.Has(KindGeneric)
 	if c.RequestID != "" {
 		if m.st.LeaseMemo == nil {
 			m.st.LeaseMemo = map[string]*leaseMemo{}
 		}
-		m.st.LeaseMemo[c.Peer] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
+		m.st.LeaseMemo[memoAt] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
 	}
 	return Result{Response: &LeaseResponse{Grants: grants, Jobs: m.leaseJobs(grants)}, Events: events}
+}
+
+// leasePass is one pass of a lease over the running jobs. The passes, in
+// grant order: training rounds' shards, then audits reserved for the peer
+// (adaptive jobs), then every other shard.
+type leasePass uint8
+
+const (
+	passRounds leasePass = iota
+	passAudits
+	passRest
+	leasePasses
+)
+
+// takes reports whether the pass looks at j's shards at all.
+func (p leasePass) takes(j *jobState) bool {
+	switch p {
+	case passRounds:
+		return kindOf(j) == KindRound
+	case passAudits:
+		return kindOf(j) == KindGeneric && adaptive(j)
+	}
+	return kindOf(j) == KindGeneric
+}
+
+// shard reports whether the pass grants s (of a job it takes).
+func (p leasePass) shard(s *shardState) bool {
+	switch p {
+	case passAudits:
+		return s.Audit == auditAudited
+	case passRest:
+		return s.Audit != auditAudited
+	}
+	return true
 }
 
 // leaseJobs describes, once each and in grant order, the jobs grants name.
@@ -246,6 +292,7 @@ func (m *Machine) release(c ReleaseLeases) Result {
 	drop := func(j *jobState, s *shardState) {
 		if i, has := s.leaseOf(c.Peer); has {
 			s.dropLease(i)
+			m.peer(c.Peer).Released++
 			released = append(released, ShardRef{Job: j.ID, Shard: s.Index})
 			events = append(events, LeaseEnded{Job: j.ID, Shard: s.Index, Peer: c.Peer, Reason: LeaseReleased})
 		}

@@ -111,7 +111,7 @@ func (s *sim) retry() {
 	}
 	// A retried lease request is idempotent only while it is the peer's last.
 	if l, ok := c.(Lease); ok {
-		if memo := s.m.st.LeaseMemo[l.Peer]; memo == nil || memo.RequestID != l.RequestID {
+		if memo := s.m.st.LeaseMemo[memoKey(l.Peer, l.Kinds)]; memo == nil || memo.RequestID != l.RequestID {
 			return
 		}
 	}
@@ -130,6 +130,12 @@ func (s *sim) step(batch bool) Command {
 		l := Lease{Peer: p.name, Now: s.now, Max: 1 + s.rng.IntN(3)}
 		if s.rng.IntN(3) == 0 {
 			l.RequestID = fmt.Sprintf("%s-%d", p.name, len(s.log))
+		}
+		switch s.rng.IntN(6) {
+		case 0: // a silo's generic lane: the same shards as asking for every kind
+			l.Kinds = Kinds{KindGeneric}
+		case 1: // a silo's round lane: no round here, so nothing
+			l.Kinds = Kinds{KindRound}
 		}
 		if batch {
 			return l

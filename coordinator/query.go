@@ -354,19 +354,24 @@ func (m *Machine) Leases(peer string) []LeaseGrant {
 // Leasable returns how many shards a Lease by peer at time now would be
 // granted if it asked for all of them, without changing anything. A server
 // can use it to answer an idle worker without proposing a log entry.
-func (m *Machine) Leasable(peer string, now int64) int {
+func (m *Machine) Leasable(peer string, now int64) int { return m.LeasableKinds(peer, nil, now) }
+
+// LeasableKinds is Leasable for a Lease that names kinds: a silo asking
+// for its rounds is not woken, nor its request written to the log, for
+// generic work it would not be granted.
+func (m *Machine) LeasableKinds(peer string, kinds Kinds, now int64) int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	now = m.clock(now)
 	n := 0
-	if _, known := m.st.Peers[peer]; !known && m.auditsWaiting() {
+	if _, known := m.st.Peers[peer]; !known && kinds.Has(KindGeneric) && m.auditsWaiting() {
 		// A peer the pool has not recorded yet must lease once, granted
 		// or not, to become a candidate auditor: audits go only to known
 		// peers, and an idle poll answered here would never record it.
 		return 1
 	}
 	for _, j := range m.st.Jobs {
-		if j.State != JobRunning {
+		if j.State != JobRunning || !kinds.admits(j) {
 			continue
 		}
 		for _, s := range j.Shards[j.cursor:] {

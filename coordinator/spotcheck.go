@@ -311,11 +311,12 @@ func (m *Machine) draw(c DrawAudit) Result {
 // auditorCandidates are the peers that may re-execute s: every peer that
 // has asked for work and is not excluded, except those that committed or
 // reported on s or hold a lease on it (a lease that lapsed without a
-// commitment, a crash, does not disqualify).
+// commitment, a crash, does not disqualify), and those that ask for
+// training rounds alone (they would never lease the audit).
 func (m *Machine) auditorCandidates(s *shardState) []string {
 	var out []string
 	for name, p := range m.st.Peers {
-		if _, leased := s.leaseOf(name); !p.Excluded && !leased && s.commitOf(name) == nil && s.reportOf(name) == nil {
+		if _, leased := s.leaseOf(name); !p.Excluded && !p.RoundsOnly && !leased && s.commitOf(name) == nil && s.reportOf(name) == nil {
 			out = append(out, name)
 		}
 	}

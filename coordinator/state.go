@@ -26,7 +26,8 @@ type state struct {
 	Peers           map[string]*PeerRecord `cbor:"peers,omitempty"`
 	Receipts        []receipt.Receipt      `cbor:"receipts,omitempty"`
 	// LeaseMemo is each peer's last Lease request with a RequestID and
-	// the grants it received, so that a retried request is answered again.
+	// the grants it received, so that a retried request is answered again;
+	// one per peer and set of kinds (memoKey).
 	LeaseMemo map[string]*leaseMemo `cbor:"lease_memo,omitempty"`
 	// Runs are the training runs, in start order.
 	Runs []*runState `cbor:"runs,omitempty"`
@@ -179,6 +180,13 @@ type PeerRecord struct {
 	WorkUnits int64 `cbor:"work_units" json:"work_units"`
 	// Expired: leases that ran out without a report (the peer timed out).
 	Expired int `cbor:"expired,omitempty" json:"expired"`
+	// Released: leases the peer handed back without a report. A peer that
+	// keeps taking shards it does not run shows here (lease churn).
+	Released int `cbor:"released,omitempty" json:"released"`
+	// RoundsOnly: the peer's last lease asked for training rounds alone
+	// (Lease.Kinds), as a silo whose policy refuses generic shards does.
+	// Such a peer is never drawn to audit a generic shard (spotcheck.go).
+	RoundsOnly bool `cbor:"rounds_only,omitempty" json:"rounds_only,omitempty"`
 	// Record is the peer's verified behaviour in adaptive jobs: its
 	// streak of valid checks, failed checks, offences and exclusion
 	// (spot.Observe).

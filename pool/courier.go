@@ -119,8 +119,9 @@ func (c *courier[Req, Resp]) run() {
 func (w *Worker) batching() bool { return w.Batch > 1 || w.adaptive() }
 
 // adaptive reports whether the worker chooses its batches itself (Batch
-// 0): a generic worker; a silo (Dispatch) keeps one request per shard.
-func (w *Worker) adaptive() bool { return w.Batch == 0 && w.Dispatch == nil }
+// 0): a generic worker; a silo (Dispatch, Lanes) keeps one request per
+// shard.
+func (w *Worker) adaptive() bool { return w.Batch == 0 && w.Dispatch == nil && len(w.Lanes) == 0 }
 
 // couriers returns the worker's commit and report couriers, made once.
 func (w *Worker) couriers() (*courier[api.CommitRequest, api.BatchItem], *courier[api.ResultReport, api.BatchItem]) {

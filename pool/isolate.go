@@ -84,7 +84,7 @@ func (w *Worker) childLimits(shards int) sandboxproc.SessionLimits {
 		recycle = w.ProcessMemoryBytes / 2
 	}
 	return sandboxproc.SessionLimits{
-		Limits:      sandboxproc.Limits{MemoryBytes: w.ProcessMemoryBytes, WallClock: w.ShardTimeout},
+		Limits:      sandboxproc.Limits{MemoryBytes: w.ProcessMemoryBytes, WallClock: w.ShardTimeout, Nice: w.ProcessNice},
 		MaxRequests: shardsPerChild(shards), RecycleBytes: recycle,
 	}
 }

@@ -50,7 +50,11 @@ type Worker struct {
 	// bounds the submitter's program, not only the in-sandbox guard. The
 	// plan itself (partition, cost) still runs in this process.
 	ProcessMemoryBytes uint64
-	ShardTimeout       time.Duration
+	// ProcessNice, with ProcessMemoryBytes, runs the shard children at
+	// this niceness (sandboxproc.Limits.Nice): a silo's generic shards
+	// take only the CPU its training rounds leave. 0: the worker's own.
+	ProcessNice  int
+	ShardTimeout time.Duration
 	// Batch, when above 1, lets the worker hold up to Batch leased shards
 	// at once (leased in one request, run Parallel at a time) and send
 	// their commitments and reports to the pool Batch at a time (POST
@@ -85,12 +89,16 @@ type Worker struct {
 	// each shard run here ended ("reported", "refused", "released"): the
 	// worker's metrics. It must not block.
 	Observe func(event string)
-	// Dispatch, when set, handles every leased grant in place of RunGrant:
-	// a silo routes its training rounds to its round handler and generic
-	// shards to RunGrant (or hands them back). It runs in its own
-	// goroutine, at most Parallel at once, and must report or release the
-	// grant before it returns; ctx ends when the worker stops.
+	// Dispatch, when set, handles every leased grant in place of RunGrant.
+	// It runs in its own goroutine, at most Parallel at once, and must
+	// report or release the grant before it returns; ctx ends when the
+	// worker stops.
 	Dispatch func(ctx context.Context, g coordinator.LeaseGrant)
+	// Lanes, when set, replace the worker's one lease loop (every kind,
+	// Parallel shards, Dispatch) with one loop per lane, each asking for
+	// its own kinds of shard (Lane): a silo's rounds and generic work.
+	// A worker with lanes leases one request per shard (no Batch).
+	Lanes []Lane
 
 	// children keeps the shard children (ProcessMemoryBytes) of recent
 	// jobs, each serving a run of shards (isolate.go).
@@ -160,9 +168,59 @@ func (w *Worker) logf(format string, args ...any) {
 	}
 }
 
+// Lane is one lease loop of a worker: the shard kinds it asks for, how
+// many of its shards it holds at once, and what handles them. A silo runs
+// two (silo/appliance.go): one for its training rounds, which generic
+// shards never occupy, and — only when its policy takes generic shards —
+// one for generic work beside it. Each lane long-polls on its own, so a
+// round reaches the silo at once however busy its generic lane is.
+type Lane struct {
+	// Kinds are the shard kinds the lane's lease requests ask for
+	// (api.LeaseRequest.Kinds); empty: every kind.
+	Kinds coordinator.Kinds
+	// Parallel is how many of the lane's shards are held at once.
+	Parallel int
+	// Dispatch handles the lane's grants, as Worker.Dispatch does; nil:
+	// Worker.Dispatch, or RunGrant.
+	Dispatch func(ctx context.Context, g coordinator.LeaseGrant)
+}
+
 // Run works until ctx ends, then releases its leases and returns nil.
 func (w *Worker) Run(ctx context.Context) error {
-	parallel := max(w.Parallel, 1)
+	// Idle children: a few jobs' worth of Parallel each.
+	w.children.MaxIdle = max(2*w.Parallel, 4)
+	defer w.children.Close()
+	var running sync.WaitGroup
+	defer func() {
+		running.Wait()
+		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := w.Client.Release(rctx, api.ReleaseRequest{}); err != nil {
+			w.logf("releasing leases: %v", err)
+		} else {
+			w.logf("stopped; leases handed back")
+		}
+	}()
+	lanes := w.Lanes
+	if len(lanes) == 0 {
+		lanes = []Lane{{Parallel: w.Parallel, Dispatch: w.Dispatch}}
+	}
+	var loops sync.WaitGroup
+	for _, l := range lanes {
+		loops.Add(1)
+		go func() {
+			defer loops.Done()
+			w.leaseLoop(ctx, l, &running)
+		}()
+	}
+	loops.Wait()
+	return nil
+}
+
+// leaseLoop leases the lane's shards and hands each to its dispatcher in
+// a goroutine counted in running, until ctx ends.
+func (w *Worker) leaseLoop(ctx context.Context, lane Lane, running *sync.WaitGroup) {
+	parallel := max(lane.Parallel, 1)
 	// free is how many shards to ask for, and of how many; 0 of any:
 	// wait until a held shard is done.
 	free := func(held int) (int, int) { return parallel - held, parallel }
@@ -177,32 +235,22 @@ func (w *Worker) Run(ctx context.Context) error {
 			d := w.pace.depth(run)
 			return max(min(d-int(w.pace.queued.Load()), parallel-held), 0), d
 		}
-	case w.Dispatch == nil && w.Batch > parallel:
+	case w.Dispatch == nil && len(w.Lanes) == 0 && w.Batch > parallel:
 		// Up to Batch shards leased and waiting, Parallel running.
 		w.exec = make(chan struct{}, parallel)
 		parallel = w.Batch
+	}
+	dispatch := lane.Dispatch
+	if dispatch == nil {
+		dispatch = w.RunGrant
 	}
 	poll := w.Poll
 	if poll <= 0 {
 		poll = 500 * time.Millisecond
 	}
-	// Idle children: a few jobs' worth of Parallel each.
-	w.children.MaxIdle = max(2*w.Parallel, 4)
-	defer w.children.Close()
 	slots := make(chan struct{}, parallel)
 	freed := make(chan struct{}, 1) // a slot was freed since the last look
-	var running sync.WaitGroup
-	defer func() {
-		running.Wait()
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := w.Client.Release(rctx, api.ReleaseRequest{}); err != nil {
-			w.logf("releasing leases: %v", err)
-		} else {
-			w.logf("stopped; leases handed back")
-		}
-	}()
-	failures, lastErr := 0, "" // lease requests failed in a row, and the last error
+	failures, lastErr := 0, ""      // lease requests failed in a row, and the last error
 	for ctx.Err() == nil {
 		free, of := free(len(slots))
 		// A batching worker leases again once half its batch is free
@@ -211,7 +259,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if free == 0 || (w.exec != nil && free < of/2 && free < of) {
 			select {
 			case <-ctx.Done():
-				return nil
+				return
 			case <-freed:
 			case <-w.pace.ran1: // nil unless adaptive
 			}
@@ -219,14 +267,14 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		lctx, cancel := context.WithTimeout(ctx, 30*time.Second+w.LongPoll)
 		asked := time.Now()
-		resp, err := w.Client.Lease(lctx, api.LeaseRequest{Max: free, RequestID: requestID(), WaitMS: int(w.LongPoll.Milliseconds())})
+		resp, err := w.Client.Lease(lctx, api.LeaseRequest{Max: free, RequestID: requestID(), WaitMS: int(w.LongPoll.Milliseconds()), Kinds: lane.Kinds})
 		cancel()
 		if err == nil && len(resp.Grants) > 0 {
 			w.pace.leased(time.Since(asked))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil
+				return
 			}
 			// A pool that keeps refusing (down, or this key revoked) is
 			// asked less and less often, and the log says so now and then
@@ -265,15 +313,10 @@ func (w *Worker) Run(ctx context.Context) error {
 					default:
 					}
 				}()
-				if w.Dispatch != nil {
-					w.Dispatch(ctx, g)
-				} else {
-					w.RunGrant(ctx, g)
-				}
+				dispatch(ctx, g)
 			}(g)
 		}
 	}
-	return nil
 }
 
 func requestID() string {

@@ -2,6 +2,7 @@ package silo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -23,10 +24,13 @@ import (
 	"github.com/scellis/scellis/pool"
 )
 
-// Appliance is a running silo: `scellis silo`. It leases its shards from
-// the pool; a shard of a round job (JobStatus.Run set) goes to the round
-// handler (HandleRound), any other shard to the generic shard runner when
-// the policy allows generic shards, and back to the pool otherwise.
+// Appliance is a running silo: `scellis silo`. It leases its training
+// rounds' shards in a lane of their own (pool.Lane) and hands them to the
+// round handler (HandleRound); only when its policy takes generic shards
+// does it lease them too, in a second lane of at most Parallel-1 shards
+// beside the first, and run them as a worker does. So a round is never
+// queued behind generic work, and the pool never grants the silo a shard
+// it would hand back.
 //
 // Invariant (law 6): for every round it takes part in, the ledger entry
 // paying for the update is durable before the update — masked — leaves the
@@ -70,7 +74,9 @@ type Appliance struct {
 	// soon as it is planned, and the polls are the silo's heartbeat
 	// (config poll; default 2 s).
 	LongPoll time.Duration
-	// Parallel is how many shards the silo works on at once; default 4.
+	// Parallel is how many rounds the silo works on at once, and one
+	// more than the generic shards it runs beside them (when its policy
+	// takes them); default 4.
 	Parallel int
 	// Now is the clock for the round log; nil means time.Now.
 	Now func() time.Time
@@ -83,12 +89,10 @@ type Appliance struct {
 	// rounds holds one lock per ledger consumer (a run's round): two
 	// attempts of one round — an abandoned one still finishing and its
 	// retry — must not both find the round unpaid and both charge.
-	rounds  sync.Map // consumer → chan struct{} (capacity 1)
-	metrics *siloMetrics
-	// declinedJobs are generic jobs already handed back (generic shards off).
-	declinedJobs sync.Map
-	transports   sync.Map // aggregator member → its secure-aggregation transport (dataplane.go)
-	runCache     runBlobs // run specs and strategies by ref (blobcache.go)
+	rounds     sync.Map // consumer → chan struct{} (capacity 1)
+	metrics    *siloMetrics
+	transports sync.Map // aggregator member → its secure-aggregation transport (dataplane.go)
+	runCache   runBlobs // run specs and strategies by ref (blobcache.go)
 }
 
 // Options tune Open.
@@ -281,7 +285,15 @@ func (a *Appliance) Worker() *pool.Worker {
 		}
 		a.worker = &pool.Worker{
 			Client: a.Client, Name: a.Name, Identity: a.ID, Catalog: a.Catalog, CacheDir: filepath.Join(a.Config.DataDir, "cache"),
-			Parallel: par, Poll: poll, LongPoll: a.LongPoll, Logf: a.Logf, Dispatch: a.Dispatch,
+			Parallel: par, Poll: poll, LongPoll: a.LongPoll, Logf: a.Logf, Observe: a.metrics.observeShard,
+			Lanes: a.lanes(par),
+			// Generic shards (the only ones RunGrant sees here) run as an
+			// isolating worker's do, in child processes under its memory
+			// and time limits — away from the silo's data and keys — and
+			// at the lowest CPU priority: a round's work always comes
+			// first on the silo's cores.
+			MemoryBytes: config.DefaultShardMemoryMB << 20, ProcessMemoryBytes: config.DefaultShardMemoryMB<<20 + pool.ChildOverhead,
+			ShardTimeout: config.DefaultShardTimeout, ProcessNice: GenericNice,
 		}
 		if a.DataPlane != nil {
 			a.worker.Blobs = a.DataPlane // contribution records, generic shards' blobs
@@ -298,17 +310,29 @@ func (a *Appliance) Run(ctx context.Context) error {
 	return a.Worker().Run(ctx)
 }
 
-// Dispatch handles one leased shard: a round goes to HandleRound, a generic
-// shard to the worker's RunGrant when the policy allows generic shards,
-// else back to the pool.
+// GenericNice is the niceness of the child processes that run a silo's
+// generic shards: the lowest CPU priority.
+const GenericNice = 19
+
+// lanes are the silo's lease loops: its rounds, and generic work beside
+// them only when the policy takes it — one slot fewer than par, so a
+// round is never queued behind generic work for a slot (its own lane)
+// nor for a core (the children's niceness).
+func (a *Appliance) lanes(par int) []pool.Lane {
+	lanes := []pool.Lane{{Kinds: coordinator.Kinds{coordinator.KindRound}, Parallel: par, Dispatch: a.Dispatch}}
+	if a.Policy.GenericShards {
+		lanes = append(lanes, pool.Lane{Kinds: coordinator.Kinds{coordinator.KindGeneric}, Parallel: max(par-1, 1), Dispatch: a.runGeneric})
+	}
+	return lanes
+}
+
+// Dispatch handles one leased round shard: it goes to HandleRound. A
+// grant of anything else (which the pool, asked for rounds alone, does
+// not make) is handed back.
 func (a *Appliance) Dispatch(ctx context.Context, g coordinator.LeaseGrant) {
 	w := a.Worker()
-	if _, seen := a.declinedJobs.Load(g.Job); seen {
-		a.handBackGeneric(ctx, g)
-		return
-	}
 	var st coordinator.JobStatus
-	if l, ok := w.TakeLeased(g.Job); ok && l.Run != "" {
+	if l, ok := w.TakeLeased(g.Job); ok {
 		// A round job, as the lease response described it: no status
 		// read on the round's path (issue 19).
 		st = coordinator.JobStatus{ID: l.Job, Bundle: l.Bundle, Policy: l.Policy, Run: l.Run, Round: l.Round, State: coordinator.JobRunning, Delegated: l.Delegated}
@@ -324,28 +348,18 @@ func (a *Appliance) Dispatch(ctx context.Context, g coordinator.LeaseGrant) {
 			return
 		}
 	}
-	if st.Run != "" {
-		// The job's policy is known now: reporting does not ask again.
-		w.KnowPolicy(g.Job, st.Policy)
-		a.HandleRound(ctx, g, st)
+	if st.Run == "" {
+		w.ReleaseGrant(g, errors.New("the pool granted a generic shard to the silo's round lane; it asks for rounds alone"))
 		return
 	}
-	if a.Policy.GenericShards {
-		w.RunGrant(ctx, g)
-		return
-	}
-	a.declinedJobs.Store(g.Job, struct{}{})
-	a.handBackGeneric(ctx, g)
+	// The job's policy is known now: reporting does not ask again.
+	w.KnowPolicy(g.Job, st.Policy)
+	a.metrics.countLease(coordinator.KindRound)
+	a.HandleRound(ctx, g, st)
 }
 
-// handBackGeneric releases a generic shard the silo does not run, and
-// waits one poll so that the pool offering it again is not a hot loop.
-func (a *Appliance) handBackGeneric(ctx context.Context, g coordinator.LeaseGrant) {
-	a.Worker().ReleaseGrant(g, fmt.Errorf("generic shards are off in this silo's policy"))
-	t := time.NewTimer(a.Poll)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
+// runGeneric runs one shard of the generic lane, as a worker does.
+func (a *Appliance) runGeneric(ctx context.Context, g coordinator.LeaseGrant) {
+	a.metrics.countLease(coordinator.KindGeneric)
+	a.Worker().RunGrant(ctx, g)
 }

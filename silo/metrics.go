@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/internal/obs"
 )
 
@@ -16,6 +17,11 @@ type siloMetrics struct {
 	reg    *prometheus.Registry
 	rounds *prometheus.CounterVec
 	bytes  *prometheus.CounterVec
+	// leases counts the shards the silo leased by kind, handedBack the
+	// leases it gave back unreported: with generic shards off its policy,
+	// no generic lease at all, and no hand-back churn.
+	leases     *prometheus.CounterVec
+	handedBack prometheus.Counter
 }
 
 func newSiloMetrics(a *Appliance) *siloMetrics {
@@ -28,8 +34,32 @@ func newSiloMetrics(a *Appliance) *siloMetrics {
 	m.bytes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "scellis_data_plane_bytes_total", Help: "Bytes this silo sent (out) and received (in) in secure aggregation, bodies only.",
 	}, []string{"plane", "direction"})
-	m.reg.MustRegister(m.rounds, m.bytes, ledgerCollector{a})
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "scellis_silo_leases_total", Help: "Shards this silo leased, by kind (round: its training rounds; generic: pool work, only with policy.generic_shards).",
+	}, []string{"kind"})
+	for _, k := range []coordinator.ShardKind{coordinator.KindRound, coordinator.KindGeneric} {
+		m.leases.WithLabelValues(string(k)) // present at 0 before the first
+	}
+	m.handedBack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "scellis_silo_leases_handed_back_total", Help: "Leases this silo handed back unreported (a failure before anything was charged or run), for another attempt.",
+	})
+	m.reg.MustRegister(m.rounds, m.bytes, m.leases, m.handedBack, ledgerCollector{a})
 	return m
+}
+
+// countLease counts a shard of kind the silo leased.
+func (m *siloMetrics) countLease(kind coordinator.ShardKind) {
+	if m != nil {
+		m.leases.WithLabelValues(string(kind)).Inc()
+	}
+}
+
+// observeShard hears the silo's pool.Worker (Worker.Observe): a lease
+// handed back is counted.
+func (m *siloMetrics) observeShard(event string) {
+	if m != nil && event == "released" {
+		m.handedBack.Inc()
+	}
 }
 
 // countTransport counts the secure aggregation traffic of the silo's client.

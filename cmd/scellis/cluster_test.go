@@ -32,6 +32,10 @@ type cluster struct {
 	// env, when set, adds variables to a member's processes (start), e.g.
 	// a SCELLIS_TEST_FAULT (fl_he_e2e_test.go).
 	env map[string][]string
+	// nice, when set, runs a member's processes (start) at that niceness:
+	// on one test machine, the stand-in for a member on a machine of its
+	// own, whose CPU load is not the others' (share_e2e_test.go).
+	nice map[string]int
 }
 
 // inNetns makes cmd run in member's network namespace, if it has one.
@@ -177,6 +181,14 @@ func (c *cluster) start(name string, args ...string) {
 		c.t.Fatal(err)
 	}
 	cmd := c.inNetns(name, scellisCmd(c.t, c.dir, args...))
+	if n := c.nice[name]; n != 0 {
+		niceBin, err := exec.LookPath("nice")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		cmd.Args = append([]string{niceBin, "-n", strconv.Itoa(n)}, cmd.Args...)
+		cmd.Path = niceBin
+	}
 	cmd.Env = append(cmd.Env, c.env[name]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

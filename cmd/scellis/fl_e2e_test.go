@@ -659,17 +659,6 @@ func TestREADMEFederatedWalkthrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
-	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	block := func(name string) string {
-		m := regexp.MustCompile("(?s)```yaml\n(# " + regexp.QuoteMeta(name) + "[ \n].*?)```").FindStringSubmatch(string(raw))
-		if m == nil {
-			t.Fatalf("README.md has no yaml block # %s", name)
-		}
-		return m[1]
-	}
 	silos := []string{"hospital-a", "hospital-b", "hospital-c", "hospital-d"}
 	var ms []member
 	for _, s := range silos {
@@ -677,13 +666,9 @@ func TestREADMEFederatedWalkthrough(t *testing.T) {
 	}
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "800", "--seed", "11", "--out", "data"))
-	siloYAML := block("hospital-a.yaml")
 	var all *model.Dataset
 	for i, s := range silos {
-		y := strings.ReplaceAll(siloYAML, "hospital-a", s)
-		y = regexp.MustCompile(`(?m)^(data_dir:\s*)\S+`).ReplaceAllString(y, "${1}"+s+"/data")
-		y = regexp.MustCompile(`(?m)^(\s*path:\s*)\S+`).ReplaceAllString(y, fmt.Sprintf("${1}data/hospital-%d.csv", i+1))
-		c.write(s+".yaml", y)
+		c.write(s+".yaml", readmeSilo(t, s, i+1))
 		d, err := model.LoadCSV(filepath.Join(c.dir, "data", fmt.Sprintf("hospital-%d.csv", i+1)), "outcome")
 		if err != nil {
 			t.Fatal(err)
@@ -694,7 +679,7 @@ func TestREADMEFederatedWalkthrough(t *testing.T) {
 			all = concatRows(all, d)
 		}
 	}
-	c.write("run.yaml", block("run.yaml"))
+	c.write("run.yaml", readmeBlock(t, "run.yaml"))
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
@@ -721,6 +706,30 @@ func TestREADMEFederatedWalkthrough(t *testing.T) {
 	if ev.Accuracy <= majority {
 		t.Fatalf("the README's run (accuracy %.4f) does not beat the majority class (%.4f)", ev.Accuracy, majority)
 	}
+}
+
+// readmeBlock is the README's yaml block that starts with the comment
+// "# name".
+func readmeBlock(t testing.TB, name string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```yaml\n(# " + regexp.QuoteMeta(name) + "[ \n].*?)```").FindStringSubmatch(string(raw))
+	if m == nil {
+		t.Fatalf("README.md has no yaml block # %s", name)
+	}
+	return m[1]
+}
+
+// readmeSilo is the README's hospital-a.yaml for silo name with site i's
+// rows (data/hospital-i.csv, as datagen writes them): only the name, the
+// dataset path and the data folder changed.
+func readmeSilo(t testing.TB, name string, i int) string {
+	y := strings.ReplaceAll(readmeBlock(t, "hospital-a.yaml"), "hospital-a", name)
+	y = regexp.MustCompile(`(?m)^(data_dir:\s*)\S+`).ReplaceAllString(y, "${1}"+name+"/data")
+	return regexp.MustCompile(`(?m)^(\s*path:\s*)\S+`).ReplaceAllString(y, fmt.Sprintf("${1}data/hospital-%d.csv", i))
 }
 
 // checkFedBuff checks a finished buffered-asynchronous run (cohort.buffer

@@ -93,11 +93,18 @@ func (c *cluster) startRun(silos []string, file string, rounds int) string {
 }
 
 type runView struct {
-	State  string
-	Reason string
-	Models []string
-	Jobs   []string
-	Heals  bool // paused by failures that heal: the leader resumes it
+	State     string
+	Reason    string
+	Models    []string
+	Jobs      []string
+	Heals     bool  // paused by failures that heal: the leader resumes it
+	StartedAt int64 `json:"started_at"`
+	DoneAt    int64 `json:"done_at"`
+}
+
+// runTime is the run's time by the leader's replicated clock.
+func (v runView) runTime() time.Duration {
+	return time.Duration(v.DoneAt-v.StartedAt) * time.Millisecond
 }
 
 // run reads a run (a linearizable read through fl status).

@@ -35,7 +35,10 @@ cites. Raw data and unmasked updates never leave the process.
 At start the silo checks that its key is the federation's silo member
 named in the config, opens (or creates) its ledger signed with that key,
 and declares each dataset's budget there once; a declared budget is never
-raised. With policy.generic_shards it also runs generic pool shards.
+raised. With policy.generic_shards it also runs generic pool shards,
+beside its training rounds and never ahead of them (each in a child
+process at the lowest CPU priority); without it the pool never grants it
+one (docs/silo.md, "Rounds and generic work on one silo").
 SIGINT or SIGTERM stops it at once, handing its leases back.
 
 Check a config first with 'scellis config check FILE'; see docs/silo.md.`,

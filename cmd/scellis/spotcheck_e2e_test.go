@@ -9,11 +9,15 @@ import (
 	"time"
 )
 
+// peerRec is a peer's record as `pool peers --json` shows it.
 type peerRec struct {
-	Peer     string `json:"peer"`
-	Failed   int    `json:"failed"`
-	Stamped  int    `json:"stamped"`
-	Excluded bool   `json:"excluded"`
+	Peer       string `json:"peer"`
+	Failed     int    `json:"failed"`
+	Stamped    int    `json:"stamped"`
+	Excluded   bool   `json:"excluded"`
+	Leases     int    `json:"leases"`
+	Released   int    `json:"released"`
+	RoundsOnly bool   `json:"rounds_only"`
 }
 
 func (c *cluster) peers(as string) map[string]peerRec {

@@ -42,7 +42,10 @@ import (
 // Subcommand is the hidden argv[1] that makes a process a sandbox child.
 const Subcommand = "__sandbox"
 
-const envMemory = "SCELLIS_SANDBOX_MEMORY"
+const (
+	envMemory = "SCELLIS_SANDBOX_MEMORY"
+	envNice   = "SCELLIS_SANDBOX_NICE"
+)
 
 // DefaultMaxOutput bounds a child's response.
 const DefaultMaxOutput = 64 << 20
@@ -104,6 +107,11 @@ type Limits struct {
 	WallClock time.Duration
 	// MaxOutput bounds the response (0: DefaultMaxOutput).
 	MaxOutput int
+	// Nice, when positive, is the child's niceness (1 to 19): it runs
+	// at a lower CPU priority than its parent, taking only the cores
+	// nothing else wants. A silo runs generic pool shards so, beside its
+	// training rounds (docs/silo.md). 0: the parent's.
+	Nice int
 }
 
 // Executable returns the binary to re-execute (tests may replace it).
@@ -155,7 +163,7 @@ func launch(args []string, lim Limits, stdout io.Writer, stderr *capped, attr sy
 		return nil, fmt.Errorf("sandboxproc: finding this binary: %w", err)
 	}
 	cmd := exec.Command(exe, append([]string{Subcommand}, args...)...)
-	cmd.Env = append(os.Environ(), envMemory+"="+strconv.FormatUint(lim.MemoryBytes, 10))
+	cmd.Env = append(os.Environ(), envMemory+"="+strconv.FormatUint(lim.MemoryBytes, 10), envNice+"="+strconv.Itoa(lim.Nice))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("sandboxproc: starting the child: %w", err)
@@ -363,6 +371,12 @@ func child(name string, in io.Reader, out io.Writer) int {
 			return 3
 		}
 	}
+	if nice, _ := strconv.Atoi(os.Getenv(envNice)); nice > 0 {
+		if err := lowerPriority(nice); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxproc: %v\n", err)
+			return 3
+		}
+	}
 	mu.RLock()
 	prepare := warmups
 	mu.RUnlock()
@@ -421,6 +435,40 @@ func run(h Handler, req []byte) (resp []byte, err error) {
 
 // limitMemory caps the address space at what is mapped now plus mem, and
 // tells the garbage collector to work hard before that limit is reached.
+// lowerPriority sets every thread of this process to niceness nice.
+// Linux keeps a niceness per thread, and a thread takes its creator's:
+// once every thread has it, every later one has it too. The threads are
+// listed until a pass finds none it had not set (the runtime may start
+// one meanwhile). A thread already nicer than that keeps its own (raising
+// a priority back needs a privilege a child does not have).
+func lowerPriority(nice int) error {
+	if nice < 1 || nice > 19 {
+		return fmt.Errorf("niceness %d outside 1 to 19", nice)
+	}
+	set := map[string]bool{}
+	for {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return fmt.Errorf("listing this process's threads: %w", err)
+		}
+		fresh := false
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil || set[t.Name()] {
+				continue
+			}
+			set[t.Name()], fresh = true, true
+			err = syscall.Setpriority(syscall.PRIO_PROCESS, tid, nice)
+			if err != nil && !errors.Is(err, syscall.ESRCH) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EPERM) {
+				return fmt.Errorf("setting thread %d's niceness to %d: %w", tid, nice, err)
+			}
+		}
+		if !fresh {
+			return nil
+		}
+	}
+}
+
 func limitMemory(mem uint64) error {
 	b, err := os.ReadFile("/proc/self/statm")
 	if err != nil {

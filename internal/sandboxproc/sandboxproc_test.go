@@ -1,10 +1,13 @@
 package sandboxproc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,6 +39,24 @@ func init() {
 		return nil, diag.New(diag.InvalidValue, "subject", "refused")
 	})
 	Register("panic", func(context.Context, []byte) ([]byte, error) { panic("boom") })
+	Register("nice", func(context.Context, []byte) ([]byte, error) { return []byte(threadNiceness()), nil })
+}
+
+// threadNiceness lists the niceness of each of this process's threads
+// (field 19 of /proc/self/task/*/stat), space-separated, sorted.
+func threadNiceness() string {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	var out []string
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+		out = append(out, f[16]) // field 19 of stat; the first two (pid, comm) are cut
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }
 
 // The test binary is its own child: Main runs the handler when re-executed.
@@ -48,6 +69,19 @@ func TestRunEchoes(t *testing.T) {
 	out, err := Run(context.Background(), "echo", Limits{MemoryBytes: 256 << 20}, []byte("hello"))
 	if err != nil || string(out) != "hello" {
 		t.Fatalf("echo: %q %v", out, err)
+	}
+}
+
+// A child under Limits.Nice runs every thread at that niceness, and
+// without it at its parent's.
+func TestRunNice(t *testing.T) {
+	out, err := Run(context.Background(), "nice", Limits{Nice: 11}, nil)
+	if err != nil || len(out) == 0 || strings.ReplaceAll(strings.ReplaceAll(string(out), "11", ""), " ", "") != "" {
+		t.Fatalf("the threads of a child at niceness 11: %q %v", out, err)
+	}
+	out, err = Run(context.Background(), "nice", Limits{}, nil)
+	if err != nil || len(out) == 0 || strings.Contains(string(out), "11") {
+		t.Fatalf("the threads of a child at its parent's niceness: %q %v", out, err)
 	}
 }
 
