@@ -258,13 +258,17 @@ func NewRoundSummary(round int, step string, participants, dropped []string, sum
 	}
 	row := RoundSummary{Round: round, Step: step, Participants: participants, Dropped: dropped, Sums: sums,
 		Epsilon: map[string]float64{}, Declined: map[string]string{}, Model: model}
+	// Under DP the sums are noised, and a ratio of two noised sums can be
+	// impossible (an accuracy of 1.32, a negative loss): each is clamped
+	// to the possible range, post-processing that costs no privacy. The
+	// sums themselves stay as released.
 	if n := sums["examples"]; n > 0 {
-		row.TrainLoss = sums["loss"] / n
-		row.TrainAcc = sums["correct"] / n
+		row.TrainLoss = max(0, sums["loss"]/n)
+		row.TrainAcc = min(1, max(0, sums["correct"]/n))
 	}
 	if n := sums["eval_examples"]; n > 0 {
-		row.EvalLoss = sums["eval_loss"] / n
-		row.EvalAcc = sums["eval_correct"] / n
+		row.EvalLoss = max(0, sums["eval_loss"]/n)
+		row.EvalAcc = min(1, max(0, sums["eval_correct"]/n))
 		row.EvalRows = n
 	}
 	return row
