@@ -25,8 +25,8 @@ import (
 // ends with a model that fl simulate, over the same sites in one process,
 // vouches for: the same parameters (within the secure sum's rounding)
 // when DP is off and the live rounds summed the sites the simulation did,
-// else a held-out accuracy within matrixTolerance of the simulation's
-// DP-off twin. fl simulate itself runs every combination of the first four
+// else a held-out AUC within matrixTolerance of the simulation's DP-off
+// twin's. fl simulate itself runs every combination of the first four
 // axes (TestFLSimulateMatrix).
 
 // matrixCell is one combination of the axes.
@@ -53,11 +53,26 @@ var matrixCovering = []matrixCell{
 	{"secagg+", "federated", "off", "sampled", "tree", "https"},
 }
 
-// matrixTolerance is how far below its DP-off twin's held-out accuracy a
-// cell's model may score (DP noise at σ = 0.5 over a few sites, sampled
-// cohorts and stragglers cost some accuracy; a broken combination costs
-// far more: a model that predicts the majority class loses ~0.05–0.25).
-const matrixTolerance = 0.12
+// matrixTolerance is how far below its DP-off twin's held-out AUC a
+// cell's model may score. AUC, not accuracy: on these sites a model that
+// predicts no event is right 82% of the time, so accuracy hardly tells a
+// trained model from a broken one (AUC 0.5). Without DP a cell differs
+// from its twin only by its cohort's draw (dpOffTolerance); with DP the
+// noise moves one run's AUC: 12 runs of the noisiest cell (update-level,
+// σ = 0.25, four of six sites sampled, local statistics) scored 0.76–0.83
+// against its twin's 0.83, so the bar sits twice that spread below.
+const (
+	matrixTolerance = 0.15
+	dpOffTolerance  = 0.05
+)
+
+// tolerance is how far below its twin's AUC cell m may score.
+func (m matrixCell) tolerance() float64 {
+	if m.dp == "off" {
+		return dpOffTolerance
+	}
+	return matrixTolerance
+}
 
 // matrixBounds are public bounds on the hospitals' features (datagen), for
 // the DP statistics step.
@@ -110,7 +125,7 @@ func (m matrixCell) spec(silos []string, dpOff bool) string {
 	case m.dp == "record":
 		fmt.Fprintf(&b, "privacy: {clip: 1.0, sigma: 0.5, q: 0.1, steps: 10, feature_bounds: %s}\n", matrixBounds)
 	default:
-		fmt.Fprintf(&b, "privacy: {clip: 1.0, sigma: 0.5, feature_bounds: %s}\n", matrixBounds)
+		fmt.Fprintf(&b, "privacy: {clip: 1.0, sigma: 0.25, feature_bounds: %s}\n", matrixBounds)
 	}
 	return b.String()
 }
@@ -364,11 +379,11 @@ func runMatrixCell(t *testing.T, m matrixCell, f *matrixFed, md *matrixData) {
 		return
 	}
 	test := md.test[kind]
-	got := heldOutAccuracy(t, c.dir, m.String()+"-live.json", test)
-	ref := heldOutAccuracy(t, c.dir, m.String()+"-twin.json", test)
-	t.Logf("%s: held-out accuracy %.3f, fl simulate's DP-off twin %.3f", m, got, ref)
-	if got < ref-matrixTolerance {
-		t.Fatalf("held-out accuracy %.3f, more than %.2f below the DP-off simulation's %.3f", got, matrixTolerance, ref)
+	got := heldOutAUC(t, c.dir, m.String()+"-live.json", test)
+	ref := heldOutAUC(t, c.dir, m.String()+"-twin.json", test)
+	t.Logf("%s: held-out AUC %.3f, fl simulate's DP-off twin %.3f", m, got, ref)
+	if got < ref-m.tolerance() {
+		t.Fatalf("held-out AUC %.3f, more than %.2f below the DP-off simulation's %.3f", got, m.tolerance(), ref)
 	}
 }
 
@@ -391,20 +406,24 @@ func sameParticipants(t *testing.T, live, sim string) bool {
 		return rows
 	}
 	l, s := parts(live), parts(sim)
-	return slices.EqualFunc(l, s, slices.Equal)
+	if !slices.EqualFunc(l, s, slices.Equal) {
+		t.Logf("the live steps summed %v, the simulation's %v: comparing held-out AUC", l, s)
+		return false
+	}
+	return true
 }
 
-// heldOutAccuracy scores a model file on a labelled CSV (scellis model eval).
-func heldOutAccuracy(t *testing.T, dir, modelFile, data string) float64 {
+// heldOutAUC scores a model file on a labelled CSV (scellis model eval).
+func heldOutAUC(t *testing.T, dir, modelFile, data string) float64 {
 	t.Helper()
 	var r struct {
-		Accuracy float64 `json:"accuracy"`
+		AUC float64 `json:"auc"`
 	}
 	out := mustRun(t, scellisCmd(t, dir, "--json", "model", "eval", modelFile, "--data", data, "--label", "outcome"))
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("model eval: %v\n%s", err, out)
 	}
-	return r.Accuracy
+	return r.AUC
 }
 
 // matrixAxes are the values of the axes fl simulate can take: every
@@ -419,14 +438,14 @@ var matrixAxes = struct{ agg, std, dp, cohort []string }{
 }
 
 // Every combination of the four axes fl simulate takes runs to a model
-// within matrixTolerance of its DP-off, whole-cohort twin's held-out
-// accuracy (54 cells, real binary, six small sites).
+// within its tolerance of its DP-off, whole-cohort twin's held-out AUC (54
+// cells, real binary, six small sites).
 func TestFLSimulateMatrix(t *testing.T) {
 	t.Parallel() // its own processes and directories
 	dir := t.TempDir()
 	f := &matrixFed{silos: []string{"s1", "s2", "s3", "s4", "s5", "s6"}}
 	md := newMatrixData(t, dir, map[string]*matrixFed{"flat": f})
-	accuracy := map[string]float64{}
+	auc := map[string]float64{}
 	score := func(m matrixCell, dpOff bool) float64 {
 		file := m.String()
 		if dpOff {
@@ -437,7 +456,7 @@ func TestFLSimulateMatrix(t *testing.T) {
 		}
 		kind := strings.TrimSuffix(strings.TrimSuffix(m.dataset(), "_rec"), "_upd")
 		mustRun(t, scellisCmd(t, dir, "fl", "simulate", file+".yaml", "--data", md.sim[kind+"/flat"], "--unit", m.unit(), "--out", file+".json"))
-		return heldOutAccuracy(t, dir, file+".json", md.test[kind])
+		return heldOutAUC(t, dir, file+".json", md.test[kind])
 	}
 	for _, std := range matrixAxes.std {
 		twin := matrixCell{"pairwise", std, "off", "all", "flat", "https"}
@@ -447,15 +466,15 @@ func TestFLSimulateMatrix(t *testing.T) {
 				for _, cohort := range matrixAxes.cohort {
 					m := matrixCell{agg, std, dp, cohort, "flat", "https"}
 					got := score(m, false)
-					accuracy[m.String()] = got
-					if got < ref-matrixTolerance {
-						t.Errorf("%s: held-out accuracy %.3f, more than %.2f below its DP-off twin's %.3f", m, got, matrixTolerance, ref)
+					auc[m.String()] = got
+					if got < ref-m.tolerance() {
+						t.Errorf("%s: held-out AUC %.3f, more than %.2f below its DP-off twin's %.3f", m, got, m.tolerance(), ref)
 					}
 				}
 			}
 		}
 	}
-	t.Logf("held-out accuracy by cell: %v", accuracy)
+	t.Logf("held-out AUC by cell: %v", auc)
 }
 
 // docs/matrix.md's table of real-process cells is matrixCovering's, plus

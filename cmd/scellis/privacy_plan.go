@@ -83,9 +83,6 @@ set to the planned DP-SGD steps per round).`,
 			if pl.unit != fl.UnitRecord && pl.unit != fl.UnitSilo {
 				return usageError{fmt.Errorf("--unit %q: give record (DP-SGD per example) or silo (the whole update)", unit)}
 			}
-			if repeats < 1 {
-				return usageError{fmt.Errorf("--repeats %d: simulate each share at least once", repeats)}
-			}
 			if cmd.Flags().Changed("eval-share") {
 				if pl.evalShare, err = parseShare("eval-share", evalShare); err != nil {
 					return err
@@ -159,6 +156,7 @@ set to the planned DP-SGD steps per round).`,
 	c.Flags().StringVar(&evalData, "eval-data", "", "folder of the sites' evaluation CSVs (for evaluation: {dataset: …})")
 	c.Flags().StringVar(&label, "label", "", "label column (default: the run's model.label)")
 	c.Flags().IntVar(&repeats, "repeats", defaultRepeats, "simulations per share (DP noise differs in each)")
+	flagRange(c, "repeats", "1", "100")
 	c.Flags().StringVar(&out, "out", "", "write the run file with the planned settings here")
 	af.register(c)
 	return c
