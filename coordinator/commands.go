@@ -137,6 +137,14 @@ type Lease struct {
 	// silo asks for its rounds apart from generic work, and for generic
 	// work only when its policy takes it.
 	Kinds Kinds `cbor:"kinds,omitempty" json:"kinds,omitempty"`
+	// Origin is the network the lease is asked from, as the volunteer
+	// server saw it when the tab joined (volunteer.Prefix: the /24 of an
+	// IPv4 address, the /56 of an IPv6 one). A shard is never leased to a
+	// peer whose origin equals that of another peer holding a live lease
+	// on it or having committed or reported for it, so two keys held by
+	// one person on one network cannot answer one shard together. Empty
+	// (members): no rule.
+	Origin string `cbor:"origin,omitempty" json:"origin,omitempty"`
 }
 
 // RenewLease extends Peer's live lease on one shard to Now+TTL (never

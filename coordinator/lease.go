@@ -42,6 +42,8 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //     jobs in submission order, shards in index order;
 //   - a lease that names kinds (Lease.Kinds) is granted shards of those
 //     kinds only;
+//   - a lease with an Origin is not granted a shard another peer of the
+//     same origin holds a live lease on or answered (sameOrigin);
 //   - when a shard is decided its remaining leases are revoked.
 
 func (m *Machine) lease(c Lease) Result {
@@ -93,7 +95,7 @@ func (m *Machine) lease(c Lease) Result {
 			}
 			for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
 				s := j.Shards[i]
-				if !pass.shard(s) || !m.eligible(j, s, c.Peer, now) {
+				if !pass.shard(s) || !m.eligible(j, s, c.Peer, now) || sameOrigin(s, c.Peer, c.Origin, now) {
 					continue
 				}
 				ttl := c.TTL
@@ -102,6 +104,12 @@ func (m *Machine) lease(c Lease) Result {
 				}
 				expiry := now + ttl
 				s.addLease(c.Peer, expiry)
+				if c.Origin != "" {
+					if s.Origins == nil {
+						s.Origins = map[string]string{}
+					}
+					s.Origins[c.Peer] = c.Origin
+				}
 				m.nextExpiry = min(m.nextExpiry, expiry)
 				grants = append(grants, LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: expiry})
 				events = append(events, ShardLeased{Job: j.ID, Shard: s.Index, Peer: c.Peer, Expiry: expiry})
@@ -215,6 +223,28 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 		return false
 	}
 	return need(j, s) > liveLeases(s, now)
+}
+
+// sameOrigin reports whether another peer of origin holds a live lease on
+// s, or has committed or reported for it: then peer, of the same origin,
+// gets no lease on s. Peers whose lease expired without an answer do not
+// count, so a closed tab does not keep its network from the shard.
+func sameOrigin(s *shardState, peer, origin string, now int64) bool {
+	if origin == "" {
+		return false
+	}
+	for q, o := range s.Origins {
+		if q == peer || o != origin {
+			continue
+		}
+		if i, has := s.leaseOf(q); has && s.Leases[i].Expiry > now {
+			return true
+		}
+		if s.reportOf(q) != nil || s.commitOf(q) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // need is the smallest number of further reports that could verify s if

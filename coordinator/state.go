@@ -113,6 +113,11 @@ type shardState struct {
 	Leases []lease `cbor:"leases,omitempty"`
 	// Holders are the peers ever granted a lease on the shard, sorted.
 	Holders []string `cbor:"holders,omitempty"`
+	// Origins are the network origins (Lease.Origin: a browser
+	// volunteer's join prefix) holders leased the shard from, by peer;
+	// two peers of one origin never hold or answer one shard together
+	// (sameOrigin).
+	Origins map[string]string `cbor:"origins,omitempty"`
 	// Commits are the peers' commitments in arrival order, at most one per
 	// peer (commit.go).
 	Commits []commitment `cbor:"commits,omitempty"`

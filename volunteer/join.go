@@ -11,6 +11,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,7 +70,37 @@ type session struct {
 	secret []byte
 	key    string
 	peer   string
+	origin string // the join's network prefix (Prefix), fixed for the session
 	expiry time.Time
+}
+
+// The prefixes whose volunteers never answer one shard together
+// (coordinator.Lease.Origin): an IPv4 /24 and an IPv6 /56, the smallest
+// blocks a home or small office commonly gets, so two keys of one person
+// at one place share one.
+const (
+	ReplicaPrefixV4 = 24
+	ReplicaPrefixV6 = 56
+)
+
+// Prefix is the network of ip (text form) in CIDR notation, masked to
+// bits4 for IPv4 (and IPv4-mapped IPv6) and bits6 for IPv6; an
+// unparsable ip is returned as it is, so it is still one origin.
+func Prefix(ip string, bits4, bits6 int) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.Unmap()
+	bits := bits6
+	if a.Is4() {
+		bits = bits4
+	}
+	p, err := a.WithZone("").Prefix(bits)
+	if err != nil {
+		return ip
+	}
+	return p.String()
 }
 
 func (s *Server) challengeMAC(key string, payload []byte) []byte {
@@ -178,7 +209,7 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request) {
 		bad("the challenge was used already (a replay)")
 		return
 	}
-	sess, d := s.newSession(req.Key)
+	sess, d := s.newSession(req.Key, Prefix(clientIP(r), ReplicaPrefixV4, ReplicaPrefixV6))
 	if d != nil {
 		writeDiag(w, http.StatusServiceUnavailable, d)
 		return
@@ -187,7 +218,8 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sess)
 }
 
-func (s *Server) newSession(key string) (Session, *diag.Diagnostic) {
+// newSession opens a session for key joined from network origin.
+func (s *Server) newSession(key, origin string) (Session, *diag.Diagnostic) {
 	id, secret := make([]byte, 12), make([]byte, 32)
 	if _, err := rand.Read(id); err != nil {
 		return Session{}, diag.New(diag.VolunteerBadRequest, "session", "%v", err)
@@ -207,7 +239,7 @@ func (s *Server) newSession(key string) (Session, *diag.Diagnostic) {
 		return Session{}, diag.New(diag.VolunteerFull, "sessions", "this node holds %d volunteer sessions, its limit", len(s.sessions)).
 			WithHelp("try again later, or open the volunteer page of another aggregator node")
 	}
-	ss := &session{secret: secret, key: key, peer: receipt.VolunteerPeer(key), expiry: now.Add(s.opt.SessionTTL)}
+	ss := &session{secret: secret, key: key, peer: receipt.VolunteerPeer(key), origin: origin, expiry: now.Add(s.opt.SessionTTL)}
 	s.sessions[hex.EncodeToString(id)] = ss
 	return Session{Token: "vs1." + hex.EncodeToString(id) + "." + b64.EncodeToString(secret), Peer: ss.peer, Expires: ss.expiry.UnixMilli()}, nil
 }

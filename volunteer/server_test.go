@@ -274,3 +274,19 @@ func TestRoutesDocumented(t *testing.T) {
 		}
 	}
 }
+
+// Prefix masks IPv4 to the /24 and IPv6 to the /56 replicas are kept
+// apart by; a mapped IPv4 address is IPv4.
+func TestPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"198.51.100.7":          "198.51.100.0/24",
+		"::ffff:198.51.100.7":   "198.51.100.0/24",
+		"2001:db8:1:2ff:1::9":   "2001:db8:1:200::/56",
+		"2001:db8:1:2ee:ffff::": "2001:db8:1:200::/56",
+		"not-an-ip":             "not-an-ip",
+	} {
+		if got := Prefix(in, ReplicaPrefixV4, ReplicaPrefixV6); got != want {
+			t.Errorf("Prefix(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
