@@ -1,6 +1,7 @@
 package volunteer
 
 import (
+	"container/list"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -301,38 +302,91 @@ func (s *Server) SessionPeer(r *http.Request) (string, error) {
 }
 
 // limiter bounds joins per client address and for everyone.
+// limiter bounds join requests per client, per client network and for
+// everyone. The client is keyed by its address's /32 (IPv4) or /64
+// (IPv6): an IPv6 subscriber gets at least a /64 and can use any address
+// in it, so keying by the full address let one host pass the per-address
+// limit with fresh addresses and use up the global budget; an IPv4
+// address is already scarce, and a whole /24 often holds unrelated users
+// (carrier NAT, a campus), so IPv4 is keyed by the address. The network
+// tier (/24 IPv4, /48 IPv6: a site's allocation) allows blockFactor times
+// the client's rate, so one site's many /64s cannot drain the global
+// budget either. Each table holds at most maxKeys entries and drops the
+// least recently used one when full, never the whole table: a flood of
+// new keys cannot reset a client that keeps asking.
 type limiter struct {
-	mu     sync.Mutex
-	per    rate.Limit
-	burst  int
-	global *rate.Limiter
-	ips    map[string]*rate.Limiter
+	mu      sync.Mutex
+	per     rate.Limit
+	burst   int
+	global  *rate.Limiter
+	clients *lruLimiters
+	blocks  *lruLimiters
 }
+
+// The limiter's key prefixes, table bound and network-tier factor.
+const (
+	limitPrefixV4, limitPrefixV6 = 32, 64
+	blockPrefixV4, blockPrefixV6 = 24, 48
+	maxLimiterKeys               = 100000
+	blockFactor                  = 10
+)
 
 func newLimiter(perMinute, burst, globalPerMinute int) *limiter {
 	return &limiter{per: rate.Limit(float64(perMinute) / 60), burst: burst,
-		global: rate.NewLimiter(rate.Limit(float64(globalPerMinute)/60), max(burst, globalPerMinute/10)), ips: map[string]*rate.Limiter{}}
+		global:  rate.NewLimiter(rate.Limit(float64(globalPerMinute)/60), max(burst, globalPerMinute/10)),
+		clients: newLRULimiters(maxLimiterKeys), blocks: newLRULimiters(maxLimiterKeys)}
 }
 
 // allow says "" when a join request from ip may go on, else why not.
 func (l *limiter) allow(ip string, now time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.ips) > 100000 {
-		l.ips = map[string]*rate.Limiter{} // forget idle addresses wholesale
-	}
-	lim := l.ips[ip]
-	if lim == nil {
-		lim = rate.NewLimiter(l.per, l.burst)
-		l.ips[ip] = lim
-	}
-	if !lim.AllowN(now, 1) {
+	client := l.clients.get(Prefix(ip, limitPrefixV4, limitPrefixV6), l.per, l.burst)
+	block := l.blocks.get(Prefix(ip, blockPrefixV4, blockPrefixV6), l.per*blockFactor, l.burst*blockFactor)
+	if !client.AllowN(now, 1) {
 		return "too many join requests from this address"
+	}
+	if !block.AllowN(now, 1) {
+		return "too many join requests from this address's network"
 	}
 	if !l.global.AllowN(now, 1) {
 		return "too many join requests to this node from everyone at once"
 	}
 	return ""
+}
+
+// lruLimiters is a bounded table of rate limiters by key that, when full,
+// drops the least recently used.
+type lruLimiters struct {
+	max   int
+	byKey map[string]*list.Element
+	order *list.List // front: most recently used
+}
+
+type keyedLimiter struct {
+	key string
+	lim *rate.Limiter
+}
+
+func newLRULimiters(n int) *lruLimiters {
+	return &lruLimiters{max: n, byKey: map[string]*list.Element{}, order: list.New()}
+}
+
+// get returns key's limiter, made with r and burst if new, and marks it
+// used.
+func (t *lruLimiters) get(key string, r rate.Limit, burst int) *rate.Limiter {
+	if e, ok := t.byKey[key]; ok {
+		t.order.MoveToFront(e)
+		return e.Value.(*keyedLimiter).lim
+	}
+	if t.order.Len() >= t.max {
+		old := t.order.Back()
+		t.order.Remove(old)
+		delete(t.byKey, old.Value.(*keyedLimiter).key)
+	}
+	kl := &keyedLimiter{key: key, lim: rate.NewLimiter(r, burst)}
+	t.byKey[key] = t.order.PushFront(kl)
+	return kl.lim
 }
 
 // replay remembers used challenges until they expire.
