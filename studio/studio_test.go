@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -104,6 +105,36 @@ func TestViewerTokens(t *testing.T) {
 	stranger, _ := identity.Generate()
 	if _, _, err := IssueToken(stranger, w.fed, time.Hour, now); !errors.Is(err, ErrTokenMember) {
 		t.Fatalf("a stranger's token: %v", err)
+	}
+}
+
+// A member's own signed token whose life wraps time.Duration (2^64 ns
+// past a whole number of seconds: 18,446,744,074 s, about 584 years) or
+// whose times are negative is refused (ErrTokenTTL). Before, the
+// life multiplied into a Duration wrapped to 0.29 s, under MaxTTL, and
+// the token was accepted for 584 years.
+func TestViewerTokenLifeOverflow(t *testing.T) {
+	w := newWorld(t)
+	now := time.Now()
+	sign := func(c Claims) string {
+		body, _ := json.Marshal(c)
+		return tokenPrefix + b64.EncodeToString(body) + "." + b64.EncodeToString(identity.Sign(w.keys["h1"], identity.PurposeViewerToken, body))
+	}
+	at := now.Unix()
+	for _, c := range []Claims{
+		{Member: "h1", Issued: at, Expiry: at + 18446744074},
+		{Member: "h1", Issued: at, Expiry: math.MaxInt64},
+		{Member: "h1", Issued: math.MinInt64 + 1, Expiry: at + 3600},
+		{Member: "h1", Issued: -1, Expiry: at + 3600},
+		{Member: "h1", Issued: at, Expiry: at + int64(MaxTTL/time.Second) + 1},
+	} {
+		if _, _, err := VerifyToken(sign(c), w.fed, now.Add(48*time.Hour)); !errors.Is(err, ErrTokenTTL) {
+			t.Errorf("iat %d exp %d, checked two days later: %v, want ErrTokenTTL", c.Issued, c.Expiry, err)
+		}
+	}
+	c := Claims{Member: "h1", Issued: at, Expiry: at + int64(MaxTTL/time.Second)}
+	if _, _, err := VerifyToken(sign(c), w.fed, now.Add(time.Hour)); err != nil {
+		t.Errorf("a token of exactly MaxTTL: %v", err)
 	}
 }
 
