@@ -110,8 +110,19 @@ type SubmitJob struct {
 	// share of a parent cluster's job (delegate.go). Its ID is then
 	// SubJobID(*Delegated).
 	Delegated *Delegation `cbor:"delegated,omitempty" json:"delegated,omitempty"`
-	Now       int64       `cbor:"now" json:"now"`
+	// Seed is random bytes the submitting node draws (crypto/rand), in
+	// hex (at most MaxSeed characters; law 3 keeps byte slices out of
+	// commands): the order in which a browser volunteer is offered
+	// the job's shards is derived from it (volunteerOrder), so no
+	// volunteer can predict which shards it or another key will get. It
+	// is not part of the plan and never shown to peers. Empty: index
+	// order.
+	Seed string `cbor:"seed,omitempty" json:"seed,omitempty"`
+	Now  int64  `cbor:"now" json:"now"`
 }
+
+// MaxSeed bounds SubmitJob.Seed.
+const MaxSeed = 64
 
 // Lease asks for up to Max shards (default 1) for Peer, of Kinds (empty:
 // every kind). Grants go to shards that still need replicas: training

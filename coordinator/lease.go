@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -39,7 +41,8 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //     agreeing reports that could verify it (see need);
 //   - grants go to training rounds' shards first (a silo's round never
 //     waits behind generic work its lease could have been given), then to
-//     jobs in submission order, shards in index order;
+//     jobs in submission order, shards in index order — for a browser
+//     volunteer, from an offset it cannot predict (volunteerOrder);
 //   - a lease that names kinds (Lease.Kinds) is granted shards of those
 //     kinds only;
 //   - a lease with an Origin is not granted a shard another peer of the
@@ -93,8 +96,9 @@ func (m *Machine) lease(c Lease) Result {
 			if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) || !c.Kinds.admits(j) || !pass.takes(j) {
 				continue
 			}
-			for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
-				s := j.Shards[i]
+			order := m.volunteerOrder(j, c.Peer)
+			for k := j.cursor; k < len(j.Shards) && len(grants) < limit; k++ {
+				s := j.Shards[order(k)]
 				if !pass.shard(s) || !m.eligible(j, s, c.Peer, now) || sameOrigin(s, c.Peer, c.Origin, now) {
 					continue
 				}
@@ -129,6 +133,30 @@ func (m *Machine) lease(c Lease) Result {
 		m.st.LeaseMemo[memoAt] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
 	}
 	return Result{Response: &LeaseResponse{Grants: grants, Jobs: m.leaseJobs(grants)}, Events: events}
+}
+
+// volunteerOrder maps the k-th shard a lease looks at (cursor ≤ k <
+// len(Shards)) to a shard index. Members get index order. A browser
+// volunteer on a job with a seed starts at an offset drawn from
+// SHA-256(seed, peer, leases granted to the peer so far) and wraps: the
+// seed is the submitting node's secret, so no volunteer can predict which
+// shards it, or another key of its own, will be offered, and two keys
+// asking in turn no longer get the same shards in the same order.
+func (m *Machine) volunteerOrder(j *jobState, peer string) func(int) int {
+	n := len(j.Shards) - j.cursor
+	if len(j.Seed) == 0 || n <= 1 || !receipt.IsVolunteer(peer) {
+		return func(k int) int { return k }
+	}
+	h := sha256.New()
+	h.Write([]byte(j.Seed))
+	h.Write([]byte(peer))
+	var leases [8]byte
+	if rec := m.st.Peers[peer]; rec != nil {
+		binary.BigEndian.PutUint64(leases[:], uint64(rec.Leases))
+	}
+	h.Write(leases[:])
+	off := int(binary.BigEndian.Uint64(h.Sum(nil)) % uint64(n))
+	return func(k int) int { return j.cursor + (k-j.cursor+off)%n }
 }
 
 // leasePass is one pass of a lease over the running jobs. The passes, in

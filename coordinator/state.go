@@ -70,7 +70,10 @@ type jobState struct {
 	SecurityCritical bool         `cbor:"security_critical"`
 	// ReadsInputs: the plan names input tables (SubmitJob.Inputs), which
 	// a browser volunteer has no folder to hold (volunteerMay).
-	ReadsInputs bool          `cbor:"reads_inputs,omitempty"`
+	ReadsInputs bool `cbor:"reads_inputs,omitempty"`
+	// Seed orders the shards a browser volunteer is offered
+	// (SubmitJob.Seed, volunteerOrder).
+	Seed        string        `cbor:"seed,omitempty"`
 	Policy      Policy        `cbor:"policy"`
 	Method      string        `cbor:"method"`
 	Plan        content.Ref   `cbor:"plan"` // hash of the submission without Now

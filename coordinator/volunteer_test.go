@@ -206,3 +206,60 @@ func openJob(t *testing.T, n int, ttl int64) (*Machine, content.Ref) {
 	applyEncoded(t, m, SubmitJob{Job: job, Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
 	return m, job
 }
+
+// With a seed (the submitting node's secret), two volunteer keys of
+// different networks asking in turn are not offered the same shards:
+// before, shards went out in index order, so the second key took the
+// second replica of exactly the 8 shards the first held. A member still
+// gets index order, and so does a job without a seed.
+func TestVolunteerOrderUnpredictable(t *testing.T) {
+	vol := func(seed byte) string {
+		return receipt.VolunteerPeer(identity.NewFromSeed([32]byte{seed}).Public().String())
+	}
+	var shards []ShardPlan
+	for i := range 256 {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i), 1}), Price: 1, PriceBasis: "flat"})
+	}
+	leased := func(peer, origin string, m *Machine) map[int]bool {
+		t.Helper()
+		r := applyEncoded(t, m, Lease{Peer: peer, Now: 2, Max: 8, Origin: origin})
+		if r.Refused() {
+			t.Fatal(r.Refusal)
+		}
+		out := map[int]bool{}
+		for _, g := range r.Response.(*LeaseResponse).Grants {
+			out[g.Shard] = true
+		}
+		return out
+	}
+	overlap := func(seed string) (int, map[int]bool) {
+		m, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: 60000})
+		applyEncoded(t, m, SubmitJob{Job: content.Hash([]byte("o")), Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice",
+			Policy: Policy{Replicas: 2}, Shards: shards, Seed: seed, Now: 1})
+		a := leased(vol(81), "198.51.100.0/24", m)
+		b := leased(vol(82), "203.0.113.0/24", m)
+		n := 0
+		for s := range b {
+			if a[s] {
+				n++
+			}
+		}
+		return n, leased("w1", "", m)
+	}
+	if n, _ := overlap(""); n != 8 {
+		t.Fatalf("without a seed the two keys share %d of 8 shards, want 8 (index order)", n)
+	}
+	if n, w := overlap("5d1c0a7e93b24f68a0e1c2d3b4a59687"); n > 2 || !w[0] || !w[7] {
+		t.Errorf("with a seed the two keys share %d of 8 shards (want ≤ 2); the member got %v (want index order from 0)", n, w)
+	}
+	wantCode(t, applyEncoded(t, mustNew(t), SubmitJob{Job: content.Hash([]byte("x")), Name: "x", Bundle: content.Hash([]byte("b")),
+		Policy: Policy{Replicas: 2}, Shards: shards[:1], Seed: strings.Repeat("a", MaxSeed+1), Now: 1}), diag.PoolBadCommand)
+}
+
+func mustNew(t *testing.T) *Machine {
+	m, err := New(Config{Regime: trust.Open, DefaultLeaseTTL: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
