@@ -423,3 +423,22 @@ func TestStudioRunFromTheAccount(t *testing.T) {
 		t.Fatalf("h1's own ledger view lists %d records, want both attempts'", n)
 	}
 }
+
+// A silo's refusal codes and messages (why it declined a round) reach its
+// own viewer only; another silo, a researcher or an operator sees that it
+// declined, not why. Before, every viewer saw every silo's codes.
+func TestDeclineReasonsOnlyForTheSilo(t *testing.T) {
+	w := newWorld(t)
+	f := &full{Picture: Picture{Runs: []RunView{{Done: []RoundView{{Round: 1, Declined: map[string]string{
+		"h1": "SC9201 the round's noise is below this silo's policy", "h2": "failed"}}}}}}}
+	for viewer, want := range map[string]string{"h1": "SC9201 the round's noise is below this silo's policy", "h2": "declined", "alice": "declined"} {
+		m, _ := w.fed.Member(viewer)
+		got := f.forViewer(Viewer{Member: viewer}, m).Runs[0].Done[0].Declined
+		if got["h1"] != want || got["h2"] != "failed" {
+			t.Errorf("%s sees %v, want h1 %q and h2 failed", viewer, got, want)
+		}
+	}
+	if f.Runs[0].Done[0].Declined["h1"] == "declined" {
+		t.Error("cutting a viewer's picture changed the full one")
+	}
+}
