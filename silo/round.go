@@ -210,6 +210,13 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(err)
 	}
+	if b.HE != nil {
+		// The policy below is checked against the cohort and threshold
+		// the sum is really formed with: the HE parameters'.
+		if threshold, err = heThreshold(b); err != nil {
+			return decline(bad("%v", err))
+		}
+	}
 	var masking secagg.Protocol
 	if b.HE == nil {
 		if masking, _, _, err = b.SecAgg.Degree(); err != nil {
