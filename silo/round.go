@@ -509,6 +509,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			if err != nil {
 				return decline(err)
 			}
+			a.anchorLedger()
 			a.logf("%s: charged evaluation dataset %s ε = %.6g, ledger entry %s", subject, spec.Spec.Eval.Dataset, e.Charge.Epsilon, e.Hash.Short())
 		}
 	}
@@ -519,6 +520,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		if err != nil {
 			return decline(err) // an overdraft raced in: nothing leaves
 		}
+		a.anchorLedger()
 		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = e.Hash, e.Charge.Mechanisms, e.Charge.Epsilon
 		a.logf("%s: charged dataset %s ε = %.6g (cumulative %.6g), ledger entry %s", subject, req.Dataset, e.Charge.Epsilon, e.Charge.Cumulative, e.Hash.Short())
 		if testfault.Armed(testfault.KillAfterCharge) {
