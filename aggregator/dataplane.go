@@ -48,7 +48,10 @@ func (n *Node) startDataPlane(ctx context.Context, mux *http.ServeMux) error {
 			return diag.New(diag.P2PConfig, n.Self.Name, "the TURN relay needs an IP address peers reach it at; %s's address %q has none", n.Self.Name, n.Self.Address).
 				WithHelp("set turn_relay_ip in the aggregator config")
 		}
-		t, err := dataplane.StartTURN(dataplane.TURNConfig{Listen: n.opt.TURNListen, RelayIP: relayIP, MaxAllocations: n.opt.TURNMaxAllocations, BandwidthBytes: n.opt.TURNBandwidth})
+		t, err := dataplane.StartTURN(dataplane.TURNConfig{
+			Listen: n.opt.TURNListen, RelayIP: relayIP, MaxAllocations: n.opt.TURNMaxAllocations, BandwidthBytes: n.opt.TURNBandwidth,
+			MaxPerMember: n.opt.TURNMaxPerMember, AllowPeers: n.opt.TURNAllowPeers,
+		})
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -183,13 +184,17 @@ type Options struct {
 	// set, runs a STUN/TURN server on that UDP address; peers reach its
 	// relays at TURNRelayIP (default: the host of the node's federation
 	// address). TURNMaxAllocations bounds the relays open at once
-	// (default 64), TURNBandwidth each relay's bytes per second and
-	// direction (0: unlimited). P2PLoopback makes ICE use loopback
+	// (default 64), TURNMaxPerMember those one member holds (default 4),
+	// TURNBandwidth each relay's bytes per second and direction (0: the
+	// default, dataplane.DefaultTURNBandwidth); relays reach public
+	// unicast addresses and TURNAllowPeers only. P2PLoopback makes ICE use loopback
 	// addresses only; deprecated: a federation whose member addresses
 	// are all loopback implies it (dataplane/scope.go).
 	TURNListen, TURNRelayIP string
 	TURNMaxAllocations      int
 	TURNBandwidth           int64
+	TURNMaxPerMember        int
+	TURNAllowPeers          []netip.Prefix
 	P2PLoopback             bool
 
 	// NoCommitReveal runs the coordinator without commit–reveal: results

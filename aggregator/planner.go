@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -566,5 +567,12 @@ func (p *planner) Plan(ctx context.Context, bundleRef content.Ref, submitter str
 	}
 	cmd := r.Cmd
 	cmd.Submitter = submitter
+	// The seed of the order volunteers are offered shards in: this
+	// node's secret, never shown to peers (coordinator.SubmitJob.Seed).
+	var seed [16]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return coordinator.SubmitJob{}, err
+	}
+	cmd.Seed = hex.EncodeToString(seed[:])
 	return cmd, nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -88,8 +89,11 @@ type Aggregator struct {
 	// The data plane (docs/dataplane.md): a STUN/TURN server on
 	// TURNListen (UDP; empty: none) whose relays peers reach at
 	// TURNRelayIP (default: the host of the node's federation address),
-	// at most TURNMaxAllocations relays at once and TURNBandwidthMB
-	// megabytes per second per relay and direction (0: unlimited).
+	// at most TURNMaxAllocations relays at once, TURNMaxPerMember per
+	// member or volunteer, and TURNBandwidthMB megabytes per second per
+	// relay and direction (0: the default, 4). Relays reach public unicast
+	// addresses only, and the ranges in TURNAllowPeers (CIDR; e.g.
+	// 127.0.0.0/8 for a federation on one machine).
 	// P2PLoopback (p2p_loopback): ICE uses loopback addresses only.
 	// Deprecated and accepted: implied when every member address in the
 	// federation file is loopback (dataplane/scope.go); it matters only
@@ -98,6 +102,8 @@ type Aggregator struct {
 	TURNRelayIP        string
 	TURNMaxAllocations int
 	TURNBandwidthMB    int
+	TURNMaxPerMember   int
+	TURNAllowPeers     []string
 	P2PLoopback        bool
 	// A child cluster in a tree of clusters (docs/tree.md): the parent
 	// cluster's federation file, the delegate key (the key of this
@@ -190,6 +196,8 @@ func LoadAggregator(file string) (*Aggregator, error) {
 		})),
 		mk("turn_max_allocations", false, "", integer(&c.TURNMaxAllocations, 1, 1<<20)),
 		mk("turn_bandwidth_mb", false, "", integer(&c.TURNBandwidthMB, 1, 1<<20)),
+		mk("turn_max_per_member", false, "", integer(&c.TURNMaxPerMember, 1, 1<<20)),
+		mk("turn_allow_peers", false, "", strs(&c.TURNAllowPeers, cidr)),
 		mk("p2p_loopback", false, "", boolean(&c.P2PLoopback)),
 		mk("parent_federation", false, "", str(&c.ParentFederation)),
 		mk("delegate_identity", false, "", str(&c.DelegateIdentity)),
@@ -395,4 +403,14 @@ func logFormat(p *string) parser {
 		*p = s
 		return nil
 	}, "text", "json")
+}
+
+// cidr checks one entry of turn_allow_peers: an address range in CIDR
+// notation.
+func cidr(s string) error {
+	if _, err := netip.ParsePrefix(s); err != nil {
+		return diag.New(diag.P2PConfig, "turn_allow_peers", "%q is not an address range in CIDR notation", s).
+			WithHelp("write a range like 127.0.0.0/8 or 10.0.0.0/8 (only for federations on one machine or one private network)")
+	}
+	return nil
 }

@@ -99,3 +99,20 @@ func TestAggregatorChildKeysTogether(t *testing.T) {
 		}
 	}
 }
+
+// turn_allow_peers takes CIDR ranges; anything else is refused at the
+// entry, with the P2P configuration code.
+func TestAggregatorTURNAllowPeers(t *testing.T) {
+	load := func(extra string) (*Aggregator, error) {
+		dir := writeFiles(t, map[string]string{"agg.yaml": aggBase + extra})
+		return LoadAggregator(filepath.Join(dir, "agg.yaml"))
+	}
+	c, err := load("turn_allow_peers: [127.0.0.0/8, \"fd00::/8\"]\nturn_max_per_member: 2\n")
+	if err != nil || !slices.Equal(c.TURNAllowPeers, []string{"127.0.0.0/8", "fd00::/8"}) || c.TURNMaxPerMember != 2 {
+		t.Fatalf("%+v %v", c, err)
+	}
+	_, err = load("turn_allow_peers: [127.0.0.1]\n")
+	if got := where(err); len(got) != 1 || !strings.HasPrefix(got[0], "SC7") || !strings.HasSuffix(got[0], " 5:20") {
+		t.Errorf("an address without a prefix length: got %v (%v)", got, err)
+	}
+}

@@ -110,8 +110,19 @@ type SubmitJob struct {
 	// share of a parent cluster's job (delegate.go). Its ID is then
 	// SubJobID(*Delegated).
 	Delegated *Delegation `cbor:"delegated,omitempty" json:"delegated,omitempty"`
-	Now       int64       `cbor:"now" json:"now"`
+	// Seed is random bytes the submitting node draws (crypto/rand), in
+	// hex (at most MaxSeed characters; law 3 keeps byte slices out of
+	// commands): the order in which a browser volunteer is offered
+	// the job's shards is derived from it (volunteerOrder), so no
+	// volunteer can predict which shards it or another key will get. It
+	// is not part of the plan and never shown to peers. Empty: index
+	// order.
+	Seed string `cbor:"seed,omitempty" json:"seed,omitempty"`
+	Now  int64  `cbor:"now" json:"now"`
 }
+
+// MaxSeed bounds SubmitJob.Seed.
+const MaxSeed = 64
 
 // Lease asks for up to Max shards (default 1) for Peer, of Kinds (empty:
 // every kind). Grants go to shards that still need replicas: training
@@ -137,6 +148,14 @@ type Lease struct {
 	// silo asks for its rounds apart from generic work, and for generic
 	// work only when its policy takes it.
 	Kinds Kinds `cbor:"kinds,omitempty" json:"kinds,omitempty"`
+	// Origin is the network the lease is asked from, as the volunteer
+	// server saw it when the tab joined (volunteer.Prefix: the /24 of an
+	// IPv4 address, the /56 of an IPv6 one). A shard is never leased to a
+	// peer whose origin equals that of another peer holding a live lease
+	// on it or having committed or reported for it, so two keys held by
+	// one person on one network cannot answer one shard together. Empty
+	// (members): no rule.
+	Origin string `cbor:"origin,omitempty" json:"origin,omitempty"`
 }
 
 // RenewLease extends Peer's live lease on one shard to Now+TTL (never

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"math"
 	"slices"
@@ -39,9 +41,12 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //     agreeing reports that could verify it (see need);
 //   - grants go to training rounds' shards first (a silo's round never
 //     waits behind generic work its lease could have been given), then to
-//     jobs in submission order, shards in index order;
+//     jobs in submission order, shards in index order — for a browser
+//     volunteer, from an offset it cannot predict (volunteerOrder);
 //   - a lease that names kinds (Lease.Kinds) is granted shards of those
 //     kinds only;
+//   - a lease with an Origin is not granted a shard another peer of the
+//     same origin holds a live lease on or answered (sameOrigin);
 //   - when a shard is decided its remaining leases are revoked.
 
 func (m *Machine) lease(c Lease) Result {
@@ -91,9 +96,10 @@ func (m *Machine) lease(c Lease) Result {
 			if j.State != JobRunning || (c.Job != "" && j.ID != c.Job) || !c.Kinds.admits(j) || !pass.takes(j) {
 				continue
 			}
-			for i := j.cursor; i < len(j.Shards) && len(grants) < limit; i++ {
-				s := j.Shards[i]
-				if !pass.shard(s) || !m.eligible(j, s, c.Peer, now) {
+			order := m.volunteerOrder(j, c.Peer)
+			for k := j.cursor; k < len(j.Shards) && len(grants) < limit; k++ {
+				s := j.Shards[order(k)]
+				if !pass.shard(s) || !m.eligible(j, s, c.Peer, now) || sameOrigin(s, c.Peer, c.Origin, now) {
 					continue
 				}
 				ttl := c.TTL
@@ -102,6 +108,12 @@ func (m *Machine) lease(c Lease) Result {
 				}
 				expiry := now + ttl
 				s.addLease(c.Peer, expiry)
+				if c.Origin != "" {
+					if s.Origins == nil {
+						s.Origins = map[string]string{}
+					}
+					s.Origins[c.Peer] = c.Origin
+				}
 				m.nextExpiry = min(m.nextExpiry, expiry)
 				grants = append(grants, LeaseGrant{Job: j.ID, Shard: s.Index, ShardID: s.ID, Price: s.Price, Expiry: expiry})
 				events = append(events, ShardLeased{Job: j.ID, Shard: s.Index, Peer: c.Peer, Expiry: expiry})
@@ -121,6 +133,30 @@ func (m *Machine) lease(c Lease) Result {
 		m.st.LeaseMemo[memoAt] = &leaseMemo{RequestID: c.RequestID, Grants: slices.Clone(grants)}
 	}
 	return Result{Response: &LeaseResponse{Grants: grants, Jobs: m.leaseJobs(grants)}, Events: events}
+}
+
+// volunteerOrder maps the k-th shard a lease looks at (cursor ≤ k <
+// len(Shards)) to a shard index. Members get index order. A browser
+// volunteer on a job with a seed starts at an offset drawn from
+// SHA-256(seed, peer, leases granted to the peer so far) and wraps: the
+// seed is the submitting node's secret, so no volunteer can predict which
+// shards it, or another key of its own, will be offered, and two keys
+// asking in turn no longer get the same shards in the same order.
+func (m *Machine) volunteerOrder(j *jobState, peer string) func(int) int {
+	n := len(j.Shards) - j.cursor
+	if len(j.Seed) == 0 || n <= 1 || !receipt.IsVolunteer(peer) {
+		return func(k int) int { return k }
+	}
+	h := sha256.New()
+	h.Write([]byte(j.Seed))
+	h.Write([]byte(peer))
+	var leases [8]byte
+	if rec := m.st.Peers[peer]; rec != nil {
+		binary.BigEndian.PutUint64(leases[:], uint64(rec.Leases))
+	}
+	h.Write(leases[:])
+	off := int(binary.BigEndian.Uint64(h.Sum(nil)) % uint64(n))
+	return func(k int) int { return j.cursor + (k-j.cursor+off)%n }
 }
 
 // leasePass is one pass of a lease over the running jobs. The passes, in
@@ -215,6 +251,28 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 		return false
 	}
 	return need(j, s) > liveLeases(s, now)
+}
+
+// sameOrigin reports whether another peer of origin holds a live lease on
+// s, or has committed or reported for it: then peer, of the same origin,
+// gets no lease on s. Peers whose lease expired without an answer do not
+// count, so a closed tab does not keep its network from the shard.
+func sameOrigin(s *shardState, peer, origin string, now int64) bool {
+	if origin == "" {
+		return false
+	}
+	for q, o := range s.Origins {
+		if q == peer || o != origin {
+			continue
+		}
+		if i, has := s.leaseOf(q); has && s.Leases[i].Expiry > now {
+			return true
+		}
+		if s.reportOf(q) != nil || s.commitOf(q) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // need is the smallest number of further reports that could verify s if

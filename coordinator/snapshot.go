@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -157,6 +158,7 @@ func (j *jobState) capture() *jobState {
 		sc := &shards[i]
 		sc.Holders, sc.Agreeing, sc.Losers = strs.clone(s.Holders), strs.clone(s.Agreeing), strs.clone(s.Losers)
 		sc.Leases, sc.Commits = leases.clone(s.Leases), commits.clone(s.Commits)
+		sc.Origins = maps.Clone(s.Origins)
 		sc.Reports, sc.Verdicts = reports.clone(s.Reports), verdicts.clone(s.Verdicts)
 		c.Shards[i] = sc
 	}

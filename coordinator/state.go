@@ -70,7 +70,10 @@ type jobState struct {
 	SecurityCritical bool         `cbor:"security_critical"`
 	// ReadsInputs: the plan names input tables (SubmitJob.Inputs), which
 	// a browser volunteer has no folder to hold (volunteerMay).
-	ReadsInputs bool          `cbor:"reads_inputs,omitempty"`
+	ReadsInputs bool `cbor:"reads_inputs,omitempty"`
+	// Seed orders the shards a browser volunteer is offered
+	// (SubmitJob.Seed, volunteerOrder).
+	Seed        string        `cbor:"seed,omitempty"`
 	Policy      Policy        `cbor:"policy"`
 	Method      string        `cbor:"method"`
 	Plan        content.Ref   `cbor:"plan"` // hash of the submission without Now
@@ -113,6 +116,11 @@ type shardState struct {
 	Leases []lease `cbor:"leases,omitempty"`
 	// Holders are the peers ever granted a lease on the shard, sorted.
 	Holders []string `cbor:"holders,omitempty"`
+	// Origins are the network origins (Lease.Origin: a browser
+	// volunteer's join prefix) holders leased the shard from, by peer;
+	// two peers of one origin never hold or answer one shard together
+	// (sameOrigin).
+	Origins map[string]string `cbor:"origins,omitempty"`
 	// Commits are the peers' commitments in arrival order, at most one per
 	// peer (commit.go).
 	Commits []commitment `cbor:"commits,omitempty"`

@@ -20,6 +20,9 @@ func (m *Machine) submit(c SubmitJob) Result {
 	if d := firstOf(checkSubmit(c, subject), checkDelegation(c, subject)); d != nil {
 		return refuse(d)
 	}
+	if len(c.Seed) > MaxSeed {
+		return refuse(badCommand("submit: a seed of %d characters, at most %d", len(c.Seed), MaxSeed))
+	}
 	plan := planHash(c)
 	if j := m.jobs[string(c.Job)]; j != nil {
 		if j.Plan != plan {
@@ -54,7 +57,7 @@ func (m *Machine) submit(c SubmitJob) Result {
 		ID: c.Job, Name: c.Name, Bundle: c.Bundle, Run: c.Run, Round: c.Round, Regime: m.st.Regime, SecurityCritical: c.SecurityCritical,
 		ReadsInputs: len(c.Inputs) > 0, Policy: pol, Method: jobMethod(pol), Plan: plan,
 		SubmittedAt: now, Submitter: c.Submitter, State: JobRunning, Shards: make([]*shardState, len(c.Shards)),
-		Delegated: cloneDelegation(c.Delegated),
+		Delegated: cloneDelegation(c.Delegated), Seed: c.Seed,
 	}
 	for i, s := range c.Shards {
 		j.Shards[i] = &shardState{Index: s.Index, ID: s.ID, Price: s.Price, PriceBasis: s.PriceBasis, Peer: s.Peer, Via: s.Via, State: StatePending}
@@ -243,7 +246,7 @@ func DefaultReplicas(r trust.Regime) int {
 // planHash identifies a submission apart from its time, so that a retried
 // submission is recognised as the same.
 func planHash(c SubmitJob) content.Ref {
-	c.Now, c.Submitter, c.Canaries = 0, "", nil
+	c.Now, c.Submitter, c.Canaries, c.Seed = 0, "", nil, ""
 	if len(c.Inputs) == 0 {
 		c.Inputs = nil
 	}

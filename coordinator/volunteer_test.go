@@ -98,13 +98,7 @@ func TestVolunteerPeers(t *testing.T) {
 // makes room again. A member asking for many is not capped.
 func TestVolunteerLeaseCap(t *testing.T) {
 	name := receipt.VolunteerPeer(identity.NewFromSeed([32]byte{45}).Public().String())
-	var shards []ShardPlan
-	for i := range 20 {
-		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
-	}
-	m, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: 1000})
-	job := content.Hash([]byte("open"))
-	applyEncoded(t, m, SubmitJob{Job: job, Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
+	m, job := openJob(t, 20, 1000)
 	grants := func(r Result) []LeaseGrant {
 		t.Helper()
 		if r.Refused() {
@@ -136,4 +130,136 @@ func TestVolunteerLeaseCap(t *testing.T) {
 	if g := grants(applyEncoded(t, m, Lease{Peer: "w1", Now: 2000, Max: 20, Hold: 1})); len(g) != 20 {
 		t.Fatalf("a member got %d grants, want all 20 (no cap)", len(g))
 	}
+}
+
+// The reviewer's attack: one person, two volunteer keys (two cheap joins)
+// from one network, in an open pool. Before Lease.Origin both keys leased
+// both replicas of every shard and their agreeing wrong result verified
+// all 4 of 4 shards. Now the second key of the origin gets no shard the
+// first holds or answered, nothing is decided by the two alone, and a
+// volunteer from another network gets the second replica: its honest
+// result disagrees, so the wrong one is never verified.
+func TestSameOriginVolunteersNeverAnswerOneShard(t *testing.T) {
+	vol := func(seed byte) string {
+		return receipt.VolunteerPeer(identity.NewFromSeed([32]byte{seed}).Public().String())
+	}
+	a, b, honest := vol(61), vol(62), vol(63)
+	m, job := openJob(t, 4, 60000)
+	wrong, right := content.Hash([]byte("wrong")), content.Hash([]byte("right"))
+	lease := func(peer, origin string, now int64) []LeaseGrant {
+		t.Helper()
+		r := applyEncoded(t, m, Lease{Peer: peer, Now: now, Max: 8, Origin: origin})
+		if r.Refused() {
+			t.Fatal(r.Refusal)
+		}
+		return r.Response.(*LeaseResponse).Grants
+	}
+	report := func(peer string, g []LeaseGrant, res content.Ref, now int64) {
+		t.Helper()
+		for _, g := range g {
+			if r := applyEncoded(t, m, ReportResult{Peer: peer, Job: g.Job, Shard: g.Shard, Result: res, Now: now}); r.Refused() {
+				t.Fatal(r.Refusal)
+			}
+		}
+	}
+	ga := lease(a, "198.51.100.0/24", 2)
+	if len(ga) != 4 {
+		t.Fatalf("the first key got %d shards, want 4", len(ga))
+	}
+	if gb := lease(b, "198.51.100.0/24", 3); len(gb) != 0 {
+		t.Fatalf("the second key of the same network got %d shards the first holds", len(gb))
+	}
+	report(a, ga, wrong, 4)
+	if gb := lease(b, "198.51.100.0/24", 5); len(gb) != 0 {
+		t.Fatalf("the second key of the same network got %d shards the first answered", len(gb))
+	}
+	gh := lease(honest, "203.0.113.0/24", 6)
+	if len(gh) != 4 {
+		t.Fatalf("a volunteer of another network got %d shards, want 4", len(gh))
+	}
+	report(honest, gh, right, 7)
+	st, err := m.Job(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.Shards {
+		if s.State == StateVerified && s.Result == wrong {
+			t.Errorf("shard %d verified with the colluders' wrong result", s.Index)
+		}
+	}
+	// Nor the tie-break replica the disagreement opened: its network
+	// answered every shard already.
+	if gb := lease(b, "198.51.100.0/24", 8); len(gb) != 0 {
+		t.Fatalf("the second key got %d shards its network's first key answered", len(gb))
+	}
+}
+
+// openJob is an open pool running one job of n flat-priced shards, two
+// replicas each, with leases of ttl ms.
+func openJob(t *testing.T, n int, ttl int64) (*Machine, content.Ref) {
+	var shards []ShardPlan
+	for i := range n {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
+	}
+	m, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: ttl})
+	job := content.Hash([]byte("open"))
+	applyEncoded(t, m, SubmitJob{Job: job, Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice", Policy: Policy{Replicas: 2}, Shards: shards, Now: 1})
+	return m, job
+}
+
+// With a seed (the submitting node's secret), two volunteer keys of
+// different networks asking in turn are not offered the same shards:
+// before, shards went out in index order, so the second key took the
+// second replica of exactly the 8 shards the first held. A member still
+// gets index order, and so does a job without a seed.
+func TestVolunteerOrderUnpredictable(t *testing.T) {
+	vol := func(seed byte) string {
+		return receipt.VolunteerPeer(identity.NewFromSeed([32]byte{seed}).Public().String())
+	}
+	var shards []ShardPlan
+	for i := range 256 {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i), 1}), Price: 1, PriceBasis: "flat"})
+	}
+	leased := func(peer, origin string, m *Machine) map[int]bool {
+		t.Helper()
+		r := applyEncoded(t, m, Lease{Peer: peer, Now: 2, Max: 8, Origin: origin})
+		if r.Refused() {
+			t.Fatal(r.Refusal)
+		}
+		out := map[int]bool{}
+		for _, g := range r.Response.(*LeaseResponse).Grants {
+			out[g.Shard] = true
+		}
+		return out
+	}
+	overlap := func(seed string) (int, map[int]bool) {
+		m, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: 60000})
+		applyEncoded(t, m, SubmitJob{Job: content.Hash([]byte("o")), Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice",
+			Policy: Policy{Replicas: 2}, Shards: shards, Seed: seed, Now: 1})
+		a := leased(vol(81), "198.51.100.0/24", m)
+		b := leased(vol(82), "203.0.113.0/24", m)
+		n := 0
+		for s := range b {
+			if a[s] {
+				n++
+			}
+		}
+		return n, leased("w1", "", m)
+	}
+	if n, _ := overlap(""); n != 8 {
+		t.Fatalf("without a seed the two keys share %d of 8 shards, want 8 (index order)", n)
+	}
+	if n, w := overlap("5d1c0a7e93b24f68a0e1c2d3b4a59687"); n > 2 || !w[0] || !w[7] {
+		t.Errorf("with a seed the two keys share %d of 8 shards (want ≤ 2); the member got %v (want index order from 0)", n, w)
+	}
+	wantCode(t, applyEncoded(t, mustNew(t), SubmitJob{Job: content.Hash([]byte("x")), Name: "x", Bundle: content.Hash([]byte("b")),
+		Policy: Policy{Replicas: 2}, Shards: shards[:1], Seed: strings.Repeat("a", MaxSeed+1), Now: 1}), diag.PoolBadCommand)
+}
+
+func mustNew(t *testing.T) *Machine {
+	m, err := New(Config{Regime: trust.Open, DefaultLeaseTTL: 60000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -38,7 +38,7 @@ func BenchmarkTransfer(b *testing.B) {
 			report(b, tcp[size], measure(b, size, dcTransfer(b, data, ref, nil)))
 		})
 		b.Run("turn/"+label, func(b *testing.B) {
-			srv, err := StartTURN(TURNConfig{Listen: "127.0.0.1:0", RelayIP: net.IPv4(127, 0, 0, 1)})
+			srv, err := StartTURN(TURNConfig{Listen: "127.0.0.1:0", RelayIP: net.IPv4(127, 0, 0, 1), AllowPeers: loopbackOnly, BandwidthBytes: 1 << 30})
 			if err != nil {
 				b.Fatal(err)
 			}

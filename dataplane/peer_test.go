@@ -144,7 +144,7 @@ func TestDirectPutGet(t *testing.T) {
 // the blob crosses it, and the path says so.
 func TestRelayPolicyUsesTURN(t *testing.T) {
 	fed, ids := testFed(t, "a", "b")
-	srv, err := StartTURN(TURNConfig{Listen: "127.0.0.1:0", RelayIP: net.IPv4(127, 0, 0, 1)})
+	srv, err := StartTURN(TURNConfig{Listen: "127.0.0.1:0", RelayIP: net.IPv4(127, 0, 0, 1), AllowPeers: loopbackOnly})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,13 @@ package silo
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/internal/testfault"
+	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/secagg/he"
 	"github.com/scellis/scellis/secagg/transport"
 	"github.com/scellis/scellis/secagg/wire"
@@ -18,6 +20,39 @@ func aggMode(b fl.RoundBundle) string {
 		return fl.AggThresholdHE
 	}
 	return fl.AggMasking
+}
+
+// heThreshold returns the threshold a threshold-he round decrypts with,
+// once its HE parameters are shown to describe the cohort its masking
+// parameters name (the ones the silo's policy reads: cohort size, keys):
+// the same members with the same keys. Before, a round could name a
+// large cohort in its masking parameters, pass the policy, and run HE
+// with fewer members or a lower threshold that nothing compared.
+func heThreshold(b fl.RoundBundle) (int, error) {
+	hp := b.HE.Params
+	if !sameMembers(hp.Members, b.SecAgg.Members) {
+		return 0, fmt.Errorf("the round's threshold-he members (%d) are not the %d sites of its secure-aggregation parameters", len(hp.Members), len(b.SecAgg.Members))
+	}
+	return hp.EffectiveThreshold()
+}
+
+// sameMembers reports whether a and b name the same sites with the same
+// keys, in any order.
+func sameMembers(a, b []secagg.Member) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	keys := make(map[string]string, len(a))
+	for _, m := range a {
+		keys[m.ID] = string(m.Key)
+	}
+	for _, m := range b {
+		if k, ok := keys[m.ID]; !ok || k != string(m.Key) {
+			return false
+		}
+		delete(keys, m.ID)
+	}
+	return len(keys) == 0
 }
 
 // checkHE refuses, before anything is charged, an input a threshold-he

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/identity"
@@ -68,7 +69,84 @@ func openLedger(c *config.Silo, id *identity.Identity, now func() time.Time) (*d
 		return nil, diag.New(diag.LedgerHistory, c.Ledger, "the ledger at this path (genesis %s) is not the ledger this silo has charged (genesis %s, recorded in %s)", genesis.Short(), strings.TrimPrefix(want, "sha256:")[:12], marker).
 			WithHelp("point ledger: at the silo's own ledger, or restore it; a silo never switches to another ledger with fresh budgets")
 	}
+	if err := checkAnchor(c.DataDir, c.Ledger, snap); err != nil {
+		l.Close()
+		return nil, err
+	}
 	return l, nil
+}
+
+// ledgerAnchor is the file in a silo's data_dir naming how many entries
+// its ledger held and the hash of the last, when the silo last started or
+// charged. It lives apart from the ledger, so a rolled-back copy of the
+// ledger (same genesis, fewer entries: spent ε refunded) is refused at
+// start-up instead of only by an external `ledger audit`.
+const ledgerAnchor = "ledger.anchor"
+
+// checkAnchor refuses a ledger shorter than the anchor says, or whose
+// entry at the anchor is another (a rewritten history), then moves the
+// anchor to the ledger's head. A ledger longer than the anchor is fine:
+// entries appended offline (budgets) or a charge whose anchor update a
+// crash cut off extend the same chain.
+func checkAnchor(dataDir, ledgerPath string, snap *dp.Snapshot) error {
+	path := filepath.Join(dataDir, ledgerAnchor)
+	n, hash, err := readAnchor(path)
+	if err != nil {
+		return err
+	}
+	ents := snap.Entries()
+	switch {
+	case n > len(ents):
+		return diag.New(diag.LedgerHistory, ledgerPath, "the ledger holds %d entries but this silo had charged it up to entry %d (%s, recorded in %s): it was rolled back, which refunds spent ε", len(ents), n, hash.Short(), path).
+			WithHelp("restore the silo's latest ledger (the one with entry %s) and start again; never restore an older copy. See docs/dp.md, \"A damaged ledger\"", hash.Short())
+	case n > 0 && ents[n-1].Hash != hash:
+		return diag.New(diag.LedgerHistory, ledgerPath, "the ledger's entry %d is %s, not %s as this silo recorded in %s: its history was rewritten", n, ents[n-1].Hash.Short(), hash.Short(), path).
+			WithHelp("restore the silo's own ledger and start again; a silo never accepts a rewritten history")
+	}
+	return writeAnchor(path, snap)
+}
+
+// readAnchor returns the anchor's entry count and last hash (0 and ""
+// when there is none yet).
+func readAnchor(path string) (int, content.Ref, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, "", nil
+	}
+	var n int
+	var h string
+	if err == nil {
+		_, err = fmt.Sscanf(string(b), "%d %s", &n, &h)
+	}
+	if err != nil || n < 1 || !content.IsRef(h) {
+		return 0, "", diag.New(diag.SiloStateUnavailable, path, "the ledger anchor is unreadable or does not hold an entry count and hash").
+			WithHelp("restore %s from a backup, or, only if the ledger is known to be the silo's latest, delete it: the silo writes it again from the ledger", path)
+	}
+	return n, content.Ref(h), nil
+}
+
+// writeAnchor records snap's entry count and head, durably.
+func writeAnchor(path string, snap *dp.Snapshot) error {
+	ents := snap.Entries()
+	if len(ents) == 0 {
+		return nil
+	}
+	if err := writeFileSync(path, fmt.Sprintf("%d %s\n", len(ents), ents[len(ents)-1].Hash)); err != nil {
+		return diag.New(diag.SiloStateUnavailable, path, "cannot write the ledger anchor: %v", err).WithHelp("check data_dir in the silo config")
+	}
+	return nil
+}
+
+// anchorLedger moves the anchor to the ledger's head after a charge; a
+// failure is logged (the charge stands, and the next start re-anchors).
+func (a *Appliance) anchorLedger() {
+	snap, err := a.Ledger.Snapshot()
+	if err == nil {
+		err = writeAnchor(filepath.Join(a.Config.DataDir, ledgerAnchor), snap)
+	}
+	if err != nil {
+		a.logf("ledger anchor: %v", err)
+	}
 }
 
 // checkLedgerKeyMode refuses an identity key file that its group or others
@@ -123,9 +201,13 @@ func readMarker(path string) (string, error) {
 	return s, nil
 }
 
-func writeMarker(path, genesis string) error {
+func writeMarker(path, genesis string) error { return writeFileSync(path, genesis+"\n") }
+
+// writeFileSync replaces path with body durably (a synced temporary file
+// renamed over it).
+func writeFileSync(path, body string) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(genesis+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
 		return err
 	}
 	f, err := os.Open(tmp)

@@ -8,7 +8,9 @@ import (
 
 	"filippo.io/age"
 
+	"github.com/scellis/scellis/config"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/silo"
 )
@@ -27,13 +29,7 @@ func TestSiloRefusesLedgerWithoutHistory(t *testing.T) {
 		t.Fatalf("ledger mode: %v %v", fi.Mode(), err)
 	}
 	own, _ := os.ReadFile(c.Ledger)
-	open := func() error {
-		a, err := silo.Open(c, w.ids[name], w.fed, silo.Options{})
-		if err == nil {
-			a.Close()
-		}
-		return err
-	}
+	open := opener(w, c, name)
 	wantHistory := func(err error) {
 		t.Helper()
 		ds, ok := diag.As(err)
@@ -135,4 +131,62 @@ func TestSiloRefusesLooseLedgerKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.Close()
+}
+
+// A rolled-back copy of the silo's own ledger (same genesis, fewer
+// entries: spent ε refunded) is refused at start-up (SC5041), and so is a
+// copy whose history was rewritten past the anchor; the silo's latest
+// ledger opens. Before, both opened and only an external `ledger audit`
+// could tell.
+func TestSiloRefusesRolledBackLedger(t *testing.T) {
+	t.Parallel()
+	w := newRoundWorld(t)
+	const name = "hospital-a"
+	a := w.openSilo(name, nil)
+	c := a.Config
+	a.Close()
+	old, _ := os.ReadFile(c.Ledger)
+	appendEntry := func(dataset string) {
+		t.Helper()
+		l, err := dp.Open(c.Ledger, w.ids[name].PrivateKey(), &dp.Options{Silo: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if _, err := l.DeclareBudget(dataset, 1, 1e-6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	open := opener(w, c, name)
+	appendEntry("later") // as a charge would, then the silo starts on it
+	if err := open(); err != nil {
+		t.Fatal(err)
+	}
+	latest, _ := os.ReadFile(c.Ledger)
+	wantRefused := func(what, word string) {
+		t.Helper()
+		err := open()
+		if ds, ok := diag.As(err); !ok || ds[0].Code != diag.LedgerHistory || !strings.Contains(ds[0].Message, word) {
+			t.Fatalf("%s: got %v, want SC5041 saying %q", what, err, word)
+		}
+	}
+	os.WriteFile(c.Ledger, old, 0o600)
+	wantRefused("a rolled-back copy", "rolled back")
+	appendEntry("another") // same length as the latest, another history
+	wantRefused("a rewritten copy", "rewritten")
+	os.WriteFile(c.Ledger, latest, 0o600)
+	if err := open(); err != nil {
+		t.Fatalf("the silo's latest ledger: %v", err)
+	}
+}
+
+// opener opens and closes silo name with config c, returning why not.
+func opener(w *roundWorld, c *config.Silo, name string) func() error {
+	return func() error {
+		a, err := silo.Open(c, w.ids[name], w.fed, silo.Options{})
+		if err == nil {
+			a.Close()
+		}
+		return err
+	}
 }

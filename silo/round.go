@@ -210,6 +210,13 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 	if err != nil {
 		return decline(err)
 	}
+	if b.HE != nil {
+		// The policy below is checked against the cohort and threshold
+		// the sum is really formed with: the HE parameters'.
+		if threshold, err = heThreshold(b); err != nil {
+			return decline(bad("%v", err))
+		}
+	}
 	var masking secagg.Protocol
 	if b.HE == nil {
 		if masking, _, _, err = b.SecAgg.Degree(); err != nil {
@@ -502,6 +509,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			if err != nil {
 				return decline(err)
 			}
+			a.anchorLedger()
 			a.logf("%s: charged evaluation dataset %s ε = %.6g, ledger entry %s", subject, spec.Spec.Eval.Dataset, e.Charge.Epsilon, e.Hash.Short())
 		}
 	}
@@ -512,6 +520,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		if err != nil {
 			return decline(err) // an overdraft raced in: nothing leaves
 		}
+		a.anchorLedger()
 		rec.LedgerEntry, rec.Mechanisms, rec.Epsilon = e.Hash, e.Charge.Mechanisms, e.Charge.Epsilon
 		a.logf("%s: charged dataset %s ε = %.6g (cumulative %.6g), ledger entry %s", subject, req.Dataset, e.Charge.Epsilon, e.Charge.Cumulative, e.Hash.Short())
 		if testfault.Armed(testfault.KillAfterCharge) {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
@@ -13,6 +14,7 @@ import (
 	"github.com/scellis/scellis/fl/account"
 	"github.com/scellis/scellis/identity"
 	"github.com/scellis/scellis/receipt"
+	"github.com/scellis/scellis/silo"
 	"github.com/scellis/scellis/trust"
 	"github.com/scellis/scellis/viz"
 )
@@ -582,7 +584,34 @@ func (f *full) forViewer(v Viewer, m identity.Member) Picture {
 		p.Jobs[i] = jv
 	}
 	p.Ledger = f.ledgerOf(m.Name)
+	p.Runs = declinesFor(f.Runs, m.Name)
 	return p
+}
+
+// declinesFor cuts the rounds' decline reasons for viewer: a silo's
+// refusal codes and messages (why it declined: its policy, its budget)
+// are its own records, shown to that silo only; every other viewer sees
+// that it declined, not why. Before, every viewer saw every silo's codes.
+func declinesFor(runs []RunView, viewer string) []RunView {
+	out := make([]RunView, len(runs))
+	for i, rv := range runs {
+		rv.Done = slices.Clone(rv.Done)
+		for k, round := range rv.Done {
+			if len(round.Declined) == 0 {
+				continue
+			}
+			cut := make(map[string]string, len(round.Declined))
+			for s, why := range round.Declined {
+				if s != viewer && isCode(strings.Fields(why + " ")[0]) {
+					why = silo.Declined
+				}
+				cut[s] = why
+			}
+			rv.Done[k].Declined = cut
+		}
+		out[i] = rv
+	}
+	return out
 }
 
 // ledgerOf returns one silo's records.
@@ -594,4 +623,17 @@ func (f *full) ledgerOf(name string) []LedgerEntry {
 		}
 	}
 	return out
+}
+
+// isCode reports whether s is a diagnostic code ("SC" and four digits).
+func isCode(s string) bool {
+	if len(s) != 6 || !strings.HasPrefix(s, "SC") {
+		return false
+	}
+	for _, r := range s[2:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
 }

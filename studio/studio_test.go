@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -104,6 +105,36 @@ func TestViewerTokens(t *testing.T) {
 	stranger, _ := identity.Generate()
 	if _, _, err := IssueToken(stranger, w.fed, time.Hour, now); !errors.Is(err, ErrTokenMember) {
 		t.Fatalf("a stranger's token: %v", err)
+	}
+}
+
+// A member's own signed token whose life wraps time.Duration (2^64 ns
+// past a whole number of seconds: 18,446,744,074 s, about 584 years) or
+// whose times are negative is refused (ErrTokenTTL). Before, the
+// life multiplied into a Duration wrapped to 0.29 s, under MaxTTL, and
+// the token was accepted for 584 years.
+func TestViewerTokenLifeOverflow(t *testing.T) {
+	w := newWorld(t)
+	now := time.Now()
+	sign := func(c Claims) string {
+		body, _ := json.Marshal(c)
+		return tokenPrefix + b64.EncodeToString(body) + "." + b64.EncodeToString(identity.Sign(w.keys["h1"], identity.PurposeViewerToken, body))
+	}
+	at := now.Unix()
+	for _, c := range []Claims{
+		{Member: "h1", Issued: at, Expiry: at + 18446744074},
+		{Member: "h1", Issued: at, Expiry: math.MaxInt64},
+		{Member: "h1", Issued: math.MinInt64 + 1, Expiry: at + 3600},
+		{Member: "h1", Issued: -1, Expiry: at + 3600},
+		{Member: "h1", Issued: at, Expiry: at + int64(MaxTTL/time.Second) + 1},
+	} {
+		if _, _, err := VerifyToken(sign(c), w.fed, now.Add(48*time.Hour)); !errors.Is(err, ErrTokenTTL) {
+			t.Errorf("iat %d exp %d, checked two days later: %v, want ErrTokenTTL", c.Issued, c.Expiry, err)
+		}
+	}
+	c := Claims{Member: "h1", Issued: at, Expiry: at + int64(MaxTTL/time.Second)}
+	if _, _, err := VerifyToken(sign(c), w.fed, now.Add(time.Hour)); err != nil {
+		t.Errorf("a token of exactly MaxTTL: %v", err)
 	}
 }
 
@@ -390,5 +421,24 @@ func TestStudioRunFromTheAccount(t *testing.T) {
 	}
 	if n := len(full.ledgerOf("h1")); n != 2 {
 		t.Fatalf("h1's own ledger view lists %d records, want both attempts'", n)
+	}
+}
+
+// A silo's refusal codes and messages (why it declined a round) reach its
+// own viewer only; another silo, a researcher or an operator sees that it
+// declined, not why. Before, every viewer saw every silo's codes.
+func TestDeclineReasonsOnlyForTheSilo(t *testing.T) {
+	w := newWorld(t)
+	f := &full{Picture: Picture{Runs: []RunView{{Done: []RoundView{{Round: 1, Declined: map[string]string{
+		"h1": "SC9201 the round's noise is below this silo's policy", "h2": "failed"}}}}}}}
+	for viewer, want := range map[string]string{"h1": "SC9201 the round's noise is below this silo's policy", "h2": "declined", "alice": "declined"} {
+		m, _ := w.fed.Member(viewer)
+		got := f.forViewer(Viewer{Member: viewer}, m).Runs[0].Done[0].Declined
+		if got["h1"] != want || got["h2"] != "failed" {
+			t.Errorf("%s sees %v, want h1 %q and h2 failed", viewer, got, want)
+		}
+	}
+	if f.Runs[0].Done[0].Declined["h1"] == "declined" {
+		t.Error("cutting a viewer's picture changed the full one")
 	}
 }

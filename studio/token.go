@@ -103,11 +103,23 @@ func VerifyToken(tok string, fed *identity.Federation, now time.Time) (identity.
 	if !identity.Verify(m.PublicKey, identity.PurposeViewerToken, body, sig) {
 		return identity.Member{}, c, ErrTokenForged
 	}
-	if time.Duration(c.Expiry-c.Issued)*time.Second > MaxTTL || c.Expiry <= c.Issued {
+	if !lifeOK(c) {
 		return identity.Member{}, c, ErrTokenTTL
 	}
 	if c.Issued > now.Add(clockSkew).Unix() || now.Unix() >= c.Expiry {
 		return identity.Member{}, c, ErrTokenExpired
 	}
 	return m, c, nil
+}
+
+// lifeOK reports whether c's life is more than 0 and at most MaxTTL,
+// compared in whole seconds without overflow: both times must be
+// non-negative (so Expiry-Issued cannot wrap) and the life is never
+// multiplied into a Duration (which wrapped for a life of about 584
+// years, and such a token was accepted until then).
+func lifeOK(c Claims) bool {
+	if c.Issued < 0 || c.Expiry <= c.Issued {
+		return false
+	}
+	return c.Expiry-c.Issued <= int64(MaxTTL/time.Second)
 }

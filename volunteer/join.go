@@ -1,6 +1,7 @@
 package volunteer
 
 import (
+	"container/list"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -69,7 +71,37 @@ type session struct {
 	secret []byte
 	key    string
 	peer   string
+	origin string // the join's network prefix (Prefix), fixed for the session
 	expiry time.Time
+}
+
+// The prefixes whose volunteers never answer one shard together
+// (coordinator.Lease.Origin): an IPv4 /24 and an IPv6 /56, the smallest
+// blocks a home or small office commonly gets, so two keys of one person
+// at one place share one.
+const (
+	ReplicaPrefixV4 = 24
+	ReplicaPrefixV6 = 56
+)
+
+// Prefix is the network of ip (text form) in CIDR notation, masked to
+// bits4 for IPv4 (and IPv4-mapped IPv6) and bits6 for IPv6; an
+// unparsable ip is returned as it is, so it is still one origin.
+func Prefix(ip string, bits4, bits6 int) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return ip
+	}
+	a = a.Unmap()
+	bits := bits6
+	if a.Is4() {
+		bits = bits4
+	}
+	p, err := a.WithZone("").Prefix(bits)
+	if err != nil {
+		return ip
+	}
+	return p.String()
 }
 
 func (s *Server) challengeMAC(key string, payload []byte) []byte {
@@ -178,7 +210,7 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request) {
 		bad("the challenge was used already (a replay)")
 		return
 	}
-	sess, d := s.newSession(req.Key)
+	sess, d := s.newSession(req.Key, Prefix(clientIP(r), ReplicaPrefixV4, ReplicaPrefixV6))
 	if d != nil {
 		writeDiag(w, http.StatusServiceUnavailable, d)
 		return
@@ -187,7 +219,8 @@ func (s *Server) join(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sess)
 }
 
-func (s *Server) newSession(key string) (Session, *diag.Diagnostic) {
+// newSession opens a session for key joined from network origin.
+func (s *Server) newSession(key, origin string) (Session, *diag.Diagnostic) {
 	id, secret := make([]byte, 12), make([]byte, 32)
 	if _, err := rand.Read(id); err != nil {
 		return Session{}, diag.New(diag.VolunteerBadRequest, "session", "%v", err)
@@ -207,7 +240,7 @@ func (s *Server) newSession(key string) (Session, *diag.Diagnostic) {
 		return Session{}, diag.New(diag.VolunteerFull, "sessions", "this node holds %d volunteer sessions, its limit", len(s.sessions)).
 			WithHelp("try again later, or open the volunteer page of another aggregator node")
 	}
-	ss := &session{secret: secret, key: key, peer: receipt.VolunteerPeer(key), expiry: now.Add(s.opt.SessionTTL)}
+	ss := &session{secret: secret, key: key, peer: receipt.VolunteerPeer(key), origin: origin, expiry: now.Add(s.opt.SessionTTL)}
 	s.sessions[hex.EncodeToString(id)] = ss
 	return Session{Token: "vs1." + hex.EncodeToString(id) + "." + b64.EncodeToString(secret), Peer: ss.peer, Expires: ss.expiry.UnixMilli()}, nil
 }
@@ -269,38 +302,91 @@ func (s *Server) SessionPeer(r *http.Request) (string, error) {
 }
 
 // limiter bounds joins per client address and for everyone.
+// limiter bounds join requests per client, per client network and for
+// everyone. The client is keyed by its address's /32 (IPv4) or /64
+// (IPv6): an IPv6 subscriber gets at least a /64 and can use any address
+// in it, so keying by the full address let one host pass the per-address
+// limit with fresh addresses and use up the global budget; an IPv4
+// address is already scarce, and a whole /24 often holds unrelated users
+// (carrier NAT, a campus), so IPv4 is keyed by the address. The network
+// tier (/24 IPv4, /48 IPv6: a site's allocation) allows blockFactor times
+// the client's rate, so one site's many /64s cannot drain the global
+// budget either. Each table holds at most maxKeys entries and drops the
+// least recently used one when full, never the whole table: a flood of
+// new keys cannot reset a client that keeps asking.
 type limiter struct {
-	mu     sync.Mutex
-	per    rate.Limit
-	burst  int
-	global *rate.Limiter
-	ips    map[string]*rate.Limiter
+	mu      sync.Mutex
+	per     rate.Limit
+	burst   int
+	global  *rate.Limiter
+	clients *lruLimiters
+	blocks  *lruLimiters
 }
+
+// The limiter's key prefixes, table bound and network-tier factor.
+const (
+	limitPrefixV4, limitPrefixV6 = 32, 64
+	blockPrefixV4, blockPrefixV6 = 24, 48
+	maxLimiterKeys               = 100000
+	blockFactor                  = 10
+)
 
 func newLimiter(perMinute, burst, globalPerMinute int) *limiter {
 	return &limiter{per: rate.Limit(float64(perMinute) / 60), burst: burst,
-		global: rate.NewLimiter(rate.Limit(float64(globalPerMinute)/60), max(burst, globalPerMinute/10)), ips: map[string]*rate.Limiter{}}
+		global:  rate.NewLimiter(rate.Limit(float64(globalPerMinute)/60), max(burst, globalPerMinute/10)),
+		clients: newLRULimiters(maxLimiterKeys), blocks: newLRULimiters(maxLimiterKeys)}
 }
 
 // allow says "" when a join request from ip may go on, else why not.
 func (l *limiter) allow(ip string, now time.Time) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.ips) > 100000 {
-		l.ips = map[string]*rate.Limiter{} // forget idle addresses wholesale
-	}
-	lim := l.ips[ip]
-	if lim == nil {
-		lim = rate.NewLimiter(l.per, l.burst)
-		l.ips[ip] = lim
-	}
-	if !lim.AllowN(now, 1) {
+	client := l.clients.get(Prefix(ip, limitPrefixV4, limitPrefixV6), l.per, l.burst)
+	block := l.blocks.get(Prefix(ip, blockPrefixV4, blockPrefixV6), l.per*blockFactor, l.burst*blockFactor)
+	if !client.AllowN(now, 1) {
 		return "too many join requests from this address"
+	}
+	if !block.AllowN(now, 1) {
+		return "too many join requests from this address's network"
 	}
 	if !l.global.AllowN(now, 1) {
 		return "too many join requests to this node from everyone at once"
 	}
 	return ""
+}
+
+// lruLimiters is a bounded table of rate limiters by key that, when full,
+// drops the least recently used.
+type lruLimiters struct {
+	max   int
+	byKey map[string]*list.Element
+	order *list.List // front: most recently used
+}
+
+type keyedLimiter struct {
+	key string
+	lim *rate.Limiter
+}
+
+func newLRULimiters(n int) *lruLimiters {
+	return &lruLimiters{max: n, byKey: map[string]*list.Element{}, order: list.New()}
+}
+
+// get returns key's limiter, made with r and burst if new, and marks it
+// used.
+func (t *lruLimiters) get(key string, r rate.Limit, burst int) *rate.Limiter {
+	if e, ok := t.byKey[key]; ok {
+		t.order.MoveToFront(e)
+		return e.Value.(*keyedLimiter).lim
+	}
+	if t.order.Len() >= t.max {
+		old := t.order.Back()
+		t.order.Remove(old)
+		delete(t.byKey, old.Value.(*keyedLimiter).key)
+	}
+	kl := &keyedLimiter{key: key, lim: rate.NewLimiter(r, burst)}
+	t.byKey[key] = t.order.PushFront(kl)
+	return kl.lim
 }
 
 // replay remembers used challenges until they expire.

@@ -60,7 +60,9 @@ type Options struct {
 	// Difficulty is the join proof of work in leading zero bits.
 	Difficulty int
 	// JoinsPerMinute and JoinBurst bound challenges and joins per client
-	// address; GlobalJoinsPerMinute bounds them for everyone together.
+	// (an IPv4 address, an IPv6 /64), ten times them per network (/24,
+	// /48: limiter); GlobalJoinsPerMinute bounds them for everyone
+	// together.
 	JoinsPerMinute, JoinBurst, GlobalJoinsPerMinute int
 	// SessionTTL is a session token's life; MaxSessions bounds the live
 	// ones.

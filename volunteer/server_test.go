@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -272,5 +273,77 @@ func TestRoutesDocumented(t *testing.T) {
 		if !strings.Contains(string(doc), "`"+method+" "+path+"`") {
 			t.Errorf("docs/api.md does not list %s", r)
 		}
+	}
+}
+
+// Prefix masks IPv4 to the /24 and IPv6 to the /56 replicas are kept
+// apart by; a mapped IPv4 address is IPv4.
+func TestPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"198.51.100.7":          "198.51.100.0/24",
+		"::ffff:198.51.100.7":   "198.51.100.0/24",
+		"2001:db8:1:2ff:1::9":   "2001:db8:1:200::/56",
+		"2001:db8:1:2ee:ffff::": "2001:db8:1:200::/56",
+		"not-an-ip":             "not-an-ip",
+	} {
+		if got := Prefix(in, ReplicaPrefixV4, ReplicaPrefixV6); got != want {
+			t.Errorf("Prefix(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// One IPv6 host owns its whole /64 (and a site its /48): before, each
+// fresh address passed the per-address limit, and a thousand of them used
+// up the global budget and locked every honest volunteer out. Now the
+// /64 gets the per-client burst, the /48 ten times that, and a volunteer
+// elsewhere still joins.
+func TestLimiterKeysIPv6ByPrefix(t *testing.T) {
+	l := newLimiter(6, 4, 600)
+	now := time.Unix(1000, 0)
+	passed := 0
+	for i := range 1000 {
+		if l.allow(fmt.Sprintf("2001:db8:1:2::%x", i+1), now) == "" {
+			passed++
+		}
+	}
+	if passed != 4 {
+		t.Errorf("1000 addresses of one /64 passed %d times, want the burst of 4", passed)
+	}
+	passed = 0
+	for i := range 1000 {
+		if l.allow(fmt.Sprintf("2001:db8:1:%x::1", i+3), now) == "" {
+			passed++
+		}
+	}
+	if passed != 36 { // the /48's 40, less the /64's 4
+		t.Errorf("1000 /64s of one /48 passed %d times, want 36", passed)
+	}
+	for _, ip := range []string{"2001:db8:ffff::1", "198.51.100.9"} {
+		if why := l.allow(ip, now); why != "" {
+			t.Errorf("an honest volunteer at %s was refused: %s", ip, why)
+		}
+	}
+}
+
+// A client that keeps asking stays limited however many new addresses
+// flood the table: the least recently used entries go, never the whole
+// table (before, past 100,000 addresses everyone's limits were reset).
+func TestLimiterNeverResetsEveryone(t *testing.T) {
+	l := newLimiter(6, 4, 1<<30) // no global limit: only the client's own shows
+	now := time.Unix(1000, 0)
+	const x = "203.0.113.5"
+	for range 4 {
+		l.allow(x, now)
+	}
+	for i := range 3 * maxLimiterKeys / 2 {
+		l.allow(fmt.Sprintf("%d.%d.%d.1", 1+i>>16, (i>>8)&255, i&255), now)
+		if i%1000 == 0 {
+			if why := l.allow(x, now); why == "" {
+				t.Fatalf("after %d other addresses, the exhausted client was let in again", i+1)
+			}
+		}
+	}
+	if n := l.clients.order.Len(); n > maxLimiterKeys || len(l.clients.byKey) != n {
+		t.Errorf("the client table holds %d entries (%d keys), bound %d", n, len(l.clients.byKey), maxLimiterKeys)
 	}
 }

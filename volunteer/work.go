@@ -137,7 +137,7 @@ func (s *Server) lease(w http.ResponseWriter, r *http.Request, ss *session) {
 		writeJSON(w, http.StatusOK, LeaseResponse{Grants: []Grant{}, Peer: ss.peer})
 		return
 	}
-	out, ok := s.apply(w, r, coordinator.Lease{Peer: ss.peer, Now: now, Max: req.Max, Hold: s.opt.MaxLeases})
+	out, ok := s.apply(w, r, coordinator.Lease{Peer: ss.peer, Now: now, Max: req.Max, Hold: s.opt.MaxLeases, Origin: ss.origin})
 	if !ok {
 		return
 	}

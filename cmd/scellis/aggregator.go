@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -87,6 +88,7 @@ or SIGTERM: a leader hands leadership to the most up-to-date follower first.`,
 				VolunteerListen: c.VolunteerListen, VolunteerWasm: c.VolunteerWasm, VolunteerDifficulty: c.VolunteerDifficulty, VolunteerMaxLeases: c.VolunteerMaxLeases,
 				TURNListen: c.TURNListen, TURNRelayIP: c.TURNRelayIP, TURNMaxAllocations: c.TURNMaxAllocations,
 				TURNBandwidth: int64(c.TURNBandwidthMB) << 20, P2PLoopback: c.P2PLoopback,
+				TURNMaxPerMember: c.TURNMaxPerMember, TURNAllowPeers: prefixes(c.TURNAllowPeers),
 				RaftHeartbeat: c.RaftHeartbeatTimeout, RaftElection: c.RaftElectionTimeout, RaftLeaderLease: c.RaftLeaderLeaseTimeout,
 				Content: aggregator.ContentCaps{
 					Steps: uint64(c.ContentSteps), MemoryBytes: uint64(c.ContentMemoryMB) << 20, WallClock: c.ContentTimeout,
@@ -317,6 +319,18 @@ func dataPlaneLines(w io.Writer, st aggregator.NodeStatus) {
 			st.Node, p.Peer, p.Path, p.DirectBytes, p.RelayedBytes, p.HTTPSBytes, p.Transfers, p.Fallbacks)
 	}
 	if t := dp.TURN; t != nil {
-		fmt.Fprintf(w, "  turn %s: %d allocations, %d B relayed, %d refused\n", t.Listen, t.Allocations, t.RelayedBytes, t.Refused)
+		fmt.Fprintf(w, "  turn %s: %d allocations, %d B relayed, %d refused, %d peers refused\n", t.Listen, t.Allocations, t.RelayedBytes, t.Refused, t.Denied)
 	}
+}
+
+// prefixes parses turn_allow_peers, which config.LoadAggregator has
+// checked already.
+func prefixes(ss []string) []netip.Prefix {
+	out := make([]netip.Prefix, 0, len(ss))
+	for _, s := range ss {
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }

@@ -52,7 +52,7 @@ func TestP2PPoolJobOverDataChannels(t *testing.T) {
 	// p2p_loopback and --loopback are implied by the loopback federation
 	// and deprecated; still accepted, as configs and scripts have them.
 	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: error\n"+
-		"turn_listen: 127.0.0.1:0\np2p_loopback: true\n")
+		"turn_listen: 127.0.0.1:0\nturn_allow_peers: [127.0.0.0/8]\np2p_loopback: true\n")
 	c.write("w1.yaml", "name: w1\nidentity: w1/identity.key\nfederation: federation.yaml\ncache_dir: w1/cache\npoll: 100ms\np2p_loopback: true\n")
 	c.write("w2.yaml", "name: w2\nidentity: w2/identity.key\nfederation: federation.yaml\ncache_dir: w2/cache\npoll: 100ms\np2p_loopback: true\nice_policy: relay\n")
 	job := c.sweep2()

@@ -32,7 +32,7 @@ func TestFLRoundThroughNATs(t *testing.T) {
 	aggNS, aggIP := lab.public("agg")
 	const turnPort = "3478"
 	// The round waits for h3's first exchange, held by its ICE attempt.
-	c, silos := survivalCluster(t, 1, 3, "turn_listen: "+aggIP+":"+turnPort+"\nround_join_timeout: 1m\n")
+	c, silos := survivalCluster(t, 1, 3, "turn_listen: "+aggIP+":"+turnPort+"\nturn_allow_peers: [10.77.0.0/16]\nround_join_timeout: 1m\n")
 	fed, err := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -234,7 +234,7 @@ func TestP2PThroughNATs(t *testing.T) {
 	// Each namespace has its own loopback: the aggregator and the workers
 	// serve /metrics on 127.0.0.1:9090 in theirs.
 	const metricsAddr = "127.0.0.1:9090"
-	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: info\nturn_listen: "+aggIP+":"+turnPort+"\nmetrics_listen: "+metricsAddr+"\n")
+	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: info\nturn_listen: "+aggIP+":"+turnPort+"\nturn_allow_peers: [10.77.0.0/16]\nmetrics_listen: "+metricsAddr+"\n")
 	for _, w := range []string{"w2", "w3"} {
 		c.write(w+".yaml", c.read(w+".yaml")+"metrics_listen: "+metricsAddr+"\n")
 	}
