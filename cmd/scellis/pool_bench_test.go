@@ -26,17 +26,18 @@ import (
 // vs-solo-throughput (pool shards/s ÷ solo shards/s on the same cores).
 //
 // Under -short (CI runs every benchmark once that way) only the own
-// federation starts, and only its one-worker cases run, with a tenth of
-// the shards: the same commands, processes and paths.
+// federation starts, and only its one-worker cases run, with 200 trivial
+// and 5 CPU-bound shards: the same commands, processes and paths.
 func BenchmarkPoolProcesses(b *testing.B) {
 	type load struct {
 		name   string
 		shards int
 		burn   int // loop iterations per shard (0: trivial)
+		short  int // shards under -short
 	}
-	trivial := load{"trivial", 2000, 0}
+	trivial := load{"trivial", 2000, 0, 200}
 	// About 20 ms of Starlark a shard on a current core.
-	cpu := load{"cpu-20ms", 200, 60000}
+	cpu := load{"cpu-20ms", 200, 60000, 5}
 	for _, regime := range []string{"own", "consortium"} {
 		workerCounts := []int{1, 2, 4}
 		if regime == "consortium" {
@@ -61,7 +62,7 @@ func BenchmarkPoolProcesses(b *testing.B) {
 						b.Skip("-short: skipped (own/workers=1 runs the same commands)")
 					}
 					if short {
-						l.shards /= 10
+						l.shards = l.short
 					}
 					for ; started < workers; started++ {
 						f.c.start(fmt.Sprintf("worker-%d", started+1), "worker", "--config", fmt.Sprintf("worker-%d/worker.yaml", started+1))
