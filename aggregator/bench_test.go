@@ -30,6 +30,12 @@ import (
 // 'PoolShards/(solo|own)$/replicas=1/workers=4') matches solo only in
 // part: Go then runs it once, with b.N = 1, and does not print it, so
 // vs-solo is against one solo job.
+//
+// Under -short (CI runs every benchmark once that way, so a broken one
+// fails CI) only the pool marked short runs (several workers, parallel,
+// batch); BenchmarkPoolCommitReveal's short case runs
+// consortium/replicas=2/workers=2 with adaptive batching. The others,
+// each a node of its own, skip.
 
 const (
 	benchShards = 200
@@ -62,24 +68,25 @@ func BenchmarkPoolShards(b *testing.B) {
 		workers  int
 		parallel int
 		batch    int
+		short    bool // runs under -short
 	}{
 		// Workers as configured by default (worker.yaml batch unset:
 		// adaptive, pool/adaptive.go) — replicas 1: the main figure.
-		{trust.Own, 1, 1, 0}, {trust.Own, 2, 1, 0}, {trust.Own, 4, 1, 0},
+		{trust.Own, 1, 1, 0, false}, {trust.Own, 2, 1, 0, false}, {trust.Own, 4, 1, 0, false},
 		// batch: 1, one request per shard (the default before adaptive
 		// batching).
-		{trust.Own, 4, 1, 1},
+		{trust.Own, 4, 1, 1, false},
 		// Workers that keep several shards in flight (worker.yaml
 		// parallel): their uploads share blob fsyncs (group commit) and
 		// their leases and reports share log entries.
-		{trust.Own, 4, 8, 1},
+		{trust.Own, 4, 8, 1, false},
 		// Batching workers (worker.yaml batch): each leases up to batch
 		// shards at once, runs them parallel at a time, and sends their
 		// commitments and reports batch at a time (one request, one log
 		// entry for many shards).
-		{trust.Own, 1, 1, benchBatch}, {trust.Own, 4, 1, benchBatch}, {trust.Own, 4, 2, benchBatch},
-		{trust.Consortium, 2, 1, 0}, {trust.Consortium, 4, 1, 0}, // replicas 2: every shard runs twice
-		{trust.Consortium, 4, 1, 1}, {trust.Consortium, 4, 1, benchBatch},
+		{trust.Own, 1, 1, benchBatch, false}, {trust.Own, 4, 1, benchBatch, false}, {trust.Own, 4, 2, benchBatch, true},
+		{trust.Consortium, 2, 1, 0, false}, {trust.Consortium, 4, 1, 0, false}, // replicas 2: every shard runs twice
+		{trust.Consortium, 4, 1, 1, false}, {trust.Consortium, 4, 1, benchBatch, false},
 	} {
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
 		if c.parallel > 1 {
@@ -89,6 +96,9 @@ func BenchmarkPoolShards(b *testing.B) {
 			name += fmt.Sprintf("/batch=%d", c.batch)
 		}
 		b.Run(name, func(b *testing.B) {
+			if testing.Short() && !c.short {
+				b.Skip("-short: skipped (the short pools cover its options)")
+			}
 			rate := benchPool(b, c.regime, c.workers, Options{}, c.parallel, c.batch)
 			if solo > 0 {
 				b.ReportMetric(rate/solo, "vs-solo")
@@ -107,6 +117,9 @@ func BenchmarkPoolShards(b *testing.B) {
 // decides), so its ratio measures only noise and the per-job policy read.
 //
 //	go test -run x -bench PoolCommitReveal -benchtime 3x ./aggregator/
+//
+// Under -short only consortium/replicas=2/workers=2 runs, the smallest
+// pool whose shards are committed before they are revealed.
 func BenchmarkPoolCommitReveal(b *testing.B) {
 	for _, c := range []struct {
 		regime  trust.Regime
@@ -114,10 +127,17 @@ func BenchmarkPoolCommitReveal(b *testing.B) {
 	}{{trust.Own, 2}, {trust.Consortium, 2}, {trust.Consortium, 4}} {
 		var off float64
 		name := fmt.Sprintf("%s/replicas=%d/workers=%d", c.regime, coordinator.DefaultReplicas(c.regime), c.workers)
+		skip := func(b *testing.B) {
+			if testing.Short() && (c.regime != trust.Consortium || c.workers > 2) {
+				b.Skip("-short: skipped (consortium/replicas=2/workers=2 runs commit-reveal)")
+			}
+		}
 		b.Run(name+"/commit-reveal=off", func(b *testing.B) {
+			skip(b)
 			off = benchPool(b, c.regime, c.workers, Options{NoCommitReveal: true}, 1, 0)
 		})
 		b.Run(name+"/commit-reveal=on", func(b *testing.B) {
+			skip(b)
 			if rate := benchPool(b, c.regime, c.workers, Options{}, 1, 0); off > 0 {
 				b.ReportMetric(rate/off, "vs-no-commit")
 			}

@@ -311,10 +311,16 @@ return out;`)
 // and their ratio (data channel / HTTPS).
 //
 //	go test -run '^$' -bench BrowserBlobs -benchtime 3x ./aggregator
+//
+// Under -short (CI runs every benchmark once that way) the blobs are
+// about 1 MB: the same paths, a fraction of the bytes.
 func BenchmarkBrowserBlobs(b *testing.B) {
-	bp := startBrowserPool(b, 700000)
+	rows, size := 700000, 8<<20
+	if testing.Short() {
+		rows, size = 70000, 1<<20
+	}
+	bp := startBrowserPool(b, rows)
 	tab := bp.openTab(b)
-	const size = 8 << 20
 	mbps := map[string]float64{}
 	for _, ice := range []string{"all", "https"} {
 		ms := inTab[float64](b, tab, fmt.Sprintf(`

@@ -73,6 +73,10 @@ import (
 //	go test -run x -bench FLRound -benchtime 5x ./aggregator/
 //	go test -run x -bench 'FLRound/d=tiny' -benchtime 20x ./aggregator/
 //	go test -run x -bench 'FLRound/rounds=5' -benchtime 5x ./aggregator/
+//
+// Under -short (CI runs every benchmark once that way) only d=tiny runs:
+// d=1e6 is the same round with a bigger model, rounds=5 the same rounds
+// one after another (the multi-round tests cover the hand-over).
 
 const (
 	flBenchSites   = 4
@@ -128,7 +132,12 @@ func flBenchSpec(iter int, inputs int, sz flBenchSize) fl.RunSpec {
 
 func BenchmarkFLRound(b *testing.B) {
 	for _, sz := range flBenchSizes {
-		b.Run(sz.name, func(b *testing.B) { benchFLRound(b, sz) })
+		b.Run(sz.name, func(b *testing.B) {
+			if testing.Short() && sz != flBenchSizes[0] {
+				b.Skipf("-short: %s skipped (%s runs the same round)", sz.name, flBenchSizes[0].name)
+			}
+			benchFLRound(b, sz)
+		})
 	}
 }
 

@@ -374,11 +374,16 @@ func (c *testCluster) live() []string {
 }
 
 // waitLeader waits until a live node is leader and every live voter knows
-// it, and returns its ID.
+// it, and returns its ID. It waits at least 10 s, and four election
+// timeouts of the cluster's timing.
 func (c *testCluster) waitLeader() string {
 	c.t.Helper()
+	cfg := Config{}
+	if c.mod != nil {
+		c.mod(&cfg)
+	}
 	var leader string
-	waitFor(c.t, 10*time.Second, func() bool {
+	waitFor(c.t, max(10*time.Second, 4*cfg.withDefaults().ElectionTimeout), func() bool {
 		leader = ""
 		for id, n := range c.nodes {
 			if n.Status().State == StateLeader {

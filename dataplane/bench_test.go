@@ -21,23 +21,39 @@ import (
 //	go test ./dataplane -run XXX -bench . -benchtime 3x
 //
 // Each sub-benchmark reports MB/s (b.SetBytes) and vs_tcp: its throughput
-// divided by raw TCP's for the same size.
+// divided by raw TCP's for the same size. Under -short (CI runs every
+// benchmark once that way) the 64 MB transfers skip: 8 MB takes the same
+// paths.
 func BenchmarkTransfer(b *testing.B) {
 	tcp := map[int]float64{}
 	for _, size := range []int{8 << 20, 64 << 20} {
-		data := randomBlob(b, size)
-		ref := content.Hash(data)
 		label := fmt.Sprintf("%dMB", size>>20)
-		b.Run("tcp/"+label, func(b *testing.B) {
+		var data []byte
+		var ref content.Ref
+		// run is b.Run, skipping under -short a size above 8 MB (before
+		// its blob is made).
+		run := func(name string, f func(b *testing.B)) {
+			b.Run(name+"/"+label, func(b *testing.B) {
+				if testing.Short() && size > 8<<20 {
+					b.Skipf("-short: %s skipped (8 MB takes the same path)", label)
+				}
+				if data == nil {
+					data = randomBlob(b, size)
+					ref = content.Hash(data)
+				}
+				f(b)
+			})
+		}
+		run("tcp", func(b *testing.B) {
 			tcp[size] = measure(b, size, tcpTransfer(b, data))
 		})
-		b.Run("https/"+label, func(b *testing.B) {
+		run("https", func(b *testing.B) {
 			report(b, tcp[size], measure(b, size, httpsTransfer(b, data, ref)))
 		})
-		b.Run("direct/"+label, func(b *testing.B) {
+		run("direct", func(b *testing.B) {
 			report(b, tcp[size], measure(b, size, dcTransfer(b, data, ref, nil)))
 		})
-		b.Run("turn/"+label, func(b *testing.B) {
+		run("turn", func(b *testing.B) {
 			srv, err := StartTURN(TURNConfig{Listen: "127.0.0.1:0", RelayIP: net.IPv4(127, 0, 0, 1), AllowPeers: loopbackOnly, BandwidthBytes: 1 << 30})
 			if err != nil {
 				b.Fatal(err)
@@ -166,8 +182,14 @@ func dcTransfer(b *testing.B, data []byte, ref content.Ref, mod func(*Config)) f
 // against raw TCP in the same run:
 //
 //	go test ./dataplane -run XXX -bench Tuning -benchtime 3x
+//
+// Under -short (CI runs every benchmark once that way) every setting
+// moves 1 MB: each still sets up its peers and moves a blob.
 func BenchmarkTuning(b *testing.B) {
-	const size = 8 << 20
+	size := 8 << 20
+	if testing.Short() {
+		size = 1 << 20
+	}
 	data := randomBlob(b, size)
 	ref := content.Hash(data)
 	var tcp float64

@@ -23,11 +23,24 @@ import (
 // interleaved, so a noisy neighbour inflates neither side alone.
 //
 // Run: go test -run x -bench . -benchtime 3x ./secagg/
+//
+// Under -short (CI runs every benchmark once that way, so a broken one
+// fails CI) only the small rounds run: d=10000 and n up to 10; the
+// larger ones skip, saying so.
 
 var (
 	benchDims = []int{10_000, 1_000_000}
 	benchNs   = []int{3, 10, 30}
 )
+
+// skipLargeUnderShort skips a sub-benchmark whose vector has more than
+// 10,000 coordinates or whose round more than 10 sites, under -short:
+// the small rounds run the same code in a fraction of the time.
+func skipLargeUnderShort(b *testing.B, n, d int) {
+	if testing.Short() && (d > 10_000 || n > 10) {
+		b.Skipf("-short: n=%d, d=%d skipped (the rounds of d=10000 and n≤10 run the same code)", n, d)
+	}
+}
 
 // BenchmarkKeystream compares the candidate mask generators; DefaultPRG
 // picks the faster where hardware supports it.
@@ -244,6 +257,7 @@ func BenchmarkClientMask(b *testing.B) {
 		for _, d := range benchDims {
 			for _, n := range benchNs {
 				b.Run(fmt.Sprintf("ring=%d/d=%d/n=%d", ring, d, n), func(b *testing.B) {
+					skipLargeUnderShort(b, n, d)
 					key := [3]int{ring, n, d}
 					bc, ok := clientCache[key]
 					if !ok {
@@ -349,6 +363,7 @@ func BenchmarkServerUnmask(b *testing.B) {
 						continue
 					}
 					b.Run(fmt.Sprintf("ring=%d/d=%d/n=%d/dropped=%d", ring, d, n, drops), func(b *testing.B) {
+						skipLargeUnderShort(b, n, d)
 						s := benchServer(b, n, d, drops, ring)
 						m := n - drops
 						b.SetBytes(int64(8 * d))
@@ -405,6 +420,9 @@ func BenchmarkPlusClient(b *testing.B) {
 	const d = 100_000
 	for _, n := range []int{10, 100, 1000} {
 		b.Run(fmt.Sprintf("d=%d/n=%d", d, n), func(b *testing.B) {
+			if testing.Short() && n > 10 {
+				b.Skipf("-short: n=%d skipped (n=10 runs SecAgg+ against pairwise)", n)
+			}
 			plus := newClientBench(b, n, d, SecAggPlus)
 			base := map[string]func(){}
 			if n <= MaxSites {

@@ -147,9 +147,14 @@ func TestFreivaldsRefusesBadInput(t *testing.T) {
 // in the same run, reporting recompute/verify as a ratio:
 //
 //	go test ./verify -run XXX -bench Freivalds
+//
+// Under -short (CI runs every benchmark once that way) only n=256 runs.
 func BenchmarkFreivalds(b *testing.B) {
 	for _, n := range []int{256, 1024} {
 		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			if testing.Short() && n > 256 {
+				b.Skipf("-short: n=%d skipped (n=256 runs the same check)", n)
+			}
 			g := mrand.New(mrand.NewPCG(uint64(n), 9))
 			x, y := randMatrix(g, n, n), randMatrix(g, n, n)
 			c := product(b, x, y)

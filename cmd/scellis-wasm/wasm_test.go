@@ -417,6 +417,9 @@ func withProgram(t *testing.T, p *job.Plan, src string) string {
 // (tab/native: 1 would be native speed).
 //
 //	go test -run '^$' -bench WasmVsNative -benchtime 20x ./cmd/scellis-wasm
+//
+// Under -short (CI runs every benchmark once that way) only montecarlo
+// runs.
 func BenchmarkWasmVsNative(b *testing.B) {
 	tab := browsertest.Start(b)
 	dir := b.TempDir()
@@ -434,6 +437,9 @@ func BenchmarkWasmVsNative(b *testing.B) {
 		{"matmul", "name: mm\nprogram: matmul\npartitioner: {use: range, params: {start: 0, count: 128, chunks: 4}}\nreducer: concat\nparams: {n: 128, seed: 1}\n"},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			if testing.Short() && c.name != "montecarlo" {
+				b.Skipf("-short: %s skipped (montecarlo runs the same path)", c.name)
+			}
 			p := compile(b, c.yaml)
 			req := request(b, p, 0)
 			raw, _ := base64.StdEncoding.DecodeString(req)

@@ -54,6 +54,9 @@ window.benchWorkers = async (b64, n, k) => {
 // ratio (tab/native) and the .wasm size.
 //
 //	go test -run '^$' -bench VolunteerWorkers -benchtime 40x ./cmd/scellis-wasm
+//
+// Under -short (CI runs every benchmark once that way) only montecarlo
+// runs.
 func BenchmarkVolunteerWorkers(b *testing.B) {
 	const workers = 2
 	tab := browsertest.Start(b)
@@ -79,6 +82,9 @@ func BenchmarkVolunteerWorkers(b *testing.B) {
 		{"matmul", "name: mm\nprogram: matmul\npartitioner: {use: range, params: {start: 0, count: 128, chunks: 4}}\nreducer: concat\nparams: {n: 128, seed: 1}\n"},
 	} {
 		b.Run(fmt.Sprintf("%s/workers=%d", c.name, workers), func(b *testing.B) {
+			if testing.Short() && c.name != "montecarlo" {
+				b.Skipf("-short: %s skipped (montecarlo runs the same path)", c.name)
+			}
 			p := compile(b, c.yaml)
 			req := request(b, p, 0)
 			raw, _ := base64.StdEncoding.DecodeString(req)

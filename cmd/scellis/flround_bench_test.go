@@ -35,11 +35,17 @@ import (
 // Metrics: round-ms, go-round-ms and overhead-ms (their difference), per
 // round; growth (silos=30 only: its round over the silos=10 round in the
 // same run).
+//
+// Under -short (CI runs every benchmark once that way) only silos=4 runs:
+// the larger federations start more of the same processes.
 func BenchmarkFLRoundProcesses(b *testing.B) {
 	const rounds = 5
 	var tenRound float64
 	for _, n := range []int{4, 10, 30} {
 		b.Run(fmt.Sprintf("silos=%d", n), func(b *testing.B) {
+			if testing.Short() && n > 4 {
+				b.Skipf("-short: silos=%d skipped (silos=4 runs the same processes)", n)
+			}
 			f := startFLBenchFederation(b, n)
 			var fed, plain time.Duration
 			for i := 0; i < b.N; i++ {

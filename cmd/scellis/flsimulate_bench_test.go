@@ -19,21 +19,30 @@ import (
 // round measured in the same run.
 //
 //	go test ./cmd/scellis -run '^$' -bench FLSimulate -benchtime 3x
+//
+// Under -short (CI runs every benchmark once that way) only sites=10 runs.
 func BenchmarkFLSimulate(b *testing.B) {
 	for _, n := range []int{10, 100, 1000} {
 		dir := b.TempDir()
-		sites, err := datagen.Hospitals(n, 50, 1)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, s := range sites {
-			writeCSV(b, filepath.Join(dir, s.Name+".csv"), s.Data)
-		}
-		cat, err := catalog.Builtin()
-		if err != nil {
-			b.Fatal(err)
-		}
-		load := func(standardize string) *flSim {
+		written := false
+		load := func(b *testing.B, standardize string) *flSim {
+			if testing.Short() && n > 10 {
+				b.Skipf("-short: sites=%d skipped (sites=10 runs the same steps)", n)
+			}
+			if !written {
+				sites, err := datagen.Hospitals(n, 50, 1)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, s := range sites {
+					writeCSV(b, filepath.Join(dir, s.Name+".csv"), s.Data)
+				}
+				written = true
+			}
+			cat, err := catalog.Builtin()
+			if err != nil {
+				b.Fatal(err)
+			}
 			spec := &fl.RunSpec{Name: "bench", Strategy: "fedavg", Params: map[string]any{"lr": 0.5, "epochs": int64(1)},
 				Model: fl.ModelSpec{Kind: "logistic", Inputs: 9, Label: datagen.HospitalLabel}, Dataset: "patients",
 				Rounds: 1, MinCohort: 3, Seed: 1, Standardize: standardize}
@@ -44,7 +53,7 @@ func BenchmarkFLSimulate(b *testing.B) {
 			return s
 		}
 		b.Run(fmt.Sprintf("sites=%d/round", n), func(b *testing.B) {
-			s := load(fl.StandardizeLocal)
+			s := load(b, fl.StandardizeLocal)
 			b.ResetTimer()
 			for b.Loop() {
 				s.rows = nil
@@ -55,7 +64,7 @@ func BenchmarkFLSimulate(b *testing.B) {
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rounds/s")
 		})
 		b.Run(fmt.Sprintf("sites=%d/stats", n), func(b *testing.B) {
-			s := load(fl.StandardizeFederated)
+			s := load(b, fl.StandardizeFederated)
 			b.ResetTimer()
 			for b.Loop() {
 				if err := s.statsStep(context.Background(), func(fl.RoundSummary) {}); err != nil {

@@ -24,15 +24,20 @@ import (
 // Metrics: shards/s (the pool), solo-shards/s, pool/solo (pool wall ÷
 // solo wall: above 1 the pool is slower) and, for CPU-bound shards,
 // vs-solo-throughput (pool shards/s ÷ solo shards/s on the same cores).
+//
+// Under -short (CI runs every benchmark once that way) only the own
+// federation starts, and only its one-worker cases run, with 200 trivial
+// and 5 CPU-bound shards: the same commands, processes and paths.
 func BenchmarkPoolProcesses(b *testing.B) {
 	type load struct {
 		name   string
 		shards int
 		burn   int // loop iterations per shard (0: trivial)
+		short  int // shards under -short
 	}
-	trivial := load{"trivial", 2000, 0}
+	trivial := load{"trivial", 2000, 0, 200}
 	// About 20 ms of Starlark a shard on a current core.
-	cpu := load{"cpu-20ms", 200, 60000}
+	cpu := load{"cpu-20ms", 200, 60000, 5}
 	for _, regime := range []string{"own", "consortium"} {
 		workerCounts := []int{1, 2, 4}
 		if regime == "consortium" {
@@ -40,7 +45,11 @@ func BenchmarkPoolProcesses(b *testing.B) {
 		}
 		// Made here, not in a sub-benchmark: each sub-benchmark's clean-up
 		// would stop it.
-		f := startBenchFederation(b, regime, 4)
+		short := testing.Short()
+		var f *benchFederation
+		if !short || regime == "own" {
+			f = startBenchFederation(b, regime, 4)
+		}
 		started := 0
 		for _, workers := range workerCounts {
 			for _, l := range []load{trivial, cpu} {
@@ -49,6 +58,12 @@ func BenchmarkPoolProcesses(b *testing.B) {
 				}
 				name := fmt.Sprintf("%s/workers=%d/%s", regime, workers, l.name)
 				b.Run(name, func(b *testing.B) {
+					if short && (f == nil || workers > 1) {
+						b.Skip("-short: skipped (own/workers=1 runs the same commands)")
+					}
+					if short {
+						l.shards = l.short
+					}
 					for ; started < workers; started++ {
 						f.c.start(fmt.Sprintf("worker-%d", started+1), "worker", "--config", fmt.Sprintf("worker-%d/worker.yaml", started+1))
 					}
@@ -69,7 +84,9 @@ func BenchmarkPoolProcesses(b *testing.B) {
 				})
 			}
 		}
-		f.c.stopAll()
+		if f != nil {
+			f.c.stopAll()
+		}
 	}
 }
 

@@ -26,6 +26,9 @@ import (
 // fastest of the iterations. Run:
 //
 //	go test ./secagg/he -run XXX -bench . -benchtime 2x
+//
+// Under -short (CI runs every benchmark once that way) only d=10000,
+// n=3 runs: the larger rounds run the same code for longer.
 
 type costs struct {
 	encrypt, add, decrypt time.Duration // fastest seen
@@ -49,6 +52,9 @@ func BenchmarkRound(b *testing.B) {
 	for _, dim := range []int{10_000, 100_000, 1_000_000} {
 		for _, n := range []int{3, 10} {
 			b.Run(fmt.Sprintf("d=%d/n=%d", dim, n), func(b *testing.B) {
+				if testing.Short() && (dim > 10_000 || n > 3) {
+					b.Skipf("-short: d=%d, n=%d skipped (d=10000, n=3 runs the same code)", dim, n)
+				}
 				p, keys := testRound(b, n, dim, 1<<20)
 				inputs := randInputs(b, n, dim, p.Bound)
 				var he, mask costs
