@@ -303,7 +303,7 @@ func find[T interface{ GetName() string }](objs []T, name string) T {
 // and data moved under the test's folder) and listen where the probes and
 // ports point.
 func TestInitScriptFitsManifests(t *testing.T) {
-	bin, err := testbin.Scellis(binDir)
+	bin, err := testbin.Scellis()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,11 +335,9 @@ func TestInitScriptFitsManifests(t *testing.T) {
 		}
 	}
 	moved := strings.NewReplacer("/var/lib/scellis", filepath.Join(dir, "state"), "/srv/scellis", filepath.Join(dir, "srv"))
-	os.MkdirAll(filepath.Join(dir, "srv", "silo-1"), 0o755)
-	if out, err := exec.Command(bin, "datagen", "hospitals", "--sites", "1", "--rows", "50", "--out", filepath.Join(dir, "srv", "silo-1")).CombinedOutput(); err != nil {
-		t.Fatalf("datagen: %v\n%s", err, out)
+	if err := testbin.PatientsCSV(bin, filepath.Join(dir, "srv", "silo-1")); err != nil {
+		t.Fatal(err)
 	}
-	os.Rename(filepath.Join(dir, "srv", "silo-1", "hospital-1.csv"), filepath.Join(dir, "srv", "silo-1", "patients.csv"))
 	for cfg, port := range map[string]string{"agg-1/aggregator.yaml": "health_listen: 0.0.0.0:7480", "agg-3/aggregator.yaml": "listen: 0.0.0.0:7400", "silo-1/silo.yaml": "metrics_listen: 0.0.0.0:7490"} {
 		p := filepath.Join(dir, "fed", cfg)
 		b, _ := os.ReadFile(p)

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/scellis/scellis/deploy/internal/testbin"
 )
 
 // The config examples the .deb ships (deploy/examples) pass `scellis
@@ -19,8 +21,7 @@ func TestExamplesPassConfigCheck(t *testing.T) {
 	fed := filepath.Join(dir, "fed")
 	state, srv := filepath.Join(dir, "var-lib-scellis"), filepath.Join(dir, "srv-scellis")
 	runBin(t, testBin, "federation", "init", "--dir", fed, "--aggregators", "1", "--silos", "1", "--workers", "1", "--state-dir", "/var/lib/scellis")
-	runBin(t, testBin, "datagen", "hospitals", "--sites", "1", "--rows", "50", "--out", filepath.Join(srv, "silo-1"))
-	if err := os.Rename(filepath.Join(srv, "silo-1", "hospital-1.csv"), filepath.Join(srv, "silo-1", "patients.csv")); err != nil {
+	if err := testbin.PatientsCSV(testBin, filepath.Join(srv, "silo-1")); err != nil {
 		t.Fatal(err)
 	}
 	moved := strings.NewReplacer("/var/lib/scellis", state, "/srv/scellis", srv)
