@@ -23,11 +23,11 @@ import (
 // kustomization is the part of kustomize's Kustomization these manifests
 // use; decoded strictly, so any other field fails the test.
 type kustomization struct {
-	APIVersion       string   `json:"apiVersion"`
-	Kind             string   `json:"kind"`
-	Namespace        string   `json:"namespace"`
-	Resources        []string `json:"resources"`
-	Images           []struct {
+	APIVersion string   `json:"apiVersion"`
+	Kind       string   `json:"kind"`
+	Namespace  string   `json:"namespace"`
+	Resources  []string `json:"resources"`
+	Images     []struct {
 		Name, NewName, NewTag string
 	} `json:"images"`
 	GeneratorOptions struct {
