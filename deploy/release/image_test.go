@@ -297,8 +297,9 @@ func TestImageReproducible(t *testing.T) {
 
 // Debian's own OCI tools read the archive where they are installed:
 // skopeo as an oci-archive and as a docker-archive (the two formats
-// podman and docker load), umoci by unpacking it into a runtime bundle
-// whose process runs the binary as the image's user.
+// podman and docker load), podman load itself (into a store of the
+// test's), umoci by unpacking it into a runtime bundle whose process runs
+// the binary as the image's user.
 func TestImageArchiveDebianTools(t *testing.T) {
 	archive, tag := sharedImage(t)
 	t.Run("skopeo", func(t *testing.T) {
@@ -314,6 +315,30 @@ func TestImageArchiveDebianTools(t *testing.T) {
 			if err := json.Unmarshal(out, &cf); err != nil || cf.Config.User != "65532:65532" || cf.Config.Entrypoint[0] != "/usr/bin/scellis" || cf.Architecture != runtime.GOARCH {
 				t.Fatalf("skopeo's view of %s: %s (%v)", transport, out, err)
 			}
+		}
+	})
+	t.Run("podman", func(t *testing.T) {
+		if _, err := exec.LookPath("podman"); err != nil {
+			t.Skip("podman is not installed (apt-get install podman)")
+		}
+		// podman load into a store of the test's own (vfs: no mounts),
+		// removed afterwards.
+		dir, err := os.MkdirTemp("/tmp", "podman-") // podman wants a runroot under 50 characters
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		podman := func(args ...string) ([]byte, error) {
+			return exec.Command("podman", append([]string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run"),
+				"--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "none"}, args...)...).CombinedOutput()
+		}
+		t.Cleanup(func() { podman("system", "reset", "--force") })
+		if out, err := podman("load", "-i", archive); err != nil || !strings.Contains(string(out), "Loaded image: docker.io/library/scellis:"+tag) {
+			t.Fatalf("podman load: %v\n%s", err, out)
+		}
+		out, err := podman("image", "inspect", "--format", "{{.Config.User}} {{.Config.Entrypoint}} {{.Architecture}}", "scellis:"+tag)
+		if want := "65532:65532 [/usr/bin/scellis] " + runtime.GOARCH + "\n"; err != nil || string(out) != want {
+			t.Fatalf("podman image inspect: %q (%v), want %q", out, err, want)
 		}
 	})
 	t.Run("umoci", func(t *testing.T) {
