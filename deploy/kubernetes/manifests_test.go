@@ -99,33 +99,29 @@ func stripComments(doc string) string {
 	return regexp.MustCompile(`(?m)^\s*#.*$`).ReplaceAllString(doc, "")
 }
 
+// decodeInto decodes doc strictly into a new T appended to list.
+func decodeInto[T any](list *[]*T, doc []byte) error {
+	o := new(T)
+	*list = append(*list, o)
+	return yaml.UnmarshalStrict(doc, o)
+}
+
 func (m *manifests) decode(doc []byte) error {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
 		return err
 	}
-	strict := func(obj any) error { return yaml.UnmarshalStrict(doc, obj) }
 	switch tm.APIVersion + " " + tm.Kind {
 	case "v1 Namespace":
-		o := new(corev1.Namespace)
-		m.namespaces = append(m.namespaces, o)
-		return strict(o)
+		return decodeInto(&m.namespaces, doc)
 	case "v1 Service":
-		o := new(corev1.Service)
-		m.services = append(m.services, o)
-		return strict(o)
+		return decodeInto(&m.services, doc)
 	case "v1 PersistentVolumeClaim":
-		o := new(corev1.PersistentVolumeClaim)
-		m.claims = append(m.claims, o)
-		return strict(o)
+		return decodeInto(&m.claims, doc)
 	case "apps/v1 StatefulSet":
-		o := new(appsv1.StatefulSet)
-		m.statefulSets = append(m.statefulSets, o)
-		return strict(o)
+		return decodeInto(&m.statefulSets, doc)
 	case "apps/v1 Deployment":
-		o := new(appsv1.Deployment)
-		m.deployments = append(m.deployments, o)
-		return strict(o)
+		return decodeInto(&m.deployments, doc)
 	}
 	return fmt.Errorf("kind %q of %q: not one these manifests are checked for", tm.Kind, tm.APIVersion)
 }
