@@ -19,16 +19,18 @@ import (
 
 // The systemd units in deploy/ pass systemd-analyze verify: no unknown or
 // misspelt directive (which systemd only warns about), and ExecStart runs
-// the scellis binary.
+// the scellis binary. They are templates (one instance per member, its
+// config in /etc/scellis/NAME), allow netlink (the data plane lists
+// interfaces), and the aggregator's reloads with SIGHUP (key rotation).
 func TestSystemdUnitsVerify(t *testing.T) {
 	t.Parallel() // its own processes, ports and directories
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
 		t.Skip("systemd-analyze is not installed: the deploy/systemd units are not verified here")
 	}
-	units, _ := filepath.Glob("../../deploy/systemd/*.service")
+	units, _ := filepath.Glob("../../deploy/systemd/*@.service")
 	if len(units) != 3 {
-		t.Fatalf("want the aggregator, silo and worker units in deploy/systemd, found %v", units)
+		t.Fatalf("want the aggregator, silo and worker templates in deploy/systemd, found %v", units)
 	}
 	bin := scellisBinary(t)
 	dir := t.TempDir()
@@ -39,14 +41,22 @@ func TestSystemdUnitsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := string(b)
-		for _, want := range []string{"User=scellis", "ProtectSystem=strict", "NoNewPrivileges=yes", "PrivateTmp=yes", "StateDirectory=scellis", "ExecStart=/usr/local/bin/scellis "} {
+		role := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(u), "scellis-"), "@.service")
+		wants := []string{"User=scellis", "ProtectSystem=strict", "NoNewPrivileges=yes", "PrivateTmp=yes", "StateDirectory=scellis/%i",
+			"ExecStart=/usr/bin/scellis " + role + " --config /etc/scellis/%i/" + role + ".yaml", " AF_NETLINK"}
+		if role == "aggregator" {
+			wants = append(wants, "ExecReload=/bin/kill -HUP $MAINPID")
+		} else if strings.Contains(s, "ExecReload=") {
+			t.Errorf("%s reloads with a signal the %s does not handle (SIGHUP would end it)", u, role)
+		}
+		for _, want := range wants {
 			if !strings.Contains(s, want) {
 				t.Errorf("%s lacks %s", u, want)
 			}
 		}
 		// verify checks that ExecStart's binary exists: point it at the one under test.
 		p := filepath.Join(dir, filepath.Base(u))
-		if err := os.WriteFile(p, []byte(strings.ReplaceAll(s, "/usr/local/bin/scellis", bin)), 0o644); err != nil {
+		if err := os.WriteFile(p, []byte(strings.ReplaceAll(s, "/usr/bin/scellis", bin)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		paths = append(paths, p)

@@ -14,6 +14,12 @@ import (
 	"github.com/scellis/scellis/identity"
 )
 
+// siloDataRoot is where a silo's dataset is looked for on its machine
+// (--state-dir): /srv/scellis/NAME/patients.csv. Data a site serves
+// belongs under /srv, not beside the config in /etc/scellis/NAME; the
+// image and the Kubernetes manifests in deploy/ mount it there read-only.
+const siloDataRoot = "/srv/scellis"
+
 // initOptions are the flags of `scellis federation init`.
 type initOptions struct {
 	dir                                string
@@ -38,11 +44,13 @@ they export SCELLIS_IDENTITY and SCELLIS_FEDERATION for client commands.
 
 Aggregator i serves its API on HOST:PORT and Raft on HOST:PORT+1, HOST
 taken in turn from --hosts (two aggregators on one host get the next two
-ports). A silo's config names one dataset, patients.csv next to the config,
-that the hospital provides (edit the path, label and budget; 'scellis config
-check' says what is missing). State (Raft log, blobs, ledger, caches) goes
-under --state-dir, or next to each config when it is not given; the systemd
-units in deploy/ use /var/lib/scellis.`,
+ports). A silo's config names one dataset that the hospital provides:
+patients.csv next to the config, or /srv/scellis/NAME/patients.csv with
+--state-dir, so that a machine's data is never looked for under /etc (edit the
+path, label and budget; 'scellis config check' says what is missing). State
+(Raft log, blobs, ledger, caches) goes under --state-dir, in DIR/NAME, or next
+to each config when it is not given; the systemd units in deploy/ use
+/var/lib/scellis.`,
 		Example: "  scellis federation init --dir fed --aggregators 3 --silos 3 --researcher alice\n" +
 			"  scellis federation init --dir fed --aggregators 3 --workers 2 --hosts agg1.example.org,agg2.example.org,agg3.example.org --state-dir /var/lib/scellis",
 		Args: exactArgs(0, "no arguments"),
@@ -178,6 +186,14 @@ func runFederationInit(o initOptions, stdout io.Writer) error {
 		}
 		return filepath.Join(o.state, m.Name)
 	}
+	// A config installed on its machine (--state-dir) lives in /etc, where
+	// no hospital keeps its data: its dataset is looked for under /srv.
+	dataset := func(m *initMember) string {
+		if o.state == "" {
+			return "patients.csv"
+		}
+		return filepath.Join(siloDataRoot, m.Name, "patients.csv")
+	}
 	for _, m := range members {
 		if err := writeNewFile(filepath.Join(m.Folder, "federation.yaml"), []byte(fed.String()), 0o644); err != nil {
 			return err
@@ -196,7 +212,7 @@ func runFederationInit(o initOptions, stdout io.Writer) error {
 			body = head + fmt.Sprintf(`data_dir: %s   # the privacy ledger and client state: back it up
 datasets:
   - name: patients
-    path: patients.csv                # the hospital's CSV (header row, numeric features)
+    path: %s   # the hospital's CSV (header row, numeric features)
     label: outcome
     class: confidential
     budget: {epsilon: 8, delta: 1.0e-5}   # the most this dataset may ever spend
@@ -206,7 +222,7 @@ policy:
   max_epsilon_per_round: 1.0
   min_noise_multiplier: 0.8
   min_cohort: 3
-`, state(m, "data"))
+`, state(m, "data"), dataset(m))
 		default:
 			continue
 		}
@@ -235,7 +251,11 @@ policy:
 		}
 	}
 	if o.silos > 0 {
-		fmt.Fprintf(stdout, "each silo names its dataset in silo.yaml (patients.csv beside it): 'scellis config check silo.yaml' before starting\n")
+		where := "patients.csv beside it"
+		if o.state != "" {
+			where = siloDataRoot + "/NAME/patients.csv"
+		}
+		fmt.Fprintf(stdout, "each silo names its dataset in silo.yaml (%s): 'scellis config check silo.yaml' before starting\n", where)
 	}
 	return nil
 }
