@@ -11,9 +11,12 @@ import (
 // buildEnv is the environment of a release build: static (no cgo, so no C
 // library to match on the target), the baseline instruction set of each
 // architecture, and none of the caller's GOFLAGS or experiments, which
-// would change the bytes.
+// would change the bytes. -buildvcs=false: the go command stamps VCS
+// details only where it finds git and the checkout's .git (a clone, yes;
+// a git worktree or a source tarball, no), so the same commit would give
+// different binaries; the version stamped names the commit instead.
 func buildEnv(arch string) []string {
-	env := []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch, "GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=-mod=readonly", "GOEXPERIMENT="}
+	env := []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + arch, "GOAMD64=v1", "GOARM64=v8.0", "GOFLAGS=-mod=readonly -buildvcs=false", "GOEXPERIMENT="}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"errors"
 	"fmt"
 	"io"
@@ -129,5 +131,34 @@ func TestChecksums(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("sha256sum -c: %v\n%s", err, out)
 		}
+	}
+}
+
+// The release binary is built the reproducible way, as its build info
+// records: static, -trimpath, no VCS details (which depend on where the
+// checkout is and how it was made); no path of the checkout is in it; and
+// it says the version stamped.
+func TestBinaryBuildInfo(t *testing.T) {
+	info, err := buildinfo.ReadFile(testBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settings := map[string]string{}
+	for _, s := range info.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" || settings["GOOS"] != "linux" {
+		t.Errorf("build settings %v", settings)
+	}
+	for k := range settings {
+		if strings.HasPrefix(k, "vcs") {
+			t.Errorf("the binary records %s=%s: its bytes depend on the checkout", k, settings[k])
+		}
+	}
+	if b, _ := os.ReadFile(testBin); bytes.Contains(b, []byte(testOpts.root)) {
+		t.Errorf("the binary holds the checkout's path %s", testOpts.root)
+	}
+	if out := runBin(t, testBin, "version"); out != "scellis "+testVersion+"\n" {
+		t.Errorf("scellis version: %q", out)
 	}
 }

@@ -59,9 +59,12 @@ func Scellis() (string, error) {
 			err = fmt.Errorf("testbin.Scellis outside testbin.Main")
 			return
 		}
+		// The release's flags (static, -trimpath): the packages built
+		// next by the release program then compile nothing again.
 		bin = filepath.Join(dir, "scellis")
-		cmd := exec.Command("go", "build", "-o", bin, "./cmd/scellis")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/scellis")
 		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, e := cmd.CombinedOutput(); e != nil {
 			err = fmt.Errorf("go build ./cmd/scellis: %v\n%s", e, out)
 		}
