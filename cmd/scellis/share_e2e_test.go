@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -140,9 +142,17 @@ func (f *sharedFederation) submitSweep(t testing.TB, file string) string {
 // It follows the job's event stream (`job watch`), not its status: a
 // status poll is a process, a TLS handshake and a linearizable read each,
 // load on the machine and on the Raft log the run shares.
+// The watch gets 15 minutes, not cli's 4: generic shards run at nice 19,
+// and beside 16 busy loops (.ci/stress) the sweep moved at 0.3 shards/s —
+// slow, but moving, which the watch's own output shows if it fails.
 func (f *sharedFederation) waitSweep(t testing.TB, id string) {
-	if out, errs, err := f.c.cli("alice", "job", "watch", id); err != nil {
-		t.Fatalf("job watch: %v\n%s%s", err, out, errs)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	cmd := f.c.cliCmd(ctx, "alice", "job", "watch", id)
+	var out, errs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("job watch: %v\n%s%s", err, out.String(), errs.String())
 	}
 	if st := f.c.status("alice", id); st.Counts.Verified != 120 {
 		t.Fatalf("the sweep ended with %d of 120 shards verified: %+v", st.Counts.Verified, st.Counts)
