@@ -221,8 +221,8 @@ func (md *matrixData) siloConfig(name, transport, parent string) string {
 		if kind == "z" {
 			file = filepath.Join(md.dir, name+"-z.csv")
 		}
-		for unit, suffix := range map[string]string{"record": "rec", "silo": "upd"} {
-			fmt.Fprintf(&b, "  - {name: %s_%s, path: %s, label: outcome, class: confidential, budget: {epsilon: 100000, delta: 1.0e-5}, unit: %s}\n", kind, suffix, file, unit)
+		for _, u := range [][2]string{{"record", "rec"}, {"silo", "upd"}} { // in order: the same file each run
+			fmt.Fprintf(&b, "  - {name: %s_%s, path: %s, label: outcome, class: confidential, budget: {epsilon: 100000, delta: 1.0e-5}, unit: %s}\n", kind, u[1], file, u[0])
 		}
 	}
 	b.WriteString("policy:\n  min_cohort: 3\n")
