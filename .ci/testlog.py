@@ -6,8 +6,21 @@ that fails (of its subtests too). It ends with the ten slowest tests
 import json
 import sys
 
+def own_errors(lines):
+    """The lines a failing test wrote itself (t.Errorf, t.Fatalf: they
+    start with FILE_test.go:LINE:), each cut to its first few lines, so
+    the reason for a failure can be read without the process logs the
+    test printed beside it."""
+    picked = []
+    for i, l in enumerate(lines):
+        if l.lstrip().split(":", 1)[0].endswith("_test.go"):
+            picked.extend(lines[i:i + 4])
+    return [l[:300] + ("\n" if len(l) > 300 else "") for l in picked[:24]]
+
+
 out = {}  # (package, test) -> output lines, until the test ends
 elapsed, packages = [], []
+reasons = []  # (package, test, the test's own error lines)
 for line in sys.stdin:
     try:
         ev = json.loads(line)
@@ -24,6 +37,7 @@ for line in sys.stdin:
         lines = out.pop((pkg, test), [])
         if action == "fail":
             sys.stdout.write("".join(lines))
+            reasons.append((pkg, test, own_errors(lines)))
         if action != "skip" and "Elapsed" in ev:
             elapsed.append((ev["Elapsed"], pkg, test, action))
     elif action in ("pass", "fail") and "Elapsed" in ev:
@@ -39,3 +53,10 @@ for e, pkg, test, action in sorted(elapsed, reverse=True)[:10]:
 print("== the five slowest packages")
 for e, pkg, action in sorted(packages, reverse=True)[:5]:
     print(f"{e:8.1f} s  {short(pkg)}" + (" (failed)" if action == "fail" else ""))
+# Last, so that a log cut to its tail still says why: each failing test
+# and the errors it reported itself.
+if reasons:
+    print("== why the failing tests failed")
+    for pkg, test, lines in reasons:
+        print(f"--- {short(pkg)} {test}")
+        sys.stdout.write("".join(lines) or "    (no error line of its own: see its output above)\n")

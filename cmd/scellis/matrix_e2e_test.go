@@ -298,8 +298,11 @@ func TestFLConfigurationMatrix(t *testing.T) {
 	md := newMatrixData(t, flat.at.dir, feds)
 
 	flat.at.startAggregators()
-	for _, c := range cs {
-		c.startAggregators()
+	// The parent first: a child node exits at start when no aggregator of
+	// its parent answers (SC7602, docs/tree.md), and a map's order would
+	// sometimes start a child first.
+	for _, name := range []string{"root", "child-a", "child-b"} {
+		cs[name].startAggregators()
 	}
 	for _, transport := range []string{"datachannel", "https"} {
 		for _, f := range feds {
