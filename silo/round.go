@@ -35,8 +35,9 @@ import (
 //     ledger with the step's mechanism (fsync'd) — only then
 //  5. contribute (round_contribute.go): take part in secure aggregation,
 //     masked or encrypted, with the packed update and weight;
-//  6. record: save the new client state; HandleRound uploads a signed
-//     Contribution and reports its hash for the shard.
+//  6. record (round_record.go): save the new client state; HandleRound
+//     then uploads a signed Contribution and reports its hash for the
+//     shard.
 //
 // A retried round this silo already paid for re-sends its cached release
 // (round_resend.go) in place of steps 2–4.
