@@ -56,6 +56,10 @@ type roundRun struct {
 	gref        content.Ref         // its hash
 	prevModel   content.Ref         // the model the previous round stored
 	std         *fl.Standardization // the run's standardisation so far
+	dims        int                 // the update's length
+	metricNames []string            // the metrics summed with it
+	grid        int                 // the grid's fractional bits (0: none)
+	clip        float64             // the range of each summed value
 	members     []secagg.Member
 	absentNames []string
 	bundle      fl.RoundBundle

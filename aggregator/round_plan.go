@@ -21,6 +21,9 @@ func (rr *roundRun) plan(ctx context.Context) error {
 	if err := rr.load(ctx); err != nil {
 		return err
 	}
+	if err := rr.sums(ctx); err != nil {
+		return err
+	}
 	if err := rr.cohort(ctx); err != nil {
 		return err
 	}
@@ -69,6 +72,26 @@ func (rr *roundRun) load(ctx context.Context) error {
 	// Stored (with the bundle that names it) before the round job is
 	// submitted.
 	rr.gref = content.Hash(rr.gb)
+	return nil
+}
+
+// sums is what the round's step sums (the update's and metrics' lengths)
+// and on which grid and range.
+func (rr *roundRun) sums(ctx context.Context) error {
+	var err error
+	rr.dims, rr.metricNames, rr.grid, err = rr.spec.StepSums(ctx, rr.env, rr.strat, rr.global, rr.step)
+	if err != nil {
+		return rr.stop("round %d: %v", rr.r, err)
+	}
+	rr.clip = float64(roundClip)
+	if rr.step != fl.StepTrain {
+		rr.clip = statsClip
+	}
+	if rr.spec.AggregationMode() == fl.AggThresholdHE {
+		// Threshold-he sums on a smaller ring (±2^49): the range is
+		// narrowed to what fits n sites on the step's grid.
+		rr.clip = fl.HEClip(rr.clip, rr.grid, len(rr.st.Silos))
+	}
 	return nil
 }
 
@@ -130,23 +153,11 @@ func (rr *roundRun) cohort(ctx context.Context) error {
 }
 
 // planBundle samples the cohort and writes the round bundle: what the
-// round sums, on which grid and range, from which model, masked or
-// encrypted, in one round or a tree of sub-rounds.
+// round sums, from which model, masked or encrypted, in one round or a
+// tree of sub-rounds.
 func (rr *roundRun) planBundle(ctx context.Context) error {
 	n, st, r, spec, step := rr.n, rr.st, rr.r, rr.spec, rr.step
-	dims, metricNames, grid, err := spec.StepSums(ctx, rr.env, rr.strat, rr.global, step)
-	if err != nil {
-		return rr.stop("round %d: %v", r, err)
-	}
-	clip := float64(roundClip)
-	if step != fl.StepTrain {
-		clip = statsClip
-	}
-	if spec.AggregationMode() == fl.AggThresholdHE {
-		// Threshold-he sums on a smaller ring (±2^49): the range is
-		// narrowed to what fits n sites on the step's grid.
-		clip = fl.HEClip(clip, grid, len(st.Silos))
-	}
+	var err error
 	// A training round may sample the alive cohort and give some of its
 	// silos only part of their local work (cohort.sample, .stragglers);
 	// silos led by child clusters are sampled child by child, so that
@@ -161,12 +172,12 @@ func (rr *roundRun) planBundle(ctx context.Context) error {
 	}
 	rr.bundle = fl.RoundBundle{
 		Format: fl.RoundFormat, Run: st.ID, Round: r, Strategy: rr.rc.canon.Strategy, Global: rr.gref, Work: work,
-		UpdateDim: dims, Metrics: metricNames, Seed: spec.Seed, Reducer: n.Self.Name,
+		UpdateDim: rr.dims, Metrics: rr.metricNames, Seed: spec.Seed, Reducer: n.Self.Name,
 		Step: step, TrainRound: rr.trainRound, Std: rr.std, Base: bases,
 		SecAgg: secagg.Params{
-			Round: roundID(st.ID, r, len(st.Jobs)), Members: rr.members, Dim: dims + len(metricNames),
+			Round: roundID(st.ID, r, len(st.Jobs)), Members: rr.members, Dim: rr.dims + len(rr.metricNames),
 			Threshold: roundThreshold(len(rr.members), spec.MinCohort),
-			Clip:      clip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: grid,
+			Clip:      rr.clip, Weighted: true, MaxWeight: roundMaxWeight, GridBits: rr.grid,
 			Protocol: secagg.Protocol(spec.Masking), // empty: by cohort size
 		},
 	}
