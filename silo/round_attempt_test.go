@@ -133,3 +133,43 @@ func TestAttemptRestore(t *testing.T) {
 		t.Fatalf("a release trained from another model: record %+v, %v; want declined %s naming the charge", rec, err, diag.RunBadRound)
 	}
 }
+
+// admit's request is the run's spec read with the round's parameters: a
+// round that forms its sum otherwise than its run asks (threshold-he for
+// a masking run, another masking protocol) is declined before the policy
+// is asked; one that agrees gives the policy its cohort, threshold,
+// protocol and grid.
+func TestAttemptRequestAgreesWithRun(t *testing.T) {
+	a := &Appliance{Name: "h1", Config: &config.Silo{Datasets: []config.Dataset{{Name: "d", Label: "y", Unit: fl.UnitSilo}}}, Fed: &identity.Federation{}}
+	b := fl.RoundBundle{Step: fl.StepTrain, UpdateDim: 2, SecAgg: secagg.Params{Round: "r", Dim: 2, Clip: 10, Weighted: true, MaxWeight: 100, Protocol: secagg.Pairwise}}
+	for i := range 4 {
+		seed := make([]byte, ed25519.SeedSize)
+		seed[0] = byte(i)
+		b.SecAgg.Members = append(b.SecAgg.Members, secagg.Member{ID: fmt.Sprint("s", i), Key: ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)})
+	}
+	attempt := func(spec fl.RunSpec) (*roundAttempt, error) {
+		at := a.newAttempt(coordinator.LeaseGrant{}, coordinator.JobStatus{Run: content.Hash([]byte("run")), Round: 1})
+		at.b, at.spec = b, fl.Canonical{Spec: spec}
+		return at, at.request()
+	}
+	for _, spec := range []fl.RunSpec{
+		{Dataset: "d", Aggregation: fl.AggThresholdHE, SecureAgg: true},
+		{Dataset: "d", Masking: string(secagg.SecAggPlus), SecureAgg: true},
+	} {
+		_, err := attempt(spec)
+		d, ok := err.(declineErr)
+		if ds, isDiag := diag.As(d.error); !ok || !isDiag || ds[0].Code != diag.RunBadRound {
+			t.Errorf("run asking for aggregation %q masking %q: %v, want a %s decline", spec.Aggregation, spec.Masking, err, diag.RunBadRound)
+		}
+	}
+	at, err := attempt(fl.RunSpec{Dataset: "d", Masking: string(secagg.Pairwise), SecureAgg: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := b.SecAgg.EffectiveThreshold()
+	grid, _ := b.SecAgg.FracBits()
+	r := at.req
+	if r.Cohort != 4 || r.Threshold != want || r.Masking != secagg.Pairwise || r.Aggregation != fl.AggMasking || r.Privacy.GridBits != grid || r.Dataset != "d" || at.rec.Label != "y" {
+		t.Errorf("request %+v (label %q), want cohort 4, threshold %d, pairwise masking, grid %d, dataset d labelled y", r, at.rec.Label, want, grid)
+	}
+}
