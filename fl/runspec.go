@@ -305,7 +305,10 @@ func (s *RunSpec) parseModel(d *yamlpos.Decoder, n *yaml.Node) {
 		s.Model.Classes = int(d.Integer(v, "model.classes", 1, 1<<16))
 	}
 	if h := mf["hidden"]; h != nil {
-		s.Model.Hidden = int(d.Integer(h, "model.hidden", 1, 4096))
+		// A sanity bound only (the model package bounds the parameter
+		// count, 2^26): how large a model a silo trains is its policy's
+		// say (policy.max_model_params), not the parser's.
+		s.Model.Hidden = int(d.Integer(h, "model.hidden", 1, 1<<26))
 	}
 	if l := mf["features"]; l != nil {
 		seen := map[string]bool{}
