@@ -122,6 +122,16 @@ type SiloPolicy struct {
 	// sites) or ThresholdMajority (⌊n/2⌋+1: against an aggregator acting
 	// alone only, in exchange for tolerating more dropouts).
 	SecAggThreshold string
+	// MaxModelParams bounds the parameters of a model the silo trains
+	// (a run's model.NumParams); 0 means no bound beyond the model
+	// package's sanity limit. How large a model a site can hold is its
+	// operator's call, not the run spec parser's.
+	MaxModelParams int
+	// MaxRoundMB bounds the megabytes a round moves through the silo,
+	// counted as 8 bytes per value: the global model's parameters it
+	// fetches plus the values it sums (the update and any metrics); 0
+	// means no bound.
+	MaxRoundMB int
 }
 
 // The values of policy.secagg_threshold.
@@ -219,6 +229,8 @@ func LoadSilo(file string) (*Silo, error) {
 				}
 				return nil
 			})),
+			mk("max_model_params", false, "", integer(&p.MaxModelParams, 1, 1<<40)),
+			mk("max_round_mb", false, "", integer(&p.MaxRoundMB, 1, 1<<30)),
 			mk("generic_shards", false, "", boolean(&p.GenericShards)),
 			mk("secagg_threshold", false, "", parsed(func(s string) error {
 				if s != ThresholdTwoThirds && s != ThresholdMajority {

@@ -15,6 +15,7 @@ var (
 	SiloStateUnavailable = define("SC9210", "silo's ledger or round log cannot be read")
 	SiloAggregationMode  = define("SC9211", "round's secure-aggregation mode not allowed by the silo's policy")
 	SiloThresholdLow     = define("SC9212", "round's secure-aggregation threshold below the silo's bound against an active aggregator")
+	SiloModelTooLarge    = define("SC9213", "round's model or bytes above the silo's policy bound")
 	SiloRowsNotPublic    = define("SC9215", "run releases a row count the silo's dataset does not declare public")
 	SiloRoundFailed      = define("SC9230", "silo could not complete the round (details in the silo's log)")
 	SiloRestarted        = define("SC9231", "silo stopped after paying for the round, before the round completed")

@@ -48,7 +48,10 @@ type Policy struct {
 	// SecAggThreshold is config.ThresholdTwoThirds (also when empty) or
 	// config.ThresholdMajority: the lowest pairwise threshold accepted.
 	SecAggThreshold string
-	Datasets        []config.Dataset
+	// MaxModelParams and MaxRoundMB bound a round's size (0: no bound).
+	MaxModelParams int
+	MaxRoundMB     int
+	Datasets       []config.Dataset
 	Rounds          RoundLog
 
 	// pinned binds accepted names to the refs the silo's own catalog
@@ -69,6 +72,8 @@ func NewPolicy(c *config.Silo, rounds RoundLog) Policy {
 		GenericShards:      p.GenericShards,
 		Aggregation:        slices.Clone(p.Aggregation),
 		SecAggThreshold:    p.SecAggThreshold,
+		MaxModelParams:     p.MaxModelParams,
+		MaxRoundMB:         p.MaxRoundMB,
 		Datasets:           slices.Clone(c.Datasets),
 		Rounds:             rounds,
 	}
@@ -130,6 +135,8 @@ func (p Policy) dataset(name string) (config.Dataset, bool) {
 //     open pool, DP or secure aggregation off in a consortium;
 //   - SC9105 invalid privacy parameters, SC9208 a unit of privacy other
 //     than the dataset's, SC9209 a cost without a bound;
+//   - SC9213 the round's model has more parameters than max_model_params,
+//     or the round moves more than max_round_mb;
 //   - SC9205 the silo's rounds over the last 24 hours are used up;
 //   - SC9202 the round's ε (computed by the accountant at the dataset's δ)
 //     exceeds max_epsilon_per_round, or is unbounded because DP is off;
@@ -194,6 +201,8 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 			WithHelp("run with aggregation: %s, or the silo's operator adds %s to policy.aggregation", p.Aggregation[0], mode))
 	}
 
+	add(p.checkSize(req)...)
+
 	ds, known := p.dataset(req.Dataset)
 	if !known {
 		add(p.unknownDataset(subject, req.Dataset))
@@ -239,6 +248,23 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 	}
 	if known && dpOn && priced {
 		add(p.checkBudget(req, ds, mechs, ledger)...)
+	}
+	return out
+}
+
+// checkSize refuses a round larger than the policy's bounds: its model's
+// parameters, and the bytes it moves through the silo (8 per value: the
+// model fetched and the values summed). A round of unknown size (0) is
+// not checked.
+func (p Policy) checkSize(req RoundRequest) diag.List {
+	var out diag.List
+	if p.MaxModelParams > 0 && req.ModelParams > p.MaxModelParams {
+		out = append(out, diag.New(diag.SiloModelTooLarge, req.Subject(), "the run's model has %d parameters; this silo's policy trains models of at most %d (max_model_params)", req.ModelParams, p.MaxModelParams).
+			WithHelp("run a smaller model (model.hidden), or the silo's operator raises policy.max_model_params if the site has the memory for it"))
+	}
+	if mb := float64(req.RoundValues) * 8 / (1 << 20); p.MaxRoundMB > 0 && mb > float64(p.MaxRoundMB) {
+		out = append(out, diag.New(diag.SiloModelTooLarge, req.Subject(), "the round moves %.1f MB through this silo (%d values of 8 bytes: the model it fetches and the values it sums); its policy allows %d MB a round (max_round_mb)", mb, req.RoundValues, p.MaxRoundMB).
+			WithHelp("run a smaller model, or the silo's operator raises policy.max_round_mb"))
 	}
 	return out
 }

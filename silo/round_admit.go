@@ -133,6 +133,9 @@ func (at *roundAttempt) request() error {
 		Threshold: threshold, Masking: masking, Regime: a.Fed.Regime, SecureAgg: spec.SecureAgg, Step: b.Step,
 		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.PublicRows,
 	}
+	if n := at.spec.ModelSpec().NumParams(); n > 0 {
+		at.req.ModelParams, at.req.RoundValues = n, n+b.SecAgg.Dim
+	}
 	if want := spec.AggregationMode(); want != at.req.Aggregation {
 		return decline(at.bad("the round forms its sum by %s but its run asks for %s", at.req.Aggregation, want))
 	}

@@ -45,6 +45,11 @@ type RoundRequest struct {
 	// unnoised (the run's privacy.public_rows); the dataset must declare
 	// its row count public.
 	PublicRows bool
+	// ModelParams is the run's model's parameter count, and RoundValues
+	// the values the round moves through the silo (the model's parameters
+	// fetched plus the values summed); 0: unknown, not checked.
+	ModelParams int
+	RoundValues int
 }
 
 // Subject names the round in diagnostics: "run RUN round N".

@@ -205,6 +205,12 @@ func siloSummary(s *config.Silo) string {
 	if p.MaxRoundsPerDay > 0 {
 		fmt.Fprintf(&b, "; at most %s a day", plural(p.MaxRoundsPerDay, "round"))
 	}
+	if p.MaxModelParams > 0 {
+		fmt.Fprintf(&b, "; models of at most %d parameters", p.MaxModelParams)
+	}
+	if p.MaxRoundMB > 0 {
+		fmt.Fprintf(&b, "; at most %d MB a round", p.MaxRoundMB)
+	}
 	if p.GenericShards {
 		b.WriteString("; runs generic shards too")
 	}
