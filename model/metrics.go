@@ -72,16 +72,19 @@ func checkData(l layout, d *Dataset) error {
 	return nil
 }
 
-// eachChunk calls fn on successive blocks of at most evalChunk rows of d,
-// standardised by m.Std when it is set.
+// eachChunk calls fn on successive blocks of at most ws.cap rows of d
+// (evalChunk, or fewer for wide models: newScoringWorkspace), standardised
+// by m.Std when it is set. Loss sums block by block, so the block size is
+// part of a result: it depends on the model's shape only
+// (TestScoringWorkspace).
 func (m *Model) eachChunk(l layout, d *Dataset, ws *workspace, fn func(x blas64.General, y []float64)) {
 	n := d.Rows()
 	if n == 0 {
 		return
 	}
 	raw := d.X.RawMatrix()
-	for i := 0; i < n; i += evalChunk {
-		r := min(evalChunk, n-i)
+	for i := 0; i < n; i += ws.cap {
+		r := min(ws.cap, n-i)
 		x := rowsView(raw.Data, raw.Stride, i, r, l.in)
 		if m.Std != nil {
 			for k := range r {
@@ -96,9 +99,12 @@ func (m *Model) eachChunk(l layout, d *Dataset, ws *workspace, fn func(x blas64.
 // Loss returns the mean per-example loss of m on d (log-loss for
 // classifiers, ½(ŷ−y)² for regression), without regularisation terms; 0 for
 // an empty dataset. It panics if m.Check(d) fails.
-func (m *Model) Loss(d *Dataset) float64 {
+func (m *Model) Loss(d *Dataset) float64 { return m.loss(d, evalChunk) }
+
+// loss is Loss scoring at most rows rows at a time.
+func (m *Model) loss(d *Dataset, rows int) float64 {
 	l := m.mustCheck(d)
-	ws := newWorkspace(l, evalChunk)
+	ws := newScoringWorkspace(l, rows)
 	var sum float64
 	m.eachChunk(l, d, ws, func(x blas64.General, y []float64) {
 		sum += ws.lossGrad(m.Params, x, y, nil)
@@ -121,9 +127,12 @@ func (m *Model) mustCheck(d *Dataset) layout {
 }
 
 // Evaluate scores m on d. It panics if m.Check(d) fails.
-func Evaluate(m *Model, d *Dataset) Metrics {
+func Evaluate(m *Model, d *Dataset) Metrics { return evaluate(m, d, evalChunk) }
+
+// evaluate is Evaluate scoring at most rows rows at a time.
+func evaluate(m *Model, d *Dataset, rows int) Metrics {
 	l := m.mustCheck(d)
-	ws := newWorkspace(l, evalChunk)
+	ws := newScoringWorkspace(l, rows)
 	n := d.Rows()
 	met := Metrics{N: n}
 	if n == 0 {

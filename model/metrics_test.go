@@ -64,3 +64,40 @@ func TestEvaluateKnownModel(t *testing.T) {
 		t.Errorf("softmax Predict %v", q)
 	}
 }
+
+// TestScoringWorkspace: a scoring pass holds evalChunk rows as before for
+// every model whose evalChunk rows of activations fit scoringBytes (their
+// figures are unchanged, bit for bit: Loss sums block by block, so the
+// block size is part of the result), and fewer rows, with no gradient
+// buffer, for a wide one. The block size depends on the model's shape
+// only, so every process scoring a model gets the same figures.
+func TestScoringWorkspace(t *testing.T) {
+	for _, c := range []struct {
+		spec Spec
+		rows int
+	}{
+		{Spec{Kind: KindLogistic, Inputs: 30}, evalChunk},
+		{Spec{Kind: KindMLP, Inputs: 30, Hidden: 2000, Classes: 3}, evalChunk},
+		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 4096, Classes: 2}, 127},
+		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 90_909, Classes: 2}, 5},
+		{Spec{Kind: KindLogistic, Inputs: 1 << 20}, 1},
+	} {
+		l, err := c.spec.layout()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := newScoringWorkspace(l, evalChunk)
+		if ws.cap != c.rows || ws.dh != nil {
+			t.Errorf("%+v: a scoring pass holds %d rows (dh %d), want %d and none", c.spec, ws.cap, len(ws.dh), c.rows)
+		}
+		if ws.cap > 1 && 8*ws.cap*(l.in+l.hidden+l.out+1) > scoringBytes {
+			t.Errorf("%+v: %d rows of activations exceed %d bytes", c.spec, ws.cap, scoringBytes)
+		}
+	}
+	// Scoring in smaller blocks gives the same per-row figures.
+	d := classData(600, 3, 4, 8)
+	m := mustNew(t, Spec{Kind: KindMLP, Inputs: 3, Hidden: 17, Classes: 4}, 5)
+	if got, want := evaluate(m, d, 7), evaluate(m, d, evalChunk); got.Correct != want.Correct || math.Abs(got.Loss-want.Loss) > 1e-12 {
+		t.Fatalf("in blocks of 7 rows %+v, of %d rows %+v", got, evalChunk, want)
+	}
+}

@@ -82,7 +82,7 @@ func (m *Model) Predict(x []float64) []float64 {
 	if len(x) != l.in {
 		panic(fmt.Sprintf("model: Predict got %d features, the model has %d inputs", len(x), l.in))
 	}
-	ws := newWorkspace(l, 1)
+	ws := newScoringWorkspace(l, 1)
 	if m.Std != nil {
 		m.Std.applyRow(ws.xb, x)
 		x = ws.xb[:l.in]
