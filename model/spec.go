@@ -134,18 +134,27 @@ func (l layout) feed() int {
 	return l.in
 }
 
-// weightMask returns 1 for weights and 0 for biases: L2 and weight decay
-// apply to weights only, never to intercepts.
+// eachBlock calls fn on the parameter blocks in order, [lo, hi) with
+// mask 1 for weights and 0 for biases: L2 and weight decay apply to
+// weights only, never to intercepts. A mask per block, not a vector of
+// masks as long as the model (8 bytes a parameter).
+func (l layout) eachBlock(fn func(lo, hi int, mask float64)) {
+	if l.hidden > 0 {
+		fn(l.w1, l.b1, 1)
+		fn(l.b1, l.w2, 0)
+	}
+	fn(l.w2, l.b2, 1)
+	fn(l.b2, l.n, 0)
+}
+
+// weightMask is eachBlock's masks as a vector.
 func (l layout) weightMask() []float64 {
 	m := make([]float64, l.n)
-	if l.hidden > 0 {
-		for i := l.w1; i < l.b1; i++ {
-			m[i] = 1
+	l.eachBlock(func(lo, hi int, mask float64) {
+		for i := lo; i < hi; i++ {
+			m[i] = mask
 		}
-	}
-	for i := l.w2; i < l.b2; i++ {
-		m[i] = 1
-	}
+	})
 	return m
 }
 

@@ -108,7 +108,6 @@ type trainer struct {
 	d    *Dataset // standardised when m.Std is set
 	cfg  TrainConfig
 	ws   *workspace
-	mask []float64 // 1 for weights, 0 for biases
 	grad []float64
 	// AdamW moments and step count.
 	m1, m2 []float64
@@ -154,7 +153,6 @@ func newTrainer(m *Model, d *Dataset, cfg TrainConfig) (*trainer, error) {
 		l:    l,
 		d:    d,
 		cfg:  cfg,
-		mask: l.weightMask(),
 		grad: make([]float64, l.n),
 	}
 	if cfg.Optimizer == OptAdamW {
@@ -327,9 +325,11 @@ func (t *trainer) minibatch(idx []int) {
 func (t *trainer) update() {
 	p, g, c := t.m.Params, t.grad, &t.cfg
 	if c.L2 > 0 {
-		for j := range g {
-			g[j] += c.L2 * t.mask[j] * p[j]
-		}
+		t.l.eachBlock(func(lo, hi int, mask float64) {
+			for j := lo; j < hi; j++ {
+				g[j] += c.L2 * mask * p[j]
+			}
+		})
 	}
 	if c.Mu > 0 {
 		for j := range g {
@@ -350,17 +350,21 @@ func (t *trainer) update() {
 		b1, b2 := c.Beta1, c.Beta2
 		bc1 := 1 - math.Pow(b1, float64(t.t))
 		bc2 := 1 - math.Pow(b2, float64(t.t))
-		for j := range p {
-			t.m1[j] = b1*t.m1[j] + (1-b1)*g[j]
-			t.m2[j] = b2*t.m2[j] + (1-b2)*g[j]*g[j]
-			mh := t.m1[j] / bc1
-			vh := t.m2[j] / bc2
-			p[j] -= c.LR * (mh/(math.Sqrt(vh)+adamEps) + c.WeightDecay*t.mask[j]*p[j])
-		}
+		t.l.eachBlock(func(lo, hi int, mask float64) {
+			for j := lo; j < hi; j++ {
+				t.m1[j] = b1*t.m1[j] + (1-b1)*g[j]
+				t.m2[j] = b2*t.m2[j] + (1-b2)*g[j]*g[j]
+				mh := t.m1[j] / bc1
+				vh := t.m2[j] / bc2
+				p[j] -= c.LR * (mh/(math.Sqrt(vh)+adamEps) + c.WeightDecay*mask*p[j])
+			}
+		})
 	default:
-		for j := range p {
-			p[j] -= c.LR * (g[j] + c.WeightDecay*t.mask[j]*p[j])
-		}
+		t.l.eachBlock(func(lo, hi int, mask float64) {
+			for j := lo; j < hi; j++ {
+				p[j] -= c.LR * (g[j] + c.WeightDecay*mask*p[j])
+			}
+		})
 	}
 	t.stats.Steps++
 }

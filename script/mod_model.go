@@ -302,7 +302,11 @@ func metricsDict(spec model.Spec, met model.Metrics) *starlark.Dict {
 }
 
 // paramsModel builds a model handle from a parameter vector (copied).
-func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, classes, hidden int, d *model.Dataset) (*model.Model, error) {
+//
+// lend makes the model's parameters the vector itself rather than a copy:
+// for a model that only scores (evaluate_params), which never writes them
+// (vectors are immutable).
+func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, classes, hidden int, d *model.Dataset, lend bool) (*model.Model, error) {
 	p, err := st.toVector(pv, "params")
 	if err != nil {
 		return nil, err
@@ -313,6 +317,9 @@ func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, clas
 	spec, err := specFor(kind, inputs, classes, hidden, len(p), d, "params")
 	if err != nil {
 		return nil, err
+	}
+	if lend {
+		return &model.Model{Spec: spec, Params: p}, nil
 	}
 	if err := st.reserve(bytesOf(len(p)), fn); err != nil {
 		return nil, err
@@ -349,7 +356,7 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 		if err != nil {
 			return nil, err
 		}
-		m, err := paramsModel(st, "model.evaluate_params", kind, pv, d.Dims(), classes, hidden, d)
+		m, err := paramsModel(st, "model.evaluate_params", kind, pv, d.Dims(), classes, hidden, d, true)
 		if err != nil {
 			return nil, err
 		}
@@ -366,7 +373,7 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 			"classes?", &classes, "hidden?", &hidden); err != nil {
 			return nil, err
 		}
-		m, err := paramsModel(st, "model.from_params", kind, pv, inputs, classes, hidden, nil)
+		m, err := paramsModel(st, "model.from_params", kind, pv, inputs, classes, hidden, nil, false)
 		if err != nil {
 			return nil, err
 		}
@@ -401,7 +408,11 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 		if err := st.reserve(bytesOf(len(mv.m.Params)), "model.params"); err != nil {
 			return nil, err
 		}
-		return newVector(slices.Clone(mv.m.Params)), nil
+		// The handle's parameters, not a copy: a model handle's parameters
+		// are never written once content holds it (model.train trains a
+		// new model; init is copied in), and vectors are immutable. For a
+		// model of d parameters that is d·8 bytes less on a client step.
+		return newVector(mv.m.Params), nil
 	},
 	"adam_state": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue
