@@ -52,7 +52,7 @@ type Policy struct {
 	MaxModelParams int
 	MaxRoundMB     int
 	Datasets       []config.Dataset
-	Rounds          RoundLog
+	Rounds         RoundLog
 
 	// pinned binds accepted names to the refs the silo's own catalog
 	// gives them (Pin); nil until pinned.

@@ -81,3 +81,50 @@ seed: 3
 		t.Fatalf("the round summed %+v, want s1, s2 and s3", rounds)
 	}
 }
+
+// siloPeakModels and siloPeakConstant are the bound TestFLSiloMemoryAtSize
+// holds a silo's peak resident memory to: k× the model's bytes plus a
+// constant. What a silo holds at once, at its peak, for an MLP of d
+// parameters over nine inputs (docs/fl.md, "Memory at model size"): the
+// training step's activations and their gradients (32 rows × the hidden
+// width × 2 × 8 bytes: 5.8× the model's bytes), about ten vectors of the
+// model's length on the round path (the global model's bytes and vector,
+// the trainer's parameters and gradient, the update, its grid integers,
+// the release cache's encoding, the masked input), and the collector's
+// headroom (GOGC = 100: up to twice what is live); the constant is the
+// process's own (its idle resident memory, about 30 MiB, the 4 MiB a
+// scoring pass holds, TLS, the interpreter and the first round's caches).
+// Before issue 32 a silo peaked at 56× the model's bytes at d = 10^6.
+const (
+	siloPeakModels   = 32
+	siloPeakConstant = 96 << 20
+)
+
+// A silo's memory at d = 10^6, through real processes (issue 32): one
+// round of an MLP of 10^6 parameters (one SGD step of 32 rows a site,
+// update-level DP, pairwise masking, the federation `scellis federation
+// init` writes: three aggregators, three silos); every silo's peak
+// resident memory (VmHWM) stays within siloPeakModels × the model's bytes
+// + siloPeakConstant. Not timed: the bound is on bytes.
+func TestFLSiloMemoryAtSize(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("a federated round of a 10^6-parameter model")
+	}
+	f := startFLBenchFederation(t, 3)
+	f.runs++
+	spec, params := f.writeSizedSpec(1_000_000)
+	f.runOne(t, spec, 1)
+	model := int64(params) * 8
+	bound := siloPeakModels*model + siloPeakConstant
+	peak := f.rss(t, "VmHWM")
+	for name, p := range peak {
+		if !strings.HasPrefix(name, "silo") {
+			continue
+		}
+		t.Logf("%s: peak %.1f MiB, %.1f× the model's %.1f MiB", name, float64(p)/(1<<20), float64(p)/float64(model), float64(model)/(1<<20))
+		if p > bound {
+			t.Errorf("%s peaked at %.1f MiB, beyond %d× the model's bytes + %d MiB = %.1f MiB", name, float64(p)/(1<<20), siloPeakModels, siloPeakConstant>>20, float64(bound)/(1<<20))
+		}
+	}
+}

@@ -95,7 +95,7 @@ type flBenchFederation struct {
 	runs int
 }
 
-func startFLBenchFederation(b *testing.B, silos int) *flBenchFederation {
+func startFLBenchFederation(b testing.TB, silos int) *flBenchFederation {
 	dir := b.TempDir()
 	port := consecutivePorts(b, 6)
 	mustRun(b, scellisCmd(b, dir, "federation", "init", "--dir", dir, "--aggregators", "3", "--silos", strconv.Itoa(silos),

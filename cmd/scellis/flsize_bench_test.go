@@ -20,7 +20,10 @@ import (
 // wall time by the leader's clock and the peak resident memory (VmHWM) of
 // the largest silo and the largest aggregator, as multiples of the model's
 // bytes (d float64s) and as bytes per parameter above what the process
-// held before the run (its VmRSS when the federation was idle).
+// held before the run (its VmRSS when the federation was idle); for the
+// larger sizes also the slope against the smallest size's peak in the same
+// run (-slope-B/param: what each further parameter costs, free of what any
+// first round costs: caches, connections, the interpreter).
 //
 //	go test -run x -bench FLModelSize -benchtime 1x ./cmd/scellis/
 //
@@ -28,6 +31,9 @@ import (
 // Under -short (CI runs every benchmark once that way) only d=1e3 runs:
 // the larger sizes are the same round with a bigger model.
 func BenchmarkFLModelSize(b *testing.B) {
+	// The smallest size's peaks, for the slope of each larger size.
+	var small procMemory
+	smallD := 0
 	for _, d := range []int{1_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("d=%.0e", float64(d)), func(b *testing.B) {
 			if testing.Short() && d > 1_000 {
@@ -53,6 +59,12 @@ func BenchmarkFLModelSize(b *testing.B) {
 				b.ReportMetric(float64(p)/model, role+"-peak/model")
 				b.ReportMetric(float64(p-base)/float64(params), role+"-B/param")
 				b.ReportMetric(float64(p)/(1<<20), role+"-peak-MiB")
+				if small != nil {
+					b.ReportMetric(float64(p-small.max(role))/float64(params-smallD), role+"-slope-B/param")
+				}
+			}
+			if small == nil {
+				small, smallD = peak, params
 			}
 		})
 	}
