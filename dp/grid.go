@@ -109,11 +109,18 @@ func RoundOnGrid(x []float64, fracBits int, noise *Noise) ([]int64, error) {
 // FromGrid decodes integers of the grid of 2^fracBits back to floats (a
 // post-processing of a release: it cannot weaken its guarantee).
 func FromGrid(y []int64, fracBits int) []float64 {
-	out := make([]float64, len(y))
+	return FromGridInto(make([]float64, len(y)), y, fracBits)
+}
+
+// FromGridInto is FromGrid into dst (len(dst) == len(y)), which it returns:
+// for a caller done with the vector it released, whose buffer can hold
+// what was released instead of a second one as long.
+func FromGridInto(dst []float64, y []int64, fracBits int) []float64 {
+	dst = dst[:len(y)]
 	for i, v := range y {
-		out[i] = math.Ldexp(float64(v), -fracBits)
+		dst[i] = math.Ldexp(float64(v), -fracBits)
 	}
-	return out
+	return dst
 }
 
 func (g GridGaussian) bad(format string, args ...any) error {

@@ -154,7 +154,7 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 			if out.Encoded, err = dp.RoundOnGrid(out.Update, out.GridBits, privacy.Noise); err != nil {
 				return ClientOutput{}, err
 			}
-			out.Update = dp.FromGrid(out.Encoded, out.GridBits)
+			out.Update = dp.FromGridInto(out.Update, out.Encoded, out.GridBits) // out.Update is the step's own: its values are released
 		}
 	case UnitSilo:
 		if out.Update != nil {
@@ -163,7 +163,7 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 				return ClientOutput{}, err
 			}
 			out.GridBits = g.FracBits
-			out.Update = dp.FromGrid(out.Encoded, out.GridBits)
+			out.Update = dp.FromGridInto(out.Update, out.Encoded, out.GridBits) // out.Update is the step's own: its values are released
 			out.Mechanism = Mechanism{Unit: UnitSilo, Clip: privacy.Clip, Mechanisms: privacy.Mechanisms(0)}
 		}
 	}
@@ -238,7 +238,34 @@ func parseClientOutput(s *Strategy, res any) (ClientOutput, error) {
 		}
 		out.State = st
 	}
+	if out.Update != nil && sharesVector(out.State, out.Update) {
+		// The engine clips, noises and decodes the update in place; a state
+		// holding the same vector keeps what the content returned.
+		out.Update = slices.Clone(out.Update)
+	}
 	return out, nil
+}
+
+// sharesVector reports whether v holds a vector with u's backing array (a
+// result that returns one vector under two keys).
+func sharesVector(v any, u []float64) bool {
+	switch x := v.(type) {
+	case []float64:
+		return len(x) > 0 && &x[0] == &u[0]
+	case map[string]any:
+		for _, e := range x {
+			if sharesVector(e, u) {
+				return true
+			}
+		}
+	case []any:
+		for _, e := range x {
+			if sharesVector(e, u) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ServerStep runs the strategy's server_step(global, sum, total_weight,

@@ -16,6 +16,11 @@ import (
 // at.in. Under DP the statistics and metrics are released (noised on the
 // grid) here, and an update by the client step; release charges them.
 func (at *roundAttempt) train(ctx context.Context) error {
+	// What train read and computed besides at.in is not needed after it:
+	// the global model and the step's float update (at.in holds what
+	// leaves) are let go before release caches and masks, not held, at a
+	// model's bytes each, through the rest of the round (issue 32).
+	defer func() { at.global, at.out.Update = nil, nil }()
 	at.in = wire.Input{MinSurvivors: at.minSurvivors}
 	var err error
 	switch at.b.Step {
