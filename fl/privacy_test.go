@@ -332,3 +332,37 @@ func diagCode(err error) diag.Code {
 	}
 	return ""
 }
+
+// The engine clips, noises and decodes an update in place (issue 32): a
+// result that also keeps its update in the client state keeps what the
+// content returned, not what was released.
+func TestReleasedUpdateLeavesTheStateAlone(t *testing.T) {
+	src := `
+def client_step(g, data, params, state):
+    u = tensor.vec([3.0, 4.0, 0.5])
+    return {"update": u, "weight": 1, "metrics": {}, "state": {"last": u}}
+
+def server_step(g, total, weight, params):
+    return g
+`
+	e, err := catalog.Parse("keeps.star", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewStrategy(e, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train, _, _ := hospitalSplits(t, 1, 50, 3)
+	out, err := ClientStep(context.Background(), script.Env{Catalog: builtins(t)}, s, Global{}, train[0], nil, Privacy{Unit: UnitSilo, Clip: 1, Sigma: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := asVector(out.State["last"])
+	if !slices.Equal(last, []float64{3, 4, 0.5}) {
+		t.Fatalf("the state holds %v, want what the content returned", last)
+	}
+	if slices.Equal(out.Update, last) || len(out.Encoded) != 3 {
+		t.Fatalf("the released update %v (encoded %v) is not the noised one", out.Update, out.Encoded)
+	}
+}
