@@ -84,20 +84,22 @@ seed: 3
 
 // siloPeakModels and siloPeakConstant are the bound TestFLSiloMemoryAtSize
 // holds a silo's peak resident memory to: k× the model's bytes plus a
-// constant. What a silo holds at once, at its peak, for an MLP of d
-// parameters over nine inputs (docs/fl.md, "Memory at model size"): the
-// training step's activations and their gradients (32 rows × the hidden
-// width × 2 × 8 bytes: 5.8× the model's bytes), about ten vectors of the
-// model's length on the round path (the global model's bytes and vector,
-// the trainer's parameters and gradient, the update, its grid integers,
-// the release cache's encoding, the masked input), and the collector's
-// headroom (GOGC = 100: up to twice what is live); the constant is the
-// process's own (its idle resident memory, about 30 MiB, the 4 MiB a
-// scoring pass holds, TLS, the interpreter and the first round's caches).
-// Before issue 32 a silo peaked at 56× the model's bytes at d = 10^6.
+// constant. What a silo holds at once, at its peak, for this run's MLP (d
+// parameters over nine inputs, one SGD step of 32 rows; docs/fl.md,
+// "Memory at model size"): the step's activations and their gradients
+// (2 × 32 rows × the hidden width × 8 bytes: 5.8× the model's bytes, a
+// figure of the batch and the shape, 2·batch/(inputs+2)), and about six
+// vectors of the model's length (the global model's bytes and vector, the
+// trainer's parameters and gradient, the update and its grid integers,
+// then the masked words and their encoding): about 12× live, and the
+// collector lets the heap reach twice what is live (GOGC = 100): 24×. The
+// constant is the process's own: about 35 MiB idle, the 4 MiB a scoring
+// pass holds, TLS, the interpreter and the first round's caches. Measured
+// after issue 32's changes: 184–192 MiB at d = 10^6 (about 20× above
+// idle); before them a silo peaked at 430 MiB (56×), beyond this bound.
 const (
-	siloPeakModels   = 32
-	siloPeakConstant = 96 << 20
+	siloPeakModels   = 24
+	siloPeakConstant = 64 << 20
 )
 
 // A silo's memory at d = 10^6, through real processes (issue 32): one
