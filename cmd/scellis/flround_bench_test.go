@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -51,25 +49,7 @@ func BenchmarkFLRoundProcesses(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				f.runs++
 				spec := f.writeSpec(rounds)
-				id := strings.TrimSpace(f.c.mustCLI("alice", "fl", "launch", spec))
-				f.c.mustCLI("alice", "fl", "watch", id)
-				var st struct {
-					State     string `json:"state"`
-					StartedAt int64  `json:"started_at"`
-					DoneAt    int64  `json:"done_at"`
-					Models    []string
-				}
-				raw := f.c.mustCLI("alice", "--json", "fl", "status", id)
-				if err := json.Unmarshal([]byte(raw), &st); err != nil {
-					b.Fatal(err)
-				}
-				if st.State != "done" || len(st.Models) != rounds {
-					b.Fatalf("run %s ended %s with %d of %d rounds", id, st.State, len(st.Models), rounds)
-				}
-				if st.StartedAt <= 0 || st.DoneAt < st.StartedAt {
-					b.Fatalf("run %s: started_at %d, done_at %d:\n%s", id, st.StartedAt, st.DoneAt, raw)
-				}
-				fed += time.Duration(st.DoneAt-st.StartedAt) * time.Millisecond
+				fed += f.runOne(b, spec, rounds)
 				plain += f.simulate(b, spec)
 			}
 			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(b.N*rounds) }

@@ -112,7 +112,7 @@ func (f *flBenchFederation) runOne(tb testing.TB, spec string, rounds int) time.
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
 		tb.Fatal(err)
 	}
-	if st.State != "done" || len(st.Models) != rounds || st.DoneAt < st.StartedAt {
+	if st.State != "done" || len(st.Models) != rounds || st.StartedAt <= 0 || st.DoneAt < st.StartedAt {
 		tb.Fatalf("run %s ended %s with %d of %d rounds:\n%s", id, st.State, len(st.Models), rounds, raw)
 	}
 	return time.Duration(st.DoneAt-st.StartedAt) * time.Millisecond
