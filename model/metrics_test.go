@@ -80,6 +80,7 @@ func TestScoringWorkspace(t *testing.T) {
 		{Spec{Kind: KindMLP, Inputs: 30, Hidden: 2000, Classes: 3}, evalChunk},
 		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 4096, Classes: 2}, 127},
 		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 90_909, Classes: 2}, 5},
+		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 909_090, Classes: 2}, minScoringRows},
 		{Spec{Kind: KindLogistic, Inputs: 1 << 20}, 1},
 	} {
 		l, err := c.spec.layout()
@@ -90,7 +91,7 @@ func TestScoringWorkspace(t *testing.T) {
 		if ws.cap != c.rows || ws.dh != nil {
 			t.Errorf("%+v: a scoring pass holds %d rows (dh %d), want %d and none", c.spec, ws.cap, len(ws.dh), c.rows)
 		}
-		if ws.cap > 1 && 8*ws.cap*(l.in+l.hidden+l.out+1) > scoringBytes {
+		if ws.cap > minScoringRows && 8*ws.cap*(l.in+l.hidden+l.out+1) > scoringBytes {
 			t.Errorf("%+v: %d rows of activations exceed %d bytes", c.spec, ws.cap, scoringBytes)
 		}
 	}

@@ -31,10 +31,10 @@ func newWorkspace(l layout, rows int) *workspace {
 
 // newScoringWorkspace is a workspace for forward passes only, of at
 // most rows rows and fewer when a row's activations are wide: a scoring
-// pass holds at most scoringBytes of them (or one row), so scoring a
-// model costs a constant, not 256 rows of hidden units (for an MLP of 10^6
-// parameters over nine inputs that was 372 bytes per parameter, with the
-// gradient buffer it never used: issue 32).
+// pass holds at most scoringBytes of them, or a few rows of a very wide
+// MLP (scoringRows), not 256 rows of hidden units and their gradients (for
+// an MLP of 10^6 parameters over nine inputs that was 372 bytes per
+// parameter, the gradient buffer never used: issue 32).
 func newScoringWorkspace(l layout, rows int) *workspace {
 	ws := &workspace{l: l, scoring: true}
 	ws.grow(scoringRows(l, rows))
@@ -44,12 +44,22 @@ func newScoringWorkspace(l layout, rows int) *workspace {
 // scoringBytes bounds the activations one scoring pass holds.
 const scoringBytes = 4 << 20
 
-// scoringRows is how many of rows fit scoringBytes of activations (at
-// least one).
+// scoringRows is how many of rows fit scoringBytes of activations: at
+// least one, and for an MLP at least minScoringRows, since every block
+// reads the whole hidden layer's weights (at d = 10^6, one row a block
+// scored 5× slower than five; a row's activations are a fraction of the
+// weights, so four rows hold less than the model's bytes).
 func scoringRows(l layout, rows int) int {
 	perRow := 8 * (l.in + l.hidden + l.out + 1)
-	return max(1, min(rows, scoringBytes/perRow))
+	least := 1
+	if l.hidden > 0 {
+		least = minScoringRows
+	}
+	return max(1, min(rows, max(least, scoringBytes/perRow)))
 }
+
+// minScoringRows is the fewest rows an MLP's scoring block holds.
+const minScoringRows = 4
 
 // grow makes room for at least rows rows.
 func (ws *workspace) grow(rows int) {
