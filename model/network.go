@@ -47,8 +47,8 @@ const scoringBytes = 4 << 20
 // scoringRows is how many of rows fit scoringBytes of activations: at
 // least one, and for an MLP at least minScoringRows, since every block
 // reads the whole hidden layer's weights (at d = 10^6, one row a block
-// scored 5× slower than five; a row's activations are a fraction of the
-// weights, so four rows hold less than the model's bytes).
+// scored 5× slower than five; four rows of activations are about
+// 4/(inputs+2) of a binary MLP's bytes: a third over nine inputs).
 func scoringRows(l layout, rows int) int {
 	perRow := 8 * (l.in + l.hidden + l.out + 1)
 	least := 1
