@@ -329,7 +329,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, DurableAll: n.durableAll, Membership: n, Leader: n.leader,
 		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer, MaxHold: n.siloLease() / 2,
-		Changes: n.changes, Voters: n.voters, Reach: n.reach,
+		Changes: n.changes, Voters: n.voters, Reach: n.reach, Model: n.exportModel,
 	}
 	n.api = srv
 	var control http.Handler = srv.Handler()
