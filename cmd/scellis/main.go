@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/memlimit"
 	"github.com/scellis/scellis/internal/sandboxproc"
 )
 
@@ -139,5 +140,9 @@ func main() {
 	// A sandbox child (the aggregator's planner re-executes this binary to
 	// run submitted content under OS limits) runs its handler and exits.
 	sandboxproc.Main()
+	// Under an address-space limit the garbage collector works hard before
+	// the hard limit, and readers of large inputs refuse what would not
+	// fit with a diagnostic (internal/memlimit).
+	memlimit.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
