@@ -66,11 +66,20 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 		}
 		w.WriteString("]")
 	})
+	// Whole receipts whose peer lists hold five times their bytes in
+	// memory: 80 MB of them need more than any limit left under
+	// addressSpaceKiB (the derived limit depends on the runtime's
+	// reservations at start, 70 MiB here, at most about 190).
 	h := "sha256:" + strings.Repeat("ab", 32)
-	rec := fmt.Sprintf(`{"seq":1,"prev":%q,"job":%q,"shard":%q,"shard_index":0,"result":%q,"peers":["w1","w2"],"method":"quorum-2-exact","work_units":1,"price_basis":"program cost()","leader_time":1,"hash":%q}`, h, h, h, h, h)
-	write("receipts.json", func(w *bufio.Writer) { // 60 MB of whole receipts
+	peers := make([]string, 2000)
+	for i := range peers {
+		peers[i] = fmt.Sprintf("%q", fmt.Sprintf("%02x", i%256))
+	}
+	rec := fmt.Sprintf(`{"seq":1,"prev":%q,"job":%q,"shard":%q,"shard_index":0,"result":%q,"peers":[%s],"method":"quorum-2-exact","work_units":1,"price_basis":"program cost()","leader_time":1,"hash":%q}`,
+		h, h, h, h, strings.Join(peers, ","), h)
+	write("receipts.json", func(w *bufio.Writer) {
 		w.WriteString("[" + rec)
-		for range 60 << 20 / len(rec) {
+		for range 80 << 20 / len(rec) {
 			w.WriteString("," + rec)
 		}
 		w.WriteString("]")
@@ -88,7 +97,7 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 		})
 	}
 	csv("wide.csv", 1_000_000, 5)
-	csv("tall.csv", 50_000, 60)
+	csv("tall.csv", 50_000, 200) // 10^7 values: 80 MB, four copies 320 MB
 	for _, data := range []string{"wide", "tall"} {
 		write(data+".yaml", func(w *bufio.Writer) {
 			fmt.Fprintf(w, "name: %s\nprogram: train-eval\npartitioner: {use: grid, params: {lr: [0.1]}}\nreducer: {use: collect, params: {metric: auc, goal: max}}\n"+
