@@ -16,11 +16,10 @@ import (
 // state, so a file edited on the way, or made up, does not verify
 // (`scellis model verify`).
 
-// ModelFileResponse carries the signed model file's bytes as the node
-// wrote them.
-type ModelFileResponse struct {
-	File []byte `json:"file"`
-}
+// MaxModelFile bounds the model file a node sends (the reader's bound,
+// safefile.MaxDataset): a file of a large model's whole strategy state
+// outgrows an API response's usual bound.
+const MaxModelFile = 1 << 30
 
 func (s *Server) runModel(w http.ResponseWriter, r *http.Request) {
 	id, ok := s.jobID(w, r)
@@ -32,15 +31,22 @@ func (s *Server) runModel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, err := s.Model(r.Context(), id, peerOf(r))
-	s.writeRead(w, r, ModelFileResponse{File: b}, err)
+	if err != nil {
+		s.writeRead(w, r, nil, err)
+		return
+	}
+	// The body is the file itself, byte for byte as the node signed it.
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }
 
 // RunModel asks a node for a run's model file, assembled and signed by
 // that node (fl.ParseModelFile checks it).
 func (c *Client) RunModel(ctx context.Context, id content.Ref) ([]byte, error) {
-	var out ModelFileResponse
-	err := c.do(ctx, "GET", "/v1/runs/"+string(id)+"/model", nil, &out)
-	return out.File, err
+	var b []byte
+	err := c.do(context.WithValue(ctx, responseLimitKey{}, int64(MaxModelFile)), "GET", "/v1/runs/"+string(id)+"/model", nil, &b)
+	return b, err
 }
 
 // ViewerSource reads a node's replica as viewer sees it through the API:

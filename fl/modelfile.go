@@ -13,6 +13,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/memlimit"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/model"
 )
@@ -224,6 +225,12 @@ func ReadModelFile(path string) (*ModelFile, error) {
 // (SC9406). An unsigned file is read (fl simulate writes them); the
 // signer's membership is the caller's to check against a federation.
 func ParseModelFile(b []byte, path string) (*ModelFile, error) {
+	// Decoded, a file's numbers take up to four times their text, and a
+	// signed file is decoded twice more as plain JSON (interfaces, about
+	// three times that again) to compare it with what was signed.
+	if !memlimit.Fits(int64(len(b)) * 16) {
+		return nil, memlimit.TooLarge(path, fmt.Sprintf("a model file of %d MiB", len(b)>>20), "score it on a machine with more memory")
+	}
 	var probe struct {
 		Format string `json:"format"`
 	}

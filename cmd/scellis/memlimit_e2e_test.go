@@ -20,7 +20,8 @@ const addressSpaceKiB = 1_000_000
 // out-of-memory: under an address-space limit, a receipt export of empty
 // objects, one of whole receipts too many to hold, train-eval and model
 // eval on a CSV of 10^6 columns and on one of 50,000 columns with more rows
-// than fit, all through the real binary.
+// than fit, and a model file of 20 million parameters, all through the real
+// binary.
 func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes about 110 MB of inputs")
@@ -110,6 +111,13 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
   "run": {"id": "", "name": "by hand", "state": "done", "spec": null}, "rounds": [], "privacy": [],
   "refs": {"run": "", "strategy": "", "model": "", "round_results": [], "round_jobs": [], "receipts": []}}`)
 	})
+	write("big-model.json", func(w *bufio.Writer) { // 40 MB of parameters
+		w.WriteString(`{"format": "scellis/model/v3", "kind": "logistic", "inputs": 2, "params": [0`)
+		for range 20 << 20 {
+			w.WriteString(",0")
+		}
+		w.WriteString("]}")
+	})
 	for _, c := range []struct {
 		args []string
 		code string
@@ -120,6 +128,7 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 		{[]string{"model", "eval", "model.json", "--data", "wide.csv"}, "SC3007"},
 		{[]string{"run", "tall.yaml", "--out", "out-tall"}, "SC1206"},
 		{[]string{"model", "eval", "model.json", "--data", "tall.csv"}, "SC1206"},
+		{[]string{"model", "eval", "big-model.json", "--data", "tall.csv"}, "SC1206"},
 	} {
 		exit, errs := limited(c.args...)
 		if exit != 2 || !strings.Contains(errs, "error["+c.code+"]") || strings.Contains(errs, "fatal error") {

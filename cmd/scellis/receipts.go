@@ -306,12 +306,15 @@ func readReceiptExport(path string) ([]receipt.Receipt, error) {
 	return decodeReceiptExport(path, bufio.NewReader(f))
 }
 
-// receiptCheckEvery is how many receipts are decoded between two checks of
-// the memory limit, and receiptBytes a bound of what one holds in memory
-// beyond its JSON (a receipt of a dozen peers' signatures stays under it).
+// The memory limit is checked every receiptCheckBytes of the file, or
+// receiptCheckEvery receipts, whichever comes first, for room for
+// receiptRoom more: decoded, a receipt takes a few times its JSON (a peer
+// name of two letters, five bytes in the file, is a string header and an
+// allocation).
 const (
 	receiptCheckEvery = 1024
-	receiptBytes      = 4 << 10
+	receiptCheckBytes = 1 << 20
+	receiptRoom       = 16 << 20
 )
 
 // decodeReceiptExport decodes a 'receipts export --format json' file
@@ -330,10 +333,14 @@ func decodeReceiptExport(file string, r io.Reader) ([]receipt.Receipt, error) {
 		return nil, bad("not a receipt export: want a JSON list of receipts")
 	}
 	var rs []receipt.Receipt
+	checked := int64(0)
 	for i := 0; dec.More(); i++ {
-		if i%receiptCheckEvery == 0 && !memlimit.Fits(receiptCheckEvery*receiptBytes) {
-			return nil, memlimit.TooLarge(file, fmt.Sprintf("%d receipts read so far", i),
-				"verify the chain from the pool instead (scellis receipts verify, no --file), or export a shorter range")
+		if at := dec.InputOffset(); i%receiptCheckEvery == 0 || at-checked >= receiptCheckBytes {
+			if !memlimit.Fits(receiptRoom) {
+				return nil, memlimit.TooLarge(file, fmt.Sprintf("%d receipts read so far", i),
+					"verify the chain from the pool instead (scellis receipts verify, no --file), or export a shorter range")
+			}
+			checked = at
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
