@@ -63,6 +63,11 @@ seed: 4
 	if exit != 0 || !strings.Contains(out, "signature valid: aggregator node agg-1") || !strings.Contains(out, "signer: an aggregator of federation.yaml") {
 		t.Fatalf("model verify of the exported file: exit %d\n%s%s", exit, out, errs)
 	}
+	exit, out, errs = runBounded(t, bin, c.dir, "--json", "model", "verify", "model.json", "--federation", "federation.yaml")
+	var verified modelVerification
+	if err := json.Unmarshal([]byte(out), &verified); exit != 0 || err != nil || verified.Signer != "agg-1" || verified.Federation != "federation.yaml" || verified.Steps != 2 || verified.Run != id {
+		t.Fatalf("model verify --json: exit %d, %v\n%s%s", exit, err, out, errs)
+	}
 	b, err := os.ReadFile(filepath.Join(c.dir, "model.json"))
 	if err != nil {
 		t.Fatal(err)
