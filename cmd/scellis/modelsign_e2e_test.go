@@ -80,42 +80,7 @@ seed: 4
 		t.Fatalf("the file records %d steps, want 2", len(rounds))
 	}
 
-	// Every byte, three flips each, through the parser model verify runs.
-	type flip struct {
-		at   int
-		mask byte
-	}
-	var refused []flip
-	unchanged := 0
-	for i := range b {
-		for _, mask := range []byte{0x01, 0x20, 0x80} {
-			f := append([]byte(nil), b...)
-			f[i] ^= mask
-			if _, err := fl.ParseModelFile(f, "flipped"); err != nil {
-				refused = append(refused, flip{i, mask})
-				continue
-			}
-			var now map[string]any
-			if json.Unmarshal(f, &now) != nil || !reflect.DeepEqual(now, orig) {
-				t.Fatalf("byte %d ^ %#x (%q → %q) changes the file's content and is accepted", i, mask, b[i], f[i])
-			}
-			unchanged++
-		}
-	}
-	t.Logf("%d bytes: %d flips refused, %d left the decoded JSON as it was", len(b), len(refused), unchanged)
-	// A dense sample of the refused flips through the binary: exit 2
-	// with a model-file code, never accepted.
-	stride := max(1, len(refused)/120)
-	for k := 0; k < len(refused); k += stride {
-		fp := refused[k]
-		f := append([]byte(nil), b...)
-		f[fp.at] ^= fp.mask
-		c.write("flipped.json", string(f))
-		exit, out, errs := runBounded(t, bin, c.dir, "model", "verify", "flipped.json", "--federation", "federation.yaml")
-		if exit != 2 || !(strings.Contains(errs, "SC9406") || strings.Contains(errs, "SC9401") || strings.Contains(errs, "SC9402")) {
-			t.Fatalf("byte %d ^ %#x (%q → %q): model verify exit %d, want 2 with SC9406/SC9401/SC9402\n%s%s", fp.at, fp.mask, b[fp.at], f[fp.at], exit, out, errs)
-		}
-	}
+	flipEveryByte(t, c, bin, b, orig)
 
 	// Edits of the history, the privacy charges and the parameters.
 	edits := map[string]func(m map[string]any){
@@ -169,4 +134,48 @@ seed: 4
 	if out := mustRun(t, scellisCmd(t, c.dir, "model", "eval", "model.json", "--data", "data/hospital-1.csv")); !strings.Contains(out, "accuracy") {
 		t.Fatalf("model eval of the signed file:\n%s", out)
 	}
+}
+
+// flipEveryByte flips every byte of the model file b three ways and
+// checks each flip with the parser model verify runs: refused, or the
+// decoded JSON unchanged (a float's 17th digit that parses to the same
+// value). A dense sample of the refused flips goes through the binary:
+// exit 2 with a model-file code.
+func flipEveryByte(t *testing.T, c *cluster, bin string, b []byte, orig map[string]any) {
+	type flip struct {
+		at   int
+		mask byte
+	}
+	var refused []flip
+	unchanged := 0
+	for i := range b {
+		for _, mask := range []byte{0x01, 0x20, 0x80} {
+			f := append([]byte(nil), b...)
+			f[i] ^= mask
+			if _, err := fl.ParseModelFile(f, "flipped"); err != nil {
+				refused = append(refused, flip{i, mask})
+				continue
+			}
+			var now map[string]any
+			if json.Unmarshal(f, &now) != nil || !reflect.DeepEqual(now, orig) {
+				t.Fatalf("byte %d ^ %#x (%q → %q) changes the file's content and is accepted", i, mask, b[i], f[i])
+			}
+			unchanged++
+		}
+	}
+	t.Logf("%d bytes: %d flips refused, %d left the decoded JSON as it was", len(b), len(refused), unchanged)
+	// A dense sample of the refused flips through the binary: exit 2
+	// with a model-file code, never accepted.
+	stride := max(1, len(refused)/120)
+	for k := 0; k < len(refused); k += stride {
+		fp := refused[k]
+		f := append([]byte(nil), b...)
+		f[fp.at] ^= fp.mask
+		c.write("flipped.json", string(f))
+		exit, out, errs := runBounded(t, bin, c.dir, "model", "verify", "flipped.json", "--federation", "federation.yaml")
+		if exit != 2 || !(strings.Contains(errs, "SC9406") || strings.Contains(errs, "SC9401") || strings.Contains(errs, "SC9402")) {
+			t.Fatalf("byte %d ^ %#x (%q → %q): model verify exit %d, want 2 with SC9406/SC9401/SC9402\n%s%s", fp.at, fp.mask, b[fp.at], f[fp.at], exit, out, errs)
+		}
+	}
+
 }
