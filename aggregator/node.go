@@ -274,41 +274,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		return nil, err
 	}
 
-	raftTLS, err := identity.ServerTLSConfig(id, fed, identity.Aggregator)
-	if err != nil {
-		return nil, err
-	}
-	var boot []consensus.Server
-	for _, m := range fed.ByRole(identity.Aggregator) {
-		if m.RaftAddress != "" && !opt.Join {
-			boot = append(boot, consensus.Server{ID: m.Name, Address: m.RaftAddress})
-		}
-	}
-	n.raft, err = consensus.Open(consensus.Config{
-		NodeID:        name,
-		BindAddr:      cmp.Or(opt.RaftListen, self.RaftAddress),
-		AdvertiseAddr: self.RaftAddress,
-		Dir:           filepath.Join(dataDir, "raft"),
-		ServerTLS:     raftTLS,
-		ClientTLS: func(serverID string) *tls.Config {
-			c, err := identity.ClientTLSConfig(id, fed, serverID, identity.Aggregator)
-			if err != nil {
-				return nil
-			}
-			return c
-		},
-		Bootstrap:          boot,
-		Slog:               log,
-		LogLevel:           opt.LogLevel, // validated there (SC8001)
-		SnapshotThreshold:  uint64(opt.SnapshotThreshold),
-		TrailingLogs:       uint64(opt.TrailingLogs),
-		SnapshotInterval:   opt.SnapshotInterval,
-		SegmentSize:        opt.SegmentBytes,
-		HeartbeatTimeout:   opt.RaftHeartbeat,
-		ElectionTimeout:    opt.RaftElection,
-		LeaderLeaseTimeout: opt.RaftLeaderLease,
-	}, n.fsm)
-	if err != nil {
+	if err := n.openRaft(name, dataDir); err != nil {
 		return nil, err
 	}
 
@@ -351,25 +317,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		ln.Close()
 		return nil, err
 	}
-	mux.Handle("/blobs/", n.metrics.countPlane("blobs", blob.Handler(blobs, func(w http.ResponseWriter, r *http.Request) bool {
-		m, ok := fed.PeerFromRequest(r)
-		if !ok {
-			http.Error(w, "not a federation member", http.StatusUnauthorized)
-			return false
-		}
-		// Result bytes of an undecided shard are for the aggregators only
-		// (law 13); decided ones for the members the job's regime allows.
-		if r.Method == http.MethodGet {
-			if ref, err := content.ParseRef(r.PathValue("ref")); err == nil && !api.BlobReadable(n.fsm.machine().ResultUse(ref), m) {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusForbidden)
-				diag.RenderJSON(w, diag.List{diag.New(diag.PoolForbidden, ref.Short(), "%s may not read this blob: it is a shard result not yet decided, or of an open-pool job %s did not submit", m.Name, m.Name).
-					WithHelp("results are readable once their shard is decided; in an open pool by the job's submitter and operators only")})
-				return false
-			}
-		}
-		return true
-	})))
+	mux.Handle("/blobs/", n.metrics.countPlane("blobs", blob.Handler(blobs, n.mayReadBlob)))
 	bodyTimeout := opt.BodyTimeout
 	if bodyTimeout <= 0 {
 		bodyTimeout = DefaultBodyTimeout
@@ -381,28 +329,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		ConnState:         n.conns.track(fed),
 		ErrorLog:          obs.HTTPErrorLog(log),
 	}
-	n.done.Add(3)
-	go func() {
-		defer n.done.Done()
-		if err := n.http.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("api server", "err", err)
-		}
-	}()
-	go func() {
-		defer n.done.Done()
-		n.leaderDuties(ctx)
-	}()
-	go func() {
-		defer n.done.Done()
-		n.catchUpLoop(ctx)
-	}()
-	if opt.Delegate != nil {
-		n.done.Add(1)
-		go func() {
-			defer n.done.Done()
-			n.beat(ctx)
-		}()
-	}
+	n.startLoops(ctx)
 	if err := n.startObservers(opt.HealthListen, opt.MetricsListen); err != nil {
 		n.Close()
 		return nil, err
@@ -420,6 +347,100 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		}
 	}
 	return n, nil
+}
+
+// openRaft opens the node's replica of the coordinator's log: the Raft
+// cluster of the federation's aggregators, over mutual TLS between them,
+// bootstrapped with all of them unless the node joins an existing one.
+func (n *Node) openRaft(name, dataDir string) error {
+	id, fed, self, opt, log := n.id, n.fed, n.Self, n.opt, n.log
+	raftTLS, err := identity.ServerTLSConfig(id, fed, identity.Aggregator)
+	if err != nil {
+		return err
+	}
+	var boot []consensus.Server
+	for _, m := range fed.ByRole(identity.Aggregator) {
+		if m.RaftAddress != "" && !opt.Join {
+			boot = append(boot, consensus.Server{ID: m.Name, Address: m.RaftAddress})
+		}
+	}
+	n.raft, err = consensus.Open(consensus.Config{
+		NodeID:        name,
+		BindAddr:      cmp.Or(opt.RaftListen, self.RaftAddress),
+		AdvertiseAddr: self.RaftAddress,
+		Dir:           filepath.Join(dataDir, "raft"),
+		ServerTLS:     raftTLS,
+		ClientTLS: func(serverID string) *tls.Config {
+			c, err := identity.ClientTLSConfig(id, fed, serverID, identity.Aggregator)
+			if err != nil {
+				return nil
+			}
+			return c
+		},
+		Bootstrap:          boot,
+		Slog:               log,
+		LogLevel:           opt.LogLevel, // validated there (SC8001)
+		SnapshotThreshold:  uint64(opt.SnapshotThreshold),
+		TrailingLogs:       uint64(opt.TrailingLogs),
+		SnapshotInterval:   opt.SnapshotInterval,
+		SegmentSize:        opt.SegmentBytes,
+		HeartbeatTimeout:   opt.RaftHeartbeat,
+		ElectionTimeout:    opt.RaftElection,
+		LeaderLeaseTimeout: opt.RaftLeaderLease,
+	}, n.fsm)
+	return err
+}
+
+// mayReadBlob lets a federation member read or write the blob endpoint,
+// and refuses it (answered here) a blob it may not read.
+func (n *Node) mayReadBlob(w http.ResponseWriter, r *http.Request) bool {
+	fed := n.fed
+	m, ok := fed.PeerFromRequest(r)
+	if !ok {
+		http.Error(w, "not a federation member", http.StatusUnauthorized)
+		return false
+	}
+	// Result bytes of an undecided shard are for the aggregators only
+	// (law 13); decided ones for the members the job's regime allows.
+	if r.Method == http.MethodGet {
+		if ref, err := content.ParseRef(r.PathValue("ref")); err == nil && !api.BlobReadable(n.fsm.machine().ResultUse(ref), m) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			diag.RenderJSON(w, diag.List{diag.New(diag.PoolForbidden, ref.Short(), "%s may not read this blob: it is a shard result not yet decided, or of an open-pool job %s did not submit", m.Name, m.Name).
+				WithHelp("results are readable once their shard is decided; in an open pool by the job's submitter and operators only")})
+			return false
+		}
+	}
+	return true
+}
+
+// startLoops starts the node's goroutines: the API server, the leader's
+// duties, catching up from peers and, in a child cluster, the heartbeat
+// to its parent.
+func (n *Node) startLoops(ctx context.Context) {
+	log := n.log
+	n.done.Add(3)
+	go func() {
+		defer n.done.Done()
+		if err := n.http.Serve(n.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("api server", "err", err)
+		}
+	}()
+	go func() {
+		defer n.done.Done()
+		n.leaderDuties(ctx)
+	}()
+	go func() {
+		defer n.done.Done()
+		n.catchUpLoop(ctx)
+	}()
+	if n.opt.Delegate != nil {
+		n.done.Add(1)
+		go func() {
+			defer n.done.Done()
+			n.beat(ctx)
+		}()
+	}
 }
 
 // HandOver, on the leader, transfers leadership to the most up-to-date

@@ -218,58 +218,10 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		s.Name = d.Str(n, "name")
 	}
 	if n := d.Required(doc, f, "strategy", "run"); n != nil {
-		if n.Kind == yaml.ScalarNode {
-			s.Strategy = d.Str(n, "strategy")
-		} else {
-			sf := d.Fields(n, "strategy", "use", "params", "class")
-			if u := d.Required(n, sf, "use", "strategy"); u != nil {
-				s.Strategy = d.Str(u, "strategy.use")
-			}
-			if c := sf["class"]; c != nil {
-				s.StrategyClass = parseClass(d, c, "strategy.class")
-			}
-			if p := sf["params"]; p != nil {
-				if m, ok := d.Value(p, "strategy.params").(map[string]any); ok {
-					s.Params = m
-				}
-			}
-		}
+		s.parseStrategy(d, n)
 	}
 	if n := f["model"]; n != nil {
-		mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "features", "label", "class")
-		if c := mf["class"]; c != nil {
-			s.Model.Class = parseClass(d, c, "model.class")
-		}
-		if k := mf["kind"]; k != nil {
-			s.Model.Kind = d.Str(k, "model.kind")
-		}
-		if v := d.Required(n, mf, "inputs", "model"); v != nil {
-			s.Model.Inputs = int(d.Integer(v, "model.inputs", 1, 1<<20))
-		}
-		if v := mf["classes"]; v != nil {
-			s.Model.Classes = int(d.Integer(v, "model.classes", 1, 1<<16))
-		}
-		if h := mf["hidden"]; h != nil {
-			s.Model.Hidden = int(d.Integer(h, "model.hidden", 1, 4096))
-		}
-		if l := mf["features"]; l != nil {
-			seen := map[string]bool{}
-			for i, item := range d.Seq(l, "model.features") {
-				name := d.Str(item, fmt.Sprintf("model.features[%d]", i))
-				if seen[name] {
-					d.Errorf(item, diag.ConfigDuplicate, "model.features", "name every feature once", "feature %q is listed twice", name)
-				}
-				seen[name] = true
-				s.Model.Features = append(s.Model.Features, name)
-			}
-			if len(s.Model.Features) != s.Model.Inputs && s.Model.Inputs > 0 {
-				d.Errorf(l, diag.InvalidValue, "model.features", "list exactly model.inputs feature names, in the model's input order",
-					"%d feature names for a model of %d inputs", len(s.Model.Features), s.Model.Inputs)
-			}
-		}
-		if l := mf["label"]; l != nil {
-			s.Model.Label = d.Str(l, "model.label")
-		}
+		s.parseModel(d, n)
 	}
 	if n := d.Required(doc, f, "dataset", "run"); n != nil {
 		s.Dataset = d.Str(n, "dataset")
@@ -278,26 +230,129 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		s.Rounds = int(d.Integer(n, "rounds", 1, 100000))
 	}
 	if n := f["cohort"]; n != nil {
-		cf := d.Fields(n, "cohort", "silos", "min", "sample", "stragglers", "buffer")
-		if v := cf["buffer"]; v != nil {
-			s.Buffer = int(d.Integer(v, "cohort.buffer", 3, 100000))
-		}
-		if v := cf["sample"]; v != nil {
-			s.Sample = d.Number(v, "cohort.sample", 1e-6, 1)
-		}
-		if v := cf["stragglers"]; v != nil {
-			s.Stragglers = d.Number(v, "cohort.stragglers", 0, 1)
-		}
-		if l := cf["silos"]; l != nil {
-			for i, item := range d.Seq(l, "cohort.silos") {
-				s.Silos = append(s.Silos, d.Str(item, fmt.Sprintf("cohort.silos[%d]", i)))
-			}
-		}
-		if m := cf["min"]; m != nil {
-			s.MinCohort = int(d.Integer(m, "cohort.min", 3, 255))
+		s.parseCohort(d, n)
+	}
+	s.parsePrivacy(d, doc, f["privacy"])
+	if n := f["secure_aggregation"]; n != nil {
+		s.SecureAgg = d.Bool(n, "secure_aggregation")
+	}
+	s.parseAggregation(d, f["aggregation"], f["masking"])
+	if n := f["seed"]; n != nil {
+		s.Seed = d.Integer(n, "seed", 0, 1<<62)
+	}
+	if n := f["standardize"]; n != nil {
+		switch v := d.Str(n, "standardize"); v {
+		case StandardizeFederated, StandardizeLocal, StandardizeNone:
+			s.Standardize = v
+		default:
+			d.Errorf(n, diag.InvalidValue, "standardize", "use federated (statistics agreed through secure aggregation), local (each silo its own) or none",
+				"unknown standardisation %q", v)
 		}
 	}
-	if n := f["privacy"]; n != nil {
+	if n := f["evaluation"]; n != nil {
+		s.parseEvaluation(d, n)
+	}
+	if s.DP && s.StandardizeMode() == StandardizeFederated && len(s.FeatureBounds) == 0 && f["privacy"] != nil {
+		d.Errorf(f["privacy"], diag.MissingField, "privacy.feature_bounds",
+			"give privacy.feature_bounds: [B_1, …, B_d], public bounds on each feature's magnitude (see docs/models.md), or standardize: local|none",
+			"federated feature statistics under DP need privacy.feature_bounds")
+	}
+	if s.PublicRows && s.StandardizeMode() != StandardizeFederated {
+		d.Errorf(f["privacy"], diag.InvalidValue, "privacy.public_rows",
+			"drop public_rows, or standardise with federated statistics (standardize: federated, the default)",
+			"privacy.public_rows releases the statistics step's row count, and standardize: %s has no statistics step", s.StandardizeMode())
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// parseStrategy reads the run's strategy: a catalog name or ref, or
+// {use, params, class}.
+func (s *RunSpec) parseStrategy(d *yamlpos.Decoder, n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode {
+		s.Strategy = d.Str(n, "strategy")
+	} else {
+		sf := d.Fields(n, "strategy", "use", "params", "class")
+		if u := d.Required(n, sf, "use", "strategy"); u != nil {
+			s.Strategy = d.Str(u, "strategy.use")
+		}
+		if c := sf["class"]; c != nil {
+			s.StrategyClass = parseClass(d, c, "strategy.class")
+		}
+		if p := sf["params"]; p != nil {
+			if m, ok := d.Value(p, "strategy.params").(map[string]any); ok {
+				s.Params = m
+			}
+		}
+	}
+}
+
+// parseModel reads the run's model section.
+func (s *RunSpec) parseModel(d *yamlpos.Decoder, n *yaml.Node) {
+	mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "features", "label", "class")
+	if c := mf["class"]; c != nil {
+		s.Model.Class = parseClass(d, c, "model.class")
+	}
+	if k := mf["kind"]; k != nil {
+		s.Model.Kind = d.Str(k, "model.kind")
+	}
+	if v := d.Required(n, mf, "inputs", "model"); v != nil {
+		s.Model.Inputs = int(d.Integer(v, "model.inputs", 1, 1<<20))
+	}
+	if v := mf["classes"]; v != nil {
+		s.Model.Classes = int(d.Integer(v, "model.classes", 1, 1<<16))
+	}
+	if h := mf["hidden"]; h != nil {
+		s.Model.Hidden = int(d.Integer(h, "model.hidden", 1, 4096))
+	}
+	if l := mf["features"]; l != nil {
+		seen := map[string]bool{}
+		for i, item := range d.Seq(l, "model.features") {
+			name := d.Str(item, fmt.Sprintf("model.features[%d]", i))
+			if seen[name] {
+				d.Errorf(item, diag.ConfigDuplicate, "model.features", "name every feature once", "feature %q is listed twice", name)
+			}
+			seen[name] = true
+			s.Model.Features = append(s.Model.Features, name)
+		}
+		if len(s.Model.Features) != s.Model.Inputs && s.Model.Inputs > 0 {
+			d.Errorf(l, diag.InvalidValue, "model.features", "list exactly model.inputs feature names, in the model's input order",
+				"%d feature names for a model of %d inputs", len(s.Model.Features), s.Model.Inputs)
+		}
+	}
+	if l := mf["label"]; l != nil {
+		s.Model.Label = d.Str(l, "model.label")
+	}
+}
+
+// parseCohort reads the run's cohort section.
+func (s *RunSpec) parseCohort(d *yamlpos.Decoder, n *yaml.Node) {
+	cf := d.Fields(n, "cohort", "silos", "min", "sample", "stragglers", "buffer")
+	if v := cf["buffer"]; v != nil {
+		s.Buffer = int(d.Integer(v, "cohort.buffer", 3, 100000))
+	}
+	if v := cf["sample"]; v != nil {
+		s.Sample = d.Number(v, "cohort.sample", 1e-6, 1)
+	}
+	if v := cf["stragglers"]; v != nil {
+		s.Stragglers = d.Number(v, "cohort.stragglers", 0, 1)
+	}
+	if l := cf["silos"]; l != nil {
+		for i, item := range d.Seq(l, "cohort.silos") {
+			s.Silos = append(s.Silos, d.Str(item, fmt.Sprintf("cohort.silos[%d]", i)))
+		}
+	}
+	if m := cf["min"]; m != nil {
+		s.MinCohort = int(d.Integer(m, "cohort.min", 3, 255))
+	}
+}
+
+// parsePrivacy reads the run's privacy section (n, nil without one: DP
+// on then needs it). The model's inputs are read already.
+func (s *RunSpec) parsePrivacy(d *yamlpos.Decoder, doc, n *yaml.Node) {
+	if n != nil {
 		pf := d.Fields(n, "privacy", "dp", "clip", "sigma", "q", "participation", "steps", "feature_bounds", "sums_sigma", "eval_sigma", "public_rows")
 		if v := pf["dp"]; v != nil {
 			s.DP = d.Bool(v, "privacy.dp")
@@ -341,10 +396,12 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 		d.Errorf(doc, diag.MissingField, "run", "add privacy: {clip: C, sigma: S, q: Q, steps: T}, or privacy: {dp: false} in an own pool",
 			"the run has no privacy parameters")
 	}
-	if n := f["secure_aggregation"]; n != nil {
-		s.SecureAgg = d.Bool(n, "secure_aggregation")
-	}
-	if n := f["aggregation"]; n != nil {
+}
+
+// parseAggregation reads how the run's sum is formed: aggregation (masking
+// or threshold-he) and masking (the protocol), after secure_aggregation.
+func (s *RunSpec) parseAggregation(d *yamlpos.Decoder, aggregation, masking *yaml.Node) {
+	if n := aggregation; n != nil {
 		switch v := d.Str(n, "aggregation"); v {
 		case AggMasking:
 		case AggThresholdHE:
@@ -358,7 +415,7 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 				"unknown aggregation mode %q", v)
 		}
 	}
-	if n := f["masking"]; n != nil {
+	if n := masking; n != nil {
 		switch v := d.Str(n, "masking"); secagg.Protocol(v) {
 		case secagg.Pairwise, secagg.SecAggPlus:
 			s.Masking = v
@@ -371,52 +428,28 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 				"unknown masking protocol %q", v)
 		}
 	}
-	if n := f["seed"]; n != nil {
-		s.Seed = d.Integer(n, "seed", 0, 1<<62)
+}
+
+// parseEvaluation reads the run's evaluation section.
+func (s *RunSpec) parseEvaluation(d *yamlpos.Decoder, n *yaml.Node) {
+	ef := d.Fields(n, "evaluation", "holdout", "dataset", "every")
+	if v := ef["holdout"]; v != nil {
+		s.Eval.Holdout = d.Number(v, "evaluation.holdout", 0, 0.9)
 	}
-	if n := f["standardize"]; n != nil {
-		switch v := d.Str(n, "standardize"); v {
-		case StandardizeFederated, StandardizeLocal, StandardizeNone:
-			s.Standardize = v
-		default:
-			d.Errorf(n, diag.InvalidValue, "standardize", "use federated (statistics agreed through secure aggregation), local (each silo its own) or none",
-				"unknown standardisation %q", v)
+	if v := ef["dataset"]; v != nil {
+		s.Eval.Dataset = d.Str(v, "evaluation.dataset")
+	}
+	if v := ef["every"]; v != nil {
+		s.Eval.Every = int(d.Integer(v, "evaluation.every", 1, 100000))
+		if s.Eval.Holdout == 0 && s.Eval.Dataset == "" {
+			d.Errorf(v, diag.MissingField, "evaluation.every", "give evaluation.holdout: F or evaluation.dataset: NAME, the rows the model is scored on",
+				"evaluation.every without held-out rows to evaluate on")
 		}
 	}
-	if n := f["evaluation"]; n != nil {
-		ef := d.Fields(n, "evaluation", "holdout", "dataset", "every")
-		if v := ef["holdout"]; v != nil {
-			s.Eval.Holdout = d.Number(v, "evaluation.holdout", 0, 0.9)
-		}
-		if v := ef["dataset"]; v != nil {
-			s.Eval.Dataset = d.Str(v, "evaluation.dataset")
-		}
-		if v := ef["every"]; v != nil {
-			s.Eval.Every = int(d.Integer(v, "evaluation.every", 1, 100000))
-			if s.Eval.Holdout == 0 && s.Eval.Dataset == "" {
-				d.Errorf(v, diag.MissingField, "evaluation.every", "give evaluation.holdout: F or evaluation.dataset: NAME, the rows the model is scored on",
-					"evaluation.every without held-out rows to evaluate on")
-			}
-		}
-		if s.Eval.Holdout > 0 && s.Eval.Dataset != "" {
-			d.Errorf(n, diag.InvalidValue, "evaluation", "give holdout: F or dataset: NAME, not both",
-				"evaluation names both a held-out fraction and a dataset")
-		}
+	if s.Eval.Holdout > 0 && s.Eval.Dataset != "" {
+		d.Errorf(n, diag.InvalidValue, "evaluation", "give holdout: F or dataset: NAME, not both",
+			"evaluation names both a held-out fraction and a dataset")
 	}
-	if s.DP && s.StandardizeMode() == StandardizeFederated && len(s.FeatureBounds) == 0 && f["privacy"] != nil {
-		d.Errorf(f["privacy"], diag.MissingField, "privacy.feature_bounds",
-			"give privacy.feature_bounds: [B_1, …, B_d], public bounds on each feature's magnitude (see docs/models.md), or standardize: local|none",
-			"federated feature statistics under DP need privacy.feature_bounds")
-	}
-	if s.PublicRows && s.StandardizeMode() != StandardizeFederated {
-		d.Errorf(f["privacy"], diag.InvalidValue, "privacy.public_rows",
-			"drop public_rows, or standardise with federated statistics (standardize: federated, the default)",
-			"privacy.public_rows releases the statistics step's row count, and standardize: %s has no statistics step", s.StandardizeMode())
-	}
-	if err := d.Err(); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // Privacy returns the engine's DP settings for a silo whose dataset has

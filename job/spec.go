@@ -251,66 +251,7 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 		}
 	}
 	if n := f["verification"]; n != nil {
-		vf := d.Fields(n, "verification", verifyKeys...)
-		if v := vf["replicas"]; v != nil {
-			s.Verification.Replicas = int(d.Integer(v, "verification.replicas", 1, 16))
-		}
-		if v := vf["tier"]; v != nil {
-			s.Verification.Tier = d.Str(v, "verification.tier")
-			if _, err := verify.ParseTier(s.Verification.Tier); err != nil && v.Tag == "!!str" {
-				d.Errorf(v, diag.InvalidValue, "verification.tier", "use replayable (byte-exact) or convergent (within a tolerance)", "%v", err)
-			}
-		}
-		if v := vf["tolerance"]; v != nil {
-			if v.Kind == yaml.MappingNode {
-				tf := d.Fields(v, "verification.tolerance", tolKeys...)
-				if n := tf["abs"]; n != nil {
-					s.Verification.Tolerance = d.Number(n, "verification.tolerance.abs", 0, 1e9)
-				}
-				if n := tf["rel"]; n != nil {
-					s.Verification.RelTolerance = d.Number(n, "verification.tolerance.rel", 0, 1e9)
-				}
-				if n := tf["per"]; n != nil {
-					s.Verification.Per = d.Str(n, "verification.tolerance.per")
-					if p := s.Verification.Per; p != verify.PerTensor && p != verify.PerMetric && n.Tag == "!!str" {
-						d.Errorf(n, diag.InvalidValue, "verification.tolerance.per", "use tensor (each list as a whole) or metric (each number)", "unknown granularity %q", p)
-					}
-				}
-			} else {
-				s.Verification.Tolerance = d.Number(v, "verification.tolerance", 0, 1e9)
-			}
-		}
-		if v := vf["freivalds"]; v != nil {
-			s.Verification.Freivalds = int(d.Integer(v, "verification.freivalds", 1, verify.MaxFreivaldsRounds))
-		}
-		if v := vf["attempts"]; v != nil {
-			s.Verification.Attempts = int(d.Integer(v, "verification.attempts", 1, 100))
-		}
-		if v := vf["mode"]; v != nil {
-			s.Verification.Mode = d.Str(v, "verification.mode")
-			if m := s.Verification.Mode; m != "quorum" && m != "adaptive" && v.Tag == "!!str" {
-				d.Errorf(v, diag.InvalidValue, "verification.mode", "use quorum (every shard replicated) or adaptive (spot checks by reputation, with canaries)", "unknown verification mode %q", m)
-			}
-		}
-		if v := vf["canaries"]; v != nil {
-			s.Verification.Canaries = d.Number(v, "verification.canaries", 0, 0.5)
-			if s.Verification.Mode != "adaptive" {
-				d.Errorf(v, diag.InvalidValue, "verification.canaries", "set verification.mode: adaptive, or remove canaries", "canaries are mixed into adaptive jobs only")
-			}
-		}
-		for _, k := range []struct {
-			key string
-			to  *int
-		}{{"trust_after", &s.Verification.TrustAfter}, {"audit_one_in", &s.Verification.AuditOneIn}} {
-			v := vf[k.key]
-			if v == nil {
-				continue
-			}
-			*k.to = int(d.Integer(v, "verification."+k.key, 1, 1000))
-			if s.Verification.Mode != "adaptive" {
-				d.Errorf(v, diag.InvalidValue, "verification."+k.key, "set verification.mode: adaptive, or remove "+k.key, "spot-check knobs tune adaptive jobs only")
-			}
-		}
+		s.parseVerification(d, n)
 	}
 	if n := f["classes"]; n != nil {
 		s.Classes = map[string]trust.Class{}
@@ -337,6 +278,71 @@ func ParseSpec(file string, data []byte) (*Spec, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// parseVerification reads the job's verification section: how its shards'
+// results are checked (replicas, tier and tolerance, adaptive spot checks).
+func (s *Spec) parseVerification(d *decoder, n *yaml.Node) {
+	vf := d.Fields(n, "verification", verifyKeys...)
+	if v := vf["replicas"]; v != nil {
+		s.Verification.Replicas = int(d.Integer(v, "verification.replicas", 1, 16))
+	}
+	if v := vf["tier"]; v != nil {
+		s.Verification.Tier = d.Str(v, "verification.tier")
+		if _, err := verify.ParseTier(s.Verification.Tier); err != nil && v.Tag == "!!str" {
+			d.Errorf(v, diag.InvalidValue, "verification.tier", "use replayable (byte-exact) or convergent (within a tolerance)", "%v", err)
+		}
+	}
+	if v := vf["tolerance"]; v != nil {
+		if v.Kind == yaml.MappingNode {
+			tf := d.Fields(v, "verification.tolerance", tolKeys...)
+			if n := tf["abs"]; n != nil {
+				s.Verification.Tolerance = d.Number(n, "verification.tolerance.abs", 0, 1e9)
+			}
+			if n := tf["rel"]; n != nil {
+				s.Verification.RelTolerance = d.Number(n, "verification.tolerance.rel", 0, 1e9)
+			}
+			if n := tf["per"]; n != nil {
+				s.Verification.Per = d.Str(n, "verification.tolerance.per")
+				if p := s.Verification.Per; p != verify.PerTensor && p != verify.PerMetric && n.Tag == "!!str" {
+					d.Errorf(n, diag.InvalidValue, "verification.tolerance.per", "use tensor (each list as a whole) or metric (each number)", "unknown granularity %q", p)
+				}
+			}
+		} else {
+			s.Verification.Tolerance = d.Number(v, "verification.tolerance", 0, 1e9)
+		}
+	}
+	if v := vf["freivalds"]; v != nil {
+		s.Verification.Freivalds = int(d.Integer(v, "verification.freivalds", 1, verify.MaxFreivaldsRounds))
+	}
+	if v := vf["attempts"]; v != nil {
+		s.Verification.Attempts = int(d.Integer(v, "verification.attempts", 1, 100))
+	}
+	if v := vf["mode"]; v != nil {
+		s.Verification.Mode = d.Str(v, "verification.mode")
+		if m := s.Verification.Mode; m != "quorum" && m != "adaptive" && v.Tag == "!!str" {
+			d.Errorf(v, diag.InvalidValue, "verification.mode", "use quorum (every shard replicated) or adaptive (spot checks by reputation, with canaries)", "unknown verification mode %q", m)
+		}
+	}
+	if v := vf["canaries"]; v != nil {
+		s.Verification.Canaries = d.Number(v, "verification.canaries", 0, 0.5)
+		if s.Verification.Mode != "adaptive" {
+			d.Errorf(v, diag.InvalidValue, "verification.canaries", "set verification.mode: adaptive, or remove canaries", "canaries are mixed into adaptive jobs only")
+		}
+	}
+	for _, k := range []struct {
+		key string
+		to  *int
+	}{{"trust_after", &s.Verification.TrustAfter}, {"audit_one_in", &s.Verification.AuditOneIn}} {
+		v := vf[k.key]
+		if v == nil {
+			continue
+		}
+		*k.to = int(d.Integer(v, "verification."+k.key, 1, 1000))
+		if s.Verification.Mode != "adaptive" {
+			d.Errorf(v, diag.InvalidValue, "verification."+k.key, "set verification.mode: adaptive, or remove "+k.key, "spot-check knobs tune adaptive jobs only")
+		}
+	}
 }
 
 func (d *decoder) use(n *yaml.Node, subject string) Use {

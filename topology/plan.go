@@ -247,36 +247,8 @@ func build(members []Member, raw []Cluster, fanout int, problem func(code diag.C
 	if len(p.byName) != len(raw) || roots != 1 || badParent {
 		return nil // the tree cannot be walked
 	}
-	// Walk down from the root breadth-first; a cluster not reached sits on
-	// a cycle (or hangs from one).
-	kids := map[string][]string{}
-	root := ""
-	for _, c := range raw {
-		if c.Parent == "" {
-			root = c.Name
-		} else {
-			kids[c.Parent] = append(kids[c.Parent], c.Name)
-		}
-	}
-	order := []string{root}
-	depth := map[string]int{root: 0}
-	for q := 0; q < len(order); q++ {
-		for _, k := range kids[order[q]] {
-			if _, seen := depth[k]; seen {
-				continue
-			}
-			depth[k] = depth[order[q]] + 1
-			order = append(order, k)
-		}
-	}
-	if len(order) != len(raw) {
-		var lost []string
-		for _, c := range raw {
-			if _, ok := depth[c.Name]; !ok {
-				lost = append(lost, c.Name)
-			}
-		}
-		bad("cluster(s) %s do not reach the root %q: their parent links form a cycle", listSome(lost), root)
+	order, depth, kids, ok := walk(raw, bad)
+	if !ok {
 		return nil
 	}
 	silosLed := 0
@@ -317,6 +289,43 @@ func build(members []Member, raw []Cluster, fanout int, problem func(code diag.C
 		}
 	}
 	return p
+}
+
+// walk orders the clusters from the root down, breadth-first, with each
+// one's depth and children; a cluster not reached sits on a cycle (or
+// hangs from one), and the tree cannot be walked (ok false).
+func walk(raw []Cluster, bad func(format string, args ...any)) (order []string, depth map[string]int, kids map[string][]string, ok bool) {
+	kids = map[string][]string{}
+	root := ""
+	for _, c := range raw {
+		if c.Parent == "" {
+			root = c.Name
+		} else {
+			kids[c.Parent] = append(kids[c.Parent], c.Name)
+		}
+	}
+	order = []string{root}
+	depth = map[string]int{root: 0}
+	for q := 0; q < len(order); q++ {
+		for _, k := range kids[order[q]] {
+			if _, seen := depth[k]; seen {
+				continue
+			}
+			depth[k] = depth[order[q]] + 1
+			order = append(order, k)
+		}
+	}
+	if len(order) != len(raw) {
+		var lost []string
+		for _, c := range raw {
+			if _, ok := depth[c.Name]; !ok {
+				lost = append(lost, c.Name)
+			}
+		}
+		bad("cluster(s) %s do not reach the root %q: their parent links form a cycle", listSome(lost), root)
+		return nil, nil, nil, false
+	}
+	return order, depth, kids, true
 }
 
 // shown is a name content returned, fit for a diagnostic: as it is when

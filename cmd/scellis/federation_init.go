@@ -107,56 +107,15 @@ func runFederationInit(o initOptions, stdout io.Writer) error {
 		ds = append(ds, diag.New(diag.KeyFileExists, o.dir, "the folder is not empty").
 			WithHelp("federation init never replaces keys: give a new or empty --dir"))
 	}
-	var members []*initMember
-	hosts := strings.Split(o.hosts, ",")
-	perHost := map[string]int{}
-	for i := 1; i <= o.aggregators; i++ {
-		host := strings.TrimSpace(hosts[(i-1)%len(hosts)])
-		k := perHost[host]
-		perHost[host]++
-		m := &initMember{Name: fmt.Sprintf("agg-%d", i), Role: "aggregator",
-			Address:     joinHostPort(host, o.port+2*k),
-			RaftAddress: joinHostPort(host, o.port+2*k+1)}
-		for _, a := range []string{m.Address, m.RaftAddress} {
-			if err := identity.CheckAddress(a); err != nil {
-				ds = append(ds, subjectOf(err, "--hosts"))
-			}
-		}
-		members = append(members, m)
-	}
-	for i := 1; i <= o.silos; i++ {
-		members = append(members, &initMember{Name: fmt.Sprintf("silo-%d", i), Role: "silo"})
-	}
-	for i := 1; i <= o.workers; i++ {
-		members = append(members, &initMember{Name: fmt.Sprintf("worker-%d", i), Role: "worker"})
-	}
-	if o.researcher != "" {
-		members = append(members, &initMember{Name: o.researcher, Role: "researcher"})
-	}
-	if o.operator != "" {
-		members = append(members, &initMember{Name: o.operator, Role: "operator"})
-	}
+	members, addrs := initMembers(o)
+	ds = append(ds, addrs...)
 	if len(ds) > 0 {
 		return ds
 	}
 
 	// Keys first, then the federation file that lists them, then configs.
-	for _, m := range members {
-		m.Folder = filepath.Join(o.dir, m.Name)
-		if err := os.MkdirAll(m.Folder, 0o700); err != nil {
-			return err
-		}
-		id, err := identity.Generate()
-		if err != nil {
-			return err
-		}
-		if err := identity.Save(filepath.Join(m.Folder, keyFileName), id, identity.SaveOptions{}); err != nil {
-			return err
-		}
-		m.pub = id.Public().String()
-		if err := writeNewFile(filepath.Join(m.Folder, pubKeyFileName), []byte(m.pub+"\n"), 0o644); err != nil {
-			return err
-		}
+	if err := writeInitKeys(o.dir, members); err != nil {
+		return err
 	}
 	var fed strings.Builder
 	fmt.Fprintf(&fed, "# The federation %s: every member, its role, public key and addresses.\n", o.name)
@@ -256,6 +215,64 @@ policy:
 			where = siloDataRoot + "/NAME/patients.csv"
 		}
 		fmt.Fprintf(stdout, "each silo names its dataset in silo.yaml (%s): 'scellis config check silo.yaml' before starting\n", where)
+	}
+	return nil
+}
+
+// initMembers lays out the federation's members: aggregators on the
+// hosts in turn (two ports each: API and Raft), then silos, workers and
+// the people; ds holds the addresses that are not valid.
+func initMembers(o initOptions) (members []*initMember, ds diag.List) {
+	hosts := strings.Split(o.hosts, ",")
+	perHost := map[string]int{}
+	for i := 1; i <= o.aggregators; i++ {
+		host := strings.TrimSpace(hosts[(i-1)%len(hosts)])
+		k := perHost[host]
+		perHost[host]++
+		m := &initMember{Name: fmt.Sprintf("agg-%d", i), Role: "aggregator",
+			Address:     joinHostPort(host, o.port+2*k),
+			RaftAddress: joinHostPort(host, o.port+2*k+1)}
+		for _, a := range []string{m.Address, m.RaftAddress} {
+			if err := identity.CheckAddress(a); err != nil {
+				ds = append(ds, subjectOf(err, "--hosts"))
+			}
+		}
+		members = append(members, m)
+	}
+	for i := 1; i <= o.silos; i++ {
+		members = append(members, &initMember{Name: fmt.Sprintf("silo-%d", i), Role: "silo"})
+	}
+	for i := 1; i <= o.workers; i++ {
+		members = append(members, &initMember{Name: fmt.Sprintf("worker-%d", i), Role: "worker"})
+	}
+	if o.researcher != "" {
+		members = append(members, &initMember{Name: o.researcher, Role: "researcher"})
+	}
+	if o.operator != "" {
+		members = append(members, &initMember{Name: o.operator, Role: "operator"})
+	}
+	return members, ds
+}
+
+// writeInitKeys makes each member's folder under dir with a new key and
+// its public half.
+func writeInitKeys(dir string, members []*initMember) error {
+	for _, m := range members {
+		m.Folder = filepath.Join(dir, m.Name)
+		if err := os.MkdirAll(m.Folder, 0o700); err != nil {
+			return err
+		}
+		id, err := identity.Generate()
+		if err != nil {
+			return err
+		}
+		if err := identity.Save(filepath.Join(m.Folder, keyFileName), id, identity.SaveOptions{}); err != nil {
+			return err
+		}
+		m.pub = id.Public().String()
+		if err := writeNewFile(filepath.Join(m.Folder, pubKeyFileName), []byte(m.pub+"\n"), 0o644); err != nil {
+			return err
+		}
 	}
 	return nil
 }
