@@ -1,16 +1,13 @@
 package main
 
 import (
-	"context"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/receipt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -215,25 +212,4 @@ func checkReceiptSignatures(t *testing.T, c *cluster) {
 		write("receipts-forged.json", func(r *receipt.Receipt) { r.Signatures[0].Sig[5] ^= 1 }))
 	c.refused("alice", "SC7306", []string{"no signature"}, "receipts", "verify", "--file",
 		write("receipts-unsigned.json", func(r *receipt.Receipt) { r.Signatures, r.Tier = nil, "" }))
-}
-
-// statusClients holds one in-process API client per cluster.
-var statusClients sync.Map
-
-// fullStatus is a job's status as the coordinator reports it, asked
-// in-process (a CLI process per poll would load the busy cores more).
-func (c *cluster) fullStatus(id string) coordinator.JobStatus {
-	c.t.Helper()
-	cl, ok := statusClients.Load(c)
-	if !ok {
-		cl, _ = statusClients.LoadOrStore(c, c.apiClient("alice"))
-		c.t.Cleanup(func() { statusClients.Delete(c) })
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := cl.(*api.Client).Job(ctx, content.Ref(id))
-	if err != nil {
-		c.t.Fatalf("status of %s: %v", id, err)
-	}
-	return st
 }
