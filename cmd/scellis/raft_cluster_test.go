@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +33,8 @@ type nodeStatus struct {
 	CaughtUp  bool   `json:"caught_up"`
 	// PlansRunning: submitted content planning or reducing in a child.
 	PlansRunning int `json:"plans_running"`
+	// Polling: the members the leader counts alive by their polls.
+	Polling []string `json:"polling"`
 }
 
 // statuses asks every reachable aggregator for its status, as member `as`.
@@ -58,6 +61,17 @@ func (c *cluster) leader(as string) string {
 		}
 	}
 	return ""
+}
+
+// polls reports whether the cluster's leader counts member alive by its
+// polls (aggregator status, as member as).
+func (c *cluster) polls(as, member string) bool {
+	for _, s := range c.statuses(as) {
+		if s.Raft.State == "leader" && slices.Contains(s.Polling, member) {
+			return true
+		}
+	}
+	return false
 }
 
 // converged waits until the named nodes report the same state hash and
