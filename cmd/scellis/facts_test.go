@@ -174,3 +174,26 @@ func (c *cluster) exitSignal(name string) syscall.Signal {
 	}
 	return 0
 }
+
+// channelUp reports whether aggregator agg has made a data channel with
+// peer over path (direct or relayed) and its last one took that path
+// (aggregator status, as member as): the peer's blobs with agg then go
+// over it.
+func (c *cluster) channelUp(as, agg, peer, path string) bool {
+	st, ok := c.statuses(as)[agg]
+	if !ok || st.DataPlane == nil {
+		return false
+	}
+	for _, p := range st.DataPlane.Pairs {
+		if p.Peer != peer || p.Path != path {
+			continue
+		}
+		switch path {
+		case "direct":
+			return p.DirectConns > 0
+		case "relayed":
+			return p.RelayedConns > 0
+		}
+	}
+	return false
+}

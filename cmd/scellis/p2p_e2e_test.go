@@ -7,7 +7,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // sweep2 writes a 2-shard sweep over a small generated hospital file.
@@ -63,12 +62,10 @@ func TestP2PPoolJobOverDataChannels(t *testing.T) {
 	// is up): the channels, set up as the workers start, are waited for
 	// here, so that the job's blobs take them.
 	for w, path := range map[string]string{"w1": "direct", "w2": "relayed"} {
-		waitFor(t, w+"'s data channel", time.Minute, func() bool {
-			return strings.Contains(c.log(w), "p2p: blobs with agg-1 go over a "+path+" data channel")
-		})
+		waitFor(t, w+"'s data channel", untilNoticed(), func() bool { return c.channelUp("alice", "agg-1", w, path) })
 	}
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
-	waitFor(t, "the job to complete", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 
 	for w, path := range map[string]string{"w1": "direct", "w2": "relayed"} {
 		if l := c.log(w); !strings.Contains(l, "p2p: blobs with agg-1 go over a "+path+" data channel") || strings.Contains(l, "https fallback") {
@@ -108,7 +105,7 @@ func TestP2PWithoutFirstAggregator(t *testing.T) {
 	c.waitExit("agg-1")
 	c.startWorker("w1")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-p2p", 2)))
-	waitFor(t, "the job to complete without agg-1", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete without agg-1", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	if l := c.log("w1"); !regexp.MustCompile(`p2p: blobs with agg-[23] go over a direct data channel`).MatchString(l) {
 		t.Errorf("w1's log does not say its blobs went over a data channel to agg-2 or agg-3:\n%s", l)
 	}

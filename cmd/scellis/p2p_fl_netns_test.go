@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // A federated round through NATs, in network namespaces, with the
@@ -80,12 +79,10 @@ func TestFLRoundThroughNATs(t *testing.T) {
 	// until it is up): h1's and h2's relayed ones are waited for here, so
 	// that the round's blobs show the relay at work.
 	for _, s := range []string{"h1", "h2"} {
-		waitFor(t, s+"'s relayed data channel", time.Minute, func() bool {
-			return strings.Contains(c.log(s), "p2p: blobs with agg-1 go over a relayed data channel")
-		})
+		waitFor(t, s+"'s relayed data channel", untilNoticed(), func() bool { return c.channelUp("alice", "agg-1", s, "relayed") })
 	}
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "nat.yaml"))
-	waitFor(t, "the run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })
+	waitFor(t, "the run to complete", untilRun(), func() bool { return c.run(id).State == "done" })
 
 	for _, s := range []string{"h1", "h2"} {
 		l := c.log(s)

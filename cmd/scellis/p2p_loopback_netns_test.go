@@ -82,16 +82,14 @@ func TestP2PLoopbackLayoutInNetns(t *testing.T) {
 	// for here, so that the job's blobs show the channels at work however
 	// fast the pool runs the job.
 	for _, w := range workers {
-		waitFor(t, w+"'s data channel", time.Minute, func() bool {
-			return strings.Contains(c.log(w), "p2p: blobs with agg-1 go over a direct data channel")
-		})
+		waitFor(t, w+"'s data channel", untilNoticed(), func() bool { return c.channelUp("alice", "agg-1", w, "direct") })
 	}
 	const shards = 1000
 	c.write("trivial.star", "def run(params, inputs):\n    return {\"v\": params[\"chunk\"]}\n")
 	c.write("trivial.yaml", fmt.Sprintf("name: trivial\nprogram: ./trivial.star\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: concat\n", shards, shards))
 	start := time.Now()
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "trivial.yaml"))
-	waitFor(t, "the job to complete", 10*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", 2*untilLongRun(), func() bool { return c.status("alice", id).State == "done" })
 	elapsed := time.Since(start)
 	t.Logf("%d shards, 4 workers, in %v (%.0f shards/s)", shards, elapsed.Round(time.Millisecond), float64(shards)/elapsed.Seconds())
 	if st := c.status("alice", id); st.Counts.Verified != shards {

@@ -35,6 +35,15 @@ type nodeStatus struct {
 	PlansRunning int `json:"plans_running"`
 	// Polling: the members the leader counts alive by their polls.
 	Polling []string `json:"polling"`
+	// DataPlane: the node's data-channel pairs, by peer.
+	DataPlane *struct {
+		Pairs []struct {
+			Peer         string
+			Path         string
+			DirectConns  int64 `json:"direct_connections"`
+			RelayedConns int64 `json:"relayed_connections"`
+		}
+	} `json:"data_plane"`
 }
 
 // statuses asks every reachable aggregator for its status, as member `as`.
