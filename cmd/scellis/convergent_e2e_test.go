@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
@@ -66,7 +65,7 @@ verification: {freivalds: 20}
 	mm := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "matmul.yaml"))
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "fastsum.yaml"))
 	c.startWorker("liar")
-	waitFor(t, "the liar's products to fail their checks", 2*time.Minute, func() bool {
+	waitFor(t, "the liar's products to fail their checks", untilRun(), func() bool {
 		for _, s := range c.fullStatus(mm).Shards {
 			if len(s.Verdicts) == 0 || len(s.Verdicts[0].Agreeing) != 0 {
 				return false
@@ -77,7 +76,7 @@ verification: {freivalds: 20}
 	// w1 re-executes the products and is the second replica of every
 	// convergent shard: each verdict there finds one agreeing peer of two.
 	c.startWorker("w1")
-	waitFor(t, "a verdict on every convergent shard", 2*time.Minute, func() bool {
+	waitFor(t, "a verdict on every convergent shard", untilRun(), func() bool {
 		for _, s := range c.fullStatus(id).Shards {
 			if len(s.Verdicts) == 0 {
 				return false
@@ -92,7 +91,7 @@ verification: {freivalds: 20}
 	}
 	// The third replica replaces the liar's result.
 	c.startWorker("w2")
-	waitFor(t, "the jobs to complete", 2*time.Minute, func() bool {
+	waitFor(t, "the jobs to complete", untilRun(), func() bool {
 		return c.fullStatus(id).State == "done" && c.fullStatus(mm).State == "done"
 	})
 	_, fed := c.memberKeys("alice")
@@ -134,7 +133,7 @@ verification: {freivalds: 20}
 	}
 	// The reduction is verified too: the other aggregator reduced the
 	// same accepted results and found its reduction within tolerance.
-	waitFor(t, "the second reducer's check", time.Minute, func() bool { return len(c.fullStatus(id).ReductionChecks) > 0 })
+	waitFor(t, "the second reducer's check", untilRun(), func() bool { return len(c.fullStatus(id).ReductionChecks) > 0 })
 	st = c.fullStatus(id)
 	if rc := st.ReductionChecks[0]; !rc.Agrees || rc.Peer == st.Reducer || !strings.HasPrefix(rc.Peer, "agg-") {
 		t.Fatalf("reduction by %s checked %+v", st.Reducer, rc)

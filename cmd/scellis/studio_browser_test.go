@@ -289,7 +289,7 @@ verification: {replicas: 2}
 	sp.release()
 	c.start("solo", "run", "sweep.yaml", "--out", "solo", "--ui", soloAddr)
 	var soloURL string
-	waitFor(t, "scellis run --ui to print its URL", time.Minute, func() bool {
+	waitFor(t, "scellis run --ui to print its URL", untilNoticed(), func() bool {
 		b, _ := os.ReadFile(filepath.Join(c.dir, "solo.log"))
 		_, rest, ok := strings.Cut(string(b), "live view: ")
 		soloURL, _, _ = strings.Cut(rest, " ")
