@@ -56,20 +56,9 @@ func TestFLRunWithSilos(t *testing.T) {
 		if s == "h3" {
 			budget = 20 // two rounds fit (ε 16.5 composed), a third would not
 		}
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: %d, delta: 1.0e-5}
-    unit: silo
-policy:
-%s  min_cohort: 3
-`, s, s, s, i+1, budget, strategies))
+		cfg := hospitalSilo(s, i+1, float64(budget), "silo")
+		cfg.policy = strategies + "  min_cohort: 3\n"
+		c.writeSilo(cfg)
 	}
 	for s, extra := range map[string]string{"h1": "metrics_listen: " + h1Metrics + "\n", "h3": "log_format: json\n"} {
 		b, _ := os.ReadFile(filepath.Join(c.dir, s+".yaml"))
@@ -283,9 +272,10 @@ func TestFLFedAvgMatchesCentralised(t *testing.T) {
 		trains, tests = append(trains, train), append(tests, test)
 		writeCSV(t, filepath.Join(c.dir, "data", s+"-train.csv"), train)
 		writeCSV(t, filepath.Join(c.dir, "data", s+"-test.csv"), test)
-		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n"+
-			"  - {name: patients, path: data/%s-train.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n"+
-			"  - {name: patients-test, path: data/%s-test.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n", s, s, s, s, s))
+		c.writeSilo(siloConfig{name: s, datasets: []siloDataset{
+			{name: "patients", path: "data/" + s + "-train.csv", epsilon: 1},
+			{name: "patients-test", path: "data/" + s + "-test.csv", epsilon: 1},
+		}})
 	}
 	// The local run also asks for SecAgg+ masking: its rounds of four
 	// mask every pair (too few sites for a sparse graph), and a silo
@@ -530,8 +520,7 @@ func TestFLFedProxBeatsFedAvgWithStragglers(t *testing.T) {
 	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "synthetic", "--alpha", "1", "--beta", "1", "--devices", "10", "--seed", "1", "--out", "data"))
 	for i, s := range silos {
-		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n"+
-			"  - {name: devices, path: data/device-%02d.csv, label: y, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n", s, s, s, i+1))
+		c.writeSilo(siloConfig{name: s, datasets: []siloDataset{{name: "devices", path: fmt.Sprintf("data/device-%02d.csv", i+1), label: "y", epsilon: 1}}})
 	}
 	run := func(name, strategy string) string {
 		return fmt.Sprintf(`name: %s
@@ -614,9 +603,9 @@ func TestFLDiLoCoThroughSilos(t *testing.T) {
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "3", "--rows", "300", "--seed", "8", "--out", "data"))
 	var rows, positives float64
 	for i, s := range silos {
-		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n"+
-			"  - {name: patients, path: data/hospital-%d.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n"+
-			"policy: {strategies: [diloco]}\n", s, s, s, i+1))
+		cfg := hospitalSilo(s, i+1, 1, "")
+		cfg.policy = "  strategies: [diloco]\n"
+		c.writeSilo(cfg)
 		d, err := model.LoadCSV(filepath.Join(c.dir, "data", fmt.Sprintf("hospital-%d.csv", i+1)), "outcome")
 		if err != nil {
 			t.Fatal(err)

@@ -58,20 +58,9 @@ func TestFLThresholdHERun(t *testing.T) {
 		if s == "s4" {
 			modes = "  aggregation: [masking]\n"
 		}
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 50, delta: 1.0e-5}
-    unit: silo
-policy:
-%s  min_cohort: 3
-`, s, s, s, i+1, modes))
+		cfg := hospitalSilo(s, i+1, 50, "silo")
+		cfg.policy = modes + "  min_cohort: 3\n"
+		c.writeSilo(cfg)
 	}
 	// Every run names its cohort: d1 and d2 take part only in the runs
 	// they are meant to die in.

@@ -51,21 +51,9 @@ func survivalCluster(t testing.TB, aggs, silos int, aggExtra string) (*cluster, 
 	}
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", strconv.Itoa(silos), "--rows", "60", "--out", "data"))
 	for i, s := range names {
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-poll: 1s
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 100000, delta: 1.0e-5}
-    unit: silo
-policy:
-  min_cohort: 3
-`, s, s, s, i+1))
+		cfg := hospitalSilo(s, i+1, 100000, "silo")
+		cfg.header, cfg.policy = "poll: 1s\n", "  min_cohort: 3\n"
+		c.writeSilo(cfg)
 	}
 	return c, names
 }

@@ -47,9 +47,9 @@ func TestMembershipThroughTheLog(t *testing.T) {
 	c.write("w-new.yaml", "name: w-new\nidentity: w-new/identity.key\nfederation: federation.yaml\ncache_dir: w-new/cache\nparallel: 1\npoll: 100ms\n")
 	sKey := c.keygen("s-new")
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "1", "--rows", "100", "--out", "data"))
-	c.write("s-new.yaml", "name: s-new\nidentity: s-new/identity.key\nfederation: federation.yaml\ndata_dir: s-new/data\npoll: 100ms\n"+
-		"datasets:\n  - {name: patients, path: data/hospital-1.csv, label: outcome, class: confidential, budget: {epsilon: 1, delta: 1.0e-5}}\n"+
-		"policy: {strategies: [fedavg], generic_shards: true}\n")
+	sNew := hospitalSilo("s-new", 1, 1, "")
+	sNew.header, sNew.policy = "poll: 100ms\n", "  strategies: [fedavg]\n  generic_shards: true\n"
+	c.writeSilo(sNew)
 	opsKey := strings.TrimSpace(c.read("ops/identity.pub"))
 
 	// Refused changes: each with its code, exit code 2, nothing applied.

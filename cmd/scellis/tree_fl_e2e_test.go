@@ -90,9 +90,9 @@ seed: 3
 		// Each silo checks every round with the parent (parent_federation:
 		// the parent's file lists it under its child) before it sends
 		// anything keyed to the round's Params.
-		c.write(s[0]+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\nparent_federation: %s\ndata_dir: %s/data\npoll: 200ms\n"+
-			"datasets:\n  - {name: patients, path: %s, label: outcome, class: confidential, budget: {epsilon: 50, delta: 1.0e-5}, unit: silo}\npolicy:\n  min_cohort: 3\n",
-			s[0], s[0], filepath.Join(p.dir, "federation.yaml"), s[0], filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1))))
+		c.writeSilo(siloConfig{name: s[0], header: "parent_federation: " + filepath.Join(p.dir, "federation.yaml") + "\npoll: 200ms\n",
+			datasets: []siloDataset{{name: "patients", path: filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1)), epsilon: 50, unit: "silo"}},
+			policy:   "  min_cohort: 3\n"})
 		// fl simulate reads one file per site, named as the silo (its seeds are the silo's).
 		if err := os.MkdirAll(filepath.Join(p.dir, "sim"), 0o755); err != nil {
 			t.Fatal(err)
