@@ -288,9 +288,6 @@ func TestP2PThroughNATs(t *testing.T) {
 	}
 	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 
-	if l := c.log("w2"); !strings.Contains(l, "p2p: blobs with agg-1 go over a relayed data channel") {
-		t.Errorf("w2's log does not say its blobs went relayed:\n%s", l)
-	}
 	// w3's attempt may still be running when the job is done: its blobs
 	// did not wait for it. It ends within ConnectTimeout of w3's start.
 	waitFor(t, "w3's data channel attempt to fail", untilNoticed(), func() bool {
