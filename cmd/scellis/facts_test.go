@@ -58,19 +58,26 @@ func (c *cluster) fullStatus(id string) coordinator.JobStatus {
 }
 
 // attempts returns the round jobs that attempted step r of run id, in
-// submission order, with their shards.
+// submission order, with their shards; none while the cluster does not
+// answer (an election under way: a wait polls again).
 func (c *cluster) attempts(id string, r int) []coordinator.JobStatus {
-	c.t.Helper()
 	ctx, cancel := factCtx()
 	defer cancel()
-	jobs, err := c.client().Jobs(ctx)
+	cl := c.client()
+	jobs, err := cl.Jobs(ctx)
 	if err != nil {
-		c.t.Fatalf("job list: %v", err)
+		c.t.Logf("job list: %v", err)
+		return nil
 	}
 	var out []coordinator.JobStatus
 	for _, j := range jobs {
 		if string(j.Run) == id && j.Round == r {
-			out = append(out, c.fullStatus(string(j.ID)))
+			js, err := cl.Job(ctx, j.ID)
+			if err != nil {
+				c.t.Logf("status of %s: %v", j.ID, err)
+				return nil
+			}
+			out = append(out, js)
 		}
 	}
 	return out
@@ -95,7 +102,9 @@ func (c *cluster) reportedTo(id string, r int, silo string) bool {
 
 // ledgerEntries reads silo's privacy ledger (data_dir silo/data) as
 // `scellis ledger show` does, verified; nil while it does not exist. A
-// torn last write of a charge under way is left out, as show leaves it.
+// torn last write of a charge under way is left out, as show leaves it;
+// a ledger that does not verify reads as empty here, and fails the
+// test's ledger checks (checkLedger: scellis ledger verify).
 func (c *cluster) ledgerEntries(silo string) []dp.Entry {
 	path := filepath.Join(c.dir, silo, "data", "privacy.ledger")
 	if _, err := os.Stat(path); err != nil {
@@ -103,7 +112,8 @@ func (c *cluster) ledgerEntries(silo string) []dp.Entry {
 	}
 	s, err := dp.Verify(path, nil)
 	if err != nil {
-		c.t.Fatalf("%s's ledger: %v", silo, err)
+		c.t.Logf("%s's ledger: %v", silo, err)
+		return nil
 	}
 	return s.Entries()
 }
