@@ -94,11 +94,15 @@ func (l *netLab) sh(short, line string) {
 }
 
 // client returns an HTTP client whose connections start in namespace
-// short (to scrape the /metrics of a process that listens there): each
-// socket is made on an OS thread moved into the namespace, and that thread
-// is discarded after (its goroutine ends locked to it).
-func (l *netLab) client(short string) *http.Client {
-	ns := "/var/run/netns/" + l.name(short)
+// short (netnsClient).
+func (l *netLab) client(short string) *http.Client { return netnsClient(l.name(short)) }
+
+// netnsClient returns an HTTP client whose connections start in the named
+// network namespace (to scrape the /metrics of a process that listens
+// there): each socket is made on an OS thread moved into the namespace,
+// and that thread is discarded after (its goroutine ends locked to it).
+func netnsClient(name string) *http.Client {
+	ns := "/var/run/netns/" + name
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		type dialed struct {
 			c   net.Conn

@@ -40,6 +40,8 @@ type nodeStatus struct {
 		Pairs []struct {
 			Peer         string
 			Path         string
+			Candidates   string
+			DirectBytes  int64 `json:"direct_bytes"`
 			DirectConns  int64 `json:"direct_connections"`
 			RelayedConns int64 `json:"relayed_connections"`
 		}

@@ -16,6 +16,7 @@ type peerRec struct {
 	Excluded   bool   `json:"excluded"`
 	Leases     int    `json:"leases"`
 	Released   int    `json:"released"`
+	Expired    int    `json:"expired"`
 	RoundsOnly bool   `json:"rounds_only"`
 }
 
