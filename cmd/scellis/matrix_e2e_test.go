@@ -298,8 +298,13 @@ func TestFLConfigurationMatrix(t *testing.T) {
 	md := newMatrixData(t, flat.at.dir, feds)
 
 	flat.at.startAggregators()
-	for _, c := range cs {
-		c.startAggregators()
+	// The parent first, its leader elected, then the children: a child's
+	// aggregator refuses to start when no node of its parent answers
+	// within 8 s (SC7602), and in map order a child could come first —
+	// waiting for its own leader, then the parent's start and election,
+	// outlasted those 8 s under load.
+	for _, name := range []string{"root", "child-a", "child-b"} {
+		cs[name].startAggregators()
 	}
 	for _, transport := range []string{"datachannel", "https"} {
 		for _, f := range feds {
