@@ -298,11 +298,9 @@ func TestFLConfigurationMatrix(t *testing.T) {
 	md := newMatrixData(t, flat.at.dir, feds)
 
 	flat.at.startAggregators()
-	// The parent first, its leader elected, then the children: a child's
-	// aggregator refuses to start when no node of its parent answers
-	// within 8 s (SC7602), and in map order a child could come first —
-	// waiting for its own leader, then the parent's start and election,
-	// outlasted those 8 s under load.
+	// The parent first: a child node exits at start when no aggregator of
+	// its parent answers (SC7602, docs/tree.md), and a map's order would
+	// sometimes start a child first.
 	for _, name := range []string{"root", "child-a", "child-b"} {
 		cs[name].startAggregators()
 	}
