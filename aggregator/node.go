@@ -515,6 +515,10 @@ type NodeStatus struct {
 	// when it last gained contact with the leader, so it answers reads
 	// (catchup.go).
 	CaughtUp bool `json:"caught_up"`
+	// Polling: the members the node, as leader, counts alive now by their
+	// polls (liveness.go: silos, and the workers and child clusters that
+	// poll too), sorted; none on a follower, which plans no round.
+	Polling []string `json:"polling,omitempty"`
 }
 
 // Status reports this node's Raft and state view.
@@ -522,7 +526,7 @@ func (n *Node) Status() NodeStatus {
 	m := n.fsm.machine()
 	seq, head := m.Head()
 	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running(), DataPlane: n.dataPlaneStatus(),
-		CaughtUp: n.caughtUp()}
+		CaughtUp: n.caughtUp(), Polling: n.polling()}
 }
 
 // leaderDuties runs on every node but acts only on the leader: it proposes
