@@ -42,6 +42,10 @@ type ModelFile struct {
 	Layout          model.ParamLayout `json:"layout"`
 	// Global is the strategy's whole final state (Params is its "w").
 	Global map[string]any `json:"global,omitempty"`
+	// Trainer is the content hash of the trainer of a trainer run (kind
+	// "trainer"): Params are its weights, flat in the order of its
+	// layout.json; scellis trainer eval DIR --model FILE scores them.
+	Trainer content.Ref `json:"trainer,omitempty"`
 
 	Run     ModelRun       `json:"run"`
 	Rounds  []RoundSummary `json:"rounds"`
@@ -102,6 +106,9 @@ type ModelRefs struct {
 // NewModelFile builds the model part of a model file from a run's canonical
 // spec, its final global state and standardisation.
 func NewModelFile(spec *Canonical, global Global, std *Standardization) (*ModelFile, error) {
+	if spec.Trainer != "" {
+		return trainerModelFile(spec, global)
+	}
 	ms := spec.ModelSpec()
 	layout, err := ms.Layout()
 	if err != nil {
@@ -175,6 +182,10 @@ func ReadModelFile(path string) (*ModelFile, error) {
 	}
 	bad := func(format string, args ...any) error {
 		return diag.New(diag.ModelFileBad, path, format, args...).WithHelp("the file was changed after export; export the model again")
+	}
+	if f.Kind == KindTrainer {
+		return nil, diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) is scored by its trainer", f.Trainer.Short()).
+			WithHelp("run scellis trainer eval DIR --model %s --data FILE.csv with the trainer's directory", path)
 	}
 	spec := f.Spec()
 	if err := spec.Validate(); err != nil {

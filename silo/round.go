@@ -227,7 +227,7 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 		Run: string(st.Run), Round: st.Round, StrategyRef: spec.Strategy, StrategyName: spec.Spec.Strategy,
 		Dataset: spec.Spec.Dataset, Privacy: spec.Spec.StepPrivacy(unit, b.Step), Cohort: len(b.SecAgg.Members),
 		Threshold: threshold, Masking: masking, Regime: a.Fed.Regime, SecureAgg: spec.Spec.SecureAgg, Step: b.Step,
-		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.Spec.PublicRows,
+		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.Spec.PublicRows, Trainer: spec.Trainer,
 	}
 	if want := spec.Spec.AggregationMode(); want != req.Aggregation {
 		return decline(bad("the round forms its sum by %s but its run asks for %s", req.Aggregation, want))
@@ -393,8 +393,12 @@ func (a *Appliance) round(ctx context.Context, g coordinator.LeaseGrant, st coor
 			// the server never sees an individual update to weight.
 			strategy = strategy.With(map[string]any{"staleness": int64(staleness)})
 		}
-		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
-		out, err = fl.ClientStep(ctx, env, strategy, global, train, state, req.Privacy)
+		if spec.Trainer != "" {
+			out, err = a.trainWithTrainer(ctx, &spec, global, strategy, req.Privacy, subject) // trainer.go
+		} else {
+			env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
+			out, err = fl.ClientStep(ctx, env, strategy, global, train, state, req.Privacy)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return rec, ctx.Err()

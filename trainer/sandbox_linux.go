@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -28,9 +29,6 @@ const Subcommand = "__trainer-sandbox"
 // process (tests may replace it).
 var Executable = os.Executable
 
-// nobody is the user a trainer runs as when the silo runs as root.
-const nobody = 65534
-
 // setup is what the parent tells the sandbox's first process.
 type setup struct {
 	Root        string   `json:"root"`        // empty folder: the tmpfs root is mounted here
@@ -40,7 +38,6 @@ type setup struct {
 	Env         []string `json:"env"`
 	Limits      Limits   `json:"limits"`
 	MaxFile     uint64   `json:"max_file"` // RLIMIT_FSIZE
-	DropTo      int      `json:"drop_to"`  // uid/gid to run as, or -1
 }
 
 type bind struct {
@@ -80,7 +77,6 @@ func Run(ctx context.Context, j Job) (Result, error) {
 			"OMP_NUM_THREADS=" + strconv.Itoa(lim.Threads), "OPENBLAS_NUM_THREADS=" + strconv.Itoa(lim.Threads), "MKL_NUM_THREADS=" + strconv.Itoa(lim.Threads)},
 		Limits:  lim,
 		MaxFile: uint64(16*len(j.Weights)) + 64<<20,
-		DropTo:  -1,
 	}
 	for _, d := range systemDirs {
 		if st, err := os.Stat(d); err == nil {
@@ -93,18 +89,6 @@ func Run(ctx context.Context, j Job) (Result, error) {
 		bind{From: filepath.Join(dir, "io"), To: sandboxIO, Write: true})
 	if j.Data != "" {
 		su.Binds = append(su.Binds, bind{From: j.Data, To: sandboxData + "/" + filepath.Base(j.Data), File: true})
-	}
-	if root {
-		// The trainer runs as nobody: only its exchange folder is its own.
-		su.DropTo = nobody
-		if err := os.Chown(filepath.Join(dir, "io", "out"), nobody, nobody); err != nil {
-			return Result{}, sandboxErr(subject, "%v", err)
-		}
-		for _, p := range []string{dir, filepath.Join(dir, "io")} {
-			if err := os.Chmod(p, 0o755); err != nil {
-				return Result{}, sandboxErr(subject, "%v", err)
-			}
-		}
 	}
 	req, _ := json.Marshal(su)
 	exe, err := Executable()
@@ -225,6 +209,9 @@ func Main() {
 // the limits, drops privileges and executes the interpreter. It returns
 // only on failure.
 func enter(su setup) error {
+	// Capabilities are per thread: the thread that drops them is the one
+	// that executes the interpreter.
+	runtime.LockOSThread()
 	// Nothing mounted here propagates to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("making mounts private: %w", err)
@@ -294,7 +281,8 @@ func enter(su setup) error {
 	_ = os.Remove("/.old")
 	// This process is PID 1 of a new PID namespace: its /proc shows the
 	// sandbox's processes only.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	// Read-only: /proc/sys's files are writable by their owner, root.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
 		return fmt.Errorf("mounting /proc: %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
@@ -320,19 +308,22 @@ func enter(su setup) error {
 			return fmt.Errorf("setting limit %d: %w", l.res, err)
 		}
 	}
-	if su.DropTo >= 0 {
-		if err := unix.Setgroups(nil); err != nil {
-			return fmt.Errorf("dropping groups: %w", err)
-		}
-		if err := unix.Setresgid(su.DropTo, su.DropTo, su.DropTo); err != nil {
-			return fmt.Errorf("dropping the group: %w", err)
-		}
-		if err := unix.Setresuid(su.DropTo, su.DropTo, su.DropTo); err != nil {
-			return fmt.Errorf("dropping the user: %w", err)
+	// The trainer keeps the silo's user (root, or the user the user
+	// namespace maps to root), so it reads the dataset file as its owner
+	// does, but without any capability: the bounding set is emptied, so
+	// the interpreter gains none when executed, and no_new_privs keeps a
+	// set-user-ID file from granting any.
+	for c := 0; c <= 63; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("dropping capability %d: %w", c, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	var none [2]unix.CapUserData // version 3 takes two words
+	if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &none[0]); err != nil {
+		return fmt.Errorf("dropping capabilities: %w", err)
 	}
 	return unix.Exec(su.Interpreter, su.Args, su.Env)
 }

@@ -45,7 +45,8 @@ func fixture(t *testing.T) (*trainer.Bundle, string, []float64, trainer.Layout) 
 		y := r.IntN(3)
 		fmt.Fprintf(&sb, "%.3f,%.3f,%.3f,%.3f,%d\n", float64(y)+r.NormFloat64()*0.3, r.NormFloat64(), -float64(y)+r.NormFloat64()*0.3, 1.0, y)
 	}
-	if err := os.WriteFile(data, []byte(sb.String()), 0o644); err != nil {
+	// Only its owner may read it, as datagen writes files.
+	if err := os.WriteFile(data, []byte(sb.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	res, err := trainer.Run(context.Background(), trainer.Job{Interpreter: python, Bundle: b, Mode: trainer.ModeInit, Dir: t.TempDir(), Limits: testLimits})
@@ -125,7 +126,8 @@ func TestFailuresAreCoded(t *testing.T) {
 // TestSandboxHoldsTheTrainerIn: from inside the sandbox a trainer cannot
 // connect to a server listening on the host's loopback, nor read a file
 // of the host outside its dataset (a file beside the dataset, the test's
-// own source, /etc/hostname), while its scratch folder is writable.
+// own source, /etc/hostname), and holds no capability, while its scratch
+// folder is writable.
 func TestSandboxHoldsTheTrainerIn(t *testing.T) {
 	b, data, w0, layout := fixture(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -166,7 +168,7 @@ func TestSandboxHoldsTheTrainerIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"socket": 0, "file0": 0, "file1": 0, "file2": 0, "scratch": 1}
+	want := map[string]float64{"socket": 0, "file0": 0, "file1": 0, "file2": 0, "scratch": 1, "capabilities": 0}
 	for k, v := range want {
 		if got, ok := res.Metrics[k]; !ok || got != v {
 			t.Errorf("%s: got %v (present %v), want %v", k, got, ok, v)

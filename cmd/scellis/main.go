@@ -13,6 +13,7 @@ import (
 
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/sandboxproc"
+	"github.com/scellis/scellis/trainer"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -139,5 +140,8 @@ func main() {
 	// A sandbox child (the aggregator's planner re-executes this binary to
 	// run submitted content under OS limits) runs its handler and exits.
 	sandboxproc.Main()
+	// A trainer sandbox's first process (package trainer) sets up the
+	// sandbox and executes the trainer's interpreter.
+	trainer.Main()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

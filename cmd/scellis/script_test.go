@@ -11,6 +11,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/scellis/scellis/internal/sandboxproc"
+	"github.com/scellis/scellis/trainer"
 	"github.com/scellis/scellis/internal/testharness"
 )
 
@@ -18,6 +19,7 @@ import (
 // command inside scripts, the way a user runs it.
 func TestMain(m *testing.M) {
 	sandboxproc.Main() // the aggregator's planner re-executes this binary
+	trainer.Main()     // and a silo, to set up a trainer's sandbox
 	// The tests run guarded (internal/testharness): the scellis processes
 	// they start and their folders — the scellis binary they build
 	// (scellisBinary, 50 MB) included — end with the test binary, even

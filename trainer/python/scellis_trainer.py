@@ -172,14 +172,16 @@ class ArrayLoader:
 # --- ready-made loops for torch ----------------------------------------------
 
 def torch_train(model, loader, params):
-    """Minibatch SGD with cross-entropy for params["epochs"] passes at
-    params["lr"], plus FedProx's mu/2·||θ − w||² from the incoming global
-    weights when params["mu"] > 0. Returns the model."""
+    """Minibatch SGD (momentum params["momentum"], default 0) with
+    cross-entropy for params["epochs"] passes at params["lr"], plus
+    FedProx's mu/2·||θ − w||² from the incoming global weights when
+    params["mu"] > 0; a straggler (params["work"] < 1) does that fraction
+    of the steps. Returns the model."""
     import torch
     lr, epochs, mu = float(params.get("lr", 0.05)), int(params.get("epochs", 1)), float(params.get("mu", 0.0))
     work = float(params.get("work", 1.0))
     anchor = [p.detach().clone() for p in model.parameters()]
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=float(params.get("momentum", 0.0)))
     lossf = torch.nn.CrossEntropyLoss()
     steps = max(1, int(round(epochs * len(loader) * work)))
     done = 0
