@@ -11,8 +11,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 
 	"github.com/scellis/scellis/internal/sandboxproc"
-	"github.com/scellis/scellis/trainer"
 	"github.com/scellis/scellis/internal/testharness"
+	"github.com/scellis/scellis/trainer"
 )
 
 // TestMain lets testscript run this binary in-process as the `scellis`
