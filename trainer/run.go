@@ -223,7 +223,7 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 	}
 	if i := nonFinite(w); i >= 0 {
 		return r, diag.New(diag.TrainerNonFinite, subject, "weights.npy holds %v at index %d (of %d)", w[i], i, len(w)).
-			WithHelp("the trainer diverged: lower the learning rate, or check the model on this data with scellis trainer run")
+			WithHelp("the trainer diverged: lower the learning rate, or check the model on this data with scellis trainer train")
 	}
 	r.Weights = w
 	return r, nil
@@ -232,7 +232,7 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 // memoryDeath recognises a trainer that ran out of address space:
 // Python's MemoryError, PyTorch's and C++'s allocation failures.
 func memoryDeath(log string) bool {
-	for _, s := range []string{"MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "out of memory", "Unable to allocate"} {
+	for _, s := range []string{"MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "out of memory", "Unable to allocate", "failed to map segment from shared object"} {
 		if strings.Contains(log, s) {
 			return true
 		}

@@ -170,7 +170,7 @@ func Run(ctx context.Context, j Job) (Result, error) {
 			return fail(diag.TrainerMemory, "use a smaller model or batch, or the silo's operator raises memory_mb in policy.trainers",
 				"the trainer ran out of its %d MiB of memory", lim.MemoryMB)
 		}
-		return fail(diag.TrainerCrashed, "run the trainer on sample data with scellis trainer run DIR --data FILE to see the error",
+		return fail(diag.TrainerCrashed, "run the trainer on sample data with scellis trainer train DIR --data FILE to see the error",
 			"the trainer failed: %v", waitErr)
 	}
 	r, err := readOutputs(dir, j, subject)

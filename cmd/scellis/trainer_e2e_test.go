@@ -63,7 +63,9 @@ func trainerAccuracy(t *testing.T, dir, trainerDir, flag, weights, data string) 
 // datagen glyphs, under FedProx, update-level DP (each silo clips, noises
 // and charges the update the trainer returns) and secure aggregation. A
 // fifth silo, whose policy does not list the trainer, declines every
-// round with SC9502 and the rounds go on without it. The global model's
+// round with SC9502 and the rounds go on without it; a sixth, whose policy
+// gives the trainer too little memory, declines a second run's round with
+// SC9505, charging nothing, and that round goes on without it. The global model's
 // held-out accuracy, scored by the trainer's own evaluate, is within 3
 // points of the same CNN trained centrally on the union of the four
 // sites for as many passes over the data.
@@ -74,7 +76,7 @@ func TestTrainerCNNFederation(t *testing.T) {
 	}
 	needTorch(t)
 	const rounds, epochs = 5, 3
-	silos := []string{"s1", "s2", "s3", "s4", "refuser"}
+	silos := []string{"s1", "s2", "s3", "s4", "refuser", "starved"}
 	var ms []member
 	for _, s := range silos {
 		ms = append(ms, member{s, "silo"})
@@ -104,9 +106,17 @@ func TestTrainerCNNFederation(t *testing.T) {
 		t.Fatalf("trainer check: %v %+v", err, check)
 	}
 	for i, s := range silos {
-		trainers := fmt.Sprintf("  trainers:\n    - name: cnn\n      hash: %s\n      interpreter: /usr/bin/python3\n      cpu_seconds: 300\n      memory_mb: 4096\n      wall: 4m\n", check.Hash)
+		memory := 4096
+		if s == "starved" {
+			memory = 150 // too little to load torch: its trainer fails
+		}
+		trainers := fmt.Sprintf("  trainers:\n    - name: cnn\n      hash: %s\n      interpreter: /usr/bin/python3\n      cpu_seconds: 300\n      memory_mb: %d\n      wall: 4m\n", check.Hash, memory)
 		if s == "refuser" {
 			trainers = ""
+		}
+		file := i + 1
+		if s == "starved" {
+			file = 5
 		}
 		c.write(s+".yaml", fmt.Sprintf(`name: %s
 identity: %s/identity.key
@@ -121,7 +131,7 @@ datasets:
     unit: silo
 policy:
   min_cohort: 3
-%s`, s, s, s, i+1, trainers))
+%s`, s, s, s, file, trainers))
 		mustRun(t, scellisCmd(t, c.dir, "config", "check", s+".yaml"))
 	}
 	c.write("run.yaml", fmt.Sprintf(`name: cnn-glyphs
@@ -129,7 +139,7 @@ strategy: {use: fedprox, params: {mu: 0.01, lr: 0.03, momentum: 0.9, epochs: %d,
 trainer: cnn
 dataset: glyphs
 rounds: %d
-cohort: {min: 3}
+cohort: {min: 3, silos: [s1, s2, s3, s4, refuser]}
 privacy: {clip: 10.0, sigma: 0.005}
 secure_aggregation: true
 seed: 5
@@ -163,7 +173,7 @@ seed: 5
 	for _, s := range silos {
 		out := mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join(s, "data", "privacy.ledger")))
 		want := rounds
-		if s == "refuser" {
+		if s == "refuser" || s == "starved" {
 			want = 0
 		}
 		if n := strings.Count(out, `"consumer"`); n != want {
@@ -196,5 +206,31 @@ seed: 5
 	}
 	if fed < 0.5 {
 		t.Fatalf("the federated CNN learned little: held-out accuracy %.3f", fed)
+	}
+	// A trainer that fails in a silo (here: out of the memory its policy
+	// gives it) is a coded decline that charges nothing; the round goes
+	// on with the other three.
+	c.write("run2.yaml", `name: cnn-starved
+strategy: {use: fedprox, params: {mu: 0.01, lr: 0.03, momentum: 0.9, epochs: 1, batch_size: 16}}
+trainer: cnn
+dataset: glyphs
+rounds: 1
+cohort: {min: 3, silos: [s1, s2, s3, starved]}
+privacy: {clip: 10.0, sigma: 0.005}
+secure_aggregation: true
+`)
+	id2 := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run2.yaml"))
+	table2, _, err := c.cli("alice", "fl", "watch", id2)
+	t.Logf("fl watch of the run with a starved silo:\n%s", table2)
+	if err != nil || !strings.Contains(table2, "run done") || !strings.Contains(table2, "\n    0  train 3     ") ||
+		!strings.Contains(table2, "starved declined: SC9505") {
+		t.Fatalf("the round did not go on without the silo whose trainer ran out of memory (SC9505): %v", err)
+	}
+	out := mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join("starved", "data", "privacy.ledger")))
+	if n := strings.Count(out, `"consumer"`); n != 0 {
+		t.Fatalf("the starved silo charged its ledger %d times:\n%s", n, out)
+	}
+	if log, _ := os.ReadFile(filepath.Join(c.dir, "starved.log")); !strings.Contains(string(log), "declined: SC9505") {
+		t.Fatalf("the starved silo's log does not say why it declined:\n%s", log)
 	}
 }
