@@ -6,9 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scellis/scellis/fl"
 )
 
 // needTorch skips a test when Debian's python3 cannot import torch and
@@ -17,28 +22,6 @@ func needTorch(t *testing.T) {
 	t.Helper()
 	if err := exec.Command("/usr/bin/python3", "-c", "import torch, numpy").Run(); err != nil {
 		t.Skipf("/usr/bin/python3 cannot import torch and numpy (apt-get install python3-torch python3-numpy): %v", err)
-	}
-}
-
-// copyTree copies the files of src into dst.
-func copyTree(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if info.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -57,7 +40,8 @@ func trainerAccuracy(t *testing.T, dir, trainerDir, flag, weights, data string) 
 	return *r.Accuracy
 }
 
-// A data scientist's PyTorch CNN (examples/trainer-cnn) trained by a
+// docs/trainers.md's walkthrough, run from the page's blocks and commands:
+// a data scientist's PyTorch CNN (examples/trainer-cnn) trained by a
 // federation of real processes: 3 aggregators and 4 silos, each silo
 // running the trainer in its sandbox on a non-IID split of scellis
 // datagen glyphs, under FedProx, update-level DP (each silo clips, noises
@@ -75,7 +59,6 @@ func TestTrainerCNNFederation(t *testing.T) {
 		t.Skip("multi-process federated run with PyTorch")
 	}
 	needTorch(t)
-	const rounds, epochs = 5, 3
 	silos := []string{"s1", "s2", "s3", "s4", "refuser", "starved"}
 	var ms []member
 	for _, s := range silos {
@@ -91,13 +74,20 @@ func TestTrainerCNNFederation(t *testing.T) {
 		}
 		c.write(a+".yaml", strings.Replace(string(b), "round_join_timeout: 4s", "round_join_timeout: 5m", 1))
 	}
-	mustRun(t, scellisCmd(t, c.dir, "datagen", "glyphs", "--sites", "5", "--rows", "300", "--test", "1000", "--out", "data"))
-	src, err := filepath.Abs("../../examples/trainer-cnn")
-	if err != nil {
+	// The trainer is docs/trainers.md's, which is examples/trainer-cnn's.
+	src := docBlock(t, "trainers.md", "python", "train.py")
+	if b, err := os.ReadFile("../../examples/trainer-cnn/train.py"); err != nil || string(b) != src {
+		t.Fatalf("docs/trainers.md's train.py is not examples/trainer-cnn/train.py (%v)", err)
+	}
+	if err := os.MkdirAll(filepath.Join(c.dir, "cnn"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	copyTree(t, src, filepath.Join(c.dir, "cnn"))
-	mustRun(t, scellisCmd(t, c.dir, "trainer", "init", "cnn"))
+	c.write("cnn/train.py", src)
+	// The page's local commands, as they are.
+	local := docCommands(t, docBlock(t, "trainers.md", "sh", "try it locally"))
+	for _, args := range local {
+		mustRun(t, scellisCmd(t, c.dir, args...))
+	}
 	var check struct {
 		Hash   string `json:"hash"`
 		Params int    `json:"params"`
@@ -105,52 +95,55 @@ func TestTrainerCNNFederation(t *testing.T) {
 	if err := json.Unmarshal([]byte(mustRun(t, scellisCmd(t, c.dir, "--json", "trainer", "check", "cnn"))), &check); err != nil || check.Params == 0 {
 		t.Fatalf("trainer check: %v %+v", err, check)
 	}
+	// The page's site config for every silo: its name, data file and
+	// folder, the trainer's hash; the refuser lists no trainer, the starved
+	// silo gives it too little memory to load torch.
+	site := docBlock(t, "trainers.md", "yaml", "site-1.yaml")
 	for i, s := range silos {
-		memory := 4096
-		if s == "starved" {
-			memory = 150 // too little to load torch: its trainer fails
+		y := strings.ReplaceAll(site, "site-1", s)
+		y = strings.Replace(y, "data/"+s+".csv", fmt.Sprintf("data/site-%d.csv", min(i+1, 5)), 1)
+		y = strings.Replace(y, "sha256:HASH-FROM-TRAINER-CHECK", check.Hash, 1)
+		switch s {
+		case "refuser":
+			y = y[:strings.Index(y, "  trainers:")]
+		case "starved":
+			y = strings.Replace(y, "memory_mb: 4096", "memory_mb: 150", 1)
 		}
-		trainers := fmt.Sprintf("  trainers:\n    - name: cnn\n      hash: %s\n      interpreter: /usr/bin/python3\n      cpu_seconds: 300\n      memory_mb: %d\n      wall: 4m\n", check.Hash, memory)
-		if s == "refuser" {
-			trainers = ""
-		}
-		file := i + 1
-		if s == "starved" {
-			file = 5
-		}
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-datasets:
-  - name: glyphs
-    path: data/site-%d.csv
-    label: label
-    class: confidential
-    budget: {epsilon: 1.0e+6, delta: 1.0e-5}
-    unit: silo
-policy:
-  min_cohort: 3
-%s`, s, s, s, file, trainers))
+		c.write(s+".yaml", y)
 		mustRun(t, scellisCmd(t, c.dir, "config", "check", s+".yaml"))
 	}
-	c.write("run.yaml", fmt.Sprintf(`name: cnn-glyphs
-strategy: {use: fedprox, params: {mu: 0.01, lr: 0.03, momentum: 0.9, epochs: %d, batch_size: 16}}
-trainer: cnn
-dataset: glyphs
-rounds: %d
-cohort: {min: 3, silos: [s1, s2, s3, s4, refuser]}
-privacy: {clip: 10.0, sigma: 0.005}
-secure_aggregation: true
-seed: 5
-`, epochs, rounds))
+	runYAML := docBlock(t, "trainers.md", "yaml", "run.yaml")
+	spec, err := fl.ParseRunSpec("run.yaml", []byte(runYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounds := spec.Rounds
+	epochs, err := strconv.Atoi(fmt.Sprint(spec.Params["epochs"]))
+	if err != nil {
+		t.Fatalf("docs/trainers.md's run.yaml: epochs %v", spec.Params["epochs"])
+	}
+	c.write("run.yaml", strings.Replace(runYAML, "cohort: {min: 3}", "cohort: {min: 3, silos: [s1, s2, s3, s4, refuser]}", 1))
 	c.startAggregators()
 	for _, s := range silos {
 		c.start(s, "silo", "--config", s+".yaml")
 	}
+	// The page's federate commands: launch, watch, model, eval.
+	federate := docCommands(t, docBlock(t, "trainers.md", "sh", "federate"))
+	if len(federate) != 4 || federate[0][1] != "launch" || federate[1][1] != "watch" || federate[2][1] != "model" || federate[3][1] != "eval" {
+		t.Fatalf("docs/trainers.md's federate block is not launch, watch, model, eval: %q", federate)
+	}
 	start := time.Now()
-	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
-	table, _, err := c.cli("alice", "fl", "watch", id)
+	id := strings.TrimSpace(c.mustCLI("alice", federate[0]...))
+	withID := func(args []string) []string {
+		out := slices.Clone(args)
+		for i, a := range out {
+			if a == "RUN_ID" {
+				out[i] = id
+			}
+		}
+		return out
+	}
+	table, _, err := c.cli("alice", withID(federate[1])...)
 	t.Logf("fl watch (%v):\n%s", time.Since(start).Round(time.Second), table)
 	if err != nil || !strings.Contains(table, "run done") {
 		for _, s := range silos {
@@ -180,10 +173,14 @@ seed: 5
 			t.Fatalf("%s's ledger has %d charges, want %d:\n%s", s, n, want, out)
 		}
 	}
-	c.mustCLI("alice", "fl", "model", id, "--out", "model.json")
+	c.mustCLI("alice", withID(federate[2])...)
+	if out := mustRun(t, scellisCmd(t, c.dir, federate[3]...)); !strings.Contains(out, "accuracy") {
+		t.Fatalf("trainer eval of the federated model:\n%s", out)
+	}
 	fed := trainerAccuracy(t, c.dir, "cnn", "--model", "model.json", "data/test.csv")
 	// The same CNN, trained centrally on the union of the four sites for
-	// as many passes (rounds × local epochs), from the same init.
+	// as many passes (rounds × local epochs), from the same init, with the
+	// run's parameters.
 	var union strings.Builder
 	for i := 1; i <= 4; i++ {
 		b, err := os.ReadFile(filepath.Join(c.dir, "data", fmt.Sprintf("site-%d.csv", i)))
@@ -197,8 +194,11 @@ seed: 5
 		union.WriteString(lines)
 	}
 	c.write("union.csv", union.String())
-	mustRun(t, scellisCmd(t, c.dir, "trainer", "train", "cnn", "--data", "union.csv", "--param", "lr=0.03", "--param", "momentum=0.9", "--param", fmt.Sprintf("epochs=%d", rounds*epochs),
-		"--param", "batch_size=16", "--out", "central.npy"))
+	args := []string{"trainer", "train", "cnn", "--data", "union.csv", "--out", "central.npy", "--param", fmt.Sprintf("epochs=%d", rounds*epochs)}
+	for _, k := range []string{"lr", "momentum", "batch_size"} {
+		args = append(args, "--param", fmt.Sprintf("%s=%v", k, spec.Params[k]))
+	}
+	mustRun(t, scellisCmd(t, c.dir, args...))
 	central := trainerAccuracy(t, c.dir, "cnn", "--weights", "central.npy", "data/test.csv")
 	t.Logf("held-out accuracy: federated %.3f, central %.3f (%d weights)", fed, central, check.Params)
 	if fed < central-0.03 {
@@ -210,15 +210,8 @@ seed: 5
 	// A trainer that fails in a silo (here: out of the memory its policy
 	// gives it) is a coded decline that charges nothing; the round goes
 	// on with the other three.
-	c.write("run2.yaml", `name: cnn-starved
-strategy: {use: fedprox, params: {mu: 0.01, lr: 0.03, momentum: 0.9, epochs: 1, batch_size: 16}}
-trainer: cnn
-dataset: glyphs
-rounds: 1
-cohort: {min: 3, silos: [s1, s2, s3, starved]}
-privacy: {clip: 10.0, sigma: 0.005}
-secure_aggregation: true
-`)
+	c.write("run2.yaml", strings.NewReplacer("name: cnn-glyphs", "name: cnn-starved", fmt.Sprintf("rounds: %d", rounds), "rounds: 1",
+		"cohort: {min: 3}", "cohort: {min: 3, silos: [s1, s2, s3, starved]}").Replace(runYAML))
 	id2 := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run2.yaml"))
 	table2, _, err := c.cli("alice", "fl", "watch", id2)
 	t.Logf("fl watch of the run with a starved silo:\n%s", table2)
@@ -233,4 +226,37 @@ secure_aggregation: true
 	if log, _ := os.ReadFile(filepath.Join(c.dir, "starved.log")); !strings.Contains(string(log), "declined: SC9505") {
 		t.Fatalf("the starved silo's log does not say why it declined:\n%s", log)
 	}
+}
+
+// docBlock is the block of docs/FILE in language lang whose first line is
+// the comment "# name" (returned without that line).
+func docBlock(t testing.TB, file, lang, name string) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```" + lang + "\n# " + regexp.QuoteMeta(name) + "\n(.*?)```").FindStringSubmatch(string(raw))
+	if m == nil {
+		t.Fatalf("docs/%s has no %s block # %s", file, lang, name)
+	}
+	return m[1]
+}
+
+// docCommands splits a shell block into the argument lists of its scellis
+// commands (the word scellis dropped).
+func docCommands(t testing.TB, block string) [][]string {
+	t.Helper()
+	var out [][]string
+	for _, line := range strings.Split(block, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] != "scellis" {
+			t.Fatalf("a command of the walkthrough is not a scellis command: %q", line)
+		}
+		out = append(out, f[1:])
+	}
+	return out
 }
