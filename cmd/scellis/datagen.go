@@ -188,8 +188,12 @@ func printDatagen(w io.Writer, rep datagenReport) error {
 			fmt.Fprintf(w, "  %-28s %7d rows  labels from %d of %d classes\n", f.Path, f.Rows, f.Classes, datagen.SyntheticClasses)
 		}
 	case "glyphs":
-		fmt.Fprintf(w, "wrote %d site files of %d×%d glyphs to %s (seed %d, skew %g, %d classes, label %q)\n",
-			len(rep.Files), datagen.GlyphSide, datagen.GlyphSide, rep.Dir, rep.Seed, *rep.Skew, datagen.GlyphClasses, rep.Label)
+		sites, held := len(rep.Files), ""
+		if sites > 0 && rep.Files[sites-1].Site == "test" {
+			sites, held = sites-1, " and held-out test.csv"
+		}
+		fmt.Fprintf(w, "wrote %d site files%s of %d×%d glyphs to %s (seed %d, skew %g, %d classes, label %q)\n",
+			sites, held, datagen.GlyphSide, datagen.GlyphSide, rep.Dir, rep.Seed, *rep.Skew, datagen.GlyphClasses, rep.Label)
 		for _, f := range rep.Files {
 			fmt.Fprintf(w, "  %-28s %7d rows  labels from %d of %d classes\n", f.Path, f.Rows, f.Classes, datagen.GlyphClasses)
 		}

@@ -62,6 +62,20 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("exit code %d, want %d", got, want)
 				}
 			},
+			// npy FILE V...: write the values as a flat float64 .npy
+			// (a trainer's init.npy, say).
+			"npy": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) < 1 {
+					ts.Fatalf("usage: npy FILE [values...]")
+				}
+				var v []float64
+				for _, a := range args[1:] {
+					f, err := strconv.ParseFloat(a, 64)
+					ts.Check(err)
+					v = append(v, f)
+				}
+				ts.Check(os.WriteFile(ts.MkAbs(args[0]), trainer.EncodeNPY(v), 0o644))
+			},
 		},
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("SCELLIS_HOME", filepath.Join(env.WorkDir, ".scellis"))
