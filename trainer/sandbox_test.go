@@ -36,7 +36,19 @@ func fixture(t *testing.T) (*trainer.Bundle, string, []float64, trainer.Layout) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	data := writeRows(t, t.TempDir())
+	res, err := trainer.Run(context.Background(), trainer.Job{Interpreter: python, Bundle: b, Mode: trainer.ModeInit, Dir: t.TempDir(), Limits: testLimits})
+	if err != nil {
+		t.Fatalf("init: %v", err)
+	}
+	return b, data, res.Weights, res.Layout
+}
+
+// writeRows writes 300 rows of 4 features and a label 0–2 the features
+// predict into dir/rows.csv, readable by its owner only (as datagen
+// writes files), and returns its path.
+func writeRows(t testing.TB, dir string) string {
+	t.Helper()
 	data := filepath.Join(dir, "rows.csv")
 	var sb strings.Builder
 	sb.WriteString("a,b,c,d,label\n")
@@ -45,15 +57,10 @@ func fixture(t *testing.T) (*trainer.Bundle, string, []float64, trainer.Layout) 
 		y := r.IntN(3)
 		fmt.Fprintf(&sb, "%.3f,%.3f,%.3f,%.3f,%d\n", float64(y)+r.NormFloat64()*0.3, r.NormFloat64(), -float64(y)+r.NormFloat64()*0.3, 1.0, y)
 	}
-	// Only its owner may read it, as datagen writes files.
 	if err := os.WriteFile(data, []byte(sb.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := trainer.Run(context.Background(), trainer.Job{Interpreter: python, Bundle: b, Mode: trainer.ModeInit, Dir: t.TempDir(), Limits: testLimits})
-	if err != nil {
-		t.Fatalf("init: %v", err)
-	}
-	return b, data, res.Weights, res.Layout
+	return data
 }
 
 var testLimits = trainer.Limits{CPUSeconds: 120, MemoryMB: 2048, Wall: 3 * time.Minute}

@@ -30,6 +30,7 @@ returns: whatever the trainer does, only the clipped, noised update leaves.
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -252,5 +253,8 @@ def main(build_model, load_data, train=None, evaluate=None, argv=None):
         return
     if mode != "train":
         raise SystemExit("scellis_trainer: unknown mode %r (init, train or evaluate)" % mode)
+    began = time.perf_counter()
     model = (train or torch_train)(model, loader, params)
-    write_outputs(weights=flatten(model), examples=examples)
+    # The seconds train() took: what a round spends beyond them is the
+    # protocol's overhead (the silo logs it; nothing of it is released).
+    write_outputs(weights=flatten(model), examples=examples, metrics={"train_seconds": time.perf_counter() - began})
