@@ -38,6 +38,7 @@ type setup struct {
 	Env         []string `json:"env"`
 	Limits      Limits   `json:"limits"`
 	MaxFile     uint64   `json:"max_file"` // RLIMIT_FSIZE
+	UserNS      bool     `json:"user_ns"`  // in a user namespace (the silo is not root)
 }
 
 type bind struct {
@@ -77,6 +78,7 @@ func Run(ctx context.Context, j Job) (Result, error) {
 			"OMP_NUM_THREADS=" + strconv.Itoa(lim.Threads), "OPENBLAS_NUM_THREADS=" + strconv.Itoa(lim.Threads), "MKL_NUM_THREADS=" + strconv.Itoa(lim.Threads)},
 		Limits:  lim,
 		MaxFile: uint64(16*len(j.Weights)) + 64<<20,
+		UserNS:  !root,
 	}
 	for _, d := range systemDirs {
 		if st, err := os.Stat(d); err == nil {
@@ -275,16 +277,13 @@ func enter(su setup) error {
 	if err := os.Chdir("/"); err != nil {
 		return err
 	}
+	if err := mountProc(su.UserNS); err != nil {
+		return err
+	}
 	if err := unix.Unmount("/.old", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detaching the host's file system: %w", err)
 	}
 	_ = os.Remove("/.old")
-	// This process is PID 1 of a new PID namespace: its /proc shows the
-	// sandbox's processes only.
-	// Read-only: /proc/sys's files are writable by their owner, root.
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, ""); err != nil {
-		return fmt.Errorf("mounting /proc: %w", err)
-	}
 	if err := unix.Mount("", "/", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
 		return fmt.Errorf("making the root read-only: %w", err)
 	}
@@ -326,6 +325,37 @@ func enter(su setup) error {
 		return fmt.Errorf("dropping capabilities: %w", err)
 	}
 	return unix.Exec(su.Interpreter, su.Args, su.Env)
+}
+
+// mountProc gives the sandbox a /proc. This process is PID 1 of a new PID
+// namespace: a new proc shows the sandbox's processes only (read-only:
+// /proc/sys's files are writable by their owner, root). In a user
+// namespace the kernel refuses a new proc when the silo's own /proc is
+// partly masked (as in a container); the sandbox then gets only the
+// host's cpuinfo and meminfo, which PyTorch and BLAS read to size
+// themselves, bound from the old root before it is detached — never a
+// process list.
+func mountProc(userNS bool) error {
+	err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC|unix.MS_RDONLY, "")
+	if err == nil || !userNS || !errors.Is(err, unix.EPERM) {
+		if err != nil {
+			return fmt.Errorf("mounting /proc: %w", err)
+		}
+		return nil
+	}
+	for _, f := range []string{"cpuinfo", "meminfo"} {
+		to := "/proc/" + f
+		if err := os.WriteFile(to, nil, 0o444); err != nil {
+			return err
+		}
+		if err := unix.Mount("/.old/proc/"+f, to, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("binding /proc/%s: %w", f, err)
+		}
+		if err := unix.Mount("", to, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("making /proc/%s read-only: %w", f, err)
+		}
+	}
+	return nil
 }
 
 // tailBuffer keeps the last max bytes written to it.

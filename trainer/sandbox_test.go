@@ -137,20 +137,7 @@ func TestFailuresAreCoded(t *testing.T) {
 // folder is writable.
 func TestSandboxHoldsTheTrainerIn(t *testing.T) {
 	b, data, w0, layout := fixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	port := acceptingPort(t)
 	secret := filepath.Join(filepath.Dir(data), "beside-the-data.csv")
 	if err := os.WriteFile(secret, []byte("secret\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -164,12 +151,7 @@ func TestSandboxHoldsTheTrainerIn(t *testing.T) {
 			t.Fatalf("the probe's file %s is not readable outside the sandbox: %v", p, err)
 		}
 	}
-	if c, err := net.Dial("tcp", ln.Addr().String()); err != nil {
-		t.Fatal(err)
-	} else {
-		c.Close()
-	}
-	j := job(b, data, w0, layout, map[string]any{"misbehave": "escape", "port": ln.Addr().(*net.TCPAddr).Port, "forbidden": forbidden}, t.TempDir())
+	j := job(b, data, w0, layout, map[string]any{"misbehave": "escape", "port": port, "forbidden": forbidden}, t.TempDir())
 	j.Mode = trainer.ModeEvaluate
 	res, err := trainer.Run(context.Background(), j)
 	if err != nil {
@@ -181,4 +163,31 @@ func TestSandboxHoldsTheTrainerIn(t *testing.T) {
 			t.Errorf("%s: got %v (present %v), want %v", k, got, ok, v)
 		}
 	}
+}
+
+// acceptingPort listens on the host's loopback until the test ends and
+// returns the port; it checks that a connection from here succeeds, so a
+// trainer's failure to connect is the sandbox's doing.
+func acceptingPort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
