@@ -49,6 +49,10 @@ type ModelFile struct {
 	Layout          model.ParamLayout `json:"layout"`
 	// Global is the strategy's whole final state (Params is its "w").
 	Global map[string]any `json:"global,omitempty"`
+	// Trainer is the content hash of the trainer of a trainer run (kind
+	// "trainer"): Params are its weights, flat in the order of its
+	// layout.json; scellis trainer eval DIR --model FILE scores them.
+	Trainer content.Ref `json:"trainer,omitempty"`
 
 	Run     ModelRun       `json:"run"`
 	Rounds  []RoundSummary `json:"rounds"`
@@ -124,6 +128,9 @@ type ModelRefs struct {
 // NewModelFile builds the model part of a model file from a run's canonical
 // spec, its final global state and standardisation.
 func NewModelFile(spec *Canonical, global Global, std *Standardization) (*ModelFile, error) {
+	if spec.Trainer != "" {
+		return trainerModelFile(spec, global)
+	}
 	ms := spec.ModelSpec()
 	layout, err := ms.Layout()
 	if err != nil {
@@ -263,6 +270,14 @@ func ParseModelFile(b []byte, path string) (*ModelFile, error) {
 			return nil, err
 		}
 	}
+	if f.Kind == KindTrainer {
+		// A trainer run's weights, in its trainer's own layout: only the
+		// trainer scores them (scellis trainer eval; ErrTrainerModel).
+		if f.Trainer == "" || len(f.Params) == 0 {
+			return nil, bad("a trainer model without its trainer's hash or weights")
+		}
+		return &f, nil
+	}
 	spec := f.Spec()
 	if err := spec.Validate(); err != nil {
 		return nil, bad("the model's shape is invalid: %v", err)
@@ -388,4 +403,15 @@ func NewRoundSummary(round int, step string, participants, dropped []string, sum
 		row.EvalRows = n
 	}
 	return row
+}
+
+// ScoredByTrainer refuses, for model eval and predict, the model of a
+// trainer run: its weights are in the trainer's own layout, and only the
+// trainer's evaluate scores them (SC9401 with the command that does).
+func (f *ModelFile) ScoredByTrainer(path string) error {
+	if f.Kind != KindTrainer {
+		return nil
+	}
+	return diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) is scored by its trainer", f.Trainer.Short()).
+		WithHelp("run scellis trainer eval DIR --model %s --data FILE.csv with the trainer's directory", path)
 }

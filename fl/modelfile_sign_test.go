@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -132,8 +133,8 @@ func TestModelFileEditsRefused(t *testing.T) {
 	}
 }
 
-// hasCode reports whether err is a diagnostic with code c.
+// hasCode reports whether err is a diagnostic list holding code c.
 func hasCode(err error, c diag.Code) bool {
 	ds, ok := diag.As(err)
-	return ok && len(ds) > 0 && ds[0].Code == c
+	return ok && slices.ContainsFunc(ds, func(d *diag.Diagnostic) bool { return d.Code == c })
 }

@@ -45,6 +45,9 @@ type RoundRequest struct {
 	// unnoised (the run's privacy.public_rows); the dataset must declare
 	// its row count public.
 	PublicRows bool
+	// Trainer is the content hash of the trainer the round runs instead
+	// of the strategy's client step (empty: none).
+	Trainer content.Ref
 }
 
 // Subject names the round in diagnostics: "run RUN round N".

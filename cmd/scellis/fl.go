@@ -116,6 +116,17 @@ func newFLLaunchCmd() *cobra.Command {
 			if ref != id {
 				return fmt.Errorf("the run spec hashes to %s, not %s", ref, id)
 			}
+			if canon.TrainerBundle != nil {
+				tb, err := canon.TrainerBundle.Encode()
+				if err != nil {
+					return err
+				}
+				if tref, err := c.PutBlob(uctx, tb); err != nil {
+					return fmt.Errorf("uploading the trainer: %w", err)
+				} else if tref != canon.Trainer {
+					return fmt.Errorf("the trainer hashes to %s, not %s", tref, canon.Trainer)
+				}
+			}
 			req := api.RunRequest{Spec: ref}
 			builtin, err := catalog.Builtin()
 			if err != nil {

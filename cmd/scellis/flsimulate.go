@@ -49,6 +49,10 @@ writes the same model file.`,
 			if err != nil {
 				return err
 			}
+			if spec.Trainer != "" {
+				return diag.New(diag.FLBadSimulation, args[0], "fl simulate runs the built-in models; this run names trainer %s", spec.Trainer).
+					WithHelp("try the trainer on one site's file with scellis trainer train %s --data FILE (docs/trainers.md)", spec.Trainer)
+			}
 			cat, err := openCatalog()
 			if err != nil {
 				return err

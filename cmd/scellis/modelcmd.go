@@ -61,6 +61,9 @@ func newModelEvalCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := f.ScoredByTrainer(args[0]); err != nil {
+				return err
+			}
 			if data == "" {
 				return usageError{fmt.Errorf("give the rows to score with --data FILE.csv")}
 			}
@@ -178,6 +181,9 @@ func newModelPredictCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := fl.ReadModelFile(args[0])
 			if err != nil {
+				return err
+			}
+			if err := f.ScoredByTrainer(args[0]); err != nil {
 				return err
 			}
 			if data == "" || out == "" {
