@@ -74,6 +74,28 @@ func TestIsolatedShardMatchesInProcess(t *testing.T) {
 	}
 }
 
+// A shard child is handed each shard whole and does not partition the
+// job itself; it runs only a shard of the job: one whose parameters were
+// changed, or which is handed under another shard's index, is refused
+// (its ID is the hash of job, index and parameters).
+func TestIsolatedChildRefusesAForeignShard(t *testing.T) {
+	w, p := isolatedWorker(t)
+	changed := p.Shards[1]
+	changed.Params = map[string]any{"samples": int64(1), "chunk": int64(1)}
+	moved := p.Shards[1]
+	moved.Index = 3
+	for name, sh := range map[string]job.Shard{"changed parameters": changed, "another index": moved} {
+		if _, err := w.executeIsolated(context.Background(), p, sh); err == nil || !strings.Contains(err.Error(), "is not one of its shards") {
+			t.Errorf("%s: ran, or failed for another reason: %v", name, err)
+		}
+	}
+	// The child that refused is retired; the next shard gets a new one
+	// and runs.
+	if _, err := w.executeIsolated(context.Background(), p, p.Shards[0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // BenchmarkShardIsolation: one Monte Carlo shard in this process (the
 // baseline) and in a child process, in one run; the ratio of the two
 // ns/op is the isolation's price per shard.
