@@ -81,6 +81,79 @@ func TestBatchOneResponsePerCaller(t *testing.T) {
 	c.waitConverged(c.live(), ref)
 }
 
+// TestBulkYieldsToOtherCommands: with a bulk batch held in the state
+// machine and twenty bulk commands queued behind it, a normal command
+// takes the in-flight slot bulk batches leave free and is applied right
+// after the held batch, before every queued bulk command; the bulk
+// commands then travel together, and each caller gets its own response.
+func TestBulkYieldsToOtherCommands(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = 2 })
+	leader := c.waitLeader()
+	n := c.nodes[leader]
+	g := c.sms[leader].holdNext()
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(g.release) }) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type answer struct {
+		cmd  string
+		seq  uint64
+		resp []byte
+		err  error
+	}
+	answers := make(chan answer, 32)
+	call := func(apply func(context.Context, []byte) ([]byte, error), cmd string) {
+		resp, err := apply(ctx, []byte(cmd))
+		a := answer{cmd: cmd, resp: resp, err: err}
+		if err == nil {
+			a.seq = binary.BigEndian.Uint64(resp)
+		}
+		answers <- a
+	}
+	go call(n.ApplyBulk, "bulk-held")
+	select {
+	case <-g.entered:
+	case <-ctx.Done():
+		t.Fatal("the first bulk command never reached the state machine")
+	}
+	const queued = 20
+	for i := 0; i < queued; i++ {
+		go call(n.ApplyBulk, fmt.Sprintf("bulk-%d", i))
+	}
+	// One waits in the batcher for a bulk slot, the rest in the queue.
+	waitFor(t, 10*time.Second, func() bool { return len(n.b.bulk) == queued-1 }, "%d queued bulk commands", queued-1)
+	entries := n.raft.LastIndex()
+	go call(n.Apply, "normal")
+	// The normal command reaches the log while the bulk batch is held.
+	waitFor(t, 10*time.Second, func() bool { return n.raft.LastIndex() == entries+1 }, "the normal command's entry")
+	release.Do(func() { close(g.release) })
+
+	got := make([]answer, 0, queued+2)
+	for range queued + 2 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("apply %s: %v", a.cmd, a.err)
+		}
+		got = append(got, a)
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i].seq < got[j].seq })
+	if got[0].cmd != "bulk-held" || got[1].cmd != "normal" {
+		t.Fatalf("applied first %s then %s; want the held bulk command, then the normal one", got[0].cmd, got[1].cmd)
+	}
+	var ref chain
+	for i, a := range got {
+		if want := ref.add([]byte(a.cmd)); !bytes.Equal(a.resp, want) {
+			t.Fatalf("answer %d (%s): response %x, want %x", i, a.cmd, a.resp, want)
+		}
+	}
+	if d := n.raft.LastIndex() - entries; d != 2 {
+		t.Errorf("the normal command and %d queued bulk ones took %d log entries, want 2", queued, d)
+	}
+	c.waitConverged(c.live(), ref)
+}
+
 // TestBatchConcurrentWriters: many writers, no gate; every response is the
 // chain state right after its own command and replicas agree.
 func TestBatchConcurrentWriters(t *testing.T) {
@@ -144,7 +217,7 @@ func TestBatchFill(t *testing.T) {
 	}
 	first := req(30, 'a')
 	for first != nil {
-		reqs, carry := b.fill(first)
+		reqs, carry := b.fill(first, b.in)
 		var s []byte
 		for _, r := range reqs {
 			s = append(s, r.cmd[0])
