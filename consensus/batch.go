@@ -176,8 +176,16 @@ func (b *batcher) run() {
 				return
 			}
 		}
+		var normal <-chan *request // a bulk batch gives way to a normal command until it has a slot
+		if bulk {
+			normal = b.in
+		}
 		select {
 		case b.slots <- struct{}{}:
+		case r := <-normal:
+			<-b.bulkSlots
+			carry, carryBulk = r, first
+			continue
 		case <-b.stop:
 			if bulk {
 				<-b.bulkSlots
