@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -93,6 +94,38 @@ func TestIsolatedChildRefusesAForeignShard(t *testing.T) {
 	// and runs.
 	if _, err := w.executeIsolated(context.Background(), p, p.Shards[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// BenchmarkChildSetup: what a shard child does before its first shard
+// of a 2,000-shard trivial sweep — compile the job from its bundle — with
+// the partition (as children did) and without it (CompileRunner: the
+// worker hands each shard whole), in one run.
+//
+//	go test -run '^$' -bench ChildSetup ./pool/
+func BenchmarkChildSetup(b *testing.B) {
+	n := 2000
+	if testing.Short() {
+		n = 100
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.star"), []byte("def run(params, inputs):\n    return {\"v\": params[\"chunk\"]}\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	p, raw := compileSpec(b, dir, fmt.Sprintf("name: sweep\nprogram: ./p.star\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: concat\n", n, n))
+	sources, _ := p.Blobs()
+	req := job.ShardRequest{Bundle: raw, Sources: sources, Job: p.ID}
+	for _, c := range []struct {
+		name    string
+		compile func(context.Context) (*job.Plan, error)
+	}{{"partitioned", req.Compile}, {"runner", req.CompileRunner}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := c.compile(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
