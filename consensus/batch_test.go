@@ -11,18 +11,25 @@ import (
 	"time"
 )
 
+// heldLeader starts three nodes with inflight in-flight batches and holds
+// the leader's state machine on its next command until release (called
+// at the latest when the test ends).
+func heldLeader(t *testing.T, inflight int) (*testCluster, *Node, *gate, func()) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = inflight })
+	leader := c.waitLeader()
+	g := c.sms[leader].holdNext()
+	var once sync.Once
+	release := func() { once.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	return c, c.nodes[leader], g, release
+}
+
 // TestBatchOneResponsePerCaller holds the leader's state machine on one
 // command so that fifty more queue behind it, then checks that they travel
 // as one log entry and that each caller gets its own response, in log order.
 func TestBatchOneResponsePerCaller(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = 1 })
-	leader := c.waitLeader()
-	n := c.nodes[leader]
-	g := c.sms[leader].holdNext()
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(g.release) }) })
-
+	c, n, g, release := heldLeader(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const callers = 50
@@ -48,7 +55,7 @@ func TestBatchOneResponsePerCaller(t *testing.T) {
 	}
 	// The batcher holds one of them while it waits for the in-flight slot.
 	waitFor(t, 10*time.Second, func() bool { return len(n.b.in) == callers-1 }, "%d queued commands", callers-1)
-	release.Do(func() { close(g.release) })
+	release()
 
 	got := make([]answer, 0, callers+1)
 	for range callers + 1 {
@@ -88,13 +95,7 @@ func TestBatchOneResponsePerCaller(t *testing.T) {
 // commands then travel together, and each caller gets its own response.
 func TestBulkYieldsToOtherCommands(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = 2 })
-	leader := c.waitLeader()
-	n := c.nodes[leader]
-	g := c.sms[leader].holdNext()
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(g.release) }) })
-
+	c, n, g, release := heldLeader(t, 2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	type answer struct {
@@ -128,7 +129,7 @@ func TestBulkYieldsToOtherCommands(t *testing.T) {
 	go call(n.Apply, "normal")
 	// The normal command reaches the log while the bulk batch is held.
 	waitFor(t, 10*time.Second, func() bool { return n.raft.LastIndex() == entries+1 }, "the normal command's entry")
-	release.Do(func() { close(g.release) })
+	release()
 
 	got := make([]answer, 0, queued+2)
 	for range queued + 2 {
