@@ -484,7 +484,13 @@ func (n *Node) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied,
 		return api.Applied{}, diag.New(diag.PoolBadCommand, "command", "%v", err)
 	}
 	began := time.Now()
-	out, err := n.raft.Apply(ctx, b)
+	apply := n.raft.Apply
+	if n.fsm.machine().Bulk(cmd) {
+		// A sweep's leases and reports yield to everything else: a
+		// training round's steps, submissions, reductions.
+		apply = n.raft.ApplyBulk
+	}
+	out, err := apply(ctx, b)
 	if err == nil {
 		n.metrics.apply.Observe(time.Since(began).Seconds())
 	}
