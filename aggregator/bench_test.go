@@ -24,7 +24,7 @@ import (
 // CPU) on the same jobs, measured in the same run; each pool figure is also
 // reported as a ratio to it (vs-solo).
 //
-//	go test -run x -bench . -benchtime 3x ./aggregator/
+//	go test -run '^$' -bench . -benchtime 3x ./aggregator/
 //
 // A -bench pattern with more levels than "solo" has (such as
 // 'PoolShards/(solo|own)$/replicas=1/workers=4') matches solo only in
@@ -116,7 +116,7 @@ func BenchmarkPoolShards(b *testing.B) {
 // commit; a one-replica job skips the commitment (its first report
 // decides), so its ratio measures only noise and the per-job policy read.
 //
-//	go test -run x -bench PoolCommitReveal -benchtime 3x ./aggregator/
+//	go test -run '^$' -bench PoolCommitReveal -benchtime 3x ./aggregator/
 //
 // Under -short only consortium/replicas=2/workers=2 runs, the smallest
 // pool whose shards are committed before they are revealed.

@@ -70,9 +70,9 @@ import (
 // adds what a one-round run never pays, the hand-over from one round to
 // the next (the round reduced, the next one planned).
 //
-//	go test -run x -bench FLRound -benchtime 5x ./aggregator/
-//	go test -run x -bench 'FLRound/d=tiny' -benchtime 20x ./aggregator/
-//	go test -run x -bench 'FLRound/rounds=5' -benchtime 5x ./aggregator/
+//	go test -run '^$' -bench FLRound -benchtime 5x ./aggregator/
+//	go test -run '^$' -bench 'FLRound/d=tiny' -benchtime 20x ./aggregator/
+//	go test -run '^$' -bench 'FLRound/rounds=5' -benchtime 5x ./aggregator/
 //
 // Under -short (CI runs every benchmark once that way) only d=tiny runs:
 // d=1e6 is the same round with a bigger model, rounds=5 the same rounds

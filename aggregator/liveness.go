@@ -2,9 +2,11 @@ package aggregator
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/scellis/scellis/consensus"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/identity"
@@ -89,6 +91,23 @@ func (n *Node) tenureGrace() time.Duration { return 2 * n.siloLease() }
 // newTenure reports whether this node has led for less than tenureGrace.
 func (n *Node) newTenure() bool {
 	return time.Since(time.Unix(0, n.leaderSince.Load())) < n.tenureGrace()
+}
+
+// polling lists the peers this node, as leader, counts alive now, sorted
+// (NodeStatus.Polling): what a round planned now would count on.
+func (n *Node) polling() []string {
+	if n.raft.Status().State != consensus.StateLeader {
+		return nil
+	}
+	var out []string
+	n.seen.Range(func(k, _ any) bool {
+		if p := k.(string); n.alive(p) {
+			out = append(out, p)
+		}
+		return true
+	})
+	slices.Sort(out)
+	return out
 }
 
 // alive reports whether silo polled within the lease.

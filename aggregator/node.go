@@ -295,7 +295,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Fed: fed, Apply: n, Read: readerOf{n.fsm}, Plan: n.planner, Events: n.hub,
 		Status: func() any { return n.Status() }, Log: log, Durable: n.durable, DurableAll: n.durableAll, Membership: n, Leader: n.leader,
 		Runs: n, Fresh: n.readInfo, Linearize: n.raft.Barrier, Seen: n.sawPeer, Gone: n.lostPeer, MaxHold: n.siloLease() / 2,
-		Changes: n.changes, Voters: n.voters, Reach: n.reach,
+		Changes: n.changes, Voters: n.voters, Reach: n.reach, Model: n.exportModel,
 	}
 	n.api = srv
 	var control http.Handler = srv.Handler()
@@ -484,7 +484,13 @@ func (n *Node) Apply(ctx context.Context, cmd coordinator.Command) (api.Applied,
 		return api.Applied{}, diag.New(diag.PoolBadCommand, "command", "%v", err)
 	}
 	began := time.Now()
-	out, err := n.raft.Apply(ctx, b)
+	apply := n.raft.Apply
+	if n.fsm.machine().Bulk(cmd) {
+		// A sweep's leases and reports yield to everything else: a
+		// training round's steps, submissions, reductions.
+		apply = n.raft.ApplyBulk
+	}
+	out, err := apply(ctx, b)
 	if err == nil {
 		n.metrics.apply.Observe(time.Since(began).Seconds())
 	}
@@ -515,6 +521,10 @@ type NodeStatus struct {
 	// when it last gained contact with the leader, so it answers reads
 	// (catchup.go).
 	CaughtUp bool `json:"caught_up"`
+	// Polling: the members the node, as leader, counts alive now by their
+	// polls (liveness.go: silos, and the workers and child clusters that
+	// poll too), sorted; none on a follower, which plans no round.
+	Polling []string `json:"polling,omitempty"`
 }
 
 // Status reports this node's Raft and state view.
@@ -522,7 +532,7 @@ func (n *Node) Status() NodeStatus {
 	m := n.fsm.machine()
 	seq, head := m.Head()
 	return NodeStatus{Node: n.Self.Name, Raft: n.raft.Status(), ChainSeq: seq, ChainHead: head, StateHash: m.StateHash(), Jobs: len(m.Jobs()), PlansRunning: n.planner.Running(), DataPlane: n.dataPlaneStatus(),
-		CaughtUp: n.caughtUp()}
+		CaughtUp: n.caughtUp(), Polling: n.polling()}
 }
 
 // leaderDuties runs on every node but acts only on the leader: it proposes

@@ -144,6 +144,9 @@ func (n *Node) PlanRun(ctx context.Context, req api.RunRequest, submitter string
 	if !rc.builtin {
 		refs = append(refs, rc.canon.Strategy)
 	}
+	if rc.canon.Trainer != "" {
+		refs = append(refs, rc.canon.Trainer) // silos fetch it (trainer runs)
+	}
 	for _, ref := range refs {
 		if err := n.durable(ctx, ref); err != nil {
 			return coordinator.StartRun{}, err

@@ -2,11 +2,14 @@ package aggregator
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/script"
+	"github.com/scellis/scellis/trainer"
 )
 
 // initialGlobal is round 0's global state: the strategy's init, or — for a
@@ -16,7 +19,13 @@ import (
 // match init's names and lengths is refused with SC9312.
 func (n *Node) initialGlobal(ctx context.Context, env script.Env, strat *fl.Strategy, rc *runCtx) (fl.Global, error) {
 	spec := rc.canon.Spec
-	global, err := fl.Init(ctx, env, strat, spec.Model.Inputs)
+	var global fl.Global
+	var err error
+	if rc.canon.Trainer != "" {
+		global, err = n.trainerGlobal(ctx, rc)
+	} else {
+		global, err = fl.Init(ctx, env, strat, spec.Model.Inputs)
+	}
 	if err != nil || spec.WarmStart == "" {
 		return global, err
 	}
@@ -63,4 +72,21 @@ func warmGlobal(run string, global, warm fl.Global) (fl.Global, error) {
 		return nil, problems
 	}
 	return out, nil
+}
+
+// trainerGlobal is a trainer run's initial model: the trainer bundle's
+// init.npy (no Python runs on an aggregator).
+func (n *Node) trainerGlobal(ctx context.Context, rc *runCtx) (fl.Global, error) {
+	b, err := n.fetchBlob(ctx, rc.canon.Trainer)
+	if err != nil {
+		return nil, err
+	}
+	if content.Hash(b) != rc.canon.Trainer {
+		return nil, fmt.Errorf("the trainer blob does not hash to %s", rc.canon.Trainer.Short())
+	}
+	tb, err := trainer.Decode(b)
+	if err != nil {
+		return nil, err
+	}
+	return fl.TrainerGlobal(tb)
 }

@@ -541,11 +541,27 @@ func (at *attempts) final(ctx context.Context, err error) error {
 	return fmt.Errorf("%w (last error: %v)", ctx.Err(), at.lastErr)
 }
 
+// maxResponse bounds a response body unless the request's context says
+// otherwise (responseLimitKey: a model file, which can outgrow it).
+const maxResponse = 64 << 20
+
+type responseLimitKey struct{}
+
 func readResponse(resp *http.Response, out any) error {
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	limit, larger := resp.Request.Context().Value(responseLimitKey{}).(int64)
+	if !larger {
+		limit = maxResponse
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return err
+	}
+	if larger && int64(len(b)) > limit {
+		return fmt.Errorf("%s %s: the response is larger than %d MiB", resp.Request.Method, resp.Request.URL.Path, limit>>20)
+	}
+	if !larger && int64(len(b)) > limit {
+		b = b[:limit] // as before: a reply cut at the bound fails to decode
 	}
 	if resp.StatusCode >= 300 {
 		var d struct{ Diagnostics diag.List }

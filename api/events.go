@@ -9,6 +9,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/identity"
 )
 
 // Hub fans coordinator events out to watchers. Every node applies the same
@@ -125,18 +126,46 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprint(w, ": keep-alive\n\n")
 			flusher.Flush()
 		case e, ok := <-events:
-			if !ok {
+			if !ok || writeEvents(w, peerOf(r), e, events) {
+				flusher.Flush()
 				return
 			}
-			writeEvent(w, e.Kind(), redactEvent(e, peerOf(r)))
 			flusher.Flush()
-			switch e.(type) {
-			case coordinator.JobComplete, coordinator.RunComplete, coordinator.JobCancelled:
-				return
-			}
 		}
 	}
 }
+
+// writeEvents writes e and the events already waiting behind it (up to
+// maxEventsPerFlush), for one flush: a log entry of a batch of reports
+// applies hundreds of events at once, and a TLS record and a write each
+// (and a read each at the watcher) cost more than the event itself. It
+// reports whether the stream ends: a job or run ended, or the hub dropped
+// this watcher (it reconnects and reads the status again).
+func writeEvents(w http.ResponseWriter, viewer identity.Member, e coordinator.Event, events <-chan coordinator.Event) (end bool) {
+	for n := 1; ; n++ {
+		writeEvent(w, e.Kind(), redactEvent(e, viewer))
+		switch e.(type) {
+		case coordinator.JobComplete, coordinator.RunComplete, coordinator.JobCancelled:
+			return true
+		}
+		if n == maxEventsPerFlush {
+			return false
+		}
+		var ok bool
+		select {
+		case e, ok = <-events:
+			if !ok {
+				return true
+			}
+		default:
+			return false
+		}
+	}
+}
+
+// maxEventsPerFlush bounds the events an event stream writes before it
+// flushes them (the rest follow at once).
+const maxEventsPerFlush = 256
 
 func writeEvent(w http.ResponseWriter, kind string, v any) {
 	b, err := json.Marshal(v)

@@ -68,6 +68,10 @@ type Server struct {
 	// aggregator node's API within ctx, for GET /v1/cluster/reach/{name}
 	// (reach.go); a diagnostic refuses the name. Nil: 501.
 	Reach func(ctx context.Context, node string) error
+	// Model, if set, assembles and signs a run's model file from this
+	// node's replica, reading only what viewer may read (GET
+	// /v1/runs/{id}/model, modelfile.go). Nil: 501.
+	Model func(ctx context.Context, run content.Ref, viewer identity.Member) ([]byte, error)
 	// MaxHold caps how long a lease request is held (0: 30 s). The
 	// aggregator sets half its silo lease: a held poll is a silo's
 	// heartbeat, so it must end, and be renewed, before the lease lapses,

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -132,6 +133,24 @@ type SiloPolicy struct {
 	// fetches plus the values it sums (the update and any metrics); 0
 	// means no bound.
 	MaxRoundMB int
+	// Trainers lists the trainers (docs/trainers.md) the silo runs, each
+	// by content hash, with the interpreter and limits it runs under.
+	// Empty: the silo runs none, and declines trainer runs (SC9502).
+	Trainers []Trainer
+}
+
+// Trainer is one trainer a silo's policy allows.
+type Trainer struct {
+	Name string
+	// Hash is the trainer's content hash (scellis trainer check DIR).
+	Hash string
+	// Interpreter runs its entry point, e.g. /usr/bin/python3.
+	Interpreter string
+	CPUSeconds  int
+	MemoryMB    int
+	Wall        time.Duration
+	// Pos is where the entry is in the config file.
+	Pos diag.Position
 }
 
 // The values of policy.secagg_threshold.
@@ -176,6 +195,7 @@ func LoadSilo(file string) (*Silo, error) {
 	c := &Silo{File: file, LogLevel: "warn", Poll: DefaultSiloPoll, SiloLease: DefaultSiloLease, Policy: SiloPolicy{MinCohort: MinSites, SecAggThreshold: ThresholdTwoThirds}, ICEPolicy: "https"}
 	strategies := DefaultStrategies()
 	var datasets []*Dataset
+	var trainers []*Trainer
 	p := &c.Policy
 	fields := []field{
 		mk("name", true, "the silo's member name in the federation file", str(&c.Name)),
@@ -240,6 +260,11 @@ func LoadSilo(file string) (*Silo, error) {
 				p.SecAggThreshold = s
 				return nil
 			}, ThresholdTwoThirds, ThresholdMajority)),
+			mk("trainers", false, "", sections("trainer", func(name string) []field {
+				t := &Trainer{Name: name}
+				trainers = append(trainers, t)
+				return trainerFields(t)
+			})),
 			mk("aggregation", false, "", strs(&p.Aggregation, func(s string) error {
 				if s != "masking" && s != "threshold-he" {
 					return diag.New(diag.InvalidValue, "", "unknown aggregation mode %q", s).
@@ -300,10 +325,47 @@ func LoadSilo(file string) (*Silo, error) {
 		}
 		c.Datasets = append(c.Datasets, *ds)
 	}
+	for _, t := range trainers {
+		key := "policy.trainers." + t.Name
+		if n := l.nodes[key]; n != nil {
+			t.Pos = diag.Position{File: file, Line: n.Line, Col: n.Column}
+		}
+		subject := fmt.Sprintf("trainer %q", t.Name)
+		if t.Hash != "" && !content.IsRef(t.Hash) {
+			l.errorf(key+".hash", diag.InvalidValue, subject, "give the sha256: hash scellis trainer check DIR prints (a policy allows content, never a path)",
+				"%q is not a content hash", t.Hash)
+		}
+		if t.Interpreter != "" {
+			if st, err := os.Stat(t.Interpreter); !filepath.IsAbs(t.Interpreter) || err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+				l.errorf(key+".interpreter", diag.InvalidValue, subject, "give the absolute path of an installed interpreter, e.g. /usr/bin/python3 (Debian's python3, with python3-numpy and python3-torch)",
+					"interpreter %q is not an executable file", t.Interpreter)
+			}
+		}
+		p.Trainers = append(p.Trainers, *t)
+	}
 	if err := l.d.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+func trainerFields(t *Trainer) []field {
+	return []field{
+		mk("hash", true, "the trainer's content hash, as scellis trainer check DIR prints it", str(&t.Hash)),
+		mk("interpreter", true, "the interpreter that runs the trainer, e.g. /usr/bin/python3", str(&t.Interpreter)),
+		mk("cpu_seconds", false, "", count(&t.CPUSeconds, atLeastOne("cpu_seconds"))),
+		mk("memory_mb", false, "", count(&t.MemoryMB, atLeastOne("memory_mb"))),
+		mk("wall", false, "", duration(&t.Wall)),
+	}
+}
+
+func atLeastOne(key string) func(int) error {
+	return func(v int) error {
+		if v < 1 {
+			return diag.New(diag.InvalidValue, "", "%s = %d must be at least 1", key, v).WithHelp("remove the key for the default")
+		}
+		return nil
+	}
 }
 
 var logLevels = []string{"off", "error", "warn", "info", "debug"}

@@ -78,6 +78,7 @@ type reply struct {
 type inflight struct {
 	f    raft.ApplyFuture
 	reqs []*request
+	bulk bool // a batch of bulk commands: it holds a bulkSlots place too
 }
 
 // batcher packs concurrent Apply calls into log entries (group commit).
@@ -88,14 +89,26 @@ type inflight struct {
 // A second goroutine (wait) resolves the futures in log order, gives each
 // caller its own response and frees the slot. A lone writer therefore pays
 // one commit; many writers share each commit (and its fsyncs).
+//
+// Bulk commands (ApplyBulk: a pool's stream of generic leases and reports)
+// queue apart and yield to the others: a batch holds commands of one
+// class, a normal request waiting is always batched before a bulk one, and
+// bulk batches hold at most MaxInflightBatches−1 of the in-flight slots
+// (at least one), so a normal command — a training round's — never waits
+// for a slot behind bulk batches, and has at most that many bulk entries
+// ahead of it in the log to be applied first. A round step of ten commits
+// in a row otherwise paid, for each, a sweep's batch of hundreds of
+// reports to be written and applied ahead of it.
 type batcher struct {
 	raft     *raft.Raft
 	mapErr   func(error) error
 	maxCmds  int
 	maxBytes int
 
-	in    chan *request
-	slots chan struct{}
+	in        chan *request
+	bulk      chan *request
+	slots     chan struct{}
+	bulkSlots chan struct{}
 	// answering is held by wait while it answers one resolved batch's
 	// callers. run waits for it before it forms a batch while another is
 	// in flight: the callers it answers submit again at once, and a batch
@@ -113,16 +126,18 @@ type batcher struct {
 
 func newBatcher(r *raft.Raft, mapErr func(error) error, cfg Config) *batcher {
 	b := &batcher{
-		raft:     r,
-		mapErr:   mapErr,
-		maxCmds:  cfg.MaxBatchCommands,
-		maxBytes: cfg.MaxBatchBytes,
-		in:       make(chan *request, 4*cfg.MaxBatchCommands),
-		slots:    make(chan struct{}, cfg.MaxInflightBatches),
-		pending:  make(chan inflight, cfg.MaxInflightBatches),
-		stop:     make(chan struct{}),
-		ranOut:   make(chan struct{}),
-		waited:   make(chan struct{}),
+		raft:      r,
+		mapErr:    mapErr,
+		maxCmds:   cfg.MaxBatchCommands,
+		maxBytes:  cfg.MaxBatchBytes,
+		in:        make(chan *request, 4*cfg.MaxBatchCommands),
+		bulk:      make(chan *request, 4*cfg.MaxBatchCommands),
+		slots:     make(chan struct{}, cfg.MaxInflightBatches),
+		bulkSlots: make(chan struct{}, max(cfg.MaxInflightBatches-1, 1)),
+		pending:   make(chan inflight, cfg.MaxInflightBatches),
+		stop:      make(chan struct{}),
+		ranOut:    make(chan struct{}),
+		waited:    make(chan struct{}),
 	}
 	go b.run()
 	go b.wait()
@@ -133,21 +148,51 @@ func newBatcher(r *raft.Raft, mapErr func(error) error, cfg Config) *batcher {
 func (b *batcher) run() {
 	defer close(b.ranOut)
 	defer close(b.pending)
-	var carry *request
+	// carry and carryBulk are requests taken from their queue and not yet
+	// batched: each opens the next batch of its class.
+	var carry, carryBulk *request
+	defer func() {
+		for _, r := range []*request{carry, carryBulk} {
+			if r != nil {
+				r.done <- reply{err: ErrClosed}
+			}
+		}
+	}()
 	for {
-		first := carry
-		carry = nil
+		first, bulk := b.next(&carry, &carryBulk)
 		if first == nil {
+			return
+		}
+		if bulk {
 			select {
-			case first = <-b.in:
+			case b.bulkSlots <- struct{}{}:
+			case r := <-b.in:
+				// A normal command goes first; this one opens the
+				// next bulk batch.
+				carry, carryBulk = r, first
+				continue
 			case <-b.stop:
+				carryBulk = first
 				return
 			}
 		}
+		var normal <-chan *request // a bulk batch gives way to a normal command until it has a slot
+		if bulk {
+			normal = b.in
+		}
 		select {
 		case b.slots <- struct{}{}:
+		case r := <-normal:
+			<-b.bulkSlots
+			carry, carryBulk = r, first
+			continue
 		case <-b.stop:
-			first.done <- reply{err: ErrClosed}
+			if bulk {
+				<-b.bulkSlots
+				carryBulk = first
+			} else {
+				carry = first
+			}
 			return
 		}
 		if len(b.slots) > 1 {
@@ -158,8 +203,16 @@ func (b *batcher) run() {
 			b.answering.Unlock()
 			runtime.Gosched()
 		}
-		var reqs []*request
-		reqs, carry = b.fill(first)
+		q := b.in
+		if bulk {
+			q = b.bulk
+		}
+		reqs, over := b.fill(first, q)
+		if bulk {
+			carryBulk = over
+		} else {
+			carry = over
+		}
 		cmds := make([][]byte, len(reqs))
 		for i, r := range reqs {
 			cmds[i] = r.cmd
@@ -170,22 +223,53 @@ func (b *batcher) run() {
 				r.done <- reply{err: err}
 			}
 			<-b.slots
+			if bulk {
+				<-b.bulkSlots
+			}
 			continue
 		}
-		b.pending <- inflight{f: b.raft.Apply(data, 0), reqs: reqs}
+		b.pending <- inflight{f: b.raft.Apply(data, 0), reqs: reqs, bulk: bulk}
 	}
 }
 
-// fill forms a batch: first, then whatever is queued, up to maxCmds
+// next returns the request that opens the next batch, and whether it is a
+// bulk one: a normal request whenever one waits (carried over or queued),
+// else a bulk one; it blocks until there is one, and returns nil once
+// stop is closed.
+func (b *batcher) next(carry, carryBulk **request) (*request, bool) {
+	if r := *carry; r != nil {
+		*carry = nil
+		return r, false
+	}
+	select {
+	case r := <-b.in:
+		return r, false
+	default:
+	}
+	if r := *carryBulk; r != nil {
+		*carryBulk = nil
+		return r, true
+	}
+	select {
+	case r := <-b.in:
+		return r, false
+	case r := <-b.bulk:
+		return r, true
+	case <-b.stop:
+		return nil, false
+	}
+}
+
+// fill forms a batch: first, then whatever is queued on q (first's class), up to maxCmds
 // commands and maxBytes of commands. The request that would overflow the
 // bytes is returned as carry, to open the next batch; first always goes, so
 // a command larger than maxBytes travels alone.
-func (b *batcher) fill(first *request) (reqs []*request, carry *request) {
+func (b *batcher) fill(first *request, q <-chan *request) (reqs []*request, carry *request) {
 	reqs = []*request{first}
 	size := len(first.cmd)
 	for len(reqs) < b.maxCmds {
 		select {
-		case r := <-b.in:
+		case r := <-q:
 			if size+len(r.cmd) > b.maxBytes {
 				return reqs, r
 			}
@@ -220,6 +304,9 @@ func (b *batcher) wait() {
 		}
 		b.answering.Unlock()
 		<-b.slots
+		if inf.bulk {
+			<-b.bulkSlots
+		}
 	}
 }
 
@@ -238,6 +325,9 @@ func (b *batcher) close(drain time.Duration) bool {
 	for {
 		select {
 		case r := <-b.in:
+			r.done <- reply{err: ErrClosed}
+			continue
+		case r := <-b.bulk:
 			r.done <- reply{err: ErrClosed}
 			continue
 		default:

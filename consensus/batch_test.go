@@ -11,18 +11,25 @@ import (
 	"time"
 )
 
+// heldLeader starts three nodes with inflight in-flight batches and holds
+// the leader's state machine on its next command until release (called
+// at the latest when the test ends).
+func heldLeader(t *testing.T, inflight int) (*testCluster, *Node, *gate, func()) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = inflight })
+	leader := c.waitLeader()
+	g := c.sms[leader].holdNext()
+	var once sync.Once
+	release := func() { once.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	return c, c.nodes[leader], g, release
+}
+
 // TestBatchOneResponsePerCaller holds the leader's state machine on one
 // command so that fifty more queue behind it, then checks that they travel
 // as one log entry and that each caller gets its own response, in log order.
 func TestBatchOneResponsePerCaller(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 3, func(cfg *Config) { cfg.MaxInflightBatches = 1 })
-	leader := c.waitLeader()
-	n := c.nodes[leader]
-	g := c.sms[leader].holdNext()
-	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(g.release) }) })
-
+	c, n, g, release := heldLeader(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	const callers = 50
@@ -48,7 +55,7 @@ func TestBatchOneResponsePerCaller(t *testing.T) {
 	}
 	// The batcher holds one of them while it waits for the in-flight slot.
 	waitFor(t, 10*time.Second, func() bool { return len(n.b.in) == callers-1 }, "%d queued commands", callers-1)
-	release.Do(func() { close(g.release) })
+	release()
 
 	got := make([]answer, 0, callers+1)
 	for range callers + 1 {
@@ -77,6 +84,73 @@ func TestBatchOneResponsePerCaller(t *testing.T) {
 	}
 	if !bytes.Equal(got[0].cmd, []byte("first")) {
 		t.Errorf("first applied command is %s", got[0].cmd)
+	}
+	c.waitConverged(c.live(), ref)
+}
+
+// TestBulkYieldsToOtherCommands: with a bulk batch held in the state
+// machine and twenty bulk commands queued behind it, a normal command
+// takes the in-flight slot bulk batches leave free and is applied right
+// after the held batch, before every queued bulk command; the bulk
+// commands then travel together, and each caller gets its own response.
+func TestBulkYieldsToOtherCommands(t *testing.T) {
+	t.Parallel()
+	c, n, g, release := heldLeader(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	type answer struct {
+		cmd  string
+		seq  uint64
+		resp []byte
+		err  error
+	}
+	answers := make(chan answer, 32)
+	call := func(apply func(context.Context, []byte) ([]byte, error), cmd string) {
+		resp, err := apply(ctx, []byte(cmd))
+		a := answer{cmd: cmd, resp: resp, err: err}
+		if err == nil {
+			a.seq = binary.BigEndian.Uint64(resp)
+		}
+		answers <- a
+	}
+	go call(n.ApplyBulk, "bulk-held")
+	select {
+	case <-g.entered:
+	case <-ctx.Done():
+		t.Fatal("the first bulk command never reached the state machine")
+	}
+	const queued = 20
+	for i := 0; i < queued; i++ {
+		go call(n.ApplyBulk, fmt.Sprintf("bulk-%d", i))
+	}
+	// One waits in the batcher for a bulk slot, the rest in the queue.
+	waitFor(t, 10*time.Second, func() bool { return len(n.b.bulk) == queued-1 }, "%d queued bulk commands", queued-1)
+	entries := n.raft.LastIndex()
+	go call(n.Apply, "normal")
+	// The normal command reaches the log while the bulk batch is held.
+	waitFor(t, 10*time.Second, func() bool { return n.raft.LastIndex() == entries+1 }, "the normal command's entry")
+	release()
+
+	got := make([]answer, 0, queued+2)
+	for range queued + 2 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("apply %s: %v", a.cmd, a.err)
+		}
+		got = append(got, a)
+	}
+	sort.Slice(got, func(i, j int) bool { return got[i].seq < got[j].seq })
+	if got[0].cmd != "bulk-held" || got[1].cmd != "normal" {
+		t.Fatalf("applied first %s then %s; want the held bulk command, then the normal one", got[0].cmd, got[1].cmd)
+	}
+	var ref chain
+	for i, a := range got {
+		if want := ref.add([]byte(a.cmd)); !bytes.Equal(a.resp, want) {
+			t.Fatalf("answer %d (%s): response %x, want %x", i, a.cmd, a.resp, want)
+		}
+	}
+	if d := n.raft.LastIndex() - entries; d != 2 {
+		t.Errorf("the normal command and %d queued bulk ones took %d log entries, want 2", queued, d)
 	}
 	c.waitConverged(c.live(), ref)
 }
@@ -144,7 +218,7 @@ func TestBatchFill(t *testing.T) {
 	}
 	first := req(30, 'a')
 	for first != nil {
-		reqs, carry := b.fill(first)
+		reqs, carry := b.fill(first, b.in)
 		var s []byte
 		for _, r := range reqs {
 			s = append(s, r.cmd[0])

@@ -298,12 +298,25 @@ func (n *Node) Close() error {
 // ErrOutcomeUnknown (wrapping ctx's error or the Raft error) when it ends
 // after — the command may still commit; ErrClosed after Close.
 func (n *Node) Apply(ctx context.Context, cmd []byte) ([]byte, error) {
+	return n.apply(ctx, cmd, n.b.in)
+}
+
+// ApplyBulk is Apply for bulk traffic — a pool's stream of generic
+// leases and reports — which yields to every other command: it is
+// batched only with bulk commands, after any other command waiting, and
+// bulk entries never fill every in-flight slot (batcher). What commits,
+// and in which order each caller's commands apply, is as with Apply.
+func (n *Node) ApplyBulk(ctx context.Context, cmd []byte) ([]byte, error) {
+	return n.apply(ctx, cmd, n.b.bulk)
+}
+
+func (n *Node) apply(ctx context.Context, cmd []byte, q chan<- *request) ([]byte, error) {
 	if err := n.leaderCheck(); err != nil {
 		return nil, err
 	}
 	req := &request{cmd: append([]byte(nil), cmd...), done: make(chan reply, 1)}
 	select {
-	case n.b.in <- req:
+	case q <- req:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case <-n.closing:

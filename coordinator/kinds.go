@@ -3,6 +3,7 @@ package coordinator
 import (
 	"slices"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 )
 
@@ -67,4 +68,50 @@ func memoKey(peer string, kinds Kinds) string {
 		key += "\x00" + string(k)
 	}
 	return key
+}
+
+// Bulk reports whether c is a pool's bulk traffic: a lease that asks for
+// no training round (a worker's, or a silo's generic lane), or the
+// commitments, reports, renewals and releases of generic jobs' shards,
+// alone or all of a batch. A node commits bulk commands after any other
+// waiting (consensus.Node.ApplyBulk), so a training round's steps never
+// queue behind a sweep's stream of reports. It reads the state as of the
+// last applied command; it decides only the order of proposals, never
+// what a command does.
+func (m *Machine) Bulk(c Command) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.bulk(c)
+}
+
+func (m *Machine) bulk(c Command) bool {
+	generic := func(job content.Ref) bool {
+		j := m.jobs[string(job)]
+		return j != nil && kindOf(j) == KindGeneric
+	}
+	switch c := c.(type) {
+	case Lease:
+		return len(c.Kinds) == 0 || !slices.Contains(c.Kinds, KindRound)
+	case CommitResult:
+		return generic(c.Job)
+	case ReportResult:
+		return generic(c.Job)
+	case RenewLease:
+		return generic(c.Job)
+	case ReleaseLeases:
+		for _, s := range c.Shards {
+			if !generic(s.Job) {
+				return false
+			}
+		}
+		return len(c.Shards) > 0
+	case Batch:
+		for _, cmd := range c.Commands {
+			if !m.bulk(cmd) {
+				return false
+			}
+		}
+		return len(c.Commands) > 0
+	}
+	return false
 }

@@ -114,3 +114,49 @@ func TestRoundsOnlyPeerIsNoAuditor(t *testing.T) {
 		t.Fatalf("auditor candidates %v, want [w1 w2]", got)
 	}
 }
+
+// Bulk: a sweep's leases, commitments, reports, renewals and releases
+// (alone or all of a batch) are bulk; a training round's, a lease that
+// may grant a round, a mixed batch and every other command are not.
+func TestBulkCommands(t *testing.T) {
+	m, _ := New(Config{Regime: trust.Consortium})
+	sweep := sweepJob("sweep", 4, 1)
+	applyEncoded(t, m, sweep)
+	run := content.Hash([]byte("run"))
+	applyEncoded(t, m, StartRun{Run: run, Name: "fedavg", Rounds: 2, Silos: []string{"s1", "s2", "s3"}, DP: true, SecureAgg: true,
+		Dataset: trust.Item{Name: "icu", Class: trust.Confidential}, Now: 2})
+	round := roundJob(run, 0, "s1", "s2", "s3")
+	if r := applyEncoded(t, m, round); r.Refused() {
+		t.Fatal(r.Refusal)
+	}
+	res := content.Hash([]byte("result"))
+	sweepReport := ReportResult{Peer: "w1", Job: sweep.Job, Shard: 0, Result: res}
+	roundReport := ReportResult{Peer: "s1", Job: round.Job, Shard: 0, Result: res}
+	for _, c := range []struct {
+		cmd  Command
+		bulk bool
+	}{
+		{Lease{Peer: "w1"}, true},
+		{Lease{Peer: "s1", Kinds: Kinds{KindGeneric}}, true},
+		{Lease{Peer: "s1", Kinds: Kinds{KindRound}}, false},
+		{Lease{Peer: "s1", Kinds: Kinds{KindGeneric, KindRound}}, false},
+		{sweepReport, true},
+		{roundReport, false},
+		{ReportResult{Peer: "w1", Job: content.Hash([]byte("no such job"))}, false},
+		{CommitResult{Peer: "w1", Job: sweep.Job}, true},
+		{CommitResult{Peer: "s1", Job: round.Job}, false},
+		{RenewLease{Peer: "w1", Job: sweep.Job}, true},
+		{RenewLease{Peer: "s1", Job: round.Job}, false},
+		{ReleaseLeases{Peer: "w1", Shards: []ShardRef{{Job: sweep.Job}}}, true},
+		{ReleaseLeases{Peer: "w1", Shards: []ShardRef{{Job: sweep.Job}, {Job: round.Job}}}, false},
+		{ReleaseLeases{Peer: "w1"}, false},
+		{Batch{Commands: []Command{sweepReport, sweepReport}}, true},
+		{Batch{Commands: []Command{sweepReport, roundReport}}, false},
+		{Tick{Now: 5}, false},
+		{sweepJob("another", 2, 6), false},
+	} {
+		if got := m.Bulk(c.cmd); got != c.bulk {
+			t.Errorf("Bulk(%T %+v) = %v, want %v", c.cmd, c.cmd, got, c.bulk)
+		}
+	}
+}

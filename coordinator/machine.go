@@ -4,6 +4,7 @@ import (
 	"math"
 	"sync"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/trust"
 )
@@ -43,6 +44,11 @@ type Machine struct {
 	// state, and extended only by mint.
 	st   state
 	jobs map[string]*jobState // by job ID
+	// results indexes every report by its result hash: the shards that
+	// reported it (ResultUse, asked at every blob read), so a read does
+	// not scan the reports of every job the pool ever ran. Derived from
+	// st, never snapshotted.
+	results map[content.Ref][]shardAt
 	// nextExpiry is a lower bound on the earliest live lease's expiry
 	// (math.MinInt64 forces the next clock advance to scan).
 	nextExpiry int64
@@ -67,6 +73,7 @@ func New(cfg Config) (*Machine, error) {
 	m := &Machine{}
 	m.st = state{Format: snapshotFormat, Regime: cfg.Regime, DefaultLeaseTTL: cfg.DefaultLeaseTTL, CommitReveal: cfg.CommitReveal, SignedReports: cfg.SignedReports}
 	m.jobs = map[string]*jobState{}
+	m.results = map[content.Ref][]shardAt{}
 	m.nextExpiry = math.MaxInt64
 	return m, nil
 }

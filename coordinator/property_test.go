@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/scellis/scellis/content"
@@ -86,6 +87,9 @@ func (s *sim) apply(c Command) Result {
 		s.t.Fatalf("seed %d: refused %T changed the state: %v", s.seed, c, r.Refusal)
 	}
 	s.log = append(s.log, dc)
+	if len(s.log)%16 == 0 { // while shards are undecided too
+		checkResultUse(s.t, s.m)
+	}
 	return r
 }
 
@@ -332,4 +336,54 @@ func runProperty(t *testing.T, seed uint64) {
 	if err != nil || restored.StateHash() != m.StateHash() {
 		t.Fatalf("seed %d: snapshot restore: %v", seed, err)
 	}
+	checkResultUse(t, m)
+	checkResultUse(t, restored)
+}
+
+// checkResultUse checks the machine's index of reports by result against
+// a scan of every report of every job: the same answer for every result
+// reported, and none for a hash nobody reported.
+func checkResultUse(t *testing.T, m *Machine) {
+	t.Helper()
+	refs := []content.Ref{content.Hash([]byte("reported by nobody"))}
+	for _, j := range m.st.Jobs {
+		for _, s := range j.Shards {
+			for _, r := range s.Reports {
+				refs = append(refs, r.Result)
+			}
+		}
+	}
+	for _, ref := range refs {
+		got, want := m.ResultUse(ref), scanResultUse(m, ref)
+		slices.SortFunc(got.Decided, func(a, b ResultJob) int { return strings.Compare(string(a.Job), string(b.Job)) })
+		slices.SortFunc(want.Decided, func(a, b ResultJob) int { return strings.Compare(string(a.Job), string(b.Job)) })
+		if got.Undecided != want.Undecided || !slices.Equal(got.Decided, want.Decided) {
+			t.Fatalf("ResultUse(%s) = %+v, a scan of every report gives %+v", ref.Short(), got, want)
+		}
+	}
+}
+
+// scanResultUse is ResultUse by a scan of every report of every job (what
+// ResultUse did before its index): the reference the index is checked
+// against, and the baseline of BenchmarkResultUse.
+func scanResultUse(m *Machine, ref content.Ref) ResultUse {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var u ResultUse
+	for _, j := range m.st.Jobs {
+		for _, s := range j.Shards {
+			for _, r := range s.Reports {
+				if r.Result != ref {
+					continue
+				}
+				if s.State == StatePending {
+					return ResultUse{Undecided: true}
+				}
+				if !slices.ContainsFunc(u.Decided, func(d ResultJob) bool { return d.Job == j.ID }) {
+					u.Decided = append(u.Decided, ResultJob{Job: j.ID, Regime: j.Regime, Submitter: j.Submitter})
+				}
+			}
+		}
+	}
+	return u
 }

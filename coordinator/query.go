@@ -246,29 +246,41 @@ type ResultJob struct {
 	Submitter string
 }
 
-// ResultUse finds every report of ref. It scans the reports of every job.
+// ResultUse finds every report of ref, through the machine's index of
+// reports by result (results); Decided lists each job once, in the order
+// of their first reports of ref.
 func (m *Machine) ResultUse(ref content.Ref) ResultUse {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	var u ResultUse
-	for _, j := range m.st.Jobs {
-		found := false
-		for _, s := range j.Shards {
-			for _, r := range s.Reports {
-				if r.Result != ref {
-					continue
-				}
-				if s.State == StatePending {
-					return ResultUse{Undecided: true}
-				}
-				found = true
-			}
+	for _, at := range m.results[ref] {
+		if at.shard.State == StatePending {
+			return ResultUse{Undecided: true}
 		}
-		if found {
-			u.Decided = append(u.Decided, ResultJob{Job: j.ID, Regime: j.Regime, Submitter: j.Submitter})
+		if !slices.ContainsFunc(u.Decided, func(r ResultJob) bool { return r.Job == at.job.ID }) {
+			u.Decided = append(u.Decided, ResultJob{Job: at.job.ID, Regime: at.job.Regime, Submitter: at.job.Submitter})
 		}
 	}
 	return u
+}
+
+// shardAt is one shard of one job (Machine.results).
+type shardAt struct {
+	job   *jobState
+	shard *shardState
+}
+
+// indexResults indexes the reports of jobs by result hash.
+func indexResults(jobs []*jobState) map[content.Ref][]shardAt {
+	idx := map[content.Ref][]shardAt{}
+	for _, j := range jobs {
+		for _, s := range j.Shards {
+			for _, r := range s.Reports {
+				idx[r.Result] = append(idx[r.Result], shardAt{j, s})
+			}
+		}
+	}
+	return idx
 }
 
 // Receipts returns the receipts with Seq > since, in order (since 0: all).

@@ -65,6 +65,7 @@ func (m *Machine) report(c ReportResult) Result {
 	}
 	s.Reports = append(s.Reports, report{Peer: c.Peer, Result: c.Result, Late: !live, At: now, Key: c.Key, Sig: bytesClone(c.Sig), Cite: cloneCite(c.Cite)})
 	rep := &s.Reports[len(s.Reports)-1]
+	m.results[c.Result] = append(m.results[c.Result], shardAt{j, s})
 	var decision []Event
 	switch s.State {
 	case StatePending:

@@ -251,12 +251,12 @@ func (m *Machine) Restore(b []byte) error {
 			return bad("membership is not a sorted list of distinct members")
 		}
 	}
-	restored := &Machine{st: st, jobs: jobs, nextExpiry: math.MinInt64}
+	restored := &Machine{st: st, jobs: jobs, results: indexResults(st.Jobs), nextExpiry: math.MinInt64}
 	if again := restored.snapshot(); !bytes.Equal(again, b) {
 		return bad("not in canonical encoding (unknown fields, or non-canonical CBOR)")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.st, m.jobs, m.nextExpiry = restored.st, restored.jobs, restored.nextExpiry
+	m.st, m.jobs, m.results, m.nextExpiry = restored.st, restored.jobs, restored.results, restored.nextExpiry
 	return nil
 }

@@ -249,7 +249,7 @@ func (p *Peer) answerBrowser(ctx context.Context, volunteer, offer string, may f
 			return
 		}
 		c.describe()
-		p.counter(name).connected(c.path)
+		p.counter(name).connected(c.path, c.pair)
 		p.track(c)
 		p.logf("p2p: %s connected to us, path %s (%s)", name, c.path, c.pair)
 		<-c.gone

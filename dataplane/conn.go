@@ -170,7 +170,7 @@ func (c *conn) finish(p *Peer, err error) {
 		delete(p.down, c.remote)
 		delete(p.fails, c.remote)
 		p.mu.Unlock()
-		p.counter(c.remote).connected(c.path)
+		p.counter(c.remote).connected(c.path, c.pair)
 		p.track(c)
 		p.logf("p2p: connected to %s, path %s (%s)", c.remote, c.path, c.pair)
 	}

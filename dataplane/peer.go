@@ -647,7 +647,7 @@ func (p *Peer) answer(parent context.Context, s Signal) {
 		return
 	}
 	c.describe()
-	p.counter(s.From).connected(c.path)
+	p.counter(s.From).connected(c.path, c.pair)
 	p.track(c)
 	p.logf("p2p: %s connected to us, path %s (%s)", s.From, c.path, c.pair)
 	// The answering side keeps the connection until the dialer closes it

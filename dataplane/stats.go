@@ -11,6 +11,10 @@ type PairStats struct {
 	// Path is the path of the live (or last) data-channel connection:
 	// direct, relayed, or https when the last transfer fell back.
 	Path string `json:"path"`
+	// Candidates is the ICE candidate pair of the last data-channel
+	// connection, "<type> <ip>:<port> ↔ <type> <ip>:<port>" (this side
+	// first): which addresses the channel used.
+	Candidates string `json:"candidates,omitempty"`
 	// Bytes moved over each path, both ways.
 	DirectBytes  int64 `json:"direct_bytes"`
 	RelayedBytes int64 `json:"relayed_bytes"`
@@ -39,9 +43,9 @@ func (p *Peer) counter(member string) *pairCounter {
 	return c
 }
 
-func (c *pairCounter) connected(path string) {
+func (c *pairCounter) connected(path, candidates string) {
 	c.mu.Lock()
-	c.s.Path = path
+	c.s.Path, c.s.Candidates = path, candidates
 	if path == PathRelayed {
 		c.s.RelayedConns++
 	} else {

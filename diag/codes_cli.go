@@ -12,4 +12,8 @@ var (
 	// that found a bad entry. It makes every error a diagnostic, in JSON
 	// under --json.
 	CommandFailed = define("SC1205", "the command failed")
+	// InputTooLarge is an input that would not fit the process's memory
+	// limit (internal/memlimit): refused before the runtime's fatal
+	// out-of-memory.
+	InputTooLarge = define("SC1206", "input too large for the process's memory limit")
 )

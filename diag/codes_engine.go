@@ -41,6 +41,7 @@ var (
 	CSVBadNumber    = define("SC3004", "CSV field is not a number")
 	CSVEmpty        = define("SC3005", "CSV has no data rows")
 	DatasetTooSmall = define("SC3006", "dataset too small for the requested split")
+	CSVTooWide      = define("SC3007", "CSV has more columns than a dataset may have")
 )
 
 // Trust and admission (SC4xxx).

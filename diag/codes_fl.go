@@ -17,4 +17,7 @@ var (
 	ModelColumnsMissing = define("SC9403", "data lacks columns the model needs")
 	ModelLabelUnknown   = define("SC9404", "label not among the model's classes")
 	ModelNoStatistics   = define("SC9405", "federated feature statistics cannot be released")
+	ModelSignatureBad   = define("SC9406", "model file does not match its signature")
+	ModelUnsigned       = define("SC9407", "model file carries no signature")
+	ModelSignerUnknown  = define("SC9408", "model file signed by no aggregator of the federation")
 )

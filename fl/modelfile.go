@@ -1,21 +1,28 @@
 package fl
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/memlimit"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/model"
 )
 
 // ModelFileFormat versions ModelFile; docs/models.md documents the schema.
-// A reader refuses any other value (diag.ModelFormatUnknown).
-const ModelFileFormat = "scellis/model/v2"
+// A reader refuses any other value (diag.ModelFormatUnknown). v3 added the
+// attestation: v2 files, which no node signed, are refused with the help
+// to export the model again.
+const ModelFileFormat = "scellis/model/v3"
 
 // ModelFile is a trained model as it leaves the federation: everything
 // needed to use it outside (shape, feature names in order, label classes,
@@ -42,11 +49,30 @@ type ModelFile struct {
 	Layout          model.ParamLayout `json:"layout"`
 	// Global is the strategy's whole final state (Params is its "w").
 	Global map[string]any `json:"global,omitempty"`
+	// Trainer is the content hash of the trainer of a trainer run (kind
+	// "trainer"): Params are its weights, flat in the order of its
+	// layout.json; scellis trainer eval DIR --model FILE scores them.
+	Trainer content.Ref `json:"trainer,omitempty"`
 
 	Run     ModelRun       `json:"run"`
 	Rounds  []RoundSummary `json:"rounds"`
 	Privacy []SiloCharges  `json:"privacy"`
 	Refs    ModelRefs      `json:"refs"`
+
+	// Attestation is the signature of the aggregator node that assembled
+	// the file from its replica of the run (`fl model`); nil for a file
+	// no node signed (`fl simulate`, by hand).
+	Attestation *Attestation `json:"attestation,omitempty"`
+}
+
+// Attestation says which aggregator node assembled a model file and signs
+// everything else in it. The signature is over the compact JSON encoding
+// of the file as parsed, with this field's signature left out (SignedContent):
+// a reader reproduces it exactly from the file, whatever its whitespace.
+type Attestation struct {
+	Member    string             `json:"member"`
+	Key       identity.PublicKey `json:"key"`
+	Signature []byte             `json:"signature,omitempty"`
 }
 
 // ModelRun is the run a model came from.
@@ -102,6 +128,9 @@ type ModelRefs struct {
 // NewModelFile builds the model part of a model file from a run's canonical
 // spec, its final global state and standardisation.
 func NewModelFile(spec *Canonical, global Global, std *Standardization) (*ModelFile, error) {
+	if spec.Trainer != "" {
+		return trainerModelFile(spec, global)
+	}
 	ms := spec.ModelSpec()
 	layout, err := ms.Layout()
 	if err != nil {
@@ -146,13 +175,68 @@ func (f *ModelFile) Model() *model.Model {
 	return &model.Model{Spec: f.Spec(), Params: slices.Clone(f.Params), Std: f.Standardization.Standardizer()}
 }
 
-// ReadModelFile reads and checks a model file. Every problem is a
-// diagnostic: unreadable or not a model file (SC9401), a format version
-// this build does not know (SC9402).
+// Sign returns the encoded file (indented JSON, as `fl model` writes it)
+// signed by id as federation member. What is signed is the file as a
+// reader parses it: the content goes through one encode and decode first,
+// so that the bytes signed are the ones a reader re-encodes from the file.
+func (f *ModelFile) Sign(id *identity.Identity, member string) ([]byte, error) {
+	plain := *f
+	plain.Attestation = nil
+	b, err := json.Marshal(&plain)
+	if err != nil {
+		return nil, err
+	}
+	var g ModelFile
+	if err := json.Unmarshal(b, &g); err != nil {
+		return nil, err
+	}
+	g.Attestation = &Attestation{Member: member, Key: id.Public()}
+	msg, err := g.SignedContent()
+	if err != nil {
+		return nil, err
+	}
+	g.Attestation.Signature = identity.Sign(id, identity.PurposeModelFile, msg)
+	out, err := json.MarshalIndent(&g, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// SignedContent is what the attestation signs: the compact JSON encoding
+// of the file with the attestation's signature left out (its member and
+// key are signed too, so neither can be swapped).
+func (f *ModelFile) SignedContent() ([]byte, error) {
+	c := *f
+	if f.Attestation != nil {
+		a := *f.Attestation
+		a.Signature = nil
+		c.Attestation = &a
+	}
+	return json.Marshal(&c)
+}
+
+// ReadModelFile reads and checks a model file (ParseModelFile).
 func ReadModelFile(path string) (*ModelFile, error) {
 	b, err := safefile.ReadFile(path, safefile.MaxDataset)
 	if err != nil {
 		return nil, diag.New(diag.ModelFileBad, path, "cannot read the model file: %v", err).WithHelp("export one with scellis fl model RUN_ID --out FILE")
+	}
+	return ParseModelFile(b, path)
+}
+
+// ParseModelFile checks a model file's bytes (path names it in
+// diagnostics). Every problem is a diagnostic: not a model file or parts
+// that disagree (SC9401), a format version this build does not know
+// (SC9402), a signed file whose content is not what its signer signed
+// (SC9406). An unsigned file is read (fl simulate writes them); the
+// signer's membership is the caller's to check against a federation.
+func ParseModelFile(b []byte, path string) (*ModelFile, error) {
+	// Decoded, a file's numbers take up to four times their text, and a
+	// signed file is decoded twice more as plain JSON (interfaces, about
+	// three times that again) to compare it with what was signed.
+	if !memlimit.Fits(int64(len(b)) * 16) {
+		return nil, memlimit.TooLarge(path, fmt.Sprintf("a model file of %d MiB", len(b)>>20), "score it on a machine with more memory")
 	}
 	var probe struct {
 		Format string `json:"format"`
@@ -170,11 +254,29 @@ func ReadModelFile(path string) (*ModelFile, error) {
 		return nil, diag.New(diag.ModelFormatUnknown, path, "model file format %q is not one this version reads", probe.Format).WithHelp("%s", help)
 	}
 	var f ModelFile
-	if err := json.Unmarshal(b, &f); err != nil {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
 		return nil, diag.New(diag.ModelFileBad, path, "the model file does not fit %s: %v", ModelFileFormat, err).WithHelp("export the model again")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, diag.New(diag.ModelFileBad, path, "the model file has more after its JSON object").WithHelp("export the model again")
 	}
 	bad := func(format string, args ...any) error {
 		return diag.New(diag.ModelFileBad, path, format, args...).WithHelp("the file was changed after export; export the model again")
+	}
+	if f.Attestation != nil {
+		if err := f.checkAttestation(b, path); err != nil {
+			return nil, err
+		}
+	}
+	if f.Kind == KindTrainer {
+		// A trainer run's weights, in its trainer's own layout: only the
+		// trainer scores them (scellis trainer eval; ErrTrainerModel).
+		if f.Trainer == "" || len(f.Params) == 0 {
+			return nil, bad("a trainer model without its trainer's hash or weights")
+		}
+		return &f, nil
 	}
 	spec := f.Spec()
 	if err := spec.Validate(); err != nil {
@@ -196,6 +298,35 @@ func ReadModelFile(path string) (*ModelFile, error) {
 		return nil, bad("unknown standardisation mode %q", f.Standardization.Mode)
 	}
 	return &f, nil
+}
+
+// checkAttestation checks a signed file: the signature verifies over the
+// content as parsed, and the file holds nothing the parse dropped or
+// merged — a key spelt in another case (Go's decoder matches it, another
+// language's would read a second field), a value of another type — so
+// that what any reader sees is what was signed.
+func (f *ModelFile) checkAttestation(raw []byte, path string) error {
+	a := f.Attestation
+	mismatch := func(format string, args ...any) error {
+		return diag.New(diag.ModelSignatureBad, path, format, args...).
+			WithHelp("the file was changed after %s signed it; export the model again with scellis fl model RUN_ID --out FILE", a.Member)
+	}
+	msg, err := f.SignedContent()
+	if err != nil {
+		return mismatch("the model file's content cannot be encoded: %v", err)
+	}
+	if !identity.Verify(a.Key, identity.PurposeModelFile, msg, a.Signature) {
+		return mismatch("the model file's content is not what %s (key %s) signed", a.Member, a.Key)
+	}
+	full, err := json.Marshal(f)
+	var asFile, asParsed any
+	if err != nil || json.Unmarshal(raw, &asFile) != nil || json.Unmarshal(full, &asParsed) != nil {
+		return mismatch("the model file cannot be read as plain JSON")
+	}
+	if !reflect.DeepEqual(asFile, asParsed) {
+		return mismatch("the model file holds fields its signed content does not (a key spelt otherwise, or a value a reader drops)")
+	}
+	return nil
 }
 
 // Prepare fits a dataset read from a CSV to the model: the model's features
@@ -272,4 +403,15 @@ func NewRoundSummary(round int, step string, participants, dropped []string, sum
 		row.EvalRows = n
 	}
 	return row
+}
+
+// ScoredByTrainer refuses, for model eval and predict, the model of a
+// trainer run: its weights are in the trainer's own layout, and only the
+// trainer's evaluate scores them (SC9401 with the command that does).
+func (f *ModelFile) ScoredByTrainer(path string) error {
+	if f.Kind != KindTrainer {
+		return nil
+	}
+	return diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) is scored by its trainer", f.Trainer.Short()).
+		WithHelp("run scellis trainer eval DIR --model %s --data FILE.csv with the trainer's directory", path)
 }

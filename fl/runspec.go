@@ -3,6 +3,7 @@ package fl
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"gopkg.in/yaml.v3"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
 	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/trainer"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -116,6 +118,13 @@ type RunSpec struct {
 	// instead of init's (scellis fl launch --warm-start RUN). It is part of
 	// the spec, hence of the run's ID.
 	WarmStart content.Ref `cbor:"warm_start,omitempty" json:"warm_start,omitempty"`
+	// Trainer names the run's trainer (docs/trainers.md): a directory of
+	// Python files every silo runs in its sandbox instead of the
+	// strategy's client step, as written in the run file; the canonical
+	// spec keeps the directory's base name and Canonical.Trainer its
+	// content hash. A trainer run has no statistics step (standardize is
+	// none) and its model is the trainer's (init.npy).
+	Trainer string `cbor:"trainer,omitempty" json:"trainer,omitempty"`
 
 	File string `cbor:"-" json:"-"`
 }
@@ -182,6 +191,9 @@ func (s *RunSpec) AggregationMode() string {
 
 // StandardizeMode returns the run's standardisation, federated when unset.
 func (s *RunSpec) StandardizeMode() string {
+	if s.Trainer != "" {
+		return StandardizeNone // a trainer reads its data file as it is
+	}
 	if s.Standardize == "" {
 		return StandardizeFederated
 	}
@@ -200,7 +212,7 @@ func LoadRunSpec(path string) (*RunSpec, error) {
 	return ParseRunSpec(path, data)
 }
 
-var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "aggregation", "masking", "seed", "standardize", "evaluation"}
+var runKeys = []string{"name", "strategy", "model", "dataset", "rounds", "cohort", "privacy", "secure_aggregation", "aggregation", "masking", "seed", "standardize", "evaluation", "trainer"}
 
 // ParseRunSpec parses a run spec, reporting every problem at once.
 func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
@@ -251,6 +263,10 @@ func ParseRunSpec(file string, data []byte) (*RunSpec, error) {
 	}
 	if n := f["evaluation"]; n != nil {
 		s.parseEvaluation(d, n)
+	}
+	if n := f["trainer"]; n != nil {
+		s.Trainer = d.Str(n, "trainer")
+		parseTrainerRun(d, f, s)
 	}
 	if s.DP && s.StandardizeMode() == StandardizeFederated && len(s.FeatureBounds) == 0 && f["privacy"] != nil {
 		d.Errorf(f["privacy"], diag.MissingField, "privacy.feature_bounds",
@@ -511,6 +527,12 @@ type Canonical struct {
 	Format   string      `cbor:"format" json:"format"`
 	Spec     RunSpec     `cbor:"spec" json:"spec"`
 	Strategy content.Ref `cbor:"strategy_ref" json:"strategy_ref"`
+	// Trainer is the content hash of the run's trainer bundle (the blob
+	// silos fetch and their policies allow), when it has one.
+	Trainer content.Ref `cbor:"trainer_ref,omitempty" json:"trainer_ref,omitempty"`
+	// TrainerBundle is the trainer Resolve loaded, for the launcher to
+	// upload; never hashed.
+	TrainerBundle *trainer.Bundle `cbor:"-" json:"-"`
 }
 
 const runFormat = "scellis/run/v1"
@@ -524,6 +546,12 @@ func (s *RunSpec) Resolve(c *catalog.Catalog, baseDir string) (*Canonical, conte
 	}
 	cs := &Canonical{Format: runFormat, Spec: *s, Strategy: st.Entry.Ref}
 	cs.Spec.Strategy = st.Entry.Name
+	if s.Trainer != "" {
+		if cs.TrainerBundle, cs.Trainer, err = s.LoadTrainer(baseDir); err != nil {
+			return nil, "", nil, err
+		}
+		cs.Spec.Trainer = filepath.Base(filepath.Clean(s.Trainer))
+	}
 	id, err := content.HashOf(cs)
 	if err != nil {
 		return nil, "", nil, err

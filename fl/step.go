@@ -158,16 +158,28 @@ func ClientStep(ctx context.Context, env script.Env, s *Strategy, global Global,
 		}
 	case UnitSilo:
 		if out.Update != nil {
-			g := privacy.UpdateMechanism(len(out.Update))
-			if out.Encoded, err = g.Release(out.Update, privacy.Noise); err != nil {
+			if err := privacy.releaseUpdate(&out); err != nil {
 				return ClientOutput{}, err
 			}
-			out.GridBits = g.FracBits
-			out.Update = dp.FromGridInto(out.Update, out.Encoded, out.GridBits) // out.Update is the step's own: its values are released
-			out.Mechanism = Mechanism{Unit: UnitSilo, Clip: privacy.Clip, Mechanisms: privacy.Mechanisms(0)}
 		}
 	}
 	return out, nil
+}
+
+// releaseUpdate releases out.Update at the silo level: clipped to Clip,
+// on the integer grid, with exact discrete Gaussian noise there
+// (dp.GridGaussian); out then holds the encoded release, its decoded value
+// and the mechanism to charge.
+func (p Privacy) releaseUpdate(out *ClientOutput) error {
+	g := p.UpdateMechanism(len(out.Update))
+	enc, err := g.Release(out.Update, p.Noise)
+	if err != nil {
+		return err
+	}
+	out.Encoded, out.GridBits = enc, g.FracBits
+	out.Update = dp.FromGridInto(out.Update, out.Encoded, out.GridBits) // out.Update is the step's own: its values are released
+	out.Mechanism = Mechanism{Unit: UnitSilo, Clip: p.Clip, Mechanisms: p.Mechanisms(0)}
+	return nil
 }
 
 // UpdateMechanism is the grid mechanism a silo-level update of dim values

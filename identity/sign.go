@@ -61,6 +61,9 @@ const (
 	// PurposeCite signs a child cluster's citation of its receipt chain
 	// head in a report to its parent cluster (receipt.PurposeCite).
 	PurposeCite Purpose = "scellis/cite/v1"
+	// PurposeModelFile signs a model file an aggregator node assembled
+	// from its replica of a run (fl.ModelFile's attestation).
+	PurposeModelFile Purpose = "scellis/model-file/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

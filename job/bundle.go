@@ -104,6 +104,10 @@ type Fetcher func(ctx context.Context, ref content.Ref) ([]byte, error)
 // caps are the operator's bounds on content calls; the job's own limits
 // may only lower them (see CompileCapped).
 func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch Fetcher, cacheDir string, caps ...script.Limits) (*Plan, error) {
+	return compileBundle(ctx, b, local, fetch, cacheDir, true, caps)
+}
+
+func compileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch Fetcher, cacheDir string, partition bool, caps []script.Limits) (*Plan, error) {
 	if b.Format != bundleFormat {
 		return nil, diag.New(diag.InvalidValue, "bundle", "unknown bundle format %q", b.Format).
 			WithHelp("the submitter runs a different Scellis version")
@@ -179,7 +183,7 @@ func CompileBundle(ctx context.Context, b *Bundle, local *catalog.Catalog, fetch
 		spec.Inputs[name] = Input{Path: file, Label: in.Label, Class: trust.Class(in.Class)}
 	}
 	spec.fetched = true
-	return compile(ctx, spec, cat, caps)
+	return compile(ctx, spec, cat, caps, partition)
 }
 
 // cacheInput makes path hold the bytes of ref: a cached file is re-hashed

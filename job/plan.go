@@ -110,7 +110,7 @@ type canonicalShard struct {
 // Compile resolves a spec against a catalog, loads and hashes its inputs,
 // computes the job ID, partitions it into shards and prices them.
 func Compile(ctx context.Context, spec *Spec, cat *catalog.Catalog) (*Plan, error) {
-	return compile(ctx, spec, cat, nil)
+	return compile(ctx, spec, cat, nil, true)
 }
 
 // CompileCapped is Compile under an operator's caps: a zero field of caps
@@ -118,10 +118,12 @@ func Compile(ctx context.Context, spec *Spec, cat *catalog.Catalog) (*Plan, erro
 // the cap, never raise it. The caps change no result (a call either fits
 // or fails with a diagnostic), so not the job ID.
 func CompileCapped(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps script.Limits) (*Plan, error) {
-	return compile(ctx, spec, cat, []script.Limits{caps})
+	return compile(ctx, spec, cat, []script.Limits{caps}, true)
 }
 
-func compile(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps []script.Limits) (*Plan, error) {
+// compile compiles spec; without partition the plan lists no shards
+// (ShardRequest.CompileRunner).
+func compile(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps []script.Limits, partition bool) (*Plan, error) {
 	p := &Plan{Spec: spec, catalog: cat, limits: script.DefaultLimits()}
 	if spec.Limits.Steps > 0 {
 		p.limits.Steps = spec.Limits.Steps
@@ -199,6 +201,9 @@ func compile(ctx context.Context, spec *Spec, cat *catalog.Catalog, caps []scrip
 	}
 	if p.ID, err = content.HashOf(canon); err != nil {
 		return nil, fmt.Errorf("job: encoding canonical spec: %w", err)
+	}
+	if !partition {
+		return p, nil
 	}
 	if err := p.partition(ctx); err != nil {
 		return nil, err

@@ -44,6 +44,20 @@ func (r *ShardRequest) Execute(ctx context.Context) (*Result, error) {
 // is the job the request names and caps its memory budget: the plan every
 // shard of the request's job runs from (Shard is not read).
 func (r *ShardRequest) Compile(ctx context.Context) (*Plan, error) {
+	return r.compile(ctx, true)
+}
+
+// CompileRunner is Compile without the partition: the plan runs the
+// shards it is handed whole (Execute) and lists none. A worker's shard
+// child, handed each shard (index, ID, parameters) by the worker that
+// compiled the whole job and checked it against the lease, does not run
+// the partitioner again; for a job of thousands of shards that was most
+// of a child's start.
+func (r *ShardRequest) CompileRunner(ctx context.Context) (*Plan, error) {
+	return r.compile(ctx, false)
+}
+
+func (r *ShardRequest) compile(ctx context.Context, partition bool) (*Plan, error) {
 	var b Bundle
 	if err := content.Decode(r.Bundle, &b); err != nil {
 		return nil, err
@@ -61,7 +75,7 @@ func (r *ShardRequest) Compile(ctx context.Context) (*Plan, error) {
 		}
 		return nil, fmt.Errorf("blob %s was not handed to the shard's executor", ref.Short())
 	}
-	p, err := CompileBundle(ctx, &b, builtin, fetch, r.CacheDir)
+	p, err := compileBundle(ctx, &b, builtin, fetch, r.CacheDir, partition, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -78,4 +92,18 @@ func (p *Plan) ExecuteIndex(ctx context.Context, i int) (*Result, error) {
 		return nil, fmt.Errorf("job %s has no shard %d", p.ID.Short(), i)
 	}
 	return p.Execute(ctx, p.Shards[i])
+}
+
+// ExecuteHanded runs a shard handed whole to a plan from CompileRunner,
+// after checking that it is this job's shard: its ID must be the hash of
+// the job, its index and its parameters, as the partition made it.
+func (p *Plan) ExecuteHanded(ctx context.Context, sh Shard) (*Result, error) {
+	id, err := content.HashOf(canonicalShard{p.ID, sh.Index, sh.Params})
+	if err != nil {
+		return nil, fmt.Errorf("job: encoding shard %d: %w", sh.Index, err)
+	}
+	if sh.Index < 0 || id != sh.ID {
+		return nil, fmt.Errorf("job %s: the shard handed as %d (%s) is not one of its shards", p.ID.Short(), sh.Index, sh.ID.Short())
+	}
+	return p.Execute(ctx, sh)
 }

@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/gonum/mat"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/memlimit"
 	"github.com/scellis/scellis/internal/safefile"
 )
 
@@ -54,8 +55,23 @@ func unwrapPathError(err error) error {
 	return err
 }
 
+// MaxColumns caps a dataset's columns: a model's every input is a column,
+// and a file wider than this is a mistake (a transposed table, a one-hot
+// encoding of an identifier) long before it is a dataset.
+const MaxColumns = 100_000
+
+// csvCopies is how many copies of a dataset's values its users hold at
+// once at most (the loaded table, a pick of the model's columns, a
+// standardised copy, a train/test split): the loader refuses a file whose
+// values would not fit the memory limit that many times.
+const csvCopies = 4
+
+// csvCheckCells is about how many values are read between two checks of
+// the memory limit.
+const csvCheckCells = 1 << 16
+
 func parseCSV(r io.Reader, file, name, label string) (*Dataset, error) {
-	cr := csv.NewReader(bufio.NewReader(r))
+	cr := csv.NewReader(bufio.NewReader(memlimit.Reader(r)))
 	cr.FieldsPerRecord = -1 // ragged rows are reported here, with a position
 	cr.TrimLeadingSpace = true
 	cr.ReuseRecord = true
@@ -68,6 +84,11 @@ func parseCSV(r io.Reader, file, name, label string) (*Dataset, error) {
 	}
 	if err != nil {
 		return nil, csvReadError(file, name, err)
+	}
+	if len(header) > MaxColumns {
+		return nil, diag.New(diag.CSVTooWide, name, "the header has %d columns; a dataset may have at most %d", len(header), MaxColumns).
+			At(file, 1, 1).
+			WithHelp("keep only the columns a model uses (e.g. cut -d, -f…), or transpose the table if its rows are the variables")
 	}
 	header = append([]string(nil), header...)
 	for i := range header {
@@ -117,7 +138,12 @@ func parseCSV(r io.Reader, file, name, label string) (*Dataset, error) {
 	}
 	width := len(header)
 	var data, ys []float64
-	for {
+	checkEvery := max(1, csvCheckCells/width)
+	for row := 0; ; row++ {
+		if row%checkEvery == 0 && !memlimit.Fits(int64(len(data)+width)*8*(csvCopies-1)) {
+			return nil, memlimit.TooLarge(file, fmt.Sprintf("%d rows of %d columns read so far, and their users copy a dataset's values up to %d times", row, width, csvCopies),
+				"split the rows into smaller files, or keep only the columns a model uses")
+		}
 		rec, err := cr.Read()
 		if err == io.EOF {
 			break
@@ -200,6 +226,9 @@ func parseNumber(s string) (float64, error) {
 }
 
 func csvReadError(file, name string, err error) error {
+	if errors.Is(err, memlimit.ErrTooLarge) {
+		return memlimit.TooLarge(file, "a line longer than what is left", "split the file, or keep only the columns a model uses")
+	}
 	var pe *csv.ParseError
 	if errors.As(err, &pe) {
 		return diag.New(diag.CSVUnreadable, name, "malformed CSV: %v", pe.Err).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -61,8 +60,12 @@ func (w *Worker) executeIsolated(ctx context.Context, p *job.Plan, sh job.Shard)
 			Bundle: in.bundle, Sources: sources, CacheDir: in.dir, Job: p.ID, MemoryBytes: w.MemoryBytes,
 		})
 	}
+	req, err := content.Encode(childShard{Index: sh.Index, ID: sh.ID, Params: sh.Params})
+	if err != nil {
+		return nil, err
+	}
 	lim := w.childLimits(len(p.Shards))
-	out, err := w.children.Do(ctx, string(p.ID), shardSession, lim, setup, []byte(strconv.Itoa(sh.Index)))
+	out, err := w.children.Do(ctx, string(p.ID), shardSession, lim, setup, req)
 	switch {
 	case errors.Is(err, sandboxproc.ErrMemory):
 		return nil, diag.New(diag.MemoryBudget, fmt.Sprintf("shard %d", sh.Index), "the shard's process exceeded this worker's address-space limit of %d MiB", lim.MemoryBytes>>20)
@@ -89,24 +92,34 @@ func (w *Worker) childLimits(shards int) sandboxproc.SessionLimits {
 	}
 }
 
+// childShard is one request to a shard child: the shard whole, from the
+// worker's plan, so the child need not partition the job (a partition of
+// thousands of shards was most of a child's start); the child checks it
+// is the job's shard (job.Plan.ExecuteHanded).
+type childShard struct {
+	Index  int            `cbor:"index"`
+	ID     content.Ref    `cbor:"id"`
+	Params map[string]any `cbor:"params"`
+}
+
 // childShards runs in the child process: the setup carries the bundle,
 // its sources and the cache folder that already holds its inputs; each
-// request is the index of a shard to run.
+// request is a shard to run (childShard).
 func childShards(ctx context.Context, raw []byte) (sandboxproc.Handler, error) {
 	var req job.ShardRequest
 	if err := content.Decode(raw, &req); err != nil {
 		return nil, err
 	}
-	p, err := req.Compile(ctx)
+	p, err := req.CompileRunner(ctx)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, b []byte) ([]byte, error) {
-		i, err := strconv.Atoi(string(b))
-		if err != nil {
-			return nil, fmt.Errorf("shard index %q: %w", b, err)
+		var sh childShard
+		if err := content.Decode(b, &sh); err != nil {
+			return nil, fmt.Errorf("shard request: %w", err)
 		}
-		res, err := p.ExecuteIndex(ctx, i)
+		res, err := p.ExecuteHanded(ctx, job.Shard{Index: sh.Index, ID: sh.ID, Params: sh.Params})
 		if err != nil {
 			return nil, err
 		}

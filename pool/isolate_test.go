@@ -3,6 +3,7 @@ package pool
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,6 +72,60 @@ func TestIsolatedShardMatchesInProcess(t *testing.T) {
 	}
 	if got.Hash != want.Hash || !bytes.Equal(got.Bytes, want.Bytes) {
 		t.Fatalf("isolated result %s, in-process %s", got.Hash.Short(), want.Hash.Short())
+	}
+}
+
+// A shard child is handed each shard whole and does not partition the
+// job itself; it runs only a shard of the job: one whose parameters were
+// changed, or which is handed under another shard's index, is refused
+// (its ID is the hash of job, index and parameters).
+func TestIsolatedChildRefusesAForeignShard(t *testing.T) {
+	w, p := isolatedWorker(t)
+	changed := p.Shards[1]
+	changed.Params = map[string]any{"samples": int64(1), "chunk": int64(1)}
+	moved := p.Shards[1]
+	moved.Index = 3
+	for name, sh := range map[string]job.Shard{"changed parameters": changed, "another index": moved} {
+		if _, err := w.executeIsolated(context.Background(), p, sh); err == nil || !strings.Contains(err.Error(), "is not one of its shards") {
+			t.Errorf("%s: ran, or failed for another reason: %v", name, err)
+		}
+	}
+	// The child that refused is retired; the next shard gets a new one
+	// and runs.
+	if _, err := w.executeIsolated(context.Background(), p, p.Shards[0]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// BenchmarkChildSetup: what a shard child does before its first shard
+// of a 2,000-shard trivial sweep — compile the job from its bundle — with
+// the partition (as children did) and without it (CompileRunner: the
+// worker hands each shard whole), in one run.
+//
+//	go test -run '^$' -bench ChildSetup ./pool/
+func BenchmarkChildSetup(b *testing.B) {
+	n := 2000
+	if testing.Short() {
+		n = 100
+	}
+	dir := b.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "p.star"), []byte("def run(params, inputs):\n    return {\"v\": params[\"chunk\"]}\n"), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	p, raw := compileSpec(b, dir, fmt.Sprintf("name: sweep\nprogram: ./p.star\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: concat\n", n, n))
+	sources, _ := p.Blobs()
+	req := job.ShardRequest{Bundle: raw, Sources: sources, Job: p.ID}
+	for _, c := range []struct {
+		name    string
+		compile func(context.Context) (*job.Plan, error)
+	}{{"partitioned", req.Compile}, {"runner", req.CompileRunner}} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				if _, err := c.compile(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -22,7 +22,7 @@ import (
 // Ratios compare the fastest iteration with the fastest baseline run,
 // interleaved, so a noisy neighbour inflates neither side alone.
 //
-// Run: go test -run x -bench . -benchtime 3x ./secagg/
+// Run: go test -run '^$' -bench . -benchtime 3x ./secagg/
 //
 // Under -short (CI runs every benchmark once that way, so a broken one
 // fails CI) only the small rounds run: d=10000 and n up to 10; the

@@ -53,6 +53,8 @@ type Policy struct {
 	MaxRoundMB     int
 	Datasets       []config.Dataset
 	Rounds         RoundLog
+	// Trainers are the trainers the silo runs, by content hash.
+	Trainers []config.Trainer
 
 	// pinned binds accepted names to the refs the silo's own catalog
 	// gives them (Pin); nil until pinned.
@@ -76,6 +78,7 @@ func NewPolicy(c *config.Silo, rounds RoundLog) Policy {
 		MaxRoundMB:         p.MaxRoundMB,
 		Datasets:           slices.Clone(c.Datasets),
 		Rounds:             rounds,
+		Trainers:           slices.Clone(p.Trainers),
 	}
 }
 
@@ -142,7 +145,9 @@ func (p Policy) dataset(name string) (config.Dataset, bool) {
 //     exceeds max_epsilon_per_round, or is unbounded because DP is off;
 //   - SC9207 the round would overdraw the dataset's budget;
 //   - SC9210 (or the ledger's own code) the ledger or round log cannot be
-//     read.
+//     read;
+//   - SC9502 the round runs a trainer the policy does not list by hash,
+//     SC9510 a trainer round under record-level DP.
 //
 // A dataset's budget is the smaller of the config's and the ledger's (a
 // budget lowered in the config binds at once; the ledger's is never
@@ -156,6 +161,9 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 
 	if d := p.checkStrategy(req); d != nil {
 		add(d)
+	}
+	if req.Trainer != "" {
+		add(p.checkTrainer(req)...)
 	}
 
 	minCohort := max(p.MinCohort, config.MinSites)

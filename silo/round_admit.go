@@ -131,7 +131,7 @@ func (at *roundAttempt) request() error {
 		Run: string(at.st.Run), Round: at.st.Round, StrategyRef: at.spec.Strategy, StrategyName: spec.Strategy,
 		Dataset: spec.Dataset, Privacy: spec.StepPrivacy(unit, b.Step), Cohort: len(b.SecAgg.Members),
 		Threshold: threshold, Masking: masking, Regime: a.Fed.Regime, SecureAgg: spec.SecureAgg, Step: b.Step,
-		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.PublicRows,
+		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.PublicRows, Trainer: at.spec.Trainer,
 	}
 	if n := at.spec.ModelSpec().NumParams(); n > 0 {
 		at.req.ModelParams, at.req.RoundValues = n, n+b.SecAgg.Dim

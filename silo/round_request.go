@@ -50,6 +50,9 @@ type RoundRequest struct {
 	// fetched plus the values summed); 0: unknown, not checked.
 	ModelParams int
 	RoundValues int
+	// Trainer is the content hash of the trainer the round runs instead
+	// of the strategy's client step (empty: none).
+	Trainer content.Ref
 }
 
 // Subject names the round in diagnostics: "run RUN round N".

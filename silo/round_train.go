@@ -80,8 +80,15 @@ func (at *roundAttempt) trainModel(ctx context.Context) error {
 		// the server never sees an individual update to weight.
 		strategy = strategy.With(map[string]any{"staleness": int64(at.staleness)})
 	}
-	env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
-	if at.out, err = fl.ClientStep(ctx, env, strategy, at.global, at.rows, state, at.req.Privacy); err != nil {
+	if at.spec.Trainer != "" {
+		// The run's own trainer (trainer.go) in place of the strategy's
+		// client step: its update is released below as any other.
+		at.out, err = a.trainWithTrainer(ctx, &at.spec, at.global, strategy, at.req.Privacy, at.subject)
+	} else {
+		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
+		at.out, err = fl.ClientStep(ctx, env, strategy, at.global, at.rows, state, at.req.Privacy)
+	}
+	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

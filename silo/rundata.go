@@ -11,8 +11,12 @@ import (
 )
 
 // runData returns the silo's rows for one step of a run (fl.SiteData:
-// the run's feature order, the held-out split, the run's standardisation).
+// the run's feature order, the held-out split, the run's standardisation);
+// none for a trainer run.
 func (a *Appliance) runData(run content.Ref, spec *fl.Canonical, b *fl.RoundBundle) (train, held *model.Dataset, err error) {
+	if spec.Trainer != "" {
+		return nil, nil, nil // the trainer reads the dataset's file itself (trainer.go)
+	}
 	raw, ok := a.Data[spec.Spec.Dataset]
 	if !ok {
 		return nil, nil, diag.New(diag.SiloUnknownDataset, fmt.Sprintf("run %s dataset %s", run.Short(), spec.Spec.Dataset), "this silo declares no dataset %q", spec.Spec.Dataset).

@@ -3,7 +3,6 @@ package main
 import (
 	"strings"
 	"testing"
-	"time"
 )
 
 // Batching workers (worker.yaml batch) on a three-node cluster of real
@@ -32,7 +31,7 @@ func TestClusterBatchedWorkers(t *testing.T) {
 	c.startWorker("w1")
 	c.startWorker("w2")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("batched", 16)))
-	waitFor(t, "the batched job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the batched job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	st := c.status("alice", id)
 	for _, s := range st.Shards {
 		if s.State != "verified" || len(s.Agreeing) != 2 {

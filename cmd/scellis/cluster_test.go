@@ -208,7 +208,7 @@ func (c *cluster) start(name string, args ...string) {
 func (c *cluster) waitExit(name string) {
 	select {
 	case <-c.exits[name]:
-	case <-time.After(30 * time.Second):
+	case <-time.After(untilExit()):
 		// Ask the Go runtime for every goroutine's stack (SIGQUIT), so
 		// the failure shows what the process was stuck on.
 		c.kill(name, syscall.SIGQUIT)
@@ -220,7 +220,7 @@ func (c *cluster) waitExit(name string) {
 		if i := bytes.Index(b, []byte("SIGQUIT")); i >= 0 {
 			b = b[i:]
 		}
-		c.t.Fatalf("%s did not exit within 30 s; its goroutines:\n%s", name, b)
+		c.t.Fatalf("%s did not exit within %v; its goroutines:\n%s", name, untilExit(), b)
 	}
 }
 
@@ -233,7 +233,7 @@ func (c *cluster) startAggregators() {
 
 // waitLeader waits until some aggregator reports itself leader.
 func (c *cluster) waitLeader() {
-	waitFor(c.t, "a leader", time.Minute, func() bool {
+	waitFor(c.t, "a leader", untilElected(), func() bool {
 		for _, a := range c.aggs {
 			if done, started := c.exits[a]; started {
 				select {
@@ -367,7 +367,7 @@ func withoutArgs(frame string) string {
 // cli runs a client command as the member `as`.
 func (c *cluster) cli(as string, args ...string) (string, string, error) {
 	// Bounded, so a client retrying against a dead cluster cannot outlive the test.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilCLI())
 	defer cancel()
 	cmd := c.cliCmd(ctx, as, args...)
 	var out, errb bytes.Buffer
@@ -422,7 +422,7 @@ func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			t.Fatalf("timed out after %v waiting for %s (budgets scaled ×%.2g for load, timing_test.go)", d, what, slack())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -458,7 +458,7 @@ func TestPoolSweepMatchesSoloAndOutvotesLiar(t *testing.T) {
 		c.startWorker(w)
 	}
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
-	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	c.mustCLI("alice", "job", "result", id, "--out", "pool")
 
 	var solo, pool map[string]json.RawMessage
@@ -520,7 +520,7 @@ func TestPoolWorkerKilledMidShardIsReplaced(t *testing.T) {
 	c.startAggregators()
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "slow.yaml"))
 	c.startWorker("victim")
-	waitFor(t, "the victim to hold a lease", time.Minute, func() bool {
+	waitFor(t, "the victim to hold a lease", untilNoticed(), func() bool {
 		for _, s := range c.status("alice", id).Shards {
 			for _, l := range s.Leases {
 				if l.Peer == "victim" {
@@ -532,7 +532,7 @@ func TestPoolWorkerKilledMidShardIsReplaced(t *testing.T) {
 	})
 	c.kill("victim", syscall.SIGKILL)
 	c.startWorker("w1")
-	waitFor(t, "the job to complete without the victim", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete without the victim", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	for _, s := range c.status("alice", id).Shards {
 		if len(s.Agreeing) != 1 || s.Agreeing[0] != "w1" {
 			t.Fatalf("shard %d verified by %v, want w1", s.Index, s.Agreeing)
@@ -561,7 +561,7 @@ func TestPoolRefusesUnknownKey(t *testing.T) {
 	pub := c.keygen("mallory")
 	fed, _ := os.ReadFile(filepath.Join(c.dir, "federation.yaml"))
 	c.write("mallory-fed.yaml", string(fed)+fmt.Sprintf("  - name: mallory\n    role: worker\n    public_key: %s\n", pub))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), untilQuorum())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, scellisBinary(t), "job", "ls", "--identity", "mallory/identity.key", "--federation", "mallory-fed.yaml")
 	cmd.Dir = c.dir

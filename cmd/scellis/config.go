@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/internal/safefile"
@@ -134,10 +135,15 @@ func runConfigCheck(file, kind string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if _, _, _, err := spec.Resolve(cat, filepath.Dir(file)); err != nil {
+		canon, _, _, err := spec.Resolve(cat, filepath.Dir(file))
+		if err != nil {
 			return err
 		}
 		c, summary = spec, runSummary(spec)
+		if canon.Trainer != "" {
+			// What each silo's policy must list (docs/trainers.md).
+			summary += fmt.Sprintf(", trainer %s (%s: silos must list it in policy.trainers)", spec.Trainer, canon.Trainer)
+		}
 	case "job":
 		spec, err := job.LoadSpec(file)
 		if err != nil {
@@ -195,6 +201,9 @@ func siloSummary(s *config.Silo) string {
 	}
 	p := s.Policy
 	fmt.Fprintf(&b, "); accepts %s", strings.Join(p.Strategies, ", "))
+	for _, t := range p.Trainers {
+		fmt.Fprintf(&b, "; runs trainer %s (%s) with %s", t.Name, content.Ref(t.Hash).Short(), t.Interpreter)
+	}
 	if p.MaxEpsilonPerRound > 0 {
 		fmt.Fprintf(&b, "; ε ≤ %g per round", p.MaxEpsilonPerRound)
 	}

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"encoding/hex"
 	"encoding/json"
-	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/receipt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
@@ -69,7 +65,7 @@ verification: {freivalds: 20}
 	mm := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "matmul.yaml"))
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "fastsum.yaml"))
 	c.startWorker("liar")
-	waitFor(t, "the liar's products to fail their checks", 2*time.Minute, func() bool {
+	waitFor(t, "the liar's products to fail their checks", untilRun(), func() bool {
 		for _, s := range c.fullStatus(mm).Shards {
 			if len(s.Verdicts) == 0 || len(s.Verdicts[0].Agreeing) != 0 {
 				return false
@@ -80,7 +76,7 @@ verification: {freivalds: 20}
 	// w1 re-executes the products and is the second replica of every
 	// convergent shard: each verdict there finds one agreeing peer of two.
 	c.startWorker("w1")
-	waitFor(t, "a verdict on every convergent shard", 2*time.Minute, func() bool {
+	waitFor(t, "a verdict on every convergent shard", untilRun(), func() bool {
 		for _, s := range c.fullStatus(id).Shards {
 			if len(s.Verdicts) == 0 {
 				return false
@@ -95,7 +91,7 @@ verification: {freivalds: 20}
 	}
 	// The third replica replaces the liar's result.
 	c.startWorker("w2")
-	waitFor(t, "the jobs to complete", 2*time.Minute, func() bool {
+	waitFor(t, "the jobs to complete", untilRun(), func() bool {
 		return c.fullStatus(id).State == "done" && c.fullStatus(mm).State == "done"
 	})
 	_, fed := c.memberKeys("alice")
@@ -137,7 +133,7 @@ verification: {freivalds: 20}
 	}
 	// The reduction is verified too: the other aggregator reduced the
 	// same accepted results and found its reduction within tolerance.
-	waitFor(t, "the second reducer's check", time.Minute, func() bool { return len(c.fullStatus(id).ReductionChecks) > 0 })
+	waitFor(t, "the second reducer's check", untilRun(), func() bool { return len(c.fullStatus(id).ReductionChecks) > 0 })
 	st = c.fullStatus(id)
 	if rc := st.ReductionChecks[0]; !rc.Agrees || rc.Peer == st.Reducer || !strings.HasPrefix(rc.Peer, "agg-") {
 		t.Fatalf("reduction by %s checked %+v", st.Reducer, rc)
@@ -215,25 +211,4 @@ func checkReceiptSignatures(t *testing.T, c *cluster) {
 		write("receipts-forged.json", func(r *receipt.Receipt) { r.Signatures[0].Sig[5] ^= 1 }))
 	c.refused("alice", "SC7306", []string{"no signature"}, "receipts", "verify", "--file",
 		write("receipts-unsigned.json", func(r *receipt.Receipt) { r.Signatures, r.Tier = nil, "" }))
-}
-
-// statusClients holds one in-process API client per cluster.
-var statusClients sync.Map
-
-// fullStatus is a job's status as the coordinator reports it, asked
-// in-process (a CLI process per poll would load the busy cores more).
-func (c *cluster) fullStatus(id string) coordinator.JobStatus {
-	c.t.Helper()
-	cl, ok := statusClients.Load(c)
-	if !ok {
-		cl, _ = statusClients.LoadOrStore(c, c.apiClient("alice"))
-		c.t.Cleanup(func() { statusClients.Delete(c) })
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	st, err := cl.(*api.Client).Job(ctx, content.Ref(id))
-	if err != nil {
-		c.t.Fatalf("status of %s: %v", id, err)
-	}
-	return st
 }

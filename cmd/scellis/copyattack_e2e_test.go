@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
@@ -66,7 +65,7 @@ func TestCopyAttackFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
 	defer cancel()
 	lazy, agg := c.apiClient("lazy"), c.apiClient("agg-1")
 
@@ -97,7 +96,7 @@ func TestCopyAttackFails(t *testing.T) {
 
 	// It waits until the honest worker has reported shard 0 and looks.
 	var honest content.Ref
-	waitFor(t, "w1 to report shard 0", time.Minute, func() bool {
+	waitFor(t, "w1 to report shard 0", untilNoticed(), func() bool {
 		st, err := agg.Job(ctx, id)
 		if err != nil {
 			return false
@@ -144,7 +143,7 @@ func TestCopyAttackFails(t *testing.T) {
 	// Its reveal unsigned is refused by the state machine (SC7305); signed
 	// with its identity key, as a worker signs, it is accepted.
 	reveal := api.ResultReport{Job: id, Shard: 1, Result: guess, Nonce: hex.EncodeToString(nonce)}
-	waitFor(t, "shard 1's reveal to open", time.Minute, func() bool {
+	waitFor(t, "shard 1's reveal to open", untilNoticed(), func() bool {
 		_, err := lazy.Report(ctx, reveal)
 		if err == nil || (!hasCode(err, diag.PoolRevealEarly) && !hasCode(err, diag.VerifyBadSignature)) {
 			t.Fatalf("lazy's unsigned reveal: %v", err)
@@ -157,7 +156,7 @@ func TestCopyAttackFails(t *testing.T) {
 		t.Fatalf("lazy's signed reveal: %v", err)
 	}
 	c.startWorker("w2")
-	waitFor(t, "the job to complete", 2*time.Minute, func() bool { return c.status("alice", id.String()).State == "done" })
+	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id.String()).State == "done" })
 
 	done := c.status("alice", id.String())
 	for _, s := range done.Shards {

@@ -178,14 +178,14 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	if code, body := get("/healthz"); code != 200 || body != "ok\n" {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
-	waitFor(t, "agg-1 ready", time.Minute, func() bool { code, _ := get("/readyz"); return code == 200 })
+	waitFor(t, "agg-1 ready", untilElected(), func() bool { code, _ := get("/readyz"); return code == 200 })
 	if _, body := get("/readyz"); !strings.Contains(body, `"ready":true`) || !strings.Contains(body, `"node":"agg-1"`) {
 		t.Fatalf("/readyz: %s", body)
 	}
 	startIn("worker-1", "worker", "--config", "worker.yaml")
 	startIn("worker-2", "worker", "--config", "worker.yaml")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc", 4)))
-	waitFor(t, "the job to complete", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	// The pool's series: agg-1's on its health address, the workers' own.
 	m := scrape(t, health)
 	if m[`scellis_jobs{state="done"}`] != 1 || m["scellis_leases"] != 0 || m[`scellis_raft_state{state="shutdown"}`] != 0 ||
@@ -226,7 +226,7 @@ func TestFederationInitStartsEverything(t *testing.T) {
 	// Without a majority agg-1 is alive but not ready.
 	c.kill("agg-2", syscall.SIGKILL)
 	c.kill("agg-3", syscall.SIGKILL)
-	waitFor(t, "agg-1 to say it is not ready", time.Minute, func() bool { code, _ := get("/readyz"); return code == http.StatusServiceUnavailable })
+	waitFor(t, "agg-1 to say it is not ready", untilElected(), func() bool { code, _ := get("/readyz"); return code == http.StatusServiceUnavailable })
 	if code, _ := get("/healthz"); code != 200 {
 		t.Fatalf("/healthz without a majority: %d", code)
 	}

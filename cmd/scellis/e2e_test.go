@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // The tests in this file drive the real binary the way a user does.
@@ -146,7 +145,7 @@ func TestDemo(t *testing.T) {
 		t.Skip("starts a federation of child processes")
 	}
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilCLI())
 	defer cancel()
 	cmd := exec.CommandContext(ctx, scellisBinary(t), "demo", "--dir", filepath.Join(dir, "demo"))
 	cmd.Dir = dir

@@ -116,6 +116,17 @@ func newFLLaunchCmd() *cobra.Command {
 			if ref != id {
 				return fmt.Errorf("the run spec hashes to %s, not %s", ref, id)
 			}
+			if canon.TrainerBundle != nil {
+				tb, err := canon.TrainerBundle.Encode()
+				if err != nil {
+					return err
+				}
+				if tref, err := c.PutBlob(uctx, tb); err != nil {
+					return fmt.Errorf("uploading the trainer: %w", err)
+				} else if tref != canon.Trainer {
+					return fmt.Errorf("the trainer hashes to %s, not %s", tref, canon.Trainer)
+				}
+			}
 			req := api.RunRequest{Spec: ref}
 			builtin, err := catalog.Builtin()
 			if err != nil {
@@ -385,75 +396,27 @@ func newFLModelCmd() *cobra.Command {
 			if len(st.Models) == 0 {
 				return &exitError{code: 1, msg: fmt.Sprintf("run %s has no completed round yet", st.Name)}
 			}
-			rd := account.NewReader(poolSource{c}, fed)
-			spec, err := rd.Spec(ctx, id)
+			// The node that answers assembles the file from its replica and
+			// signs it; checked here against the federation before it is
+			// written, as model verify checks it later.
+			b, err := c.RunModel(ctx, id)
 			if err != nil {
 				return err
 			}
-			a, err := rd.Run(ctx, st)
+			exp, err := fl.ParseModelFile(b, "the model file "+st.Name+" sent")
 			if err != nil {
 				return err
 			}
-			lastStep := a.Steps[len(a.Steps)-1]
-			last := lastStep.Result
-			global, err := lastStep.Global()
-			if err != nil {
+			if err := checkModelSigner(exp, fed, out); err != nil {
 				return err
 			}
-			exp, err := fl.NewModelFile(spec, global, last.Std)
-			if err != nil {
+			if err := job.WriteFileAtomic(out, b); err != nil {
 				return err
 			}
-			if exp.Label == "" {
-				// The spec names no label: the one its silos' records name.
-				exp.Label = a.Label()
-			}
-			exp.Run = fl.ModelRun{ID: id, Name: st.Name, State: string(st.State), Spec: spec}
-			exp.Rounds = make([]fl.RoundSummary, len(a.Steps))
-			for i, s := range a.Steps {
-				exp.Rounds[i] = s.Summary
-			}
-			exp.Privacy = siloCharges(a.Datasets)
-			exp.Refs = fl.ModelRefs{Run: id, Strategy: last.Strategy, Model: last.Model, RoundResults: st.Models, RoundJobs: st.Jobs, Receipts: []content.Ref{}}
-			if receipts, err := c.Receipts(ctx, 0); err == nil {
-				jobs := map[content.Ref]bool{}
-				for _, j := range st.Jobs {
-					jobs[j] = true
-				}
-				for _, r := range receipts {
-					if jobs[r.Job] {
-						exp.Refs.Receipts = append(exp.Refs.Receipts, r.Hash)
-					}
-				}
-			}
-			b, err := json.MarshalIndent(exp, "", "  ")
-			if err != nil {
-				return err
-			}
-			if err := job.WriteFileAtomic(out, append(b, '\n')); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s model %s of %d inputs (standardisation %s) after %d steps (%s), %d round receipts\n",
-				out, exp.Kind, last.Model.Short(), exp.Inputs, exp.Standardization.Mode, len(st.Models), st.State, len(exp.Refs.Receipts))
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: %s model %s of %d inputs (standardisation %s) after %d steps (%s), %d round receipts, signed by %s\n",
+				out, exp.Kind, exp.Refs.Model.Short(), exp.Inputs, exp.Standardization.Mode, len(exp.Rounds), exp.Run.State, len(exp.Refs.Receipts), exp.Attestation.Member)
 			return nil
 		})
 	cmd.Flags().StringVar(&out, "out", "model.json", "file to write")
 	return cmd
-}
-
-// siloCharges sums each silo's charges for the model file: rounds charged
-// and their ε summed (an upper bound of what RDP composes).
-func siloCharges(ds []account.Dataset) []fl.SiloCharges {
-	out := []fl.SiloCharges{}
-	for _, d := range ds {
-		if n := len(out); n == 0 || out[n-1].Silo != d.Silo {
-			out = append(out, fl.SiloCharges{Silo: d.Silo})
-		}
-		sc := &out[len(out)-1]
-		sc.Rounds += d.Rounds
-		for _, e := range d.PerRound {
-			sc.EpsilonSum += e
-		}
-	}
-	return out
 }

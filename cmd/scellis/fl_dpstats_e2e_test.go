@@ -50,25 +50,10 @@ func TestFLDPStatisticsAndPlan(t *testing.T) {
 		// The first 20 rows of each site: a dataset of its own.
 		lines := strings.SplitAfterN(readFile(t, c.dir, fmt.Sprintf("data/hospital-%d.csv", i+1)), "\n", 22)
 		c.write(fmt.Sprintf("tiny/hospital-%d.csv", i+1), strings.Join(lines[:21], ""))
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 3, delta: 1.0e-5}
-    public_rows: true
-  - name: tiny
-    path: tiny/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 10, delta: 1.0e-5}
-policy:
-  min_cohort: 3
-`, s, s, s, i+1, i+1))
+		c.writeSilo(siloConfig{name: s, datasets: []siloDataset{
+			{name: "patients", path: fmt.Sprintf("data/hospital-%d.csv", i+1), epsilon: 3, extra: "public_rows: true"},
+			{name: "tiny", path: fmt.Sprintf("tiny/hospital-%d.csv", i+1), epsilon: 10},
+		}, policy: "  min_cohort: 3\n"})
 	}
 	c.startAggregators()
 	for _, s := range silos {

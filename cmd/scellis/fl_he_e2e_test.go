@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
-	"time"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/internal/testfault"
+	"github.com/scellis/scellis/silo"
 )
 
 // A run with aggregation: threshold-he through real processes (one
@@ -56,20 +58,9 @@ func TestFLThresholdHERun(t *testing.T) {
 		if s == "s4" {
 			modes = "  aggregation: [masking]\n"
 		}
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 50, delta: 1.0e-5}
-    unit: silo
-policy:
-%s  min_cohort: 3
-`, s, s, s, i+1, modes))
+		cfg := hospitalSilo(s, i+1, 50, "silo")
+		cfg.policy = modes + "  min_cohort: 3\n"
+		c.writeSilo(cfg)
 	}
 	// Every run names its cohort: d1 and d2 take part only in the runs
 	// they are meant to die in.
@@ -177,8 +168,14 @@ seed: 5
 			t.Fatalf("no step %q of three silos:\n%s", step, table)
 		}
 	}
-	if log := readFile(t, c.dir, "s2.log"); strings.Count(log, "threshold-he)") < 3 {
-		t.Fatalf("s2 did not contribute to three threshold-he sums:\n%s", log)
+	steps := map[int]bool{}
+	for _, rec := range c.account(id).Records {
+		if rec.Silo == "s2" && rec.Status == silo.Contributed {
+			steps[rec.Round] = true
+		}
+	}
+	if len(steps) != 3 {
+		t.Fatalf("s2 contributed to steps %v of the threshold-he run, want all three", steps)
 	}
 	c.mustCLI("alice", "fl", "model", id, "--out", "std-model.json")
 	var f fl.ModelFile
@@ -198,7 +195,7 @@ seed: 5
 
 // heDropouts runs TestFLThresholdHERun's two dropout runs (see there).
 func heDropouts(t *testing.T, c *cluster, spec func(string, int, ...string)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
 	defer cancel()
 	cl := c.apiClient("alice")
 
@@ -209,8 +206,8 @@ func heDropouts(t *testing.T, c *cluster, spec func(string, int, ...string)) {
 		t.Fatalf("the run with a dropout after encryption did not complete (%v):\n%s%s", err, out, errs)
 	}
 	c.waitExit("d1")
-	if !strings.Contains(readFile(t, c.dir, "d1.log"), "test fault "+testfault.KillAfterHECiphertext) {
-		t.Fatalf("d1 did not die where the fault was armed:\n%s", readFile(t, c.dir, "d1.log"))
+	if sig := c.exitSignal("d1"); sig != syscall.SIGKILL {
+		t.Fatalf("d1 ended by signal %v, not by its fault's SIGKILL (%s)", sig, testfault.KillAfterHECiphertext)
 	}
 	st := c.run(drop)
 	rows := c.rounds(drop)
@@ -261,8 +258,14 @@ func heDropouts(t *testing.T, c *cluster, spec func(string, int, ...string)) {
 	if st := c.run(below); len(st.Jobs) < 1 || len(st.Models) != 0 || !strings.Contains(st.Reason, "s4 SC9211") {
 		t.Fatalf("the round that failed below t did not stop on s4's decline: %+v", st)
 	}
-	if log := readFile(t, c.dir, "s1.log"); !strings.Contains(log, "SC6004") {
-		t.Fatalf("s1's log does not show the round that failed below t:\n%s", log)
+	var failedBelow bool
+	for _, rec := range c.account(below).Records {
+		if rec.Silo == "s1" && rec.Status == silo.Failed && slices.ContainsFunc(rec.Refusals, func(r silo.Refusal) bool { return r.Code == diag.SecAggBelowThreshold }) {
+			failedBelow = true
+		}
+	}
+	if !failedBelow {
+		t.Fatal("s1 reported no failed record with SC6004 for the round that failed below t")
 	}
 	if n := len(checkLedger(t, c, "d2")); n != 1 {
 		t.Errorf("d2's ledger holds %d charges, want 1 (the round it died in)", n)

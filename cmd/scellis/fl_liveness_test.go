@@ -33,12 +33,12 @@ func TestFLPausedRunResumesWhenSilosReturn(t *testing.T) {
 	c, silos := survivalCluster(t, 3, 3, "silo_lease: 2s\nround_attempts: 2\nround_retry_backoff: 200ms\n")
 	const rounds = 30
 	id := c.startRun(silos, "back.yaml", rounds)
-	waitFor(t, "round 1", 2*time.Minute, func() bool { return len(c.run(id).Models) >= 2 })
+	waitFor(t, "round 1", untilRun(), func() bool { return len(c.run(id).Models) >= 2 })
 	c.kill("h3", syscall.SIGSTOP)
 	t.Cleanup(func() { c.kill("h3", syscall.SIGCONT) }) // so a failed test's SIGQUIT reaches it
 	stoppedAt := time.Now()
 	var paused runView
-	waitFor(t, "the run to pause without h3", time.Minute, func() bool {
+	waitFor(t, "the run to pause without h3", untilRun(), func() bool {
 		paused = c.run(id)
 		if paused.State == "done" || paused.State == "stopped" {
 			t.Fatalf("the run is %s while h3 is stopped (%s)", paused.State, paused.Reason)
@@ -57,14 +57,14 @@ func TestFLPausedRunResumesWhenSilosReturn(t *testing.T) {
 	old := c.leader("alice")
 	c.kill(old, syscall.SIGKILL)
 	c.waitExit(old)
-	waitFor(t, "a new leader after killing "+old, time.Minute, func() bool {
+	waitFor(t, "a new leader after killing "+old, untilElected(), func() bool {
 		l := c.leader("alice")
 		return l != "" && l != old
 	})
 	// fl watch, started while the run is paused, says the pause heals and
 	// follows the run on to its end (exit 0), not out at the pause. Its
 	// output goes to a file, read while it runs.
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
 	defer cancel()
 	watch := c.cliCmd(ctx, "alice", "fl", "watch", id)
 	watched, err := os.Create(filepath.Join(c.dir, "watch.out"))
@@ -77,10 +77,10 @@ func TestFLPausedRunResumesWhenSilosReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	watchOut := func() string { return c.read("watch.out") }
-	waitFor(t, "fl watch to show the pause", time.Minute, func() bool { return strings.Contains(watchOut(), "resumes by itself") })
+	waitFor(t, "fl watch to show the pause", untilNoticed(), func() bool { return strings.Contains(watchOut(), "resumes by itself") })
 	c.kill("h3", syscall.SIGCONT)
 	continuedAt := time.Now()
-	waitFor(t, "the run to complete by itself", 2*time.Minute, func() bool {
+	waitFor(t, "the run to complete by itself", untilRun(), func() bool {
 		st := c.run(id)
 		if st.State == "stopped" {
 			t.Fatalf("the run stopped: %s", st.Reason)
@@ -173,7 +173,7 @@ func TestFLLeaderAsymmetricPartition(t *testing.T) {
 	}
 	const rounds = 40
 	id := c.startRun(silos, "split.yaml", rounds)
-	waitFor(t, "round 1", 2*time.Minute, func() bool { return len(c.run(id).Models) >= 2 })
+	waitFor(t, "round 1", untilRun(), func() bool { return len(c.run(id).Models) >= 2 })
 	old := c.leader("alice")
 	if old == "" {
 		t.Fatal("no leader")
@@ -184,12 +184,12 @@ func TestFLLeaderAsymmetricPartition(t *testing.T) {
 	cut := time.Now()
 	t.Logf("dropped %s's inbound API (:%s) and Raft (:%s) ports at round %d", old, apiPort, raftPort, before)
 	var leader string
-	waitFor(t, "another leader while "+old+" cannot be reached", time.Minute, func() bool {
+	waitFor(t, "another leader while "+old+" cannot be reached", untilElected(), func() bool {
 		leader = c.leader("alice")
 		return leader != "" && leader != old
 	})
 	handedOver := time.Since(cut)
-	waitFor(t, "a round under "+leader+" during the partition", time.Minute, func() bool {
+	waitFor(t, "a round under "+leader+" during the partition", untilRun(), func() bool {
 		st := c.run(id)
 		if st.State == "stopped" {
 			t.Fatalf("the run stopped: %s", st.Reason)
@@ -198,7 +198,7 @@ func TestFLLeaderAsymmetricPartition(t *testing.T) {
 	})
 	progressed := time.Since(cut)
 	heal()
-	waitFor(t, "the run to complete", 2*time.Minute, func() bool {
+	waitFor(t, "the run to complete", untilRun(), func() bool {
 		st := c.run(id)
 		if st.State == "stopped" {
 			t.Fatalf("the run stopped: %s", st.Reason)

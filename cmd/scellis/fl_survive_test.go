@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,9 +15,11 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/fl/account"
 	"github.com/scellis/scellis/internal/testfault"
+	"github.com/scellis/scellis/silo"
 )
 
 // Runs that survive their cluster (law 12), through the real binary:
@@ -48,21 +51,9 @@ func survivalCluster(t testing.TB, aggs, silos int, aggExtra string) (*cluster, 
 	}
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", strconv.Itoa(silos), "--rows", "60", "--out", "data"))
 	for i, s := range names {
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-poll: 1s
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 100000, delta: 1.0e-5}
-    unit: silo
-policy:
-  min_cohort: 3
-`, s, s, s, i+1))
+		cfg := hospitalSilo(s, i+1, 100000, "silo")
+		cfg.header, cfg.policy = "poll: 1s\n", "  min_cohort: 3\n"
+		c.writeSilo(cfg)
 	}
 	return c, names
 }
@@ -142,27 +133,55 @@ func (c *cluster) rounds(id string) []roundView {
 	return rows
 }
 
-// siloRounds returns the rounds a silo's log says it reached a stage in
-// ("charged", "contributed", "re-sent").
-func (c *cluster) siloRounds(silo, stage string) []int {
-	b, _ := os.ReadFile(filepath.Join(c.dir, silo+".log"))
-	re := regexp.MustCompile(`round (\d+): ` + regexp.QuoteMeta(stage))
-	var out []int
-	for _, m := range re.FindAllSubmatch(b, -1) {
-		n, _ := strconv.Atoi(string(m[1]))
-		out = append(out, n)
-	}
-	return out
-}
-
-// anySiloReached reports whether some silo's log shows stage for round r.
-func (c *cluster) anySiloReached(silos []string, stage string, r int) bool {
+// anySiloCharged reports whether some silo's ledger holds its charge for
+// step r of run id: the silo paid, before anything of the step left it.
+func (c *cluster) anySiloCharged(silos []string, id string, r int) bool {
 	for _, s := range silos {
-		if slices.Contains(c.siloRounds(s, stage), r) {
+		if c.charged(s, roundConsumer(id, r)) {
 			return true
 		}
 	}
 	return false
+}
+
+// anySiloReported reports whether some silo reported its record of step r
+// of run id: it took part in the step's secure aggregation (contributed,
+// or re-sent an update it paid for in an earlier attempt).
+func (c *cluster) anySiloReported(silos []string, id string, r int) bool {
+	for _, s := range silos {
+		if c.reportedTo(id, r, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// resent counts the records of run id that re-sent an update paid for in
+// an earlier attempt of the step: a contributed record whose ledger entry
+// was charged before the job it was reported to was submitted.
+func (c *cluster) resent(id string, silos []string) int {
+	chargedAt := map[content.Ref]int64{} // ledger entry → Unix ms
+	for _, s := range silos {
+		for _, e := range c.ledgerEntries(s) {
+			chargedAt[e.Hash] = e.Time / int64(time.Millisecond)
+		}
+	}
+	submitted := map[content.Ref]int64{}
+	n := 0
+	for _, rec := range c.account(id).Records {
+		if rec.Status != silo.Contributed || rec.LedgerEntry == "" {
+			continue
+		}
+		at, ok := submitted[rec.ReportedTo]
+		if !ok {
+			at = c.fullStatus(string(rec.ReportedTo)).SubmittedAt
+			submitted[rec.ReportedTo] = at
+		}
+		if t, ok := chargedAt[rec.LedgerEntry]; ok && t < at {
+			n++
+		}
+	}
+	return n
 }
 
 // checkLedger checks that a silo's ledger verifies and holds at most one
@@ -209,7 +228,7 @@ func TestFLChaos(t *testing.T) {
 	id := c.startRun(silos, "chaos.yaml", rounds)
 	done := func() int { return len(c.run(id).Models) }
 	waitRound := func(r int) {
-		waitFor(t, fmt.Sprintf("round %d to complete", r-1), 3*time.Minute, func() bool {
+		waitFor(t, fmt.Sprintf("round %d to complete", r-1), untilRun(), func() bool {
 			st := c.run(id)
 			if st.State != "" && st.State != "running" {
 				t.Fatalf("the run is %s: %s", st.State, st.Reason)
@@ -225,7 +244,7 @@ func TestFLChaos(t *testing.T) {
 		}
 		c.kill(old, syscall.SIGKILL)
 		c.waitExit(old)
-		waitFor(t, "a new leader after killing "+old, time.Minute, func() bool {
+		waitFor(t, "a new leader after killing "+old, untilElected(), func() bool {
 			l := c.leader("alice")
 			return l != "" && l != old
 		})
@@ -250,13 +269,11 @@ func TestFLChaos(t *testing.T) {
 	killLeader("right after a round completed")
 	// 3. During secure aggregation: a silo has paid for the round.
 	r := done()
-	waitFor(t, "a silo to charge round "+strconv.Itoa(r), time.Minute, func() bool { return c.anySiloReached(silos, "charged", r) })
+	waitFor(t, "a silo to charge round "+strconv.Itoa(r), untilNoticed(), func() bool { return c.anySiloCharged(silos, id, r) })
 	killLeader("while silos were in secure aggregation")
 	// 4. After unmasking, before the round is reduced: a silo contributed.
 	r = done()
-	waitFor(t, "a silo to contribute to round "+strconv.Itoa(r), time.Minute, func() bool {
-		return c.anySiloReached(silos, "contributed", r) || c.anySiloReached(silos, "re-sent", r)
-	})
+	waitFor(t, "a silo to contribute to round "+strconv.Itoa(r), untilNoticed(), func() bool { return c.anySiloReported(silos, id, r) })
 	killLeader("after a silo contributed, before the reduction")
 	// 5. An election with no node down: the leader stopped past its lease
 	// (a second, at least: twice the election timeout). A round that
@@ -267,7 +284,7 @@ func TestFLChaos(t *testing.T) {
 	c.kill(stopped, syscall.SIGSTOP)
 	// Rounds take milliseconds: the run may finish all its rounds while
 	// the leader is stopped, which is a round completed meanwhile too.
-	waitFor(t, "a round to complete while "+stopped+" is stopped", 2*time.Minute, func() bool {
+	waitFor(t, "a round to complete while "+stopped+" is stopped", untilRun(), func() bool {
 		st := c.run(id)
 		if st.State != "" && st.State != "running" && st.State != "done" {
 			t.Fatalf("the run is %s: %s", st.State, st.Reason)
@@ -277,7 +294,7 @@ func TestFLChaos(t *testing.T) {
 	c.kill(stopped, syscall.SIGCONT)
 	t.Logf("stopped leader %s past its lease and continued it (round %d)", stopped, done())
 
-	waitFor(t, "the run to complete", 5*time.Minute, func() bool { st := c.run(id); return st.State != "" && st.State != "running" })
+	waitFor(t, "the run to complete", untilLongRun(), func() bool { st := c.run(id); return st.State != "" && st.State != "running" })
 	st := c.run(id)
 	if st.State != "done" || len(st.Models) != rounds {
 		t.Fatalf("run %s with %d rounds (%s)", st.State, len(st.Models), st.Reason)
@@ -305,14 +322,13 @@ func TestFLChaos(t *testing.T) {
 	if !rejoined {
 		t.Errorf("h5 did not contribute after its restart at round %d", restartedAt)
 	}
-	var resent int
 	for _, s := range silos {
 		charges := checkLedger(t, c, s)
 		if len(charges) < contributed[s] || len(charges) > rounds {
 			t.Errorf("%s contributed to %d rounds but its ledger holds %d round charges", s, contributed[s], len(charges))
 		}
-		resent += len(c.siloRounds(s, "re-sent"))
 	}
+	resent := c.resent(id, silos)
 	// Rounds take milliseconds, so a round a silo paid for may be reduced
 	// before the leader's kill lands, and no restarted round then needs a
 	// re-send: a figure, not an assertion. The re-send path is forced,
@@ -340,27 +356,31 @@ func TestFLKilledSiloCostsSeconds(t *testing.T) {
 	// milliseconds, so a short run could end before the restarted h4 has
 	// even started. The test cancels the run once h4 has contributed.
 	id := c.startRun(silos, "dead.yaml", 500)
-	waitFor(t, "round 1", 2*time.Minute, func() bool { return len(c.run(id).Models) >= 2 })
+	waitFor(t, "round 1", untilRun(), func() bool { return len(c.run(id).Models) >= 2 })
 	c.kill("h4", syscall.SIGKILL)
 	c.waitExit("h4")
 	killedAt := len(c.run(id).Models)
 	// Well under one round_join_timeout for the rest of the run: only
 	// possible if no later round waits for h4 to join.
-	waitFor(t, "three rounds without h4", 3*time.Minute, func() bool { return len(c.run(id).Models) >= killedAt+3 })
+	waitFor(t, "three rounds without h4", untilRun(), func() bool { return len(c.run(id).Models) >= killedAt+3 })
 	restartedAt := len(c.run(id).Models)
 	c.start("h4", "silo", "--config", "h4.yaml")
-	contributed := regexp.MustCompile(`round (\d+): contributed`)
-	waitFor(t, "the restarted h4 to contribute", 3*time.Minute, func() bool {
-		b, _ := os.ReadFile(filepath.Join(c.dir, "h4.log")) // written anew by the restart
-		for _, m := range contributed.FindAllStringSubmatch(string(b), -1) {
-			if r, _ := strconv.Atoi(m[1]); r > restartedAt {
+	// h4 pays for a step before it takes part: its ledger names the
+	// first step it joined after the restart, whose attempts then hold
+	// its report.
+	back := -1
+	waitFor(t, "the restarted h4 to pay for a round", untilRun(), func() bool {
+		for _, r := range c.chargedRounds("h4", id) {
+			if r > restartedAt {
+				back = r
 				return true
 			}
 		}
 		return false
 	})
+	waitFor(t, "the restarted h4 to contribute to round "+strconv.Itoa(back), untilNoticed(), func() bool { return c.reportedTo(id, back, "h4") })
 	c.mustCLI("alice", "fl", "cancel", id, "--reason", "h4 is back")
-	waitFor(t, "the run to stop", time.Minute, func() bool { return c.run(id).State == "stopped" })
+	waitFor(t, "the run to stop", untilQuorum(), func() bool { return c.run(id).State == "stopped" })
 	rows := c.rounds(id)
 	var rejoined bool
 	for _, row := range rows {
@@ -405,7 +425,7 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	c.waitExit("h3")
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "pause.yaml"))
 	var st runView
-	waitFor(t, "the run to pause", 2*time.Minute, func() bool { st = c.run(id); return st.State == "paused" })
+	waitFor(t, "the run to pause", untilRun(), func() bool { st = c.run(id); return st.State == "paused" })
 	if !st.Heals || !strings.Contains(st.Reason, "failed 2 times") || len(st.Jobs) < 1 {
 		t.Fatalf("run %+v", st)
 	}
@@ -415,10 +435,10 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	// alice resumes it herself while h3 is still down (the leader waits
 	// for h3): it runs, its attempts fail again, it pauses again.
 	c.mustCLI("alice", "fl", "resume", id)
-	waitFor(t, "the run to pause again", 2*time.Minute, func() bool { st = c.run(id); return st.State == "paused" })
+	waitFor(t, "the run to pause again", untilRun(), func() bool { st = c.run(id); return st.State == "paused" })
 	paused := len(st.Models)
 	c.start("h3", "silo", "--config", "h3.yaml")
-	waitFor(t, "the run to complete by itself", 3*time.Minute, func() bool {
+	waitFor(t, "the run to complete by itself", untilRun(), func() bool {
 		st := c.run(id)
 		if st.State == "stopped" {
 			t.Fatalf("the run stopped: %s", st.Reason)
@@ -449,7 +469,7 @@ func TestFLRoundRetriedPausedResumed(t *testing.T) {
 	c.waitExit("agg-1")
 	c.restartAggregator("agg-1")
 	warm := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "warm.yaml", "--warm-start", id[7:19]))
-	waitFor(t, "the warm-started run", 2*time.Minute, func() bool { return c.run(warm).State == "done" })
+	waitFor(t, "the warm-started run", untilRun(), func() bool { return c.run(warm).State == "done" })
 	c.write("wide.yaml", "name: wide\nstrategy: fedavg\nmodel: {kind: logistic, inputs: 12}\ndataset: patients\nrounds: 1\nprivacy: {clip: 5.0, sigma: 0.5}\nstandardize: local\n")
 	if _, errs, err := c.cli("alice", "fl", "launch", "wide.yaml", "--warm-start", id); err == nil || !strings.Contains(errs, "SC9312") {
 		t.Fatalf("a warm start of another shape was not refused with SC9312: %v\n%s", err, errs)
@@ -490,11 +510,10 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 	delete(c.env, "h2") // its restart runs without the fault
 	c.runSpec("crash.yaml", 2)
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "crash.yaml"))
-	short := content.Ref(id).Short()
 	// A round planned before h2's first lease request leaves it out and
 	// fails (two sites): after round_attempts the run pauses, and the
 	// leader resumes it once h2 polls.
-	waitFor(t, "h2 to die at its round 0 charge", 3*time.Minute, func() bool {
+	waitFor(t, "h2 to die at its round 0 charge", untilRun(), func() bool {
 		select {
 		case <-c.exits["h2"]:
 			return true
@@ -502,43 +521,72 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 			return false
 		}
 	})
-	before, _ := os.ReadFile(filepath.Join(c.dir, "h2.log"))
-	m := regexp.MustCompile(`run ` + short + ` round 0: cached the round's release (sha256:[0-9a-f]{64})`).FindSubmatch(before)
-	if m == nil || !regexp.MustCompile(`run `+short+` round 0: charged dataset`).Match(before) || !strings.Contains(string(before), "test fault "+testfault.KillAfterCharge) {
-		t.Fatalf("h2 did not die right after its round 0 charge:\n%s", before)
+	// It died by its own SIGKILL the moment the charge was durable: the
+	// ledger holds the round 0 charge, the release it paid for is cached
+	// beside the run's state, its outbox holds the attempt's entry, and no
+	// attempt of round 0 holds a report of it.
+	if sig := c.exitSignal("h2"); sig != syscall.SIGKILL {
+		t.Fatalf("h2 ended by signal %v, not by the fault's SIGKILL at its charge", sig)
 	}
-	cached := string(m[1])
-	c.start("h2", "silo", "--config", "h2.yaml")
-	waitFor(t, "the run to complete", 3*time.Minute, func() bool { return c.run(id).State == "done" })
-
-	after, _ := os.ReadFile(filepath.Join(c.dir, "h2.log"))
-	delivered := regexp.MustCompile(`run ` + short + ` round 0: outbox: delivered the record of ledger entry (\w+) to job (\w+)`).FindSubmatch(after)
-	if delivered == nil {
-		t.Fatalf("the restarted h2 did not deliver its round 0 record from its outbox:\n%s", after)
-	}
-	var job struct {
-		State  string
-		Shards []struct{ Reports []struct{ Peer string } }
-	}
-	if err := json.Unmarshal([]byte(c.mustCLI("alice", "--json", "job", "status", string(delivered[2]))), &job); err != nil {
-		t.Fatal(err)
-	}
-	reported := slices.ContainsFunc(job.Shards, func(s struct{ Reports []struct{ Peer string } }) bool {
-		return slices.ContainsFunc(s.Reports, func(r struct{ Peer string }) bool { return r.Peer == "h2" })
-	})
-	if job.State != "abandoned" || !reported {
-		t.Errorf("job %s, which h2 died in, is %s and holds h2's report: %v", delivered[2], job.State, reported)
-	}
-	resent := regexp.MustCompile(`run `+short+` round 0: re-sent the update already paid for \(release (sha256:[0-9a-f]{64}), ledger entry (\w+)`).FindAllSubmatch(after, -1)
-	if len(resent) == 0 {
-		t.Fatalf("the restarted h2 did not re-send its paid round 0 update:\n%s", after)
-	}
-	for _, r := range resent {
-		if string(r[1]) != cached || string(r[2]) != string(delivered[1]) {
-			t.Errorf("h2 re-sent release %s (ledger entry %s); it cached %s before paying, entry %s", r[1], r[2], cached, delivered[1])
+	var entry content.Ref
+	for _, e := range c.ledgerEntries("h2") {
+		if e.Charge != nil && e.Charge.Consumer == roundConsumer(id, 0) {
+			entry = e.Hash
 		}
 	}
-	t.Logf("h2 died after paying round 0 (release %s); restarted, it delivered its record to job %s and re-sent the release %d time(s)", cached[:19], delivered[2], len(resent))
+	if entry == "" {
+		t.Fatalf("h2 died before its round 0 charge: its ledger holds %v", c.chargedRounds("h2", id))
+	}
+	if c.reportedTo(id, 0, "h2") {
+		t.Fatal("h2 reported round 0 before it died: the fault did not stop it right after the charge")
+	}
+	releasedPath := filepath.Join(c.dir, "h2", "data", content.Ref(id).Hex(), "round-0.released")
+	cached, err := os.ReadFile(releasedPath)
+	if err != nil {
+		t.Fatalf("h2 paid for round 0 without caching its release: %v", err)
+	}
+	outbox := filepath.Join(c.dir, "h2", "data", "outbox")
+	if left, _ := os.ReadDir(outbox); len(left) == 0 {
+		t.Fatal("h2 died after paying with nothing in its outbox")
+	}
+	c.start("h2", "silo", "--config", "h2.yaml")
+	waitFor(t, "the run to complete", untilRun(), func() bool { return c.run(id).State == "done" })
+
+	// Restarted, h2 delivered from its outbox a record naming the charge
+	// to the attempt it died in, and re-sent the cached release into the
+	// retried attempt: a contributed record naming the same ledger entry
+	// (nothing charged again), the cached release unchanged.
+	var delivered, resent []account.Record
+	for _, rec := range c.account(id).Records {
+		if rec.Silo != "h2" || rec.Round != 0 || rec.LedgerEntry != entry {
+			continue
+		}
+		switch rec.Status {
+		case silo.Failed:
+			delivered = append(delivered, rec)
+		case silo.Contributed:
+			resent = append(resent, rec)
+		}
+	}
+	if len(delivered) != 1 {
+		t.Fatalf("the restarted h2 delivered %d records of its round 0 charge from its outbox, want 1: %+v", len(delivered), delivered)
+	}
+	job := c.fullStatus(string(delivered[0].ReportedTo))
+	if job.State != coordinator.JobAbandoned || delivered[0].Job != job.ID {
+		t.Errorf("h2 delivered its record to job %s (%s), made for %s; want the abandoned attempt it died in", job.ID, job.State, delivered[0].Job)
+	}
+	if len(resent) == 0 {
+		t.Fatal("the restarted h2 did not re-send its paid round 0 update (no contributed record names the charge)")
+	}
+	for _, r := range resent {
+		if r.ReportedTo == delivered[0].ReportedTo {
+			t.Errorf("h2's re-sent record went to the attempt it died in, %s", r.ReportedTo)
+		}
+	}
+	if again, err := os.ReadFile(releasedPath); err != nil || !bytes.Equal(again, cached) {
+		t.Errorf("h2's cached round 0 release changed after the re-send (%v)", err)
+	}
+	t.Logf("h2 died after paying round 0 (ledger entry %s); restarted, it delivered its record to job %s and re-sent the release %d time(s)", entry.Short(), job.ID.Short(), len(resent))
 	if rows := c.rounds(id); len(rows) != 2 || !slices.Contains(rows[0].Participants, "h2") {
 		t.Errorf("rounds of the run: %+v, want round 0 summed with h2's re-sent update", rows)
 	}
@@ -548,7 +596,6 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 	// The run is done once every report is in; h2 removes a record from
 	// its outbox when the answer to its report comes back, which may be
 	// just after. What must hold is that the outbox drains.
-	outbox := filepath.Join(c.dir, "h2", "data", "outbox")
 	t.Cleanup(func() {
 		if left, _ := os.ReadDir(outbox); t.Failed() && len(left) > 0 {
 			var names []string
@@ -558,7 +605,7 @@ func crashAfterCharge(t *testing.T, c *cluster, silos []string) {
 			t.Logf("h2's outbox holds %v; the run's round jobs: %v", names, c.run(id).Jobs)
 		}
 	})
-	waitFor(t, "h2's outbox to drain", time.Minute, func() bool {
+	waitFor(t, "h2's outbox to drain", untilNoticed(), func() bool {
 		left, _ := os.ReadDir(outbox)
 		return len(left) == 0
 	})
@@ -705,12 +752,12 @@ func BenchmarkFLRoundLeaderChange(b *testing.B) {
 		t0 := time.Now()
 		id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "bench.yaml"))
 		if change {
-			waitFor(b, "half the rounds", 3*time.Minute, func() bool { return len(c.run(id).Models) >= rounds/2 })
+			waitFor(b, "half the rounds", untilRun(), func() bool { return len(c.run(id).Models) >= rounds/2 })
 			old := c.leader("alice")
 			c.kill(old, syscall.SIGKILL)
 			c.waitExit(old)
 		}
-		waitFor(b, "the run", 5*time.Minute, func() bool { return c.run(id).State == "done" })
+		waitFor(b, "the run", untilLongRun(), func() bool { return c.run(id).State == "done" })
 		return float64(time.Since(t0).Milliseconds()) / float64(rounds)
 	}
 	var base, changed float64

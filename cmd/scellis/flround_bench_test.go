@@ -28,7 +28,7 @@ import (
 // sites, plain sums in place of secure aggregation) on the same CSVs, in
 // this process.
 //
-//	go test -run x -bench FLRoundProcesses -benchtime 2x ./cmd/scellis/
+//	go test -run '^$' -bench FLRoundProcesses -benchtime 2x ./cmd/scellis/
 //
 // Metrics: round-ms, go-round-ms and overhead-ms (their difference), per
 // round; growth (silos=30 only: its round over the silos=10 round in the

@@ -49,6 +49,10 @@ writes the same model file.`,
 			if err != nil {
 				return err
 			}
+			if spec.Trainer != "" {
+				return diag.New(diag.FLBadSimulation, args[0], "fl simulate runs the built-in models; this run names trainer %s", spec.Trainer).
+					WithHelp("try the trainer on one site's file with scellis trainer train %s --data FILE (docs/trainers.md)", spec.Trainer)
+			}
 			cat, err := openCatalog()
 			if err != nil {
 				return err
@@ -483,7 +487,9 @@ func (s *flSim) finalLoss() (loss float64, held bool, err error) {
 }
 
 // writeModel writes the model file of the simulation, as fl model does
-// for a live run (no receipts: nothing was verified by a pool).
+// for a live run (no receipts: nothing was verified by a pool), unsigned:
+// no aggregator node assembled it, so model verify reports it unsigned
+// (SC9407).
 func (s *flSim) writeModel(path string, log io.Writer) error {
 	f, err := fl.NewModelFile(s.canon, s.global, s.std)
 	if err != nil {
@@ -514,6 +520,6 @@ func (s *flSim) writeModel(path string, log io.Writer) error {
 	if err := job.WriteFileAtomic(path, append(b, '\n')); err != nil {
 		return err
 	}
-	fmt.Fprintf(log, "wrote %s: %s model %s of %d inputs (standardisation %s), simulated over %d sites\n", path, f.Kind, h.Short(), f.Inputs, f.Standardization.Mode, len(s.names))
+	fmt.Fprintf(log, "wrote %s: %s model %s of %d inputs (standardisation %s), simulated over %d sites (unsigned: no cluster exported it)\n", path, f.Kind, h.Short(), f.Inputs, f.Standardization.Mode, len(s.names))
 	return nil
 }

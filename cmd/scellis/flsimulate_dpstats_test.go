@@ -20,7 +20,8 @@ import (
 // noised row count, here about three times the rows in noise, was
 // negative in about a third of such runs, and the run failed). The run is
 // planned by privacy plan, so it is one a user gets at ε = 1; real binary,
-// ten repeats (the noise differs in each).
+// ten repeats (the noise differs in each; three under -short, the inner
+// loop: CI runs the ten).
 func TestFLSimulateDPStatisticsAtEpsilonOne(t *testing.T) {
 	t.Parallel() // its own processes and directories
 	dir := t.TempDir()
@@ -48,7 +49,11 @@ seed: 2
 		t.Fatalf("the statistics' noise %.3g is not large against the rows: the test has no power\n%s", noise, plan)
 	}
 	var negative int
-	for range 10 {
+	repeats := 10
+	if testing.Short() {
+		repeats = 3
+	}
+	for range repeats {
 		out := mustRun(t, scellisCmd(t, dir, "--json", "fl", "simulate", "planned.yaml", "--data", "sites", "--out", "model.json"))
 		var stats, eval *fl.RoundSummary
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
@@ -74,7 +79,7 @@ seed: 2
 			t.Fatalf("model file: %v, statistics of %v rows (twice the noise: %v)", err, mf.Standardization.Rows, 2*noise)
 		}
 	}
-	t.Logf("10 of 10 runs completed; %d had a noised row count below one", negative)
+	t.Logf("%d of %d runs completed; %d had a noised row count below one", repeats, repeats, negative)
 }
 
 // The DP standardiser a user gets through fl simulate (the live path's

@@ -41,7 +41,7 @@ func (c *cluster) apiAs(name string) *apiMember {
 // submitRaw uploads a bundle's bytes and submits it, returning the HTTP
 // status and body of POST /v1/jobs.
 func (m *apiMember) submitRaw(bundle []byte) (int, string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
 	defer cancel()
 	ref, err := m.api.PutBlob(ctx, bundle)
 	if err != nil {
@@ -64,7 +64,7 @@ func (m *apiMember) post(path string, body []byte) (int, string) {
 // bundleOf returns the decoded bundle of a submitted job, as a plain map a
 // test can tamper with.
 func (m *apiMember) bundleOf(id string) map[string]any {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilQuorum())
 	defer cancel()
 	ref, err := content.ParseRef(id)
 	if err != nil {
@@ -180,7 +180,7 @@ func (m *apiMember) hostileBundle(good map[string]any, name, src string) []byte 
 	if err != nil {
 		m.c.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilQuorum())
 	defer cancel()
 	if _, err := m.api.PutBlob(ctx, []byte(src)); err != nil {
 		m.c.t.Fatal(err)
@@ -247,7 +247,7 @@ func TestPoolKillsHostilePartitioner(t *testing.T) {
 	done := make(chan answer, 1)
 	bundle := m.hostileBundle(good, "hostile_loop", loop)
 	// A second submission, uploaded now so that it is posted at once.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), untilQuorum())
 	defer cancel()
 	secondRef, err := m.api.PutBlob(ctx, m.hostileBundle(good, "hostile_loop_2", loop))
 	if err != nil {
@@ -259,7 +259,7 @@ func TestPoolKillsHostilePartitioner(t *testing.T) {
 		done <- answer{s, body}
 	}()
 	sawRunning := false
-	waitFor(t, "a status answer while the hostile plan runs", time.Minute, func() bool {
+	waitFor(t, "a status answer while the hostile plan runs", untilElected(), func() bool {
 		select {
 		case a := <-done:
 			done <- a

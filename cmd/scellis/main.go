@@ -12,7 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/memlimit"
 	"github.com/scellis/scellis/internal/sandboxproc"
+	"github.com/scellis/scellis/trainer"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -139,5 +141,12 @@ func main() {
 	// A sandbox child (the aggregator's planner re-executes this binary to
 	// run submitted content under OS limits) runs its handler and exits.
 	sandboxproc.Main()
+	// A trainer sandbox's first process (package trainer) sets up the
+	// sandbox and executes the trainer's interpreter.
+	trainer.Main()
+	// Under an address-space limit the garbage collector works hard before
+	// the hard limit, and readers of large inputs refuse what would not
+	// fit with a diagnostic (internal/memlimit).
+	memlimit.Init()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -20,13 +20,15 @@ func init() { commands = append(commands, newModelCmd) }
 func newModelCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "model",
-		Short: "Score and apply an exported model file on a CSV",
+		Short: "Score, apply and verify an exported model file",
 		Long: `A model file (scellis fl model RUN_ID --out model.json; schema in
 docs/models.md) holds everything needed to use the model anywhere: its
 shape and parameters, the feature names in order, the label classes and
-the standardiser the federation agreed on. Columns are matched by name.`,
+the standardiser the federation agreed on. Columns are matched by name.
+The aggregator node that exported it signed it: model verify checks that
+signature, and that the signer is an aggregator of a federation.`,
 	}
-	cmd.AddCommand(newModelEvalCmd(), newModelPredictCmd())
+	cmd.AddCommand(newModelEvalCmd(), newModelPredictCmd(), newModelVerifyCmd())
 	return cmd
 }
 
@@ -57,6 +59,9 @@ func newModelEvalCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := fl.ReadModelFile(args[0])
 			if err != nil {
+				return err
+			}
+			if err := f.ScoredByTrainer(args[0]); err != nil {
 				return err
 			}
 			if data == "" {
@@ -176,6 +181,9 @@ func newModelPredictCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := fl.ReadModelFile(args[0])
 			if err != nil {
+				return err
+			}
+			if err := f.ScoredByTrainer(args[0]); err != nil {
 				return err
 			}
 			if data == "" || out == "" {

@@ -3,11 +3,9 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // sweep2 writes a 2-shard sweep over a small generated hospital file.
@@ -53,26 +51,31 @@ func TestP2PPoolJobOverDataChannels(t *testing.T) {
 	// and deprecated; still accepted, as configs and scripts have them.
 	c.write("agg-1.yaml", "name: agg-1\nidentity: agg-1/identity.key\nfederation: federation.yaml\ndata_dir: agg-1/data\nlease_ttl: 2s\nlog_level: error\n"+
 		"turn_listen: 127.0.0.1:0\nturn_allow_peers: [127.0.0.0/8]\np2p_loopback: true\n")
-	c.write("w1.yaml", "name: w1\nidentity: w1/identity.key\nfederation: federation.yaml\ncache_dir: w1/cache\npoll: 100ms\np2p_loopback: true\n")
-	c.write("w2.yaml", "name: w2\nidentity: w2/identity.key\nfederation: federation.yaml\ncache_dir: w2/cache\npoll: 100ms\np2p_loopback: true\nice_policy: relay\n")
+	// Each worker serves /metrics: its data-channel connections, bytes by
+	// path and fallbacks.
+	pp := &ports{t: t}
+	metrics := map[string]string{"w1": pp.next(), "w2": pp.next()}
+	pp.release()
+	c.write("w1.yaml", "name: w1\nidentity: w1/identity.key\nfederation: federation.yaml\ncache_dir: w1/cache\npoll: 100ms\np2p_loopback: true\nmetrics_listen: "+metrics["w1"]+"\n")
+	c.write("w2.yaml", "name: w2\nidentity: w2/identity.key\nfederation: federation.yaml\ncache_dir: w2/cache\npoll: 100ms\np2p_loopback: true\nice_policy: relay\nmetrics_listen: "+metrics["w2"]+"\n")
 	job := c.sweep2()
 	c.startAggregators()
 	c.startWorker("w1")
 	c.startWorker("w2")
 	// Blobs never wait for a data channel (they go over HTTPS until it
 	// is up): the channels, set up as the workers start, are waited for
-	// here, so that the job's blobs take them.
+	// here (open on the worker's side), so that the job's blobs take them.
 	for w, path := range map[string]string{"w1": "direct", "w2": "relayed"} {
-		waitFor(t, w+"'s data channel", time.Minute, func() bool {
-			return strings.Contains(c.log(w), "p2p: blobs with agg-1 go over a "+path+" data channel")
-		})
+		waitFor(t, w+"'s data channel", untilNoticed(), func() bool { return scrape(t, metrics[w])[`scellis_p2p_connections{path="`+path+`"}`] > 0 })
 	}
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", job))
-	waitFor(t, "the job to complete", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 
 	for w, path := range map[string]string{"w1": "direct", "w2": "relayed"} {
-		if l := c.log(w); !strings.Contains(l, "p2p: blobs with agg-1 go over a "+path+" data channel") || strings.Contains(l, "https fallback") {
-			t.Errorf("%s's log does not say its blobs went over a %s data channel only:\n%s", w, path, l)
+		m := scrape(t, metrics[w])
+		if m[`scellis_p2p_bytes_total{path="`+path+`"}`] <= 0 || m["scellis_p2p_fallbacks_total"] != 0 || m[`scellis_p2p_bytes_total{path="https"}`] != 0 {
+			t.Errorf("%s's blobs: %v B over a %s data channel, %v B over https, %v fallbacks; want the %s channel only", w,
+				m[`scellis_p2p_bytes_total{path="`+path+`"}`], path, m[`scellis_p2p_bytes_total{path="https"}`], m["scellis_p2p_fallbacks_total"], path)
 		}
 	}
 	out := c.mustCLI("alice", "aggregator", "status")
@@ -108,9 +111,9 @@ func TestP2PWithoutFirstAggregator(t *testing.T) {
 	c.waitExit("agg-1")
 	c.startWorker("w1")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-p2p", 2)))
-	waitFor(t, "the job to complete without agg-1", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
-	if l := c.log("w1"); !regexp.MustCompile(`p2p: blobs with agg-[23] go over a direct data channel`).MatchString(l) {
-		t.Errorf("w1's log does not say its blobs went over a data channel to agg-2 or agg-3:\n%s", l)
+	waitFor(t, "the job to complete without agg-1", untilRun(), func() bool { return c.status("alice", id).State == "done" })
+	if !c.channelUp("alice", "agg-2", "w1", "direct") && !c.channelUp("alice", "agg-3", "w1", "direct") {
+		t.Errorf("neither agg-2 nor agg-3 made a direct data channel with w1:\n%s", c.mustCLI("alice", "aggregator", "status"))
 	}
 	if out := c.mustCLI("alice", "p2p", "probe", "w1", "--bytes", "65536"); !strings.Contains(out, "alice → w1: path direct") {
 		t.Errorf("probe of w1 with agg-1 down: %s", out)

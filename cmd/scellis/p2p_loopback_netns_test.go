@@ -72,6 +72,13 @@ func TestP2PLoopbackLayoutInNetns(t *testing.T) {
 			t.Fatalf("federation init wrote p2p_loopback into %s's config:\n%s", m, cfg)
 		}
 	}
+	// Each worker serves /metrics, inside the namespace, on a port of its
+	// own: its failed data-channel dials are counted there.
+	metricsAddr := map[string]string{}
+	for i, w := range workers {
+		metricsAddr[w] = fmt.Sprintf("127.0.0.1:%d", 9091+i)
+		c.write(filepath.Join(w, "worker.yaml"), c.read(filepath.Join(w, "worker.yaml"))+"metrics_listen: "+metricsAddr[w]+"\n")
+	}
 	c.start("agg-1", "aggregator", "--config", "agg-1/aggregator.yaml")
 	c.waitLeader()
 	for _, w := range workers {
@@ -82,58 +89,50 @@ func TestP2PLoopbackLayoutInNetns(t *testing.T) {
 	// for here, so that the job's blobs show the channels at work however
 	// fast the pool runs the job.
 	for _, w := range workers {
-		waitFor(t, w+"'s data channel", time.Minute, func() bool {
-			return strings.Contains(c.log(w), "p2p: blobs with agg-1 go over a direct data channel")
-		})
+		waitFor(t, w+"'s data channel", untilNoticed(), func() bool { return c.channelUp("alice", "agg-1", w, "direct") })
 	}
 	const shards = 1000
 	c.write("trivial.star", "def run(params, inputs):\n    return {\"v\": params[\"chunk\"]}\n")
 	c.write("trivial.yaml", fmt.Sprintf("name: trivial\nprogram: ./trivial.star\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: concat\n", shards, shards))
 	start := time.Now()
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "trivial.yaml"))
-	waitFor(t, "the job to complete", 10*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", 2*untilLongRun(), func() bool { return c.status("alice", id).State == "done" })
 	elapsed := time.Since(start)
 	t.Logf("%d shards, 4 workers, in %v (%.0f shards/s)", shards, elapsed.Round(time.Millisecond), float64(shards)/elapsed.Seconds())
 	if st := c.status("alice", id); st.Counts.Verified != shards {
 		t.Fatalf("verified %d/%d", st.Counts.Verified, shards)
 	}
 
-	// A connection's pair is "host 127.0.0.1:port ↔ host 127.0.0.1:port".
-	connected := regexp.MustCompile(`p2p: connected to agg-1, path direct \(host ([0-9.]+):\d+ ↔ host ([0-9.]+):\d+\)`)
+	// No worker found its data channel without a path (its failed dials,
+	// /metrics) or lost a lease (the pool's peer record); every worker's
+	// channel used loopback candidates on both sides and carried its
+	// blobs (the aggregator's status).
+	scrapeNS := netnsClient(ns)
+	peers := c.peers("alice")
+	st, ok := c.statuses("alice")["agg-1"]
+	if !ok || st.DataPlane == nil {
+		t.Fatalf("agg-1's status has no data plane: %+v", st)
+	}
+	loopback := regexp.MustCompile(`^host 127\.0\.0\.1:\d+ ↔ host 127\.0\.0\.1:\d+$`)
 	for _, w := range workers {
-		l := c.log(w)
-		for _, bad := range []string{"no working candidate pair", "no data-channel path", "lease lost"} {
-			if n := strings.Count(l, bad); n > 0 {
-				t.Errorf("%s's log says %q %d times, first: %s", w, bad, n, lineWith(l, bad))
+		if m := scrapeWith(t, scrapeNS, metricsAddr[w]); m == nil || m["scellis_p2p_failed_dials_total"] != 0 {
+			t.Errorf("%s's failed data-channel dials: %v (nil: /metrics did not answer)", w, m["scellis_p2p_failed_dials_total"])
+		}
+		if p := peers[w]; p.Expired != 0 {
+			t.Errorf("%s lost %d leases (expired)", w, p.Expired)
+		}
+		var found bool
+		for _, p := range st.DataPlane.Pairs {
+			if p.Peer != w {
+				continue
+			}
+			found = true
+			if p.Path != "direct" || p.DirectBytes <= 0 || !loopback.MatchString(p.Candidates) {
+				t.Errorf("agg-1 ↔ %s: path %s, %d direct bytes, candidates %q; want a direct loopback channel that carried blobs", w, p.Path, p.DirectBytes, p.Candidates)
 			}
 		}
-		for _, m := range connected.FindAllStringSubmatch(l, -1) {
-			if m[1] != "127.0.0.1" || m[2] != "127.0.0.1" {
-				t.Errorf("%s connected over %s ↔ %s, not loopback: %s", w, m[1], m[2], m[0])
-			}
+		if !found {
+			t.Errorf("agg-1 made no data channel with %s", w)
 		}
 	}
-	// Every worker's blobs took its channel: the aggregator counts the
-	// bytes.
-	st := c.mustCLI("alice", "aggregator", "status")
-	pair := regexp.MustCompile(`p2p agg-1 ↔ (worker-\d): path direct, direct (\d+) B`)
-	moved := map[string]bool{}
-	for _, m := range pair.FindAllStringSubmatch(st, -1) {
-		moved[m[1]] = m[2] != "0"
-	}
-	for _, w := range workers {
-		if !moved[w] {
-			t.Errorf("aggregator status shows no bytes with %s over a direct data channel:\n%s", w, st)
-		}
-	}
-}
-
-// lineWith returns the first line of log that contains s.
-func lineWith(log, s string) string {
-	for _, l := range strings.Split(log, "\n") {
-		if strings.Contains(l, s) {
-			return l
-		}
-	}
-	return ""
 }

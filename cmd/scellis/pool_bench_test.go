@@ -19,7 +19,7 @@ import (
 // wall time from the submit command's start to the watch's end (compiling
 // and uploading included), against the solo command's wall time.
 //
-//	go test -run x -bench PoolProcesses -benchtime 3x ./cmd/scellis/
+//	go test -run '^$' -bench PoolProcesses -benchtime 3x ./cmd/scellis/
 //
 // Metrics: shards/s (the pool), solo-shards/s, pool/solo (pool wall ÷
 // solo wall: above 1 the pool is slower) and, for CPU-bound shards,

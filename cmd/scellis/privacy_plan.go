@@ -251,6 +251,17 @@ func (pl *planner) loadRun(file, data, evalData, label string) error {
 		return diag.New(diag.InvalidValue, "run "+pl.spec.Name, "the run has DP off (privacy.dp: false): there is nothing to plan").
 			WithHelp("plan a run with DP on, or run this one in an own pool as it is")
 	}
+	if pl.spec.Trainer != "" {
+		// A trainer's update is released at the silo level only
+		// (docs/trainers.md), and fl simulate does not run trainers.
+		if pl.unit != fl.UnitSilo {
+			return diag.New(diag.InvalidValue, "run "+pl.spec.Name, "the run names trainer %s, whose update the silos release at the silo level only", pl.spec.Trainer).
+				WithHelp("plan it with --unit silo")
+		}
+		if data != "" {
+			return usageError{fmt.Errorf("--data simulates the run with the built-in models; this run names trainer %s: plan it without --data", pl.spec.Trainer)}
+		}
+	}
 	pl.file = file
 	if pl.cat, err = openCatalog(); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -32,6 +33,19 @@ type nodeStatus struct {
 	CaughtUp  bool   `json:"caught_up"`
 	// PlansRunning: submitted content planning or reducing in a child.
 	PlansRunning int `json:"plans_running"`
+	// Polling: the members the leader counts alive by their polls.
+	Polling []string `json:"polling"`
+	// DataPlane: the node's data-channel pairs, by peer.
+	DataPlane *struct {
+		Pairs []struct {
+			Peer         string
+			Path         string
+			Candidates   string
+			DirectBytes  int64 `json:"direct_bytes"`
+			DirectConns  int64 `json:"direct_connections"`
+			RelayedConns int64 `json:"relayed_connections"`
+		}
+	} `json:"data_plane"`
 }
 
 // statuses asks every reachable aggregator for its status, as member `as`.
@@ -60,11 +74,22 @@ func (c *cluster) leader(as string) string {
 	return ""
 }
 
+// polls reports whether the cluster's leader counts member alive by its
+// polls (aggregator status, as member as).
+func (c *cluster) polls(as, member string) bool {
+	for _, s := range c.statuses(as) {
+		if s.Raft.State == "leader" && slices.Contains(s.Polling, member) {
+			return true
+		}
+	}
+	return false
+}
+
 // converged waits until the named nodes report the same state hash and
 // receipt-chain head, and returns that status.
 func (c *cluster) converged(as string, nodes ...string) nodeStatus {
 	var agreed nodeStatus
-	waitFor(c.t, fmt.Sprintf("%v to converge", nodes), 2*time.Minute, func() bool {
+	waitFor(c.t, fmt.Sprintf("%v to converge", nodes), untilRun(), func() bool {
 		st := c.statuses(as)
 		for i, n := range nodes {
 			s, ok := st[n]
@@ -115,7 +140,7 @@ func TestClusterLeaderKilledMidJob(t *testing.T) {
 	}()
 	// The submit prints the ID only when it exits; the pool names it sooner.
 	var id string
-	waitFor(t, "the job to be submitted", 2*time.Minute, func() bool {
+	waitFor(t, "the job to be submitted", untilRun(), func() bool {
 		out, _, err := c.cli("alice", "--json", "job", "ls")
 		var jobs []struct{ ID, Name string }
 		if err != nil || json.Unmarshal([]byte(out), &jobs) != nil {
@@ -128,13 +153,13 @@ func TestClusterLeaderKilledMidJob(t *testing.T) {
 		}
 		return id != ""
 	})
-	waitFor(t, "a quarter of the shards", 2*time.Minute, func() bool { return c.status("alice", id).Counts.Verified >= 50 })
+	waitFor(t, "a quarter of the shards", untilRun(), func() bool { return c.status("alice", id).Counts.Verified >= 50 })
 	old := c.leader("alice")
 	if old == "" {
 		t.Fatal("no leader")
 	}
 	c.kill(old, syscall.SIGKILL)
-	waitFor(t, "the job to complete under a new leader", 3*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete under a new leader", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	var alive []string
 	for _, a := range c.aggs {
 		if a != old {
@@ -188,7 +213,7 @@ func TestClusterMinorityAndRestart(t *testing.T) {
 	c.startWorker("w1")
 	c.kill("agg-3", syscall.SIGKILL)
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-majority", 20)))
-	waitFor(t, "the majority to finish a job", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the majority to finish a job", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	before := c.converged("alice", "agg-1", "agg-2")
 
 	c.kill("agg-2", syscall.SIGKILL)
@@ -252,7 +277,7 @@ func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
 	c.startAggregators()
 	c.startWorker("w1")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-snap", 60)))
-	waitFor(t, "the job", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	victim := "agg-3"
 	if c.leader("alice") == victim {
 		victim = "agg-2"
@@ -260,7 +285,7 @@ func TestClusterFollowerRestoredFromSnapshot(t *testing.T) {
 	c.kill(victim, syscall.SIGKILL)
 	// More work while it is away, so the log moves past what it had.
 	id2 := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-snap-2", 60)))
-	waitFor(t, "the second job", 2*time.Minute, func() bool { return c.status("alice", id2).State == "done" })
+	waitFor(t, "the second job", untilRun(), func() bool { return c.status("alice", id2).State == "done" })
 	c.waitExit(victim)
 	if err := os.RemoveAll(filepath.Join(c.dir, victim, "data", "raft")); err != nil {
 		t.Fatal(err)
@@ -317,7 +342,7 @@ func TestClusterRestartedNodeReadsOnlyCaughtUp(t *testing.T) {
 		for k := range 4 {
 			last = strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo(fmt.Sprintf("mc-%d-%d", round, k), 5)))
 		}
-		waitFor(t, "the jobs submitted without "+victim, 2*time.Minute, func() bool { return c.status("alice", last).State == "done" })
+		waitFor(t, "the jobs submitted without "+victim, untilRun(), func() bool { return c.status("alice", last).State == "done" })
 		c.restartAggregator(victim)
 		out, errs, err := c.cli("alice", "--json", "job", "ls", "--federation", "only.yaml")
 		var jobs []struct{ Name string }
@@ -330,7 +355,7 @@ func TestClusterRestartedNodeReadsOnlyCaughtUp(t *testing.T) {
 		// Its status says so (read again until it does: a heartbeat
 		// late past the stale bound on a loaded machine makes it catch
 		// up again).
-		waitFor(t, victim+"'s status to say it caught up", time.Minute, func() bool { return c.statuses("alice")[victim].CaughtUp })
+		waitFor(t, victim+"'s status to say it caught up", untilElected(), func() bool { return c.statuses("alice")[victim].CaughtUp })
 	}
 }
 
@@ -404,12 +429,12 @@ func TestClusterLeaveAndJoin(t *testing.T) {
 	c.startAggregators()
 	voters := func() int { return len(c.statuses("alice")[c.leader("alice")].Raft.Servers) }
 	c.mustCLI("agg-1", "aggregator", "leave", "agg-3")
-	waitFor(t, "two voters", time.Minute, func() bool { return voters() == 2 })
+	waitFor(t, "two voters", untilElected(), func() bool { return voters() == 2 })
 	if out, _, err := c.cli("alice", "aggregator", "leave", "agg-2"); err == nil {
 		t.Fatalf("a worker changed the voters: %s", out)
 	}
 	c.mustCLI("agg-2", "aggregator", "join", "agg-3")
-	waitFor(t, "three voters", time.Minute, func() bool { return voters() == 3 })
+	waitFor(t, "three voters", untilElected(), func() bool { return voters() == 3 })
 	c.converged("alice", c.aggs...)
 }
 
@@ -456,7 +481,7 @@ func TestClusterRestartAfterTailTruncation(t *testing.T) {
 	}
 
 	c.restartAggregator(victim)
-	waitFor(t, victim+" to serve again", time.Minute, func() bool {
+	waitFor(t, victim+" to serve again", untilElected(), func() bool {
 		select {
 		case <-c.exits[victim]:
 			t.Fatalf("%s exited on restart after a tail truncation", victim)
@@ -504,7 +529,7 @@ func TestClusterSIGTERMLeaderHandsOver(t *testing.T) {
 	}
 	c.startWorker("w1")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", c.montecarlo("mc-handover", 4)))
-	waitFor(t, "a job under the new leader", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "a job under the new leader", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	// The 12 hex digits the CLI prints name the job.
 	if out := c.mustCLI("alice", "job", "status", id[7:19]); !strings.Contains(out, "state done") || !strings.Contains(out, id) {
 		t.Fatalf("job status by prefix:\n%s", out)

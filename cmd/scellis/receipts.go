@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/csv"
@@ -20,6 +21,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/memlimit"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/receipt"
 )
@@ -51,12 +53,7 @@ func (s *receiptSource) register(cmd *cobra.Command) {
 
 func (s *receiptSource) load(cmd *cobra.Command) ([]receipt.Receipt, error) {
 	if s.file != "" {
-		b, err := safefile.ReadFile(s.file, safefile.MaxLedger)
-		if err != nil {
-			return nil, diag.New(diag.FileUnreadable, s.file, "cannot read the receipt file: %v", configPathErr(err)).
-				WithHelp("give the file 'scellis receipts export --format json' wrote")
-		}
-		return decodeReceiptExport(s.file, b)
+		return readReceiptExport(s.file)
 	}
 	c, _, err := s.client(cmd.ErrOrStderr())
 	if err != nil {
@@ -276,34 +273,75 @@ func (s *receiptSource) checkSignatures(rs []receipt.Receipt) (string, *diag.Dia
 	return path, nil, nil
 }
 
-// receiptKeys are the JSON keys of an exported receipt, exactly.
-var receiptKeys = func() map[string]bool {
+// receiptKeys are the JSON keys of an exported receipt, exactly, and
+// receiptRequired those every receipt has (the export omits only empty
+// omitempty fields).
+var receiptKeys, receiptRequired = func() (map[string]bool, []string) {
 	keys := map[string]bool{}
+	var required []string
 	t := reflect.TypeOf(receipt.Receipt{})
 	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
-			keys[name] = true
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		keys[name] = true
+		if opts != "omitempty" {
+			required = append(required, name)
 		}
 	}
-	return keys
+	return keys, required
 }()
+
+// readReceiptExport reads a 'receipts export --format json' file,
+// streaming: the file is never held whole, and the receipts decoded so far
+// are checked against the process's memory limit as they grow (SC1206).
+func readReceiptExport(path string) ([]receipt.Receipt, error) {
+	f, _, err := safefile.Open(path, os.O_RDONLY, safefile.MaxLedger)
+	if err != nil {
+		return nil, diag.New(diag.FileUnreadable, path, "cannot read the receipt file: %v", configPathErr(err)).
+			WithHelp("give the file 'scellis receipts export --format json' wrote")
+	}
+	defer f.Close()
+	return decodeReceiptExport(path, bufio.NewReader(f))
+}
+
+// The memory limit is checked every receiptCheckBytes of the file, or
+// receiptCheckEvery receipts, whichever comes first, for room for
+// receiptRoom more: decoded, a receipt takes a few times its JSON (a peer
+// name of two letters, five bytes in the file, is a string header and an
+// allocation).
+const (
+	receiptCheckEvery = 1024
+	receiptCheckBytes = 1 << 20
+	receiptRoom       = 16 << 20
+)
 
 // decodeReceiptExport decodes a 'receipts export --format json' file
 // strictly. encoding/json would match keys in any case, keep the last of a
-// repeated key and ignore unknown ones — each a way to make a file say
-// something other than what its hashes cover — so the keys of every receipt
-// are checked token by token first.
-func decodeReceiptExport(file string, b []byte) ([]receipt.Receipt, error) {
+// repeated key and ignore unknown or missing ones — each a way to make a
+// file say something other than what its hashes cover (or, for a list of
+// empty objects, to turn a few bytes of file into a whole receipt in
+// memory) — so the keys of every receipt are checked token by token first.
+func decodeReceiptExport(file string, r io.Reader) ([]receipt.Receipt, error) {
 	bad := func(format string, args ...any) error {
 		return diag.New(diag.ReceiptMalformed, file, format, args...).
 			WithHelp("give the file 'scellis receipts export --format json' wrote, unedited")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
+	dec := json.NewDecoder(r)
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
 		return nil, bad("not a receipt export: want a JSON list of receipts")
 	}
 	var rs []receipt.Receipt
+	checked := int64(0)
 	for i := 0; dec.More(); i++ {
+		if at := dec.InputOffset(); i%receiptCheckEvery == 0 || at-checked >= receiptCheckBytes {
+			if !memlimit.Fits(receiptRoom) {
+				return nil, memlimit.TooLarge(file, fmt.Sprintf("%d receipts read so far", i),
+					"verify the chain from the pool instead (scellis receipts verify, no --file), or export a shorter range")
+			}
+			checked = at
+		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return nil, bad("receipt %d: %v", i, err)
@@ -329,6 +367,11 @@ func decodeReceiptExport(file string, b []byte) ([]receipt.Receipt, error) {
 			var skip json.RawMessage
 			if err := keys.Decode(&skip); err != nil {
 				return nil, bad("receipt %d: %v", i, err)
+			}
+		}
+		for _, k := range receiptRequired {
+			if !seen[k] {
+				return nil, bad("receipt %d has no key %q", i, k)
 			}
 		}
 		var r receipt.Receipt

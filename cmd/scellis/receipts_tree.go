@@ -14,7 +14,6 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
-	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/receipt"
 )
 
@@ -155,11 +154,7 @@ func walkLevel(rs []receipt.Receipt, sources map[string]string, loadChild func(n
 // member (whose key the child's federation must list).
 func (s *receiptSource) loadChildChain(ctx context.Context, name, path string) ([]receipt.Receipt, error) {
 	if isExport(path) {
-		b, err := safefile.ReadFile(path, safefile.MaxLedger)
-		if err != nil {
-			return nil, err
-		}
-		return decodeReceiptExport(path, b)
+		return readReceiptExport(path)
 	}
 	// The child's file first: a path that is wrong is the first thing to
 	// say, before this member's own identity.

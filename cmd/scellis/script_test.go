@@ -12,12 +12,14 @@ import (
 
 	"github.com/scellis/scellis/internal/sandboxproc"
 	"github.com/scellis/scellis/internal/testharness"
+	"github.com/scellis/scellis/trainer"
 )
 
 // TestMain lets testscript run this binary in-process as the `scellis`
 // command inside scripts, the way a user runs it.
 func TestMain(m *testing.M) {
 	sandboxproc.Main() // the aggregator's planner re-executes this binary
+	trainer.Main()     // and a silo, to set up a trainer's sandbox
 	// The tests run guarded (internal/testharness): the scellis processes
 	// they start and their folders — the scellis binary they build
 	// (scellisBinary, 50 MB) included — end with the test binary, even
@@ -59,6 +61,20 @@ func TestScripts(t *testing.T) {
 				if (got == want) == neg {
 					ts.Fatalf("exit code %d, want %d", got, want)
 				}
+			},
+			// npy FILE V...: write the values as a flat float64 .npy
+			// (a trainer's init.npy, say).
+			"npy": func(ts *testscript.TestScript, neg bool, args []string) {
+				if neg || len(args) < 1 {
+					ts.Fatalf("usage: npy FILE [values...]")
+				}
+				var v []float64
+				for _, a := range args[1:] {
+					f, err := strconv.ParseFloat(a, 64)
+					ts.Check(err)
+					v = append(v, f)
+				}
+				ts.Check(os.WriteFile(ts.MkAbs(args[0]), trainer.EncodeNPY(v), 0o644))
 			},
 		},
 		Setup: func(env *testscript.Env) error {

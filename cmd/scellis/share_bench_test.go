@@ -11,7 +11,7 @@ import (
 // real processes on loopback), each alone and then both at once: the
 // sweep submitted first and under way when the run is launched.
 //
-//	go test -run x -bench SharedSilos -benchtime 2x ./cmd/scellis/
+//	go test -run '^$' -bench SharedSilos -benchtime 2x ./cmd/scellis/
 //
 // Metrics: rounds/s of the run alone and together (its time by the
 // leader's clock, fl status), shards/s of the sweep alone and together

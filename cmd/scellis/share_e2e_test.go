@@ -134,7 +134,7 @@ func (f *sharedFederation) runToEnd(t testing.TB, file string) (runView, []fl.Ro
 // of its shards are done: the sweep is under way.
 func (f *sharedFederation) submitSweep(t testing.TB, file string) string {
 	id := strings.TrimSpace(f.c.mustCLI("alice", "job", "submit", file))
-	waitFor(t, "the sweep to be under way", 2*time.Minute, func() bool { return f.c.status("alice", id).Counts.Verified > 0 })
+	waitFor(t, "the sweep to be under way", untilRun(), func() bool { return f.c.status("alice", id).Counts.Verified > 0 })
 	return id
 }
 
@@ -243,7 +243,7 @@ func TestSiloWithoutGenericShardsIsNeverGrantedOne(t *testing.T) {
 	c.write("hospital-a.yaml", y+"metrics_listen: "+metrics+"\n")
 	c.startAggregators()
 	c.start("hospital-a", "silo", "--config", "hospital-a.yaml")
-	waitFor(t, "hospital-a's /metrics", time.Minute, func() bool { return scrape(t, metrics) != nil })
+	waitFor(t, "hospital-a's /metrics", untilNoticed(), func() bool { return scrape(t, metrics) != nil })
 	c.startWorker("w1")
 	f := &sharedFederation{c: c}
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", f.writeSweep()))

@@ -241,7 +241,7 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 	c.write("mc-drill.yaml", "name: mc-drill\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 4000000000, chunks: 8000}}\nreducer: {use: mean, params: {weight: samples}}\n")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "mc-drill.yaml"))
 	verified := func() int { return c.status("alice", id).Counts.Verified }
-	waitFor(t, "the pool to verify shards", 2*time.Minute, func() bool { return verified() >= 20 })
+	waitFor(t, "the pool to verify shards", untilRun(), func() bool { return verified() >= 20 })
 
 	type window struct {
 		role, node string
@@ -252,7 +252,7 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 	// chainSeq is the longest receipt chain a node that answers reports.
 	chainSeq := func() uint64 {
 		var seq uint64
-		waitFor(t, "an aggregator to report its chain", time.Minute, func() bool {
+		waitFor(t, "an aggregator to report its chain", untilNoticed(), func() bool {
 			for _, s := range c.statuses("alice") {
 				seq = max(seq, s.ChainSeq)
 			}
@@ -265,7 +265,7 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 		base := verified()
 		from := time.Now()
 		b.isolate(node)
-		waitFor(t, fmt.Sprintf("40 shards verified while the %s %s is silent", role, node), 3*time.Minute,
+		waitFor(t, fmt.Sprintf("40 shards verified while the %s %s is silent", role, node), untilRun(),
 			func() bool { return verified() >= base+40 })
 		if nl := c.leader("alice"); nl == node || nl == "" {
 			t.Fatalf("while %s is silent the leader is %q", node, nl)
@@ -282,7 +282,7 @@ func TestPoolVerifiesThroughSilentNodes(t *testing.T) {
 	// cluster had at the heal. (Not an equal state hash: the workers go on
 	// reporting, so the nodes' states are rarely equal at one instant.)
 	healedAt := chainSeq()
-	waitFor(t, fmt.Sprintf("the healed %s to catch up to receipt %d", leader, healedAt), 2*time.Minute, func() bool {
+	waitFor(t, fmt.Sprintf("the healed %s to catch up to receipt %d", leader, healedAt), untilRun(), func() bool {
 		return c.statuses("alice")[leader].ChainSeq >= healedAt
 	})
 	var follower string

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // peerRec is a peer's record as `pool peers --json` shows it.
@@ -17,6 +16,7 @@ type peerRec struct {
 	Excluded   bool   `json:"excluded"`
 	Leases     int    `json:"leases"`
 	Released   int    `json:"released"`
+	Expired    int    `json:"expired"`
 	RoundsOnly bool   `json:"rounds_only"`
 }
 
@@ -64,7 +64,7 @@ verification: {mode: adaptive, canaries: 0.34, trust_after: 7, audit_one_in: 3}
 	c.startWorker("liar")
 	c.startWorker("stamp")
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", "sq.yaml"))
-	waitFor(t, "the canaries to exclude the liar and the rubber stamp", 2*time.Minute, func() bool {
+	waitFor(t, "the canaries to exclude the liar and the rubber stamp", untilRun(), func() bool {
 		ps := c.peers("alice")
 		return ps["liar"].Excluded && ps["stamp"].Excluded
 	})
@@ -74,7 +74,7 @@ verification: {mode: adaptive, canaries: 0.34, trust_after: 7, audit_one_in: 3}
 	}
 	c.startWorker("w1")
 	c.startWorker("w2")
-	waitFor(t, "the job to complete", 2*time.Minute, func() bool { return c.status("alice", id).State == "done" })
+	waitFor(t, "the job to complete", untilRun(), func() bool { return c.status("alice", id).State == "done" })
 	c.mustCLI("alice", "job", "result", id, "--out", "pool")
 
 	var solo, pool map[string]json.RawMessage

@@ -81,17 +81,9 @@ func TestStudioInBrowser(t *testing.T) {
 	c.write("agg-1.yaml", strings.Replace(string(agg), "log_level: error", "log_level: warn", 1)+"studio_listen: "+studioAddr+"\n")
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "3", "--rows", "200", "--out", "data"))
 	for i, s := range silos {
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-poll: 100ms
-datasets:
-  - {name: patients, path: data/hospital-%d.csv, label: outcome, class: confidential, budget: {epsilon: 60, delta: 1.0e-5}, unit: silo}
-policy:
-  min_cohort: 3
-  generic_shards: true
-`, s, s, s, i+1))
+		cfg := hospitalSilo(s, i+1, 60, "silo")
+		cfg.header, cfg.policy = "poll: 100ms\n", "  min_cohort: 3\n  generic_shards: true\n"
+		c.writeSilo(cfg)
 	}
 	// A trivial 6 × 6 sweep: the cells' values, not the work, are the point.
 	c.write("score.star", "def run(params, inputs):\n    a, b = params[\"a\"], params[\"b\"]\n    return {\"score\": 10.0 - (a - 4) * (a - 4) - (b - 2) * (b - 2)}\n")
@@ -289,7 +281,7 @@ verification: {replicas: 2}
 	sp.release()
 	c.start("solo", "run", "sweep.yaml", "--out", "solo", "--ui", soloAddr)
 	var soloURL string
-	waitFor(t, "scellis run --ui to print its URL", time.Minute, func() bool {
+	waitFor(t, "scellis run --ui to print its URL", untilNoticed(), func() bool {
 		b, _ := os.ReadFile(filepath.Join(c.dir, "solo.log"))
 		_, rest, ok := strings.Cut(string(b), "live view: ")
 		soloURL, _, _ = strings.Cut(rest, " ")

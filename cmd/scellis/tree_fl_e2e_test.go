@@ -6,13 +6,17 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/internal/testfault"
+	"github.com/scellis/scellis/silo"
 )
 
 // The issue's federated run over a tree of clusters (issue 22; docs/tree.md,
@@ -89,9 +93,9 @@ seed: 3
 		// Each silo checks every round with the parent (parent_federation:
 		// the parent's file lists it under its child) before it sends
 		// anything keyed to the round's Params.
-		c.write(s[0]+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\nparent_federation: %s\ndata_dir: %s/data\npoll: 200ms\n"+
-			"datasets:\n  - {name: patients, path: %s, label: outcome, class: confidential, budget: {epsilon: 50, delta: 1.0e-5}, unit: silo}\npolicy:\n  min_cohort: 3\n",
-			s[0], s[0], filepath.Join(p.dir, "federation.yaml"), s[0], filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1))))
+		c.writeSilo(siloConfig{name: s[0], header: "parent_federation: " + filepath.Join(p.dir, "federation.yaml") + "\npoll: 200ms\n",
+			datasets: []siloDataset{{name: "patients", path: filepath.Join(data, fmt.Sprintf("hospital-%d.csv", i+1)), epsilon: 50, unit: "silo"}},
+			policy:   "  min_cohort: 3\n"})
 		// fl simulate reads one file per site, named as the silo (its seeds are the silo's).
 		if err := os.MkdirAll(filepath.Join(p.dir, "sim"), 0o755); err != nil {
 			t.Fatal(err)
@@ -138,10 +142,7 @@ seed: 3
 	}
 	// a1 polls child-a, then stops: round 0's sub-cohort at child-a waits
 	// for it.
-	waitFor(t, "silo a1 to poll", time.Minute, func() bool {
-		b, _ := os.ReadFile(filepath.Join(a.dir, "a1.log"))
-		return len(b) > 0
-	})
+	waitFor(t, "silo a1 to poll", untilNoticed(), func() bool { return a.polls("a2", "a1") })
 	a.kill("a1", syscall.SIGSTOP)
 	defer a.kill("a1", syscall.SIGCONT)
 
@@ -155,7 +156,7 @@ seed: 3
 		Delegated *struct{ Job string }
 	}
 	var first subJob
-	waitFor(t, "child-a to host round 0's sub-cohort", 2*time.Minute, func() bool {
+	waitFor(t, "child-a to host round 0's sub-cohort", untilRun(), func() bool {
 		out, _, err := a.cli("a2", "--json", "job", "ls")
 		var subs []subJob
 		if err != nil || json.Unmarshal([]byte(out), &subs) != nil {
@@ -193,23 +194,27 @@ seed: 3
 	if attempts[0] < 2 || attempts[1] < 2 {
 		t.Fatalf("the run's rounds took %v attempts; round 0 (child-a's leader killed) and round 1 (child-a's bad outer key) were not both retried", attempts)
 	}
-	if !clusterLogHas(a, "test fault: posting an outer key of the all-zero point") {
+	if _, err := os.Stat(filepath.Join(a.dir, "bad-key-posted")); err != nil {
 		t.Fatal("no node of child-a posted the bad outer key (test fault " + testfault.BadOuterKey + ")")
 	}
-	if !clusterLogHas(b, "SC6020", "child-a", "is not a usable X25519 key", "giving a round's sub-cohort back to the parent") {
-		t.Fatal("no node of child-b refused child-a's bad outer key (SC6020) and handed the round back")
+	if !subJobCancelled(t, b, "b1", id, 1) {
+		t.Fatal("child-b did not hand round 1's sub-cohort back (its sub-job of the round cancelled) after child-a's bad outer key")
 	}
 	for _, r := range p.rounds(id) {
 		if len(r.Participants) != 9 {
 			t.Fatalf("round %d summed %v, not the nine silos", r.Round, r.Participants)
 		}
 	}
-	// Every silo took part after checking each round's bundle with the
-	// parent: it contributed to the last round, so it checked it.
+	// Every silo checked each round's bundle with the parent and refused
+	// none: none of its records in its child's sub-jobs of the run names
+	// an SC761x refusal (a bundle the parent does not confirm is declined
+	// so, as the second run shows).
 	for _, s := range silos {
-		log, _ := os.ReadFile(filepath.Join(tr.children["child-"+s[1]].dir, s[0]+".log"))
-		if n := strings.Count(string(log), "checked with the parent: the round's bundle"); n == 0 || strings.Contains(string(log), "SC761") {
-			t.Fatalf("silo %s checked %d rounds with the parent (or refused one):\n%s", s[0], n, log)
+		c := tr.children["child-"+s[1]]
+		for _, rec := range subJobRecords(t, c, s[0], id) {
+			if rec.Silo == s[0] && slices.ContainsFunc(rec.Refusals, func(r silo.Refusal) bool { return strings.HasPrefix(string(r.Code), "SC761") }) {
+				t.Fatalf("silo %s refused round %d of the first run's bundle: %+v", s[0], rec.Round, rec.Refusals)
+			}
 		}
 	}
 	// Each silo's shard of a round is verified at the parent by the
@@ -280,7 +285,7 @@ seed: 3
 		"privacy: {dp: false}\n", "privacy: {clip: 5.0, sigma: 1.0}\nmasking: secagg+\n").Replace(spec)
 	p.write("run2.yaml", run2)
 	id2 := strings.TrimSpace(p.mustCLI("alice", "fl", "launch", "run2.yaml"))
-	waitFor(t, "round 0 of the second run", 2*time.Minute, func() bool { return len(p.run(id2).Models) >= 1 })
+	waitFor(t, "round 0 of the second run", untilRun(), func() bool { return len(p.run(id2).Models) >= 1 })
 	for _, n := range a.aggs {
 		a.kill(n, syscall.SIGKILL)
 	}
@@ -316,17 +321,22 @@ seed: 3
 	// and declined it (SC7611) before charging or sending anything, and
 	// the round was retried. Each paid once per round, in its own
 	// ledger: nothing for the declined attempt.
-	if !clusterLogHas(b, "test fault: serving the silos a forged round bundle") {
+	if _, err := os.Stat(filepath.Join(b.dir, "bundle-forged")); err != nil {
 		t.Fatal("no node of child-b served the forged bundle (test fault " + testfault.ForgeRoundBundle + ")")
 	}
 	attempts2 := roundAttempts(t, p, id2)
 	if attempts2[2] < 2 {
 		t.Fatalf("the second run's rounds took %v attempts; round 2 (child-b's forged bundle) was not retried", attempts2)
 	}
+	declined := map[string]bool{}
+	for _, rec := range subJobRecords(t, b, "b1", id2) {
+		if rec.Round == 2 && rec.Status == silo.Declined && slices.ContainsFunc(rec.Refusals, func(r silo.Refusal) bool { return r.Code == diag.SiloParentMismatch }) {
+			declined[rec.Silo] = true
+		}
+	}
 	for _, s := range bOnly {
-		log := readFile(t, b.dir, s+".log")
-		if !strings.Contains(log, "SC7611") {
-			t.Errorf("silo %s did not decline child-b's forged bundle (SC7611):\n%s", s, log)
+		if !declined[s] {
+			t.Errorf("silo %s did not decline child-b's forged bundle (no record of round 2 declining it with SC7611)", s)
 		}
 		if charges := checkLedger(t, b, s); len(charges) != 4 {
 			t.Errorf("%s's ledger charges %d rounds of the DP run, want 4: %v", s, len(charges), charges)
@@ -356,20 +366,61 @@ func roundAttempts(t *testing.T, c *cluster, id string) map[int]int {
 	return n
 }
 
-// clusterLogHas reports whether one line of the log of one of c's
-// aggregators holds every one of parts.
-func clusterLogHas(c *cluster, parts ...string) bool {
-	for _, n := range c.aggs {
-		b, _ := os.ReadFile(filepath.Join(c.dir, n+".log"))
-	lines:
-		for line := range strings.Lines(string(b)) {
-			for _, p := range parts {
-				if !strings.Contains(line, p) {
-					continue lines
-				}
-			}
+// subJobCancelled reports whether child cluster c cancelled a sub-job of
+// step r of the parent's run id (read as member as): it gave the step's sub-cohort back to
+// the parent (a round it cannot complete), which retries the step.
+func subJobCancelled(t *testing.T, c *cluster, as, id string, r int) bool {
+	t.Helper()
+	var subs []struct {
+		Run       string
+		Round     int
+		State     string
+		Delegated *struct{ Job string }
+	}
+	out := c.mustCLI(as, "--json", "job", "ls")
+	if err := json.Unmarshal([]byte(out), &subs); err != nil {
+		t.Fatalf("job ls: %v\n%s", err, out)
+	}
+	for _, s := range subs {
+		if s.Delegated != nil && s.Run == id && s.Round == r && s.State == string(coordinator.JobCancelledState) {
 			return true
 		}
 	}
 	return false
+}
+
+// subJobRecords reads the signed contribution records the silos of child
+// cluster c reported to its sub-jobs of the parent's run id (as member
+// as): each shard report's result blob, once the sub-job is over.
+func subJobRecords(t *testing.T, c *cluster, as, id string) []silo.Contribution {
+	t.Helper()
+	ctx, cancel := factCtx()
+	defer cancel()
+	cl := c.apiClient(as)
+	jobs, err := cl.Jobs(ctx)
+	if err != nil {
+		t.Fatalf("job list: %v", err)
+	}
+	var out []silo.Contribution
+	for _, j := range jobs {
+		if j.Delegated == nil || string(j.Run) != id || j.State == coordinator.JobRunning {
+			continue
+		}
+		js, err := cl.Job(ctx, j.ID)
+		if err != nil {
+			t.Fatalf("sub-job %s: %v", j.ID, err)
+		}
+		for _, s := range js.Shards {
+			for _, rep := range s.Reports {
+				b, err := cl.GetBlob(ctx, rep.Result)
+				if err != nil {
+					t.Fatalf("%s's record in sub-job %s: %v", rep.Peer, j.ID, err)
+				}
+				if sc, err := silo.DecodeContribution(b); err == nil {
+					out = append(out, sc.Record)
+				}
+			}
+		}
+	}
+	return out
 }

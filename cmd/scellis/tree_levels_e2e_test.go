@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // layoutChain is a tree of three levels, one node per cluster: root is
@@ -53,7 +52,7 @@ func TestTreeThreeLevels(t *testing.T) {
 	}
 	leaf.startWorker("w1")
 	id := strings.TrimSpace(root.mustCLI("alice", "job", "submit", "sweep.yaml"))
-	waitFor(t, "the sweep to complete through three levels", 3*time.Minute, func() bool { return root.status("alice", id).State == "done" })
+	waitFor(t, "the sweep to complete through three levels", untilRun(), func() bool { return root.status("alice", id).State == "done" })
 	if ag, _ := peerCounts(root.status("alice", id)); ag["mid"] != 200 || len(ag) != 1 {
 		t.Fatalf("the root's shards were verified by %v, want mid's, all 200", ag)
 	}

@@ -11,7 +11,7 @@ import (
 // requests (as between a job's plan and its reduction) that is not
 // timed. Compare the two ns/op in one run.
 //
-//	go test -run x -bench Warm -benchtime 20x ./internal/sandboxproc/
+//	go test -run '^$' -bench Warm -benchtime 20x ./internal/sandboxproc/
 func BenchmarkWarm(b *testing.B) {
 	lim := Limits{MemoryBytes: 256 << 20, WallClock: time.Minute}
 	pause := func(b *testing.B) {

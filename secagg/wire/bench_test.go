@@ -29,7 +29,7 @@ import (
 // spent in the consistency round: from the survivor set's publication to
 // the last signature — one more exchange per site.
 //
-// Run: go test -run x -bench Round -benchtime 20x ./secagg/wire/
+// Run: go test -run '^$' -bench Round -benchtime 20x ./secagg/wire/
 func BenchmarkRound(b *testing.B) {
 	const n, dim = 4, 100_000
 	w := newWorld(b, n)

@@ -1,0 +1,118 @@
+package fl
+
+import (
+	"errors"
+	"path/filepath"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/yamlpos"
+	"github.com/scellis/scellis/trainer"
+)
+
+// parseTrainerRun checks what a run with a trainer cannot have: feature
+// statistics or a standardisation (the trainer reads its data file as it
+// is), federated evaluation (not implemented for trainers yet) and, under
+// DP, a per-record sampling rate (a trainer's update is released at the
+// silo level, q = 1).
+func parseTrainerRun(d *yamlpos.Decoder, f map[string]*yaml.Node, s *RunSpec) {
+	if n := f["standardize"]; n != nil && s.Standardize != StandardizeNone {
+		d.Errorf(n, diag.InvalidValue, "standardize", "drop standardize (or write none): the trainer reads its data file as it is and normalises it itself",
+			"standardize: %s with a trainer", s.Standardize)
+	}
+	if n := f["evaluation"]; n != nil {
+		d.Errorf(n, diag.InvalidValue, "evaluation", "drop evaluation; score the exported model with scellis trainer eval DIR --model FILE --data FILE",
+			"federated evaluation is not implemented for trainer runs yet")
+	}
+	if n := f["privacy"]; n != nil && s.DP && s.Q != 0 && s.Q != 1 {
+		d.Errorf(n, diag.InvalidValue, "privacy.q", "drop privacy.q: a trainer's update is released at the silo level (unit: silo), once per round",
+			"privacy.q = %g with a trainer; record-level DP-SGD inside a trainer is not trusted", s.Q)
+	}
+}
+
+// LoadTrainer loads the run's trainer directory (relative to baseDir, the
+// run file's folder) and returns it with its content hash; its initial
+// weights must be there (SC9501).
+func (s *RunSpec) LoadTrainer(baseDir string) (*trainer.Bundle, content.Ref, error) {
+	dir := s.Trainer
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(baseDir, dir)
+	}
+	b, err := trainer.Load(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, _, err := b.Init(); err != nil {
+		return nil, "", err
+	}
+	ref, err := b.Ref()
+	return b, ref, err
+}
+
+// TrainerGlobal is a trainer run's initial global state: the trainer's
+// init.npy as w.
+func TrainerGlobal(b *trainer.Bundle) (Global, error) {
+	w, _, err := b.Init()
+	if err != nil {
+		return nil, err
+	}
+	return Global{"w": w, "round": int64(0)}, nil
+}
+
+// TrainerOutput is a trainer's client step: the update its trained weights
+// imply (trained − global), released exactly as a built-in model's under
+// update-level DP (clipped, on the grid, noised: releaseUpdate) with weight
+// 1, or without DP scaled by the examples it trained on, with that weight
+// (FedAvg's weighting by rows, as fl-common's client_weight). A trainer's
+// own privacy claims play no part: only the silo's release leaves.
+// Record-level DP is refused (a trainer's DP-SGD is not trusted).
+func TrainerOutput(global, trained []float64, examples int, p Privacy) (ClientOutput, error) {
+	if len(trained) != len(global) {
+		return ClientOutput{}, diag.New(diag.TrainerOutput, "trainer", "the trainer returned %d weights for a model of %d", len(trained), len(global))
+	}
+	if examples <= 0 {
+		return ClientOutput{}, diag.New(diag.TrainerOutput, "trainer", "the trainer reports training on %d examples", examples).
+			WithHelp("the trainer's result.json gives the number of examples it trained on")
+	}
+	update := make([]float64, len(global))
+	for i := range update {
+		update[i] = trained[i] - global[i]
+	}
+	out := ClientOutput{Update: update}
+	switch p.Unit {
+	case UnitNone:
+		for i := range update {
+			update[i] *= float64(examples)
+		}
+		out.Weight = float64(examples)
+	case UnitSilo:
+		if err := p.Validate(); err != nil {
+			return ClientOutput{}, err
+		}
+		out.Weight = 1
+		if err := p.releaseUpdate(&out); err != nil {
+			return ClientOutput{}, err
+		}
+	default:
+		return ClientOutput{}, diag.New(diag.TrainerUnit, "trainer", "a trainer's update cannot be released under %s-level DP", p.Unit).
+			WithHelp("declare the dataset unit: silo")
+	}
+	return out, nil
+}
+
+// KindTrainer is a model file's kind for a trainer run's model.
+const KindTrainer = "trainer"
+
+// trainerModelFile is a trainer run's model file: the final weights and
+// the trainer's content hash (the trainer gives them their meaning).
+func trainerModelFile(spec *Canonical, global Global) (*ModelFile, error) {
+	w, ok := global.Vector("w")
+	if !ok {
+		return nil, errors.New("fl: the final global state has no parameter vector w")
+	}
+	return &ModelFile{Format: ModelFileFormat, Kind: KindTrainer, Trainer: spec.Trainer, Params: slices.Clone(w),
+		Global: global, Classes: []float64{}, Features: []string{}, Standardization: Standardization{Mode: StandardizeNone}}, nil
+}

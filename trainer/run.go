@@ -1,0 +1,251 @@
+package trainer
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/safefile"
+)
+
+// Helper is the pure-Python helper module (scellis_trainer.py) the silo
+// puts on the trainer's import path: it turns the file protocol into
+// train(model, loader, params) and evaluate(model, loader) calls.
+//
+//go:embed python/scellis_trainer.py
+var Helper []byte
+
+// HelperModule is the file name the helper is imported as.
+const HelperModule = "scellis_trainer.py"
+
+// The modes a trainer runs in.
+const (
+	ModeInit     = "init"
+	ModeTrain    = "train"
+	ModeEvaluate = "evaluate"
+)
+
+// Limits bound one trainer run; they come from the silo's policy.
+type Limits struct {
+	// CPUSeconds is RLIMIT_CPU: CPU time over all the trainer's threads.
+	CPUSeconds int
+	// MemoryMB is RLIMIT_AS: the trainer's address space.
+	MemoryMB int
+	// Wall is the wall-clock limit; past it the sandbox is killed.
+	Wall time.Duration
+	// ScratchMB bounds the scratch directory (a tmpfs).
+	ScratchMB int
+	// Threads is the trainer's thread count (OMP_NUM_THREADS), 1 when 0.
+	Threads int
+}
+
+// DefaultLimits are a trainer's limits when the policy gives none.
+var DefaultLimits = Limits{CPUSeconds: 600, MemoryMB: 4096, Wall: 10 * time.Minute, ScratchMB: 256, Threads: 1}
+
+// WithDefaults fills the zero limits from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
+	if l.CPUSeconds > 0 {
+		d.CPUSeconds = l.CPUSeconds
+	}
+	if l.MemoryMB > 0 {
+		d.MemoryMB = l.MemoryMB
+	}
+	if l.Wall > 0 {
+		d.Wall = l.Wall
+	}
+	if l.ScratchMB > 0 {
+		d.ScratchMB = l.ScratchMB
+	}
+	if l.Threads > 0 {
+		d.Threads = l.Threads
+	}
+	return d
+}
+
+// Job is one run of a trainer.
+type Job struct {
+	// Interpreter runs the entry point (the policy's, e.g. /usr/bin/python3).
+	Interpreter string
+	Bundle      *Bundle
+	Mode        string
+	// Data is the dataset file on the host, bound read-only into the
+	// sandbox ("" for init). Label is its label column.
+	Data, Label string
+	// Weights (flat) and Layout are the model the trainer starts from
+	// (nil for init).
+	Weights []float64
+	Layout  Layout
+	// Params are the round's parameters (lr, epochs, mu, seed, …).
+	Params map[string]any
+	// Dir is where the job's files are made (a fresh folder inside it,
+	// removed afterwards): a folder of the silo's own.
+	Dir    string
+	Limits Limits
+}
+
+// Result is what a trainer returned.
+type Result struct {
+	// Weights are the trained (train) or initial (init) weights, flat.
+	Weights []float64
+	// Layout is init's layout.
+	Layout   Layout
+	Examples int
+	Metrics  map[string]float64
+	// Log is the tail of the trainer's output, for the silo's own log.
+	Log string
+	// Took is the trainer process's wall-clock time.
+	Took time.Duration
+}
+
+// spec is params.json.
+type spec struct {
+	Format string         `json:"format"`
+	Mode   string         `json:"mode"`
+	Data   *string        `json:"data"`
+	Label  string         `json:"label"`
+	Layout Layout         `json:"layout"`
+	Params map[string]any `json:"params"`
+}
+
+// Paths inside the sandbox.
+const (
+	sandboxTrainer = "/trainer"
+	sandboxHelper  = "/scellis"
+	sandboxData    = "/data"
+	sandboxIO      = "/io"
+	sandboxScratch = "/scratch"
+)
+
+// writeInputs lays out the job folder: trainer/ (the bundle), lib/ (the
+// helper), io/in (params.json, weights.npy), io/out (for the answer).
+func writeInputs(dir string, j Job) error {
+	for _, d := range []string{"trainer", "lib", "io/in", "io/out", "root"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := j.Bundle.Unpack(filepath.Join(dir, "trainer")); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lib", HelperModule), Helper, 0o444); err != nil {
+		return err
+	}
+	s := spec{Format: Format, Mode: j.Mode, Label: j.Label, Layout: j.Layout, Params: j.Params}
+	if j.Data != "" {
+		p := sandboxData + "/" + filepath.Base(j.Data)
+		s.Data = &p
+	}
+	if s.Params == nil {
+		s.Params = map[string]any{}
+	}
+	b, err := json.MarshalIndent(s, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "io", "in", "params.json"), b, 0o444); err != nil {
+		return err
+	}
+	if j.Weights != nil {
+		if err := os.WriteFile(filepath.Join(dir, "io", "in", "weights.npy"), EncodeNPY(j.Weights), 0o444); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readOutputs reads and checks the trainer's answer: result.json, and for
+// train and init weights.npy of the layout's size, all finite.
+func readOutputs(dir string, j Job, subject string) (Result, error) {
+	var r Result
+	out := filepath.Join(dir, "io", "out")
+	garbage := func(format string, args ...any) error {
+		return diag.New(diag.TrainerOutput, subject, format, args...).
+			WithHelp("the trainer writes io/out/weights.npy (the flat weights, float32 or float64) and io/out/result.json ({\"examples\": N, \"metrics\": {…}}); scellis_trainer.main does it")
+	}
+	raw, err := safefile.ReadFile(filepath.Join(out, "result.json"), 1<<20)
+	if err != nil {
+		return r, garbage("no readable result.json: %v", err)
+	}
+	var res struct {
+		Examples json.Number            `json:"examples"`
+		Metrics  map[string]json.Number `json:"metrics"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&res); err != nil {
+		return r, garbage("result.json is not {\"examples\": N, \"metrics\": {…}}: %v", err)
+	}
+	if n, err := res.Examples.Int64(); err != nil || n < 0 || n > 1<<40 {
+		return r, garbage("result.json gives examples %q; it must be a count", res.Examples)
+	} else {
+		r.Examples = int(n)
+	}
+	r.Metrics = map[string]float64{}
+	for k, v := range res.Metrics {
+		f, err := v.Float64()
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return r, diag.New(diag.TrainerNonFinite, subject, "metric %q is %q", k, v).WithHelp("metrics are finite numbers")
+		}
+		r.Metrics[k] = f
+	}
+	if j.Mode == ModeEvaluate {
+		return r, nil
+	}
+	wraw, err := safefile.ReadFile(filepath.Join(out, "weights.npy"), MaxNPY)
+	if err != nil {
+		return r, garbage("no readable weights.npy: %v", err)
+	}
+	w, _, err := DecodeNPY(wraw)
+	if err != nil {
+		return r, garbage("weights.npy: %v", err)
+	}
+	want := j.Layout
+	if j.Mode == ModeInit {
+		lraw, err := safefile.ReadFile(filepath.Join(out, "layout.json"), 1<<20)
+		if err != nil {
+			return r, garbage("init wrote no readable layout.json: %v", err)
+		}
+		if want, err = ParseLayout(lraw); err != nil {
+			return r, garbage("layout.json: %v", err)
+		}
+		r.Layout = want
+	}
+	if len(w) != want.Size() {
+		return r, garbage("weights.npy holds %d values; the model's layout has %d", len(w), want.Size())
+	}
+	if i := nonFinite(w); i >= 0 {
+		return r, diag.New(diag.TrainerNonFinite, subject, "weights.npy holds %v at index %d (of %d)", w[i], i, len(w)).
+			WithHelp("the trainer diverged: lower the learning rate, or check the model on this data with scellis trainer train")
+	}
+	r.Weights = w
+	return r, nil
+}
+
+// memoryDeath recognises a trainer that ran out of address space:
+// Python's MemoryError, PyTorch's and C++'s allocation failures.
+func memoryDeath(log string) bool {
+	for _, s := range []string{"MemoryError", "can't allocate memory", "Cannot allocate memory", "std::bad_alloc", "out of memory", "Unable to allocate", "failed to map segment from shared object"} {
+		if strings.Contains(log, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		s = "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+func (j Job) subject() string { return fmt.Sprintf("trainer %s (%s)", j.Bundle.Entry, j.Mode) }
