@@ -20,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/scellis/scellis/diag"
 )
@@ -35,11 +34,11 @@ const slack = 128 << 20
 // start, less the slack. A lower limit already set (GOMEMLIMIT) is kept.
 // It returns the limit in force (math.MaxInt64: none).
 func Init() int64 {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_AS, &rl); err != nil || rl.Cur >= math.MaxInt64 { // RLIM_INFINITY is all ones
+	as, ok := addressSpaceLimit()
+	if !ok {
 		return debug.SetMemoryLimit(-1)
 	}
-	left := int64(rl.Cur) - addressSpaceInUse() - slack
+	left := as - addressSpaceInUse() - slack
 	soft := max(left/4*3, 16<<20)
 	if cur := debug.SetMemoryLimit(-1); cur < soft {
 		return cur
