@@ -7,10 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"slices"
-
-	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -327,7 +324,7 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 			continue
 		}
 		pt := mustEncode(sharePayload{Round: c.r.id, From: c.id, To: v, Seed: seedShares[i], Key: keyShares[i]})
-		sealed, err := seal(shareKey(c.boxKeys[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
+		sealed, err := SealBox(shareKey(c.boxKeys[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
 		clear(pt)
 		clear(seedShares[i])
 		clear(keyShares[i])
@@ -595,7 +592,7 @@ func (c *Client) maskedVector(buf []byte, x []float64, enc []int64, weight float
 // open decrypts a box sent to this client and checks what it holds.
 func (c *Client) open(b Box) (heldShares, error) {
 	key := shareKey(c.boxKeys[b.From], c.r.session, b.From, c.id)
-	pt, err := unseal(key, shareAD(c.r, b.From, c.id), b.Sealed)
+	pt, err := OpenBox(key, shareAD(c.r, b.From, c.id), b.Sealed)
 	clear(key)
 	if err != nil {
 		return heldShares{}, diag.New(diag.SecAggDecrypt, c.subject(), "box from %q does not authenticate", b.From).
@@ -835,29 +832,6 @@ func shareKey(shared, session []byte, from, to string) []byte {
 // shareAD binds a box to the round and both identities.
 func shareAD(r *round, from, to string) []byte {
 	return mustEncode([]any{labelShareAD, r.session, r.id, from, to})
-}
-
-func seal(key, ad, pt []byte) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key)
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(pt)+chacha20poly1305.Overhead)
-	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
-		return nil, err
-	}
-	return aead.Seal(nonce, nonce, pt, ad), nil
-}
-
-func unseal(key, ad, sealed []byte) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key)
-	if err != nil {
-		return nil, err
-	}
-	if len(sealed) < chacha20poly1305.NonceSizeX {
-		return nil, fmt.Errorf("secagg: sealed box too short")
-	}
-	return aead.Open(nil, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], ad)
 }
 
 // seedCommit commits to a self-mask seed: SHA-256 of the canonical encoding
