@@ -398,6 +398,66 @@ func consistency(s *Server, clients map[string]*Client, req *UnmaskRequest) (*Un
 	return s.EndConsistency()
 }
 
+// shareAll has each of ids share its keys for ks honestly and hands the
+// shares to s.
+func shareAll(s *Server, clients map[string]*Client, ids []string, ks *KeySet) error {
+	for _, id := range ids {
+		sh, err := clients[id].ShareKeys(ks)
+		if err != nil {
+			return err
+		}
+		if err := s.AddShares(sh); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maskAll has the recipient of each of dels mask its input (unweighted)
+// and hands the masked inputs to s.
+func maskAll(s *Server, clients map[string]*Client, dels []*ShareDelivery, input func(id string) []float64) error {
+	for _, d := range dels {
+		m, err := clients[d.To].MaskInput(d, input(d.To), 0)
+		if err != nil {
+			return err
+		}
+		if err := s.AddMaskedInput(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmaskAll has each of ids answer req and hands the unmaskings to s;
+// alter, if not nil, may change the i-th before it is handed over (to
+// play a corrupt site).
+func unmaskAll(s *Server, clients map[string]*Client, ids []string, req *UnmaskRequest, alter func(i int, u *Unmasking)) error {
+	for i, id := range ids {
+		u, err := clients[id].Unmask(req)
+		if err != nil {
+			return err
+		}
+		if alter != nil {
+			alter(i, u)
+		}
+		if err := s.AddUnmasking(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishRefused checks that s refuses to finish with code and releases no
+// sum.
+func finishRefused(t *testing.T, s *Server, code diag.Code) {
+	t.Helper()
+	res, err := s.Finish()
+	wantCode(t, err, code)
+	if res != nil {
+		t.Fatalf("the server released a sum despite %s", code)
+	}
+}
+
 // run drives every step in order, until the server refuses one.
 func (h *harness) run() bool {
 	return h.advertise() && h.share() && h.mask() && h.unmask()
