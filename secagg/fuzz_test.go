@@ -74,13 +74,8 @@ func roundMessages(t testing.TB) map[int][][]byte {
 	}
 	req, _ = h.server.EndConsistency()
 	add(5, req)
-	for _, id := range req.Survivors {
-		u, err := h.clients[id].Unmask(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.server.AddUnmasking(u)
-		add(6, u)
+	if err := unmaskAll(h.server, h.clients, req.Survivors, req, func(_ int, u *Unmasking) { add(6, u) }); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := h.server.Finish(); err != nil {
 		t.Fatal(err)
