@@ -229,12 +229,24 @@ func admitHere(regime trust.Regime, b *job.Bundle) diag.List {
 	return trust.Admit(regime, req)
 }
 
-// delegateLoop runs while this node leads (ctx is the tenure).
-func (n *Node) delegateLoop(ctx context.Context) {
+// parentClient is a client of the parent as this node's delegate
+// identity, or nil (logged under what) if the delegate's settings do not
+// make one.
+func (n *Node) parentClient(what string) *api.Client {
 	d := n.opt.Delegate
 	parent, err := api.NewClient(d.Identity, d.Parent)
 	if err != nil {
-		n.log.Error("delegate", "err", err)
+		n.log.Error(what, "err", err)
+		return nil
+	}
+	return parent
+}
+
+// delegateLoop runs while this node leads (ctx is the tenure).
+func (n *Node) delegateLoop(ctx context.Context) {
+	d := n.opt.Delegate
+	parent := n.parentClient("delegate")
+	if parent == nil {
 		return
 	}
 	parent.Log = n.log
@@ -324,10 +336,8 @@ func (n *Node) delegateLoop(ctx context.Context) {
 // (consensus.Node.Fresh): a child without quorum can host nothing, and
 // its silence lets the parent's rounds go on without it.
 func (n *Node) beat(ctx context.Context) {
-	d := n.opt.Delegate
-	parent, err := api.NewClient(d.Identity, d.Parent)
-	if err != nil {
-		n.log.Error("delegate heartbeat", "err", err)
+	parent := n.parentClient("delegate heartbeat")
+	if parent == nil {
 		return
 	}
 	pause := func(d time.Duration) {

@@ -372,12 +372,26 @@ func compileInChild(ctx context.Context, req planRequest) (*job.Plan, *catalog.C
 	return pl, builtin, blobs, err
 }
 
-func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
-	var req planRequest
-	if err := content.Decode(raw, &req); err != nil {
-		return nil, err
+// childRequest is the request of a child that works on a compiled plan:
+// it names the plan (compiles).
+type childRequest interface{ compiles() planRequest }
+
+func (r planRequest) compiles() planRequest    { return r }
+func (r reduceRequest) compiles() planRequest  { return r.Plan }
+func (r verdictRequest) compiles() planRequest { return r.Plan }
+
+// decodeCompiled decodes a child's request and compiles the plan it
+// names: how each child that works on a plan starts.
+func decodeCompiled[R childRequest](ctx context.Context, raw []byte) (req R, pl *job.Plan, builtin *catalog.Catalog, blobs *childBlobs, err error) {
+	if err = content.Decode(raw, &req); err != nil {
+		return req, nil, nil, nil, err
 	}
-	pl, builtin, _, err := compileInChild(ctx, req)
+	pl, builtin, blobs, err = compileInChild(ctx, req.compiles())
+	return req, pl, builtin, blobs, err
+}
+
+func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
+	req, pl, builtin, _, err := decodeCompiled[planRequest](ctx, raw)
 	if err != nil {
 		return nil, err
 	}

@@ -79,11 +79,7 @@ func (n *Node) reduceJob(ctx context.Context, id content.Ref) (content.Ref, erro
 }
 
 func childReduce(ctx context.Context, raw []byte) ([]byte, error) {
-	var req reduceRequest
-	if err := content.Decode(raw, &req); err != nil {
-		return nil, err
-	}
-	pl, _, blobs, err := compileInChild(ctx, req.Plan)
+	req, pl, _, blobs, err := decodeCompiled[reduceRequest](ctx, raw)
 	if err != nil {
 		return nil, err
 	}

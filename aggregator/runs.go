@@ -455,14 +455,7 @@ func (n *Node) awaitReports(ctx context.Context, job content.Ref, contributors [
 
 // flagDropped flags a round job's undecided shards.
 func (n *Node) flagDropped(ctx context.Context, job content.Ref, reason string) error {
-	res, err := n.Apply(ctx, coordinator.FlagDropped{Job: job, Reason: reason, Now: time.Now().UnixMilli()})
-	if err != nil {
-		return err
-	}
-	if len(res.Refusal) > 0 {
-		return fmt.Errorf("flagging dropped silos refused: %v", res.Refusal)
-	}
-	return nil
+	return n.applyAccepted(ctx, coordinator.FlagDropped{Job: job, Reason: reason, Now: time.Now().UnixMilli()}, "flagging dropped silos")
 }
 
 func (n *Node) stopRun(ctx context.Context, run content.Ref, reason string) error {
@@ -470,12 +463,18 @@ func (n *Node) stopRun(ctx context.Context, run content.Ref, reason string) erro
 		reason = reason[:1000]
 	}
 	n.log.Warn("stopping training run", "run", run.Short(), "reason", reason)
-	res, err := n.Apply(ctx, coordinator.StopRun{Run: run, Reason: reason, Now: time.Now().UnixMilli()})
+	return n.applyAccepted(ctx, coordinator.StopRun{Run: run, Reason: reason, Now: time.Now().UnixMilli()}, "stopping the run")
+}
+
+// applyAccepted applies cmd, and makes a refusal an error: what (the
+// command, as a phrase) "refused: " the refusal.
+func (n *Node) applyAccepted(ctx context.Context, cmd coordinator.Command, what string) error {
+	res, err := n.Apply(ctx, cmd)
 	if err != nil {
 		return err
 	}
 	if len(res.Refusal) > 0 {
-		return fmt.Errorf("stopping the run refused: %v", res.Refusal)
+		return fmt.Errorf("%s refused: %v", what, res.Refusal)
 	}
 	return nil
 }

@@ -150,11 +150,7 @@ func (s studioSource) Plan(ctx context.Context, js coordinator.JobStatus) (studi
 }
 
 func childStudioPlan(ctx context.Context, raw []byte) ([]byte, error) {
-	var req planRequest
-	if err := content.Decode(raw, &req); err != nil {
-		return nil, err
-	}
-	pl, _, _, err := compileInChild(ctx, req)
+	_, pl, _, _, err := decodeCompiled[planRequest](ctx, raw)
 	if err != nil {
 		return nil, err
 	}

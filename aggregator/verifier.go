@@ -106,11 +106,7 @@ func (n *Node) verifyShard(ctx context.Context, t coordinator.VerdictTask) error
 }
 
 func childVerdict(ctx context.Context, raw []byte) ([]byte, error) {
-	var req verdictRequest
-	if err := content.Decode(raw, &req); err != nil {
-		return nil, err
-	}
-	pl, _, _, err := compileInChild(ctx, req.Plan)
+	req, pl, _, _, err := decodeCompiled[verdictRequest](ctx, raw)
 	if err != nil {
 		return nil, err
 	}

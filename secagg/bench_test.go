@@ -195,6 +195,32 @@ func benchInput(d int) []float64 {
 	return x
 }
 
+// advertised starts a round of p with a server and a client for each of
+// ids, in that order, and runs it up to the key set.
+func advertised(b *testing.B, p Params, ids []string) (*Server, map[string]*Client, *KeySet) {
+	s, err := NewServer(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	clients := map[string]*Client{}
+	for _, id := range ids {
+		c, err := NewClient(p, id, identity(id))
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients[id] = c
+		a, _ := c.Advertise()
+		if err := s.AddAdvert(a); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ks, err := s.EndAdvertise()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, clients, ks
+}
+
 // benchClients sets up n clients of dimension d through key sharing.
 type benchClients struct {
 	p       Params
@@ -209,35 +235,12 @@ func newBenchClients(b *testing.B, n, d, ring int) *benchClients {
 	if ring == 32 {
 		p.GridBits = 16 // as a DP round's grid: n·(2^16+1) fits Z_2^32
 	}
-	s, err := NewServer(p)
-	if err != nil {
+	ids := clientIDs(n)
+	slices.Sort(ids)
+	s, clients, ks := advertised(b, p, ids)
+	bc := &benchClients{p: p, clients: clients, server: s, ids: ids}
+	if err := shareAll(s, bc.clients, bc.ids, ks); err != nil {
 		b.Fatal(err)
-	}
-	bc := &benchClients{p: p, clients: map[string]*Client{}, server: s, ids: clientIDs(n)}
-	slices.Sort(bc.ids)
-	for _, id := range bc.ids {
-		c, err := NewClient(p, id, identity(id))
-		if err != nil {
-			b.Fatal(err)
-		}
-		bc.clients[id] = c
-		a, _ := c.Advertise()
-		if err := s.AddAdvert(a); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ks, err := s.EndAdvertise()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, id := range bc.ids {
-		sh, err := bc.clients[id].ShareKeys(ks)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.AddShares(sh); err != nil {
-			b.Fatal(err)
-		}
 	}
 	return bc
 }
@@ -319,14 +322,8 @@ func benchServer(b *testing.B, n, d, drops, ring int) *Server {
 		b.Fatal(err)
 	}
 	x := benchInput(d)
-	for _, del := range dels[:n-drops] {
-		m, err := bc.clients[del.To].MaskInput(del, x, 0)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.AddMaskedInput(m); err != nil {
-			b.Fatal(err)
-		}
+	if err := maskAll(s, bc.clients, dels[:n-drops], func(string) []float64 { return x }); err != nil {
+		b.Fatal(err)
 	}
 	req, err := s.EndMask()
 	if err != nil {
@@ -335,14 +332,8 @@ func benchServer(b *testing.B, n, d, drops, ring int) *Server {
 	if req, err = consistency(s, bc.clients, req); err != nil {
 		b.Fatal(err)
 	}
-	for _, id := range req.Survivors {
-		u, err := bc.clients[id].Unmask(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.AddUnmasking(u); err != nil {
-			b.Fatal(err)
-		}
+	if err := unmaskAll(s, bc.clients, req.Survivors, req, nil); err != nil {
+		b.Fatal(err)
 	}
 	serverCache[key] = s
 	return s
@@ -451,24 +442,7 @@ type clientBench struct {
 func newClientBench(b *testing.B, n, d int, proto Protocol) *clientBench {
 	p := testParams("plus-bench", n, 0, d, 1)
 	p.PRG, p.Protocol = DefaultPRG(), proto
-	s, err := NewServer(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, id := range clientIDs(n) {
-		c, err := NewClient(p, id, identity(id))
-		if err != nil {
-			b.Fatal(err)
-		}
-		a, _ := c.Advertise()
-		if err := s.AddAdvert(a); err != nil {
-			b.Fatal(err)
-		}
-	}
-	ks, err := s.EndAdvertise()
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, _, ks := advertised(b, p, clientIDs(n))
 	return &clientBench{b: b, p: p, ks: ks, x: benchInput(d)}
 }
 

@@ -7,10 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
-	"io"
 	"slices"
-
-	"golang.org/x/crypto/chacha20poly1305"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -138,6 +135,35 @@ func (c *Client) enter(kind string, want clientState, round string) error {
 	return c.r.checkRound(kind, round)
 }
 
+// fromServer is a message a client checks as a whole before it acts on
+// it: a key set or an unmask request.
+type fromServer interface {
+	roundName() string
+	validate() error
+}
+
+func (m *KeySet) roundName() string        { return m.Round }
+func (m *UnmaskRequest) roundName() string { return m.Round }
+
+// receive opens each step that handles such a message: a missing message
+// is malformed, one out of order or of another round is refused (enter),
+// and a malformed one aborts the client.
+func receive[M interface {
+	*T
+	fromServer
+}, T any](c *Client, what string, want clientState, m M) error {
+	if m == nil {
+		return malformed(what, "no message")
+	}
+	if err := c.enter(what, want, m.roundName()); err != nil {
+		return err
+	}
+	if err := m.validate(); err != nil {
+		return c.fail(err)
+	}
+	return nil
+}
+
 // fail aborts the client with err and returns it.
 func (c *Client) fail(err error) error {
 	c.state = clientAborted
@@ -249,14 +275,8 @@ func (set *advertSet) add(r *round, subject string, a *Advert, verify bool) erro
 // t-of-|U1| and returns each other client's pair of shares encrypted for it
 // alone.
 func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
-	if ks == nil {
-		return nil, malformed("key set", "no message")
-	}
-	if err := c.enter("key set", clientAdvertised, ks.Round); err != nil {
+	if err := receive(c, "key set", clientAdvertised, ks); err != nil {
 		return nil, err
-	}
-	if err := ks.validate(); err != nil {
-		return nil, c.fail(err)
 	}
 	set := newAdvertSet()
 	for i := range ks.Adverts {
@@ -327,7 +347,7 @@ func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
 			continue
 		}
 		pt := mustEncode(sharePayload{Round: c.r.id, From: c.id, To: v, Seed: seedShares[i], Key: keyShares[i]})
-		sealed, err := seal(shareKey(c.boxKeys[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
+		sealed, err := SealBox(shareKey(c.boxKeys[v], c.r.session, c.id, v), shareAD(c.r, c.id, v), pt)
 		clear(pt)
 		clear(seedShares[i])
 		clear(keyShares[i])
@@ -595,7 +615,7 @@ func (c *Client) maskedVector(buf []byte, x []float64, enc []int64, weight float
 // open decrypts a box sent to this client and checks what it holds.
 func (c *Client) open(b Box) (heldShares, error) {
 	key := shareKey(c.boxKeys[b.From], c.r.session, b.From, c.id)
-	pt, err := unseal(key, shareAD(c.r, b.From, c.id), b.Sealed)
+	pt, err := OpenBox(key, shareAD(c.r, b.From, c.id), b.Sealed)
 	clear(key)
 	if err != nil {
 		return heldShares{}, diag.New(diag.SecAggDecrypt, c.subject(), "box from %q does not authenticate", b.From).
@@ -620,14 +640,8 @@ func (c *Client) open(b Box) (heldShares, error) {
 // than RequireSurvivors) survive. A client signs one survivor set per
 // round: it reveals shares later only for the set it signed.
 func (c *Client) SignSurvivors(req *UnmaskRequest) (*SurvivorSig, error) {
-	if req == nil {
-		return nil, malformed("survivor set", "no message")
-	}
-	if err := c.enter("survivor set", clientMasked, req.Round); err != nil {
+	if err := receive(c, "survivor set", clientMasked, req); err != nil {
 		return nil, err
-	}
-	if err := req.validate(); err != nil {
-		return nil, c.fail(err)
 	}
 	if len(req.Signatures) != 0 {
 		return nil, c.fail(malformed("survivor set", "the set to sign already carries %d signatures", len(req.Signatures)))
@@ -699,14 +713,8 @@ func (c *Client) checkSet(req *UnmaskRequest) (map[string]bool, error) {
 // On any mismatch it aborts with SC6018 and reveals nothing. A client
 // answers one unmask request per round.
 func (c *Client) Unmask(req *UnmaskRequest) (*Unmasking, error) {
-	if req == nil {
-		return nil, malformed("unmask request", "no message")
-	}
-	if err := c.enter("unmask request", clientSigned, req.Round); err != nil {
+	if err := receive(c, "unmask request", clientSigned, req); err != nil {
 		return nil, err
-	}
-	if err := req.validate(); err != nil {
-		return nil, c.fail(err)
 	}
 	if err := c.checkSignatures(req); err != nil {
 		return nil, c.fail(err)
@@ -835,29 +843,6 @@ func shareKey(shared, session []byte, from, to string) []byte {
 // shareAD binds a box to the round and both identities.
 func shareAD(r *round, from, to string) []byte {
 	return mustEncode([]any{labelShareAD, r.session, r.id, from, to})
-}
-
-func seal(key, ad, pt []byte) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key)
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(pt)+chacha20poly1305.Overhead)
-	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
-		return nil, err
-	}
-	return aead.Seal(nonce, nonce, pt, ad), nil
-}
-
-func unseal(key, ad, sealed []byte) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key)
-	if err != nil {
-		return nil, err
-	}
-	if len(sealed) < chacha20poly1305.NonceSizeX {
-		return nil, fmt.Errorf("secagg: sealed box too short")
-	}
-	return aead.Open(nil, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], ad)
 }
 
 // seedCommit commits to a self-mask seed: SHA-256 of the canonical encoding

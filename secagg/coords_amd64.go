@@ -20,14 +20,7 @@ func coordsAddBulk(dst []byte, width int, v []int64, c uint64, src *[maskBatch][
 	}
 	m := width * n
 	_ = dst[m-1] // the assembly writes this far
-	var s [maskBatch]*byte
-	for i := range s {
-		if i < k {
-			s[i] = &src[i][:m][0]
-		} else {
-			s[i] = &zeroChunk[:m][0] // adds nothing; a tile is at most tileBytes
-		}
-	}
+	s := batchSources(src, k, m)
 	coordsAddAVX2(&dst[0], &v[0], n, width, c, s[0], s[1], s[2], s[3])
 	return n
 }

@@ -38,13 +38,21 @@ func roundAddBulk(dst []byte, width int, x []float64, scale float64, draws []byt
 	}
 	m := width * n
 	_, _ = dst[m-1], draws[roundBytes*n-1] // the assembly writes and reads this far
+	s := batchSources(src, k, m)
+	return n, encodeAddAVX2(&dst[0], &x[0], &draws[0], n, scale, width, c, s[0], s[1], s[2], s[3]) != 0
+}
+
+// batchSources points the assembly's four source arguments at the first m
+// bytes of src[:k], and the rest at zeroChunk (which adds nothing; a tile
+// is at most tileBytes), so a short batch runs the same code.
+func batchSources(src *[maskBatch][]byte, k, m int) [maskBatch]*byte {
 	var s [maskBatch]*byte
 	for i := range s {
 		if i < k {
 			s[i] = &src[i][:m][0]
 		} else {
-			s[i] = &zeroChunk[:m][0] // adds nothing; a tile is at most tileBytes
+			s[i] = &zeroChunk[:m][0]
 		}
 	}
-	return n, encodeAddAVX2(&dst[0], &x[0], &draws[0], n, scale, width, c, s[0], s[1], s[2], s[3]) != 0
+	return s
 }

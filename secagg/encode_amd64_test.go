@@ -18,10 +18,8 @@ func TestEncodeAVX2MatchesGo(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("the CPU has no AVX2: the Go loop is the only encoding")
 	}
-	defer func(f func() uint64) { tieDraw = f }(tieDraw)
+	restartTies := countTies(t)
 	rng := rand.New(rand.NewPCG(3, 4)) // test data, not secrets
-	tieBits := uint64(0)
-	tieDraw = func() uint64 { tieBits += 0x9e3779b97f4a7c15; return tieBits }
 	for _, f := range []int{0, 1, 16, 40, 52, 60} {
 		scale := math.Ldexp(1, f)
 		bound := math.Ldexp(1, 61-f) // |x·scale| ≤ 2^61
@@ -46,20 +44,15 @@ func TestEncodeAVX2MatchesGo(t *testing.T) {
 		}
 		draws := make([]byte, roundBytes*n)
 		for i := range n {
-			d := uint16(rng.Uint32())
-			if i%5 == 0 { // a tie: the draw equal to the top 16 bits of the fraction
-				v := x[i] * scale
-				d = uint16(int64((v - math.Floor(v)) * 0x1p16))
-			}
-			le.PutUint16(draws[2*i:], d)
+			le.PutUint16(draws[2*i:], drawFor(rng, x[i]*scale, i%5 == 0))
 		}
 		for _, w := range []int{8, 4} {
 			for _, m := range []int{n, 4, 5, 7} {
 				got, want := make([]byte, w*m), make([]byte, w*m)
-				tieBits = 0
+				restartTies()
 				encodeTile(got, w, x[:m], scale, draws)
 				hasAVX2 = false
-				tieBits = 0
+				restartTies()
 				encodeTile(want, w, x[:m], scale, draws)
 				hasAVX2 = true
 				if !bytes.Equal(got, want) {
@@ -84,10 +77,8 @@ func TestEncodeAddAVX2MatchesGo(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("the CPU has no AVX2: the Go path is the only one")
 	}
-	defer func(f func() uint64) { tieDraw = f }(tieDraw)
+	restartTies := countTies(t)
 	rng := rand.New(rand.NewPCG(5, 6)) // test data, not secrets
-	tieBits := uint64(0)
-	tieDraw = func() uint64 { tieBits += 0x9e3779b97f4a7c15; return tieBits }
 	const scale = 1 << 20
 	for _, w := range []int{8, 4} {
 		n := tileBytes / w // a whole tile, the kernel's unit
@@ -95,40 +86,19 @@ func TestEncodeAddAVX2MatchesGo(t *testing.T) {
 		draws := make([]byte, roundBytes*n)
 		for i := range x {
 			x[i] = math.Ldexp(rng.Float64()*2-1, rng.IntN(20)-10)
-			d := uint16(rng.Uint32())
-			if i%7 == 0 {
-				v := x[i] * scale
-				d = uint16(int64((v - math.Floor(v)) * 0x1p16))
-			}
-			le.PutUint16(draws[2*i:], d)
+			le.PutUint16(draws[2*i:], drawFor(rng, x[i]*scale, i%7 == 0))
 		}
-		var src [maskBatch][]byte
-		for j := range src {
-			src[j] = make([]byte, tileBytes)
-			for i := range src[j] {
-				src[j][i] = byte(rng.Uint32())
-			}
-		}
-		for k := 0; k <= maskBatch; k++ {
-			for _, c := range []uint64{0, uint64(k), ^uint64(0)} {
-				if k == 0 && c != 0 {
-					continue // c counts subtracted masks
-				}
-				for _, m := range []int{n, n - 1, 4, 5, 7, 1} {
-					got, want := make([]byte, w*m), make([]byte, w*m)
-					tieBits = 0
-					encodeAddTile(got, w, x[:m], scale, draws, c, &src, k)
-					hasAVX2 = false
-					tieBits = 0
-					encodeTile(want, w, x[:m], scale, draws)
-					sumWords(want, c, &src, k)
-					hasAVX2 = true
-					if !bytes.Equal(got, want) {
-						t.Fatalf("width %d, %d values, k=%d c=%#x: fused AVX2 differs from encodeTile + sumWords in Go", w, m, k, c)
-					}
-				}
-			}
-		}
+		src := randomTiles(rng)
+		matchesGo(t, w, []int{n, n - 1, 4, 5, 7, 1}, "encodeTile + sumWords",
+			func(dst []byte, m, k int, c uint64) {
+				restartTies()
+				encodeAddTile(dst, w, x[:m], scale, draws, c, src, k)
+			},
+			func(dst []byte, m, k int, c uint64) {
+				restartTies()
+				encodeTile(dst, w, x[:m], scale, draws)
+				sumWords(dst, c, src, k)
+			})
 	}
 }
 
@@ -142,13 +112,7 @@ func TestCoordsAddAVX2MatchesGo(t *testing.T) {
 		t.Skip("the CPU has no AVX2: the Go path is the only one")
 	}
 	rng := rand.New(rand.NewPCG(7, 8)) // test data, not secrets
-	var src [maskBatch][]byte
-	for j := range src {
-		src[j] = make([]byte, tileBytes)
-		for i := range src[j] {
-			src[j][i] = byte(rng.Uint32())
-		}
-	}
+	src := randomTiles(rng)
 	for _, w := range []int{8, 4} {
 		n := tileBytes / w
 		v := make([]int64, n)
@@ -164,21 +128,68 @@ func TestCoordsAddAVX2MatchesGo(t *testing.T) {
 				v[i] = -rng.Int64N(1 << 16)
 			}
 		}
-		for k := 0; k <= maskBatch; k++ {
-			for _, c := range []uint64{0, uint64(k), ^uint64(0)} {
-				if k == 0 && c != 0 {
-					continue // c counts subtracted masks
-				}
-				for _, m := range []int{n, n - 1, 8, 9, 15, 3} {
-					got, want := make([]byte, w*m), make([]byte, w*m)
-					coordsAddTile(got, w, v[:m], c, &src, k)
-					hasAVX2 = false
-					putCoords(want, w, v[:m])
-					sumWords(want, c, &src, k)
-					hasAVX2 = true
-					if !bytes.Equal(got, want) {
-						t.Fatalf("width %d, %d values, k=%d c=%#x: fused AVX2 differs from putCoords + sumWords", w, m, k, c)
-					}
+		matchesGo(t, w, []int{n, n - 1, 8, 9, 15, 3}, "putCoords + sumWords",
+			func(dst []byte, m, k int, c uint64) { coordsAddTile(dst, w, v[:m], c, src, k) },
+			func(dst []byte, m, k int, c uint64) {
+				putCoords(dst, w, v[:m])
+				sumWords(dst, c, src, k)
+			})
+	}
+}
+
+// countTies makes tieDraw a fixed sequence for the test (the old one is
+// back after it) and returns what restarts the sequence, so that the AVX2
+// and the Go path see the same draws.
+func countTies(t *testing.T) (restart func()) {
+	old := tieDraw
+	t.Cleanup(func() { tieDraw = old })
+	var bits uint64
+	tieDraw = func() uint64 { bits += 0x9e3779b97f4a7c15; return bits }
+	return func() { bits = 0 }
+}
+
+// drawFor is a random rounding draw for the value v, or with tie the draw
+// equal to the top 16 bits of v's fraction (a tie); it takes one number
+// of rng either way.
+func drawFor(rng *rand.Rand, v float64, tie bool) uint16 {
+	d := uint16(rng.Uint32())
+	if tie {
+		d = uint16(int64((v - math.Floor(v)) * 0x1p16))
+	}
+	return d
+}
+
+// randomTiles is a batch of keystream tiles of random bytes.
+func randomTiles(rng *rand.Rand) *[maskBatch][]byte {
+	var src [maskBatch][]byte
+	for j := range src {
+		src[j] = make([]byte, tileBytes)
+		for i := range src[j] {
+			src[j][i] = byte(rng.Uint32())
+		}
+	}
+	return &src
+}
+
+// matchesGo fills a destination of w-byte words with fused (the AVX2
+// bulk) and another with steps (the Go path, AVX2 off) for every batch
+// size k, count c of subtracted masks (none without a batch) and length m
+// of lengths, and fails where their bytes differ.
+func matchesGo(t *testing.T, w int, lengths []int, steps string, fused, goPath func(dst []byte, m, k int, c uint64)) {
+	t.Helper()
+	for k := 0; k <= maskBatch; k++ {
+		for _, c := range []uint64{0, uint64(k), ^uint64(0)} {
+			if k == 0 && c != 0 {
+				continue // c counts subtracted masks
+			}
+			for _, m := range lengths {
+				got, want := make([]byte, w*m), make([]byte, w*m)
+				fused(got, m, k, c)
+				hasAVX2 = false
+				goPath(want, m, k, c)
+				hasAVX2 = true
+				if !bytes.Equal(got, want) {
+					t.Fatalf("width %d, %d values, k=%d c=%#x: fused AVX2 differs from %s in Go", w, m, k, c, steps)
 				}
 			}
 		}

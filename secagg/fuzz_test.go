@@ -12,16 +12,16 @@ import (
 // byte of a fuzz input picks one.
 var parsers = []struct {
 	name  string
-	parse func([]byte) (interface{ Marshal() ([]byte, error) }, error)
+	parse func([]byte) (marshaler, error)
 }{
-	{"advert", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseAdvert(b) }},
-	{"keyset", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseKeySet(b) }},
-	{"shares", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseShares(b) }},
-	{"delivery", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseShareDelivery(b) }},
-	{"masked", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseMaskedInput(b) }},
-	{"request", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseUnmaskRequest(b) }},
-	{"unmasking", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseUnmasking(b) }},
-	{"survivorsig", func(b []byte) (interface{ Marshal() ([]byte, error) }, error) { return ParseSurvivorSig(b) }},
+	{"advert", func(b []byte) (marshaler, error) { return ParseAdvert(b) }},
+	{"keyset", func(b []byte) (marshaler, error) { return ParseKeySet(b) }},
+	{"shares", func(b []byte) (marshaler, error) { return ParseShares(b) }},
+	{"delivery", func(b []byte) (marshaler, error) { return ParseShareDelivery(b) }},
+	{"masked", func(b []byte) (marshaler, error) { return ParseMaskedInput(b) }},
+	{"request", func(b []byte) (marshaler, error) { return ParseUnmaskRequest(b) }},
+	{"unmasking", func(b []byte) (marshaler, error) { return ParseUnmasking(b) }},
+	{"survivorsig", func(b []byte) (marshaler, error) { return ParseSurvivorSig(b) }},
 }
 
 // roundMessages runs a small round with a dropout and returns the encoding
@@ -33,25 +33,13 @@ func roundMessages(t testing.TB) map[int][][]byte {
 	}
 	h.stop["c4"] = stepShare
 	out := map[int][][]byte{}
-	add := func(i int, m interface{ Marshal() ([]byte, error) }) {
-		b, err := m.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[i] = append(out[i], b)
-	}
-	for _, id := range h.ids {
-		a, _ := h.clients[id].Advertise()
-		h.server.AddAdvert(a)
-		add(0, a)
-	}
+	add := func(i int, m marshaler) { keep(t, out, i, m) }
+	advertise := func(id string) (*Advert, error) { return h.clients[id].Advertise() }
+	collect(t, out, 0, h.ids, advertise, h.server.AddAdvert)
 	ks, _ := h.server.EndAdvertise()
 	add(1, ks)
-	for _, id := range h.ids {
-		sh, _ := h.clients[id].ShareKeys(ks)
-		h.server.AddShares(sh)
-		add(2, sh)
-	}
+	share := func(id string) (*Shares, error) { return h.clients[id].ShareKeys(ks) }
+	collect(t, out, 2, h.ids, share, h.server.AddShares)
 	dels, _ := h.server.EndShare()
 	for _, d := range dels {
 		add(3, d)
@@ -64,28 +52,42 @@ func roundMessages(t testing.TB) map[int][][]byte {
 	}
 	req, _ := h.server.EndMask()
 	add(5, req)
-	for _, id := range req.Survivors {
-		sig, err := h.clients[id].SignSurvivors(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.server.AddSignature(sig)
-		add(7, sig)
-	}
+	sign := func(id string) (*SurvivorSig, error) { return h.clients[id].SignSurvivors(req) }
+	collect(t, out, 7, req.Survivors, sign, h.server.AddSignature)
 	req, _ = h.server.EndConsistency()
 	add(5, req)
-	for _, id := range req.Survivors {
-		u, err := h.clients[id].Unmask(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.server.AddUnmasking(u)
-		add(6, u)
+	if err := unmaskAll(h.server, h.clients, req.Survivors, req, func(_ int, u *Unmasking) { add(6, u) }); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := h.server.Finish(); err != nil {
 		t.Fatal(err)
 	}
 	return out
+}
+
+type marshaler = interface{ Marshal() ([]byte, error) }
+
+// keep adds the encoding of m to out as a message of kind i.
+func keep(t testing.TB, out map[int][][]byte, i int, m marshaler) {
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out[i] = append(out[i], b)
+}
+
+// collect has each of ids make its message (compose), keeps it in out as
+// a message of kind i and hands it to the server (add; roundMessages
+// wants the messages, not the server's verdict).
+func collect[M marshaler](t testing.TB, out map[int][][]byte, i int, ids []string, compose func(id string) (M, error), add func(M) error) {
+	for _, id := range ids {
+		m, err := compose(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(m)
+		keep(t, out, i, m)
+	}
 }
 
 // TestParseRoundTrip: every message of a real round parses and marshals

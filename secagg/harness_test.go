@@ -165,6 +165,31 @@ func viaWire[T any](h *harness, toServer bool, m interface{ Marshal() ([]byte, e
 	return v
 }
 
+// toClient is a message of the server on its way to a client: in wire
+// mode, marshalled and parsed back.
+func toClient[M marshaler](h *harness, m M, parse func([]byte) (M, error)) M {
+	if h.wire {
+		return viaWire(h, false, m, parse)
+	}
+	return m
+}
+
+// toServer is client id's answer (m, or the client's error) on its way to
+// the server: in wire mode marshalled and parsed back, then handed to add;
+// a refusal is the server's, of what of id.
+func toServer[M marshaler](h *harness, id, what string, m M, err error, parse func([]byte) (M, error), add func(M) error) {
+	if err != nil {
+		h.clientErr(id, err)
+		return
+	}
+	if h.wire {
+		m = viaWire(h, true, m, parse)
+	}
+	if err := add(m); err != nil {
+		h.serverErr("refuses "+what+" of "+id, err)
+	}
+}
+
 func (h *harness) serverErr(what string, err error) {
 	h.printf("server %s: %s\n", what, refusal(err))
 }
@@ -187,16 +212,7 @@ func (h *harness) advertise() bool {
 			continue
 		}
 		a, err := h.clients[id].Advertise()
-		if err != nil {
-			h.clientErr(id, err)
-			continue
-		}
-		if h.wire {
-			a = viaWire(h, true, a, ParseAdvert)
-		}
-		if err := h.server.AddAdvert(a); err != nil {
-			h.serverErr("refuses advert of "+id, err)
-		}
+		toServer(h, id, "advert", a, err, ParseAdvert, h.server.AddAdvert)
 	}
 	h.printf("server waits for: %s\n", list(h.server.Missing()))
 	return true
@@ -218,21 +234,8 @@ func (h *harness) share() bool {
 		if !h.takesPart(id, stepShare) {
 			continue
 		}
-		in := h.corruptKeySet(ks)
-		if h.wire {
-			in = viaWire(h, false, in, ParseKeySet)
-		}
-		sh, err := h.clients[id].ShareKeys(in)
-		if err != nil {
-			h.clientErr(id, err)
-			continue
-		}
-		if h.wire {
-			sh = viaWire(h, true, sh, ParseShares)
-		}
-		if err := h.server.AddShares(sh); err != nil {
-			h.serverErr("refuses shares of "+id, err)
-		}
+		sh, err := h.clients[id].ShareKeys(toClient(h, h.corruptKeySet(ks), ParseKeySet))
+		toServer(h, id, "shares", sh, err, ParseShares, h.server.AddShares)
 	}
 	h.printf("server waits for: %s\n", list(h.server.Missing()))
 	return true
@@ -273,9 +276,7 @@ func (h *harness) mask() bool {
 		if !h.takesPart(id, stepMask) {
 			continue
 		}
-		if h.wire {
-			d = viaWire(h, false, d, ParseShareDelivery)
-		}
+		d = toClient(h, d, ParseShareDelivery)
 		var m *MaskedInput
 		var buf []byte
 		if h.reuse {
@@ -287,19 +288,10 @@ func (h *harness) mask() bool {
 		} else {
 			m, err = h.clients[id].MaskInputTo(buf, d, h.inputs[id], h.weights[id])
 		}
-		if err != nil {
-			h.clientErr(id, err)
-			continue
-		}
-		if h.reuse && &m.Masked[0] != &buf[0] {
+		if err == nil && h.reuse && &m.Masked[0] != &buf[0] {
 			h.tb.Fatalf("%s masked into a new slice, not the buffer it was given", id)
 		}
-		if h.wire {
-			m = viaWire(h, true, m, ParseMaskedInput)
-		}
-		if err := h.server.AddMaskedInput(m); err != nil {
-			h.serverErr("refuses masked input of "+id, err)
-		}
+		toServer(h, id, "masked input", m, err, ParseMaskedInput, h.server.AddMaskedInput)
 	}
 	h.printf("server waits for: %s\n", list(h.server.Missing()))
 	return true
@@ -323,20 +315,8 @@ func (h *harness) unmask() bool {
 		if v, ok := h.evil["both"]; ok {
 			in = &UnmaskRequest{Round: req.Round, Survivors: req.Survivors, Dropped: append(slices.Clone(req.Dropped), v)}
 		}
-		if h.wire {
-			in = viaWire(h, false, in, ParseUnmaskRequest)
-		}
-		sig, err := h.clients[id].SignSurvivors(in)
-		if err != nil {
-			h.clientErr(id, err)
-			continue
-		}
-		if h.wire {
-			sig = viaWire(h, true, sig, ParseSurvivorSig)
-		}
-		if err := h.server.AddSignature(sig); err != nil {
-			h.serverErr("refuses the survivor signature of "+id, err)
-		}
+		sig, err := h.clients[id].SignSurvivors(toClient(h, in, ParseUnmaskRequest))
+		toServer(h, id, "the survivor signature", sig, err, ParseSurvivorSig, h.server.AddSignature)
 	}
 	if missing := h.server.Missing(); len(missing) > 0 {
 		h.printf("server waits for signatures of: %s\n", list(missing))
@@ -351,21 +331,8 @@ func (h *harness) unmask() bool {
 		if !h.takesPart(id, stepUnmask) {
 			continue
 		}
-		in := signed
-		if h.wire {
-			in = viaWire(h, false, in, ParseUnmaskRequest)
-		}
-		u, err := h.clients[id].Unmask(in)
-		if err != nil {
-			h.clientErr(id, err)
-			continue
-		}
-		if h.wire {
-			u = viaWire(h, true, u, ParseUnmasking)
-		}
-		if err := h.server.AddUnmasking(u); err != nil {
-			h.serverErr("refuses unmasking of "+id, err)
-		}
+		u, err := h.clients[id].Unmask(toClient(h, signed, ParseUnmaskRequest))
+		toServer(h, id, "unmasking", u, err, ParseUnmasking, h.server.AddUnmasking)
 	}
 	h.printf("server waits for: %s\n", list(h.server.Missing()))
 	res, err := h.server.Finish()
@@ -396,6 +363,66 @@ func consistency(s *Server, clients map[string]*Client, req *UnmaskRequest) (*Un
 		}
 	}
 	return s.EndConsistency()
+}
+
+// shareAll has each of ids share its keys for ks honestly and hands the
+// shares to s.
+func shareAll(s *Server, clients map[string]*Client, ids []string, ks *KeySet) error {
+	for _, id := range ids {
+		sh, err := clients[id].ShareKeys(ks)
+		if err != nil {
+			return err
+		}
+		if err := s.AddShares(sh); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maskAll has the recipient of each of dels mask its input (unweighted)
+// and hands the masked inputs to s.
+func maskAll(s *Server, clients map[string]*Client, dels []*ShareDelivery, input func(id string) []float64) error {
+	for _, d := range dels {
+		m, err := clients[d.To].MaskInput(d, input(d.To), 0)
+		if err != nil {
+			return err
+		}
+		if err := s.AddMaskedInput(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unmaskAll has each of ids answer req and hands the unmaskings to s;
+// alter, if not nil, may change the i-th before it is handed over (to
+// play a corrupt site).
+func unmaskAll(s *Server, clients map[string]*Client, ids []string, req *UnmaskRequest, alter func(i int, u *Unmasking)) error {
+	for i, id := range ids {
+		u, err := clients[id].Unmask(req)
+		if err != nil {
+			return err
+		}
+		if alter != nil {
+			alter(i, u)
+		}
+		if err := s.AddUnmasking(u); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishRefused checks that s refuses to finish with code and releases no
+// sum.
+func finishRefused(t *testing.T, s *Server, code diag.Code) {
+	t.Helper()
+	res, err := s.Finish()
+	wantCode(t, err, code)
+	if res != nil {
+		t.Fatalf("the server released a sum despite %s", code)
+	}
 }
 
 // run drives every step in order, until the server refuses one.

@@ -82,7 +82,7 @@ func (c *Client) sealToParent(u *Unmasking) error {
 	key := c.parentBox
 	c.parentBox = nil
 	pt := mustEncode(sealedShares{Round: u.Round, From: u.From, Seeds: u.Seeds, Keys: u.Keys})
-	sealed, err := seal(key, parentAD(c.r, c.id, c.statement), pt)
+	sealed, err := SealBox(key, parentAD(c.r, c.id, c.statement), pt)
 	clear(key)
 	clear(pt)
 	for _, sh := range slices.Concat(u.Seeds, u.Keys) {
@@ -469,7 +469,7 @@ func (p *Parent) unseal(r *round, subject string, set *advertSet, statement []by
 	}
 	key := parentBoxKey(shared, r, m.From)
 	clear(shared)
-	pt, err := unseal(key, parentAD(r, m.From, statement), m.Sealed)
+	pt, err := OpenBox(key, parentAD(r, m.From, statement), m.Sealed)
 	clear(key)
 	if err != nil {
 		return nil, diag.New(diag.SecAggDecrypt, subject, "the sealed shares of %q do not open for the survivor set the child forwarded", m.From).

@@ -356,21 +356,13 @@ func (p Params) Degree() (Protocol, int, int, error) {
 // encoding of p and of what is derived from it), or an error if p is invalid.
 // Adverts carry it so that sites with different params refuse each other.
 func (p Params) Digest() ([]byte, error) {
-	r, err := newRound(p)
-	if err != nil {
-		return nil, err
-	}
-	return slices.Clone(r.session), nil
+	return derived(p, func(r *round) []byte { return slices.Clone(r.session) })
 }
 
 // FracBits returns the fixed-point fraction bits f of the values: a value x
 // is encoded as a stochastic rounding of x·2^f.
 func (p Params) FracBits() (int, error) {
-	r, err := newRound(p)
-	if err != nil {
-		return 0, err
-	}
-	return r.fracBits, nil
+	return derived(p, func(r *round) int { return r.fracBits })
 }
 
 // EffectiveThreshold returns the threshold t the round runs with: Threshold,
@@ -378,11 +370,7 @@ func (p Params) FracBits() (int, error) {
 // holds the inputs of at least max(3, t) sites, so a site that takes part
 // only in sums of at least k sites refuses params whose t is below k.
 func (p Params) EffectiveThreshold() (int, error) {
-	r, err := newRound(p)
-	if err != nil {
-		return 0, err
-	}
-	return r.t, nil
+	return derived(p, func(r *round) int { return r.t })
 }
 
 // EncodedBound returns the bound on each value of an input the site put on
@@ -390,11 +378,7 @@ func (p Params) EffectiveThreshold() (int, error) {
 // the ring's headroom. A site adding noise on the grid refuses a round
 // whose bound its noise could exceed.
 func (p Params) EncodedBound() (int64, error) {
-	r, err := newRound(p)
-	if err != nil {
-		return 0, err
-	}
-	return r.encBound, nil
+	return derived(p, func(r *round) int64 { return r.encBound })
 }
 
 // RingBits returns the ring of the round's value coordinates: 32 (Z_2^32)
@@ -403,11 +387,7 @@ func (p Params) EncodedBound() (int64, error) {
 // every party agrees, and it is part of the session digest. A weight
 // coordinate is always in Z_2^64.
 func (p Params) RingBits() (int, error) {
-	r, err := newRound(p)
-	if err != nil {
-		return 0, err
-	}
-	return r.ringBits, nil
+	return derived(p, func(r *round) int { return r.ringBits })
 }
 
 // ringBitsFor picks the narrowest ring that holds the sum of n encodings
@@ -446,4 +426,15 @@ func (r *round) checkFloor(phase string, have int) error {
 			WithHelp("too many sites dropped out to recover the sum safely; the round ends without a result — run it again")
 	}
 	return nil
+}
+
+// derived is what f reads from the round p describes, or why p is invalid:
+// each accessor of a derived value validates p in full.
+func derived[T any](p Params, f func(*round) T) (T, error) {
+	r, err := newRound(p)
+	if err != nil {
+		var none T
+		return none, err
+	}
+	return f(r), nil
 }

@@ -94,14 +94,8 @@ func TestRefuseFewerSurvivorsThanThreshold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, d := range dels[:4] {
-		m, err := h.clients[d.To].MaskInput(d, h.inputs[d.To], 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.server.AddMaskedInput(m); err != nil {
-			t.Fatal(err)
-		}
+	if err := maskAll(h.server, h.clients, dels[:4], func(id string) []float64 { return h.inputs[id] }); err != nil {
+		t.Fatal(err)
 	}
 	_, err = h.server.EndMask()
 	wantCode(t, err, diag.SecAggBelowThreshold)
@@ -122,20 +116,10 @@ func TestRefuseFewerSurvivorsThanThreshold(t *testing.T) {
 	if req, err = consistency(h.server, h.clients, req); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range req.Survivors[:3] {
-		u, err := h.clients[id].Unmask(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := h.server.AddUnmasking(u); err != nil {
-			t.Fatal(err)
-		}
+	if err := unmaskAll(h.server, h.clients, req.Survivors[:3], req, nil); err != nil {
+		t.Fatal(err)
 	}
-	res, err := h.server.Finish()
-	wantCode(t, err, diag.SecAggBelowThreshold)
-	if res != nil {
-		t.Fatal("refused round released a result")
-	}
+	finishRefused(t, h.server, diag.SecAggBelowThreshold)
 }
 
 func TestRefuseBothSecretsOfOnePeer(t *testing.T) {
@@ -457,22 +441,16 @@ func TestRefuseInconsistentShares(t *testing.T) {
 	for _, kind := range []string{"seed", "key"} {
 		h := roundAt(t, 5, 3, 2, stepShare)
 		dels, _ := h.server.EndShare()
-		for _, d := range dels[:4] { // c5 drops after sharing
-			m, _ := h.clients[d.To].MaskInput(d, h.inputs[d.To], 0)
-			if err := h.server.AddMaskedInput(m); err != nil {
-				t.Fatal(err)
-			}
+		// c5 drops after sharing.
+		if err := maskAll(h.server, h.clients, dels[:4], func(id string) []float64 { return h.inputs[id] }); err != nil {
+			t.Fatal(err)
 		}
 		req, _ := h.server.EndMask()
 		req, err := consistency(h.server, h.clients, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, id := range req.Survivors {
-			u, err := h.clients[id].Unmask(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+		corrupt := func(i int, u *Unmasking) {
 			if i == 0 {
 				sh := u.Seeds
 				if kind == "key" {
@@ -480,15 +458,11 @@ func TestRefuseInconsistentShares(t *testing.T) {
 				}
 				sh[0].Value[0] ^= 1
 			}
-			if err := h.server.AddUnmasking(u); err != nil {
-				t.Fatal(err)
-			}
 		}
-		res, err := h.server.Finish()
-		wantCode(t, err, diag.SecAggInconsistent)
-		if res != nil {
-			t.Fatal("released a sum from corrupted shares")
+		if err := unmaskAll(h.server, h.clients, req.Survivors, req, corrupt); err != nil {
+			t.Fatal(err)
 		}
+		finishRefused(t, h.server, diag.SecAggInconsistent)
 	}
 }
 

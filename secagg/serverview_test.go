@@ -192,11 +192,8 @@ func TestServerMemoryIsLinearInDimension(t *testing.T) {
 	if req, err = consistency(h.server, h.clients, req); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range req.Survivors {
-		u, _ := h.clients[id].Unmask(req)
-		if err := h.server.AddUnmasking(u); err != nil {
-			t.Fatal(err)
-		}
+	if err := unmaskAll(h.server, h.clients, req.Survivors, req, nil); err != nil {
+		t.Fatal(err)
 	}
 	h.server.testRing = nil
 	runtime.GC()

@@ -127,6 +127,15 @@ func (a *Aggregator) floor(phase string, have int) error {
 	return nil
 }
 
+// closing checks that the phase ph, called name, can end: it is the
+// current phase and have sites took part in it (floor).
+func (a *Aggregator) closing(ph Phase, name string, have int) error {
+	if err := a.expect(ph, "end of "+name); err != nil {
+		return err
+	}
+	return a.floor(name, have)
+}
+
 func dup(r *round, what, site string) error {
 	return diag.New(diag.SecAggDuplicate, r.subject(), "a second %s from %q", what, site).WithHelp("each site sends each message once")
 }
@@ -157,10 +166,7 @@ func (a *Aggregator) AddAdvert(m *Advert) error {
 func (a *Aggregator) EndAdvertise() (*KeySet, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.expect(PhaseAdvertise, "end of advertising"); err != nil {
-		return nil, err
-	}
-	if err := a.floor("advertising", len(a.adverts)); err != nil {
+	if err := a.closing(PhaseAdvertise, "advertising", len(a.adverts)); err != nil {
 		return nil, err
 	}
 	ks := &KeySet{Round: a.r.p.Round}
@@ -213,10 +219,7 @@ func (a *Aggregator) AddShares(m *Shares) error {
 func (a *Aggregator) EndShare() ([]*Delivery, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.expect(PhaseShare, "end of key sharing"); err != nil {
-		return nil, err
-	}
-	if err := a.floor("key sharing", len(a.shares)); err != nil {
+	if err := a.closing(PhaseShare, "key sharing", len(a.shares)); err != nil {
 		return nil, err
 	}
 	for _, s := range a.u1 {
@@ -298,10 +301,7 @@ func (a *Aggregator) AddCiphertext(m *Ciphertext) error {
 func (a *Aggregator) EndEncrypt() (*DecryptRequest, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if err := a.expect(PhaseEncrypt, "end of input collection"); err != nil {
-		return nil, err
-	}
-	if err := a.floor("input collection", len(a.u3)); err != nil {
+	if err := a.closing(PhaseEncrypt, "input collection", len(a.u3)); err != nil {
 		return nil, err
 	}
 	slices.Sort(a.u3)

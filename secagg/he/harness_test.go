@@ -57,14 +57,7 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 		}
 		parties[m.ID] = c
 		a, err := c.Advertise()
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := must(a.Marshal())
-		see("advert", m.ID, b)
-		if err := agg.AddAdvert(must(ParseAdvert(b))); err != nil {
-			t.Fatal(err)
-		}
+		send(t, see, "advert", m.ID, ParseAdvert, agg.AddAdvert, a, err)
 	}
 	ks, err := agg.EndAdvertise()
 	if err != nil {
@@ -73,14 +66,7 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 	ksb := must(ks.Marshal())
 	for _, m := range p.Members {
 		sh, err := parties[m.ID].Share(must(ParseKeySet(ksb)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := must(sh.Marshal())
-		see("shares", m.ID, b)
-		if err := agg.AddShares(must(ParseShares(b))); err != nil {
-			t.Fatal(err)
-		}
+		send(t, see, "shares", m.ID, ParseShares, agg.AddShares, sh, err)
 	}
 	dels, err := agg.EndShare()
 	if err != nil {
@@ -98,15 +84,8 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 			}
 		}
 		ct, err := parties[m.ID].Encrypt(del, inputs[i])
-		if err != nil {
-			t.Fatal(err)
-		}
+		send(t, see, "ciphertext", m.ID, ParseCiphertext, agg.AddCiphertext, ct, err)
 		sent[m.ID] = ct
-		b := must(ct.Marshal())
-		see("ciphertext", m.ID, b)
-		if err := agg.AddCiphertext(must(ParseCiphertext(b))); err != nil {
-			t.Fatal(err)
-		}
 	}
 	req, err := agg.EndEncrypt()
 	for err == nil {
@@ -124,11 +103,7 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 			} else if err != nil {
 				t.Fatal(err)
 			}
-			b := must(ds.Marshal())
-			see("decrypt share", s, b)
-			if err := agg.AddDecryptShare(must(ParseDecryptShare(b))); err != nil {
-				t.Fatal(err)
-			}
+			send(t, see, "decrypt share", s, ParseDecryptShare, agg.AddDecryptShare, ds, nil)
 		}
 		var res *Result
 		if res, req, err = agg.EndDecrypt(); res != nil {
@@ -136,6 +111,21 @@ func (d drive) run(t testing.TB, p Params, keys []ed25519.PrivateKey, inputs [][
 		}
 	}
 	return nil, err
+}
+
+// send carries a site's message m of kind to the aggregator as the wire
+// would: marshalled (the bytes shown to see), parsed back, handed to add.
+// err is the site's error making m, which fails the test.
+func send[M interface{ Marshal() ([]byte, error) }](t testing.TB, see func(kind, from string, b []byte), kind, from string, parse func([]byte) (M, error), add func(M) error, m M, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := must(m.Marshal())
+	see(kind, from, b)
+	if err := add(must(parse(b))); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func must[T any](v T, err error) T {

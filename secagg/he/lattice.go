@@ -3,10 +3,7 @@ package he
 import (
 	"crypto/ecdh"
 	"crypto/hkdf"
-	"crypto/rand"
 	"crypto/sha256"
-	"fmt"
-	"io"
 
 	"github.com/tuneinsight/lattigo/v5/core/rlwe"
 	"github.com/tuneinsight/lattigo/v5/he/heint"
@@ -83,29 +80,6 @@ func boxKey(priv *ecdh.PrivateKey, peer []byte, session []byte, from, to string)
 
 func boxAD(session []byte, round, from, to string) []byte {
 	return mustEncode([]any{"scellis/he/v1/share-ad", session, round, from, to})
-}
-
-func seal(key, ad, pt []byte) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key)
-	if err != nil {
-		return nil, err
-	}
-	nonce := make([]byte, chacha20poly1305.NonceSizeX, chacha20poly1305.NonceSizeX+len(pt)+chacha20poly1305.Overhead)
-	if _, err := io.ReadFull(rand.Reader, nonce); err != nil {
-		return nil, err
-	}
-	return aead.Seal(nonce, nonce, pt, ad), nil
-}
-
-func unseal(key, ad, sealed []byte) ([]byte, error) {
-	aead, err := chacha20poly1305.NewX(key)
-	if err != nil {
-		return nil, err
-	}
-	if len(sealed) < chacha20poly1305.NonceSizeX {
-		return nil, fmt.Errorf("sealed box too short")
-	}
-	return aead.Open(nil, sealed[:chacha20poly1305.NonceSizeX], sealed[chacha20poly1305.NonceSizeX:], ad)
 }
 
 // sealedSize is the size of a box holding one Shamir share.

@@ -14,6 +14,7 @@ import (
 	"github.com/tuneinsight/lattigo/v5/mhe"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/secagg"
 )
 
 // Party is one site's side of a threshold-he round. It is not safe for
@@ -177,7 +178,7 @@ func (c *Party) Share(ks *KeySet) (*Shares, error) {
 		if err != nil {
 			return nil, c.abort(err)
 		}
-		sealed, err := seal(key, boxAD(r.session, r.p.Round, c.site, v), b)
+		sealed, err := secagg.SealBox(key, boxAD(r.session, r.p.Round, c.site, v), b)
 		clear(b)
 		if err != nil {
 			return nil, c.abort(err)
@@ -258,7 +259,7 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 		if err != nil {
 			return nil, c.abort(err)
 		}
-		b, err := unseal(key, boxAD(r.session, r.p.Round, e.From, c.site), e.Box)
+		b, err := secagg.OpenBox(key, boxAD(r.session, r.p.Round, e.From, c.site), e.Box)
 		if err != nil || len(b) != r.s.skSize {
 			return nil, c.abort(diag.New(diag.SecAggDecrypt, c.subject(), "the key share from %q fails authentication", e.From).
 				WithHelp("the share was altered in transit or sealed for another round"))

@@ -134,29 +134,11 @@ func memoryRound(p secagg.Params, sites []string, keys map[string]ed25519.Privat
 	for i, s := range sites {
 		weight[s] = float64(i + 1)
 	}
-	if err := each(func(s string) error {
-		a, err := cs[s].Advertise()
-		if err != nil {
-			return err
-		}
-		return srv.AddAdvert(a)
-	}); err != nil {
-		return err
-	}
-	ks, err := srv.EndAdvertise()
+	ks, err := phase(each, func(s string) (*secagg.Advert, error) { return cs[s].Advertise() }, srv.AddAdvert, srv.EndAdvertise)
 	if err != nil {
 		return err
 	}
-	if err := each(func(s string) error {
-		sh, err := cs[s].ShareKeys(ks)
-		if err != nil {
-			return err
-		}
-		return srv.AddShares(sh)
-	}); err != nil {
-		return err
-	}
-	dels, err := srv.EndShare()
+	dels, err := phase(each, func(s string) (*secagg.Shares, error) { return cs[s].ShareKeys(ks) }, srv.AddShares, srv.EndShare)
 	if err != nil {
 		return err
 	}
@@ -164,42 +146,36 @@ func memoryRound(p secagg.Params, sites []string, keys map[string]ed25519.Privat
 	for _, d := range dels {
 		byTo[d.To] = d
 	}
-	if err := each(func(s string) error {
-		m, err := cs[s].MaskInput(byTo[s], inputs[s], weight[s])
-		if err != nil {
-			return err
-		}
-		return srv.AddMaskedInput(m)
-	}); err != nil {
-		return err
-	}
-	req, err := srv.EndMask()
+	mask := func(s string) (*secagg.MaskedInput, error) { return cs[s].MaskInput(byTo[s], inputs[s], weight[s]) }
+	req, err := phase(each, mask, srv.AddMaskedInput, srv.EndMask)
 	if err != nil {
 		return err
 	}
-	if err := each(func(s string) error {
-		sig, err := cs[s].SignSurvivors(req)
-		if err != nil {
-			return err
-		}
-		return srv.AddSignature(sig)
-	}); err != nil {
+	sign := func(s string) (*secagg.SurvivorSig, error) { return cs[s].SignSurvivors(req) }
+	if req, err = phase(each, sign, srv.AddSignature, srv.EndConsistency); err != nil {
 		return err
 	}
-	if req, err = srv.EndConsistency(); err != nil {
-		return err
-	}
-	if err := each(func(s string) error {
-		u, err := cs[s].Unmask(req)
-		if err != nil {
-			return err
-		}
-		return srv.AddUnmasking(u)
-	}); err != nil {
-		return err
-	}
-	_, err = srv.Finish()
+	unmask := func(s string) (*secagg.Unmasking, error) { return cs[s].Unmask(req) }
+	_, err = phase(each, unmask, srv.AddUnmasking, srv.Finish)
 	return err
+}
+
+// phase is one phase of memoryRound: each site makes its message (compose)
+// and the server takes it (add), the sites as each runs them; then the
+// server ends the phase (end).
+func phase[M, R any](each func(func(s string) error) error, compose func(s string) (M, error), add func(M) error, end func() (R, error)) (R, error) {
+	err := each(func(s string) error {
+		m, err := compose(s)
+		if err != nil {
+			return err
+		}
+		return add(m)
+	})
+	if err != nil {
+		var none R
+		return none, err
+	}
+	return end()
 }
 
 // measure runs op b.N times under the benchmark timer and, interleaved

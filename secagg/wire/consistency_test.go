@@ -28,8 +28,7 @@ import (
 func TestEquivocatingHostRefused(t *testing.T) {
 	t.Parallel()
 	const dim = 64
-	w, th, p := roundOf(t, 4, HostOptions{}, "equivocate", dim)
-	th.open(t, p, generous())
+	w, th, p := openRound(t, 4, "equivocate", dim, nil)
 	const victim = "hospital-b"
 	fakeView := map[string]bool{"hospital-a": true, "hospital-c": true}
 

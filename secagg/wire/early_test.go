@@ -21,12 +21,11 @@ import (
 // is the three others'.
 func TestKeysBeforeInput(t *testing.T) {
 	t.Parallel()
-	const dim = 64
-	w, th, p := roundOf(t, 4, HostOptions{}, "keys-before-input", dim)
-	dl := generous()
-	dl.Mask = 10 * time.Millisecond
-	dl.TrainInMask = true
-	th.open(t, p, dl)
+	const dim, maskDeadline = 64, 10 * time.Millisecond
+	w, th, p := openRound(t, 4, "keys-before-input", dim, func(dl *Deadlines) {
+		dl.Mask = maskDeadline
+		dl.TrainInMask = true
+	})
 	ctx := t.Context()
 	asked := make(chan string, len(w.silos))
 	give := make(chan struct{})
@@ -78,7 +77,7 @@ func TestKeysBeforeInput(t *testing.T) {
 		t.Fatalf("before any input was given the host received %v, want 4 adverts, 4 shares, no masked input", sent)
 	}
 	// The mask phase's own deadline passes before any input is given.
-	time.Sleep(5 * dl.Mask)
+	time.Sleep(5 * maskDeadline)
 	close(give)
 	for range w.silos {
 		select {

@@ -116,6 +116,11 @@ func (w *world) client(id *identity.Identity, fed *identity.Federation, wrap fun
 
 func (w *world) silo(name string) *http.Client { return w.client(w.ids[name], w.fed, nil) }
 
+// siloVia is silo name's client with its link through c.
+func (w *world) siloVia(name string, c *cable) *http.Client {
+	return w.client(w.ids[name], w.fed, c.wrap)
+}
+
 // testHost is a Host served over TLS on a loopback port, as an aggregator
 // mounts it, with every request body it receives recorded.
 type testHost struct {
@@ -181,6 +186,19 @@ func roundOf(tb testing.TB, n int, opt HostOptions, round string, dim int) (*wor
 	tb.Helper()
 	w := newWorld(tb, n)
 	return w, startHost(tb, w, opt), w.params(round, dim, w.silos...)
+}
+
+// openRound is roundOf opened at once under generous deadlines, which
+// adjust (if not nil) changes first: the start of most round tests.
+func openRound(tb testing.TB, n int, round string, dim int, adjust func(*Deadlines)) (*world, *testHost, secagg.Params) {
+	tb.Helper()
+	w, th, p := roundOf(tb, n, HostOptions{}, round, dim)
+	dl := generous()
+	if adjust != nil {
+		adjust(&dl)
+	}
+	th.open(tb, p, dl)
+	return w, th, p
 }
 
 // open opens p under dl, failing the test if the host refuses.

@@ -150,14 +150,13 @@ func TestFourSites(t *testing.T) {
 func TestDropAfterMasking(t *testing.T) {
 	t.Parallel()
 	const dim = 500
-	w, th, p := roundOf(t, 4, HostOptions{}, "drop-after-mask", dim)
-	dl := generous()
-	dl.Consistency = short // the cut-off site never signs the survivor set
-	th.open(t, p, dl)
+	w, th, p := openRound(t, 4, "drop-after-mask", dim, func(dl *Deadlines) {
+		dl.Consistency = short // the cut-off site never signs the survivor set
+	})
 	ctx := t.Context()
 	cab := newCable()
 	cab.cutAfter = func(r *http.Request, _ *http.Response) bool { return endpoint(r, "masked") }
-	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-d": w.client(w.ids["hospital-d"], w.fed, cab.wrap)})
+	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-d": w.siloVia("hospital-d", cab)})
 	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 10, w.silos, nil)
 	waitAll(t, runs[:3])
@@ -176,14 +175,11 @@ func TestDropAfterMasking(t *testing.T) {
 func TestDropBeforeMasking(t *testing.T) {
 	t.Parallel()
 	const dim = 500
-	w, th, p := roundOf(t, 4, HostOptions{}, "drop-before-mask", dim)
-	dl := generous()
-	dl.Mask = short
-	th.open(t, p, dl)
+	w, th, p := openRound(t, 4, "drop-before-mask", dim, func(dl *Deadlines) { dl.Mask = short })
 	ctx := t.Context()
 	cab := newCable()
 	cab.cutBefore = func(r *http.Request) bool { return endpoint(r, "masked") }
-	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-b": w.client(w.ids["hospital-b"], w.fed, cab.wrap)})
+	runs, xs := startSites(ctx, w, th, p, w.silos, rising(1), map[string]*http.Client{"hospital-b": w.siloVia("hospital-b", cab)})
 	xs = slices.Delete(xs, 1, 2) // hospital-b's input never arrives
 	res := th.sum(t, ctx, p.Round)
 	checkSum(t, res, plainSum(dim, xs...), 1+3+4, []string{"hospital-a", "hospital-c", "hospital-d"}, []string{"hospital-b"})
@@ -197,10 +193,7 @@ func TestDropBeforeMasking(t *testing.T) {
 func TestLateSite(t *testing.T) {
 	t.Parallel()
 	const dim = 64
-	w, th, p := roundOf(t, 4, HostOptions{}, "late", dim)
-	dl := generous()
-	dl.Advertise = short
-	th.open(t, p, dl)
+	w, th, p := openRound(t, 4, "late", dim, func(dl *Deadlines) { dl.Advertise = short })
 	ctx := t.Context()
 	gotKeys := make(chan struct{})
 	var once sync.Once
@@ -210,7 +203,7 @@ func TestLateSite(t *testing.T) {
 			once.Do(func() { close(gotKeys) })
 		}
 	}
-	runs, xs := startSites(ctx, w, th, p, w.silos[:3], flat(1), map[string]*http.Client{"hospital-a": w.client(w.ids["hospital-a"], w.fed, cab.wrap)})
+	runs, xs := startSites(ctx, w, th, p, w.silos[:3], flat(1), map[string]*http.Client{"hospital-a": w.siloVia("hospital-a", cab)})
 	<-gotKeys // advertising has ended
 	err := Participate(ctx, w.silo("hospital-d"), th.url, p, w.keys["hospital-d"], testInput("hospital-d", dim), 1)
 	wantCode(t, "the late site", err, diag.SecAggWireTooLate)
@@ -235,7 +228,7 @@ func TestTooFewSites(t *testing.T) {
 	sent := 0
 	cab := newCable()
 	cab.cutBefore = func(*http.Request) bool { sent++; return false }
-	hc := w.client(w.ids["hospital-a"], w.fed, cab.wrap)
+	hc := w.siloVia("hospital-a", cab)
 	wantCode(t, "a silo in a round of two", Participate(ctx, hc, th.url, two, w.keys["hospital-a"], make([]float64, 8), 1), diag.SecAggTooFewSites)
 	if sent != 0 {
 		t.Errorf("a silo sent %d requests for a round of two", sent)
@@ -264,7 +257,7 @@ func TestBadInputStaysHome(t *testing.T) {
 	sent := 0
 	cab := newCable()
 	cab.cutBefore = func(*http.Request) bool { sent++; return false }
-	hc := w.client(w.ids["hospital-a"], w.fed, cab.wrap)
+	hc := w.siloVia("hospital-a", cab)
 	err := Participate(t.Context(), hc, th.url, p, w.keys["hospital-a"], []float64{0, 2, 0, 0}, 1)
 	wantCode(t, "an input outside the clip", err, diag.SecAggOutOfRange)
 	err = Participate(t.Context(), hc, th.url, p, w.keys["hospital-a"], []float64{0, math.NaN(), 0, 0}, 1)
@@ -384,8 +377,7 @@ func TestOnlyAsItself(t *testing.T) {
 // handshake; nothing reaches the host, and the site gives up at once
 // rather than retrying.
 func TestNonMemberCannotConnect(t *testing.T) {
-	w, th, p := roundOf(t, 3, HostOptions{}, "outsider", 4)
-	th.open(t, p, generous())
+	w, th, p := openRound(t, 3, "outsider", 4, nil)
 	hc := w.client(w.outsider, w.forged, nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -406,8 +398,7 @@ func TestNonMemberCannotConnect(t *testing.T) {
 func TestResultOverHTTP(t *testing.T) {
 	t.Parallel()
 	const dim = 32
-	w, th, p := roundOf(t, 3, HostOptions{}, "result", dim)
-	th.open(t, p, generous())
+	w, th, p := openRound(t, 3, "result", dim, nil)
 	ctx := t.Context()
 	runs, xs := startSites(ctx, w, th, p, w.silos, flat(2), nil)
 	got, err := FetchResult(ctx, w.silo("hospital-a"), th.url, p) // waits for the round
@@ -460,7 +451,7 @@ func TestHostClose(t *testing.T) {
 		}
 		return false
 	}
-	r := participate(ctx, w.client(w.ids["hospital-a"], w.fed, cab.wrap), th, p, w.keys["hospital-a"], make([]float64, 8), 1, "hospital-a")
+	r := participate(ctx, w.siloVia("hospital-a", cab), th, p, w.keys["hospital-a"], make([]float64, 8), 1, "hospital-a")
 	<-waiting
 	th.Close()
 	wantCode(t, "a waiting site", r.wait(t), diag.SecAggWireUnavailable)
@@ -473,10 +464,7 @@ func TestHostClose(t *testing.T) {
 func TestExcusedSite(t *testing.T) {
 	t.Parallel()
 	const dim = 50
-	w, th, p := roundOf(t, 4, HostOptions{}, "excused", dim)
-	dl := generous()
-	dl.Advertise = time.Hour
-	th.open(t, p, dl)
+	w, th, p := openRound(t, 4, "excused", dim, func(dl *Deadlines) { dl.Advertise = time.Hour })
 	ctx := t.Context()
 	var runs []*run
 	var xs [][]float64
