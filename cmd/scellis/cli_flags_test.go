@@ -19,6 +19,7 @@ var checkedInCommand = map[string]string{
 	"scellis datagen synthetic --beta":    "SC1005 unless finite and ≥ 0",
 	"scellis datagen synthetic --devices": "SC1005 outside 1..10000",
 	"scellis datagen synthetic --seed":    "any seed is valid",
+	"scellis datagen glyphs --seed":       "any seed is valid",
 	"scellis topology simulate --members": "SC1005 outside 1..10^6 (a list: flagRange takes one number)",
 	"scellis topology simulate --fanout":  "SC1005 below 3 (a list)",
 }

@@ -250,5 +250,9 @@ CNN, docs/trainers.md).`,
 	cmd.Flags().Float64Var(&skew, "skew", 0.5, "fraction of a site's images from its own three classes (0: IID)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "random seed; the same seed gives the same files")
 	cmd.Flags().StringVar(&out, "out", "", "directory to write the CSV files to (created if missing; required)")
+	flagRange(cmd, "sites", "1", "1000")
+	flagRange(cmd, "rows", "1", "1048576")
+	flagRange(cmd, "test", "0", "1048576")
+	flagRange(cmd, "skew", "0", "1")
 	return cmd
 }

@@ -52,6 +52,9 @@ func (f *trainerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.cpu, "cpu-seconds", trainer.DefaultLimits.CPUSeconds, "CPU-time limit (policy.trainers cpu_seconds)")
 	cmd.Flags().IntVar(&f.memory, "memory-mb", trainer.DefaultLimits.MemoryMB, "address-space limit in MiB (policy.trainers memory_mb)")
 	cmd.Flags().DurationVar(&f.wall, "wall", trainer.DefaultLimits.Wall, "wall-clock limit (policy.trainers wall)")
+	// As policy.trainers takes them: at least 1 (a day of CPU, 1 TiB at most).
+	flagRange(cmd, "cpu-seconds", "1", "86400")
+	flagRange(cmd, "memory-mb", "1", "1048576")
 }
 
 func (f *trainerFlags) job(b *trainer.Bundle, mode string) trainer.Job {
