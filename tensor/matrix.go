@@ -3,9 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
+	"runtime"
+	"sync"
 )
 
 // Matrix is a dense row-major matrix: element (i, j) is Data[i*Cols+j].
@@ -137,16 +136,7 @@ func (m *Matrix) Slice(r0, r1, c0, c1 int) (*Matrix, error) {
 	return out, nil
 }
 
-func general(m *Matrix) blas64.General {
-	stride := m.Cols
-	if stride == 0 {
-		stride = 1
-	}
-	return blas64.General{Rows: m.Rows, Cols: m.Cols, Stride: stride, Data: m.Data}
-}
-
-// MatMul returns a·b, computed by gonum's BLAS (Dgemm). See the package
-// documentation for its determinism.
+// MatMul returns a·b. See the package documentation for its determinism.
 func MatMul(a, b *Matrix) (*Matrix, error) { return MatMulChecked(a, b, nil) }
 
 // MatMulChecked is MatMul that calls check, when not nil, after each band of
@@ -170,20 +160,14 @@ func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 	if a.Rows == 0 || b.Cols == 0 || a.Cols == 0 {
 		return c, nil
 	}
-	// Row bands of C: each multiply-add still sums over k in order (gonum
-	// accumulates its k-blocks into C in place), so the bands give the same
-	// bits as one product, while check runs between them.
+	// Row bands of C, with check between them; inside a band the rows are
+	// shared among the cores. Each row is computed on its own in a fixed
+	// order, so neither the bands nor the goroutines change a bit.
 	inner := max(a.Cols*b.Cols, 1)
 	band := max(matMulBandWork/inner, 1)
-	if band >= 64 {
-		band -= band % 64 // whole gonum blocks, so bands still run in parallel
-	}
 	for lo := 0; lo < a.Rows; lo += band {
 		hi := min(lo+band, a.Rows)
-		ga, gc := general(a), general(c)
-		ga.Rows, ga.Data = hi-lo, ga.Data[lo*ga.Stride:]
-		gc.Rows, gc.Data = hi-lo, gc.Data[lo*gc.Stride:]
-		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, ga, general(b), 0, gc)
+		parallelRows(lo, hi, inner, func(r0, r1 int) { matMulRows(a, b, c, r0, r1) })
 		if check != nil {
 			if err := check((hi - lo) * inner); err != nil {
 				return nil, err
@@ -191,6 +175,43 @@ func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 		}
 	}
 	return c, nil
+}
+
+// matMulRows computes rows [r0, r1) of c = a·b. Element (i, j) is
+// Σₖ a[i][k]·b[k][j] summed in increasing k from the first product, each
+// product rounded by float64() so the compiler cannot fuse it into an FMA:
+// the replayable tier's bits on every architecture. The loop runs over rows
+// of b (contiguous memory) rather than columns; a zero a[i][k] is skipped,
+// which changes no finite sum (x + ±0 = x for x ≠ 0, and +0 + −0 = +0), so
+// the result equals what gonum's Dgemm gave on amd64 before (its assembly
+// axpy does not fuse either).
+func matMulRows(a, b, c *Matrix, r0, r1 int) {
+	for i := r0; i < r1; i++ {
+		crow := c.Data[i*c.Cols : (i+1)*c.Cols]
+		for k, aik := range a.Data[i*a.Cols : (i+1)*a.Cols] {
+			if aik != 0 {
+				axpyUnitary(crow, aik, b.Data[k*b.Cols:(k+1)*b.Cols])
+			}
+		}
+	}
+}
+
+// parallelRows runs fn over [lo, hi) split into one contiguous range per
+// core, or inline when the work (rows × per-row multiply-adds) is too small
+// to pay for goroutines.
+func parallelRows(lo, hi, perRow int, fn func(r0, r1 int)) {
+	workers := min(runtime.GOMAXPROCS(0), hi-lo)
+	if workers < 2 || (hi-lo)*perRow < 1<<16 {
+		fn(lo, hi)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (hi - lo + workers - 1) / workers
+	for r0 := lo; r0 < hi; r0 += step {
+		r1 := min(r0+step, hi)
+		wg.Go(func() { fn(r0, r1) })
+	}
+	wg.Wait()
 }
 
 // matMulBandWork is the multiply-adds MatMulChecked does between checks
