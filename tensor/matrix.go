@@ -181,17 +181,31 @@ func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 // Σₖ a[i][k]·b[k][j] summed in increasing k from the first product, each
 // product rounded by float64() so the compiler cannot fuse it into an FMA:
 // the replayable tier's bits on every architecture. The loop runs over rows
-// of b (contiguous memory) rather than columns; a zero a[i][k] is skipped,
-// which changes no finite sum (x + ±0 = x for x ≠ 0, and +0 + −0 = +0), so
-// the result equals what gonum's Dgemm gave on amd64 before (its assembly
-// axpy does not fuse either).
+// of b (contiguous memory), four at a time so each element of c is loaded
+// and stored once per four products; the additions stay in k order. For
+// finite operands the result equals what gonum's Dgemm gave on amd64
+// (its assembly axpy rounds each product too), which MatMul used before.
 func matMulRows(a, b, c *Matrix, r0, r1 int) {
+	n, inner := b.Cols, a.Cols
 	for i := r0; i < r1; i++ {
-		crow := c.Data[i*c.Cols : (i+1)*c.Cols]
-		for k, aik := range a.Data[i*a.Cols : (i+1)*a.Cols] {
-			if aik != 0 {
-				axpyUnitary(crow, aik, b.Data[k*b.Cols:(k+1)*b.Cols])
+		crow := c.Data[i*n : (i+1)*n]
+		arow := a.Data[i*inner : (i+1)*inner]
+		k := 0
+		for ; k+4 <= inner; k += 4 {
+			a0, a1, a2, a3 := arow[k], arow[k+1], arow[k+2], arow[k+3]
+			b0 := b.Data[k*n : (k+1)*n]
+			b1 := b.Data[(k+1)*n : (k+2)*n]
+			b2 := b.Data[(k+2)*n : (k+3)*n]
+			b3 := b.Data[(k+3)*n : (k+4)*n]
+			for j := range crow {
+				s := crow[j] + float64(a0*b0[j])
+				s += float64(a1 * b1[j])
+				s += float64(a2 * b2[j])
+				crow[j] = s + float64(a3*b3[j])
 			}
+		}
+		for ; k < inner; k++ {
+			axpyUnitary(crow, arow[k], b.Data[k*n:(k+1)*n])
 		}
 	}
 }
