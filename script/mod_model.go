@@ -421,6 +421,21 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 		out.SetKey(starlark.String("v"), newVector(slices.Clone(a.V)))
 		return out, nil
 	},
+	"predictions": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		var mv *modelValue
+		var ds starlark.Value
+		if err := unpack("model.predictions", args, kw, "m", &mv, "data", &ds); err != nil {
+			return nil, err
+		}
+		d, err := st.toDataset(ds, "data")
+		if err != nil {
+			return nil, err
+		}
+		if err := mv.m.Check(d); err != nil {
+			return nil, modelError(err)
+		}
+		return predictions(st, mv.m, d)
+	},
 	"predict": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue
 		var x starlark.Value
@@ -440,4 +455,29 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 
 func isRegression(s model.Spec) bool {
 	return s.Kind == model.KindLinear || (s.Kind == model.KindMLP && s.Classes == 1)
+}
+
+// predictions returns (outputs, labels): the model's output for each row of
+// d (a probability per class, one value for binary and regression models)
+// and d's labels, so content can combine the outputs of several models
+// (an ensemble) and score them against the labels.
+func predictions(st *callState, m *model.Model, d *model.Dataset) (starlark.Value, error) {
+	n := d.Rows()
+	if err := st.reserve(listBytes+uint64(n)*(slotBytes+listBytes), "model.predictions"); err != nil {
+		return nil, err
+	}
+	outs := make([]starlark.Value, n)
+	for i := range n {
+		p := m.Predict(d.Row(i))
+		if err := st.reserve(bytesOf(len(p)), "model.predictions"); err != nil {
+			return nil, err
+		}
+		outs[i] = newVector(p)
+	}
+	labels, err := st.newOwnedVector(n, "model.predictions")
+	if err != nil {
+		return nil, err
+	}
+	copy(labels, d.Y)
+	return starlark.Tuple{starlark.NewList(outs), newVector(labels)}, nil
 }
