@@ -323,19 +323,11 @@ func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, clas
 var modelModule = makeModule("model", map[string]nativeFunc{
 	"train": trainModel,
 	"evaluate": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-		var mv *modelValue
-		var ds starlark.Value
-		if err := unpack("model.evaluate", args, kw, "m", &mv, "data", &ds); err != nil {
-			return nil, err
-		}
-		d, err := st.toDataset(ds, "data")
+		m, d, err := modelAndData(st, "model.evaluate", args, kw)
 		if err != nil {
 			return nil, err
 		}
-		if err := mv.m.Check(d); err != nil {
-			return nil, modelError(err)
-		}
-		return metricsDict(mv.m.Spec, model.Evaluate(mv.m, d)), nil
+		return metricsDict(m.Spec, model.Evaluate(m, d)), nil
 	},
 	"evaluate_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var kind string
@@ -422,19 +414,11 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 		return out, nil
 	},
 	"predictions": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-		var mv *modelValue
-		var ds starlark.Value
-		if err := unpack("model.predictions", args, kw, "m", &mv, "data", &ds); err != nil {
-			return nil, err
-		}
-		d, err := st.toDataset(ds, "data")
+		m, d, err := modelAndData(st, "model.predictions", args, kw)
 		if err != nil {
 			return nil, err
 		}
-		if err := mv.m.Check(d); err != nil {
-			return nil, modelError(err)
-		}
-		return predictions(st, mv.m, d)
+		return predictions(st, m, d)
 	},
 	"predict": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue
@@ -455,6 +439,23 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 
 func isRegression(s model.Spec) bool {
 	return s.Kind == model.KindLinear || (s.Kind == model.KindMLP && s.Classes == 1)
+}
+
+// modelAndData unpacks (m, data) and checks that the model fits the data.
+func modelAndData(st *callState, name string, args starlark.Tuple, kw []starlark.Tuple) (*model.Model, *model.Dataset, error) {
+	var mv *modelValue
+	var ds starlark.Value
+	if err := unpack(name, args, kw, "m", &mv, "data", &ds); err != nil {
+		return nil, nil, err
+	}
+	d, err := st.toDataset(ds, "data")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := mv.m.Check(d); err != nil {
+		return nil, nil, modelError(err)
+	}
+	return mv.m, d, nil
 }
 
 // predictions returns (outputs, labels): the model's output for each row of
