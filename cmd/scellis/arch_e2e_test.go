@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -126,3 +128,35 @@ func buildArm64(t *testing.T) string {
 	}
 	return out
 }
+
+// TestReplayablePackagesHaveNoFMA compiles the packages of the replayable
+// path for arm64 and fails on any fused multiply-add instruction in them,
+// naming the source line: an unrounded x*y + z there would make arm64's
+// results differ from amd64's again. It needs no emulator, so it holds the
+// rule (docs/verification.md, "Across architectures") on every machine.
+func TestReplayablePackagesHaveNoFMA(t *testing.T) {
+	t.Parallel()
+	pkgs := []string{"../../tensor", "../../model", "../../script", "../../internal/repmath"}
+	build := exec.Command("go", append([]string{"build", "-trimpath", "-gcflags=-S", "-o", os.DevNull}, pkgs...)...)
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=arm64", "GOARM64=v8.0")
+	out, err := build.CombinedOutput()
+	if err != nil {
+		t.Fatalf("compiling for arm64: %v\n%s", err, tail(out))
+	}
+	if !bytes.Contains(out, []byte("TEXT")) {
+		t.Fatalf("the compiler printed no assembly to check:\n%s", tail(out))
+	}
+	var fused []string
+	for line := range strings.Lines(string(out)) {
+		if fmaInstruction.MatchString(line) {
+			fused = append(fused, strings.TrimSpace(line))
+		}
+	}
+	if len(fused) > 0 {
+		t.Fatalf("fused multiply-adds on the replayable path (round the product with float64()):\n%s", strings.Join(fused, "\n"))
+	}
+}
+
+var fmaInstruction = regexp.MustCompile(`\tFN?M(ADD|SUB)[DS]\t`)
+
+func tail(b []byte) []byte { return b[max(0, len(b)-4000):] }
