@@ -149,7 +149,7 @@ func evaluate(m *Model, d *Dataset, rows int) Metrics {
 			switch l.head {
 			case headSigmoid:
 				z := ws.z[i]
-				sum += softplus(z) - yi*z
+				sum += softplus(z) - float64(yi*z)
 				if (z >= 0) == (yi == 1) {
 					met.Correct++
 				}
@@ -169,7 +169,7 @@ func evaluate(m *Model, d *Dataset, rows int) Metrics {
 				}
 			case headIdentity:
 				r := ws.z[i] - yi
-				sum += 0.5 * r * r
+				sum += float64(0.5 * r * r)
 			}
 		}
 	})
@@ -207,7 +207,7 @@ func AUC(scores, labels []float64) float64 {
 		for j < n && scores[idx[j]] == scores[idx[i]] {
 			j++
 		}
-		avg := float64(i+j+1) / 2 // mean of 1-based ranks i+1..j
+		avg := float64(float64(i+j+1) * 0.5) // mean of 1-based ranks i+1..j
 		for k := i; k < j; k++ {
 			if labels[idx[k]] == 1 {
 				pos++
@@ -220,5 +220,5 @@ func AUC(scores, labels []float64) float64 {
 	if pos == 0 || neg == 0 {
 		return 0
 	}
-	return (rankSum - pos*(pos+1)/2) / (pos * neg)
+	return (rankSum - float64(pos*(pos+1)*0.5)) / (pos * neg)
 }

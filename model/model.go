@@ -32,8 +32,10 @@ func New(spec Spec, seed uint64) (*Model, error) {
 		glorot := func(w []float64, fanIn, fanOut int) {
 			a := math.Sqrt(6 / float64(fanIn+fanOut))
 			for i := range w {
-				u := float64(r.Uint64()>>11) * 0x1p-53 // uniform [0,1)
-				w[i] = a * (2*u - 1)
+				// 2u − 1 for u uniform on [0, 1) in steps of 2⁻⁵³, as
+				// (k − 2⁵²)·2⁻⁵²: exact, with no multiply-add to fuse.
+				k := int64(r.Uint64() >> 11)
+				w[i] = a * (float64(k-1<<52) * 0x1p-52)
 			}
 		}
 		glorot(m.Params[l.w1:l.b1], l.in, l.hidden)

@@ -1,10 +1,9 @@
 package model
 
 import (
-	"math"
-
-	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas64"
+
+	"github.com/scellis/scellis/internal/repmath"
 )
 
 // workspace holds every buffer one forward/backward pass needs for up to
@@ -91,10 +90,6 @@ func matrix(data []float64, r, c int) blas64.General {
 	return blas64.General{Rows: r, Cols: c, Stride: c, Data: data[:r*c]}
 }
 
-func vector(data []float64) blas64.Vector {
-	return blas64.Vector{N: len(data), Inc: 1, Data: data}
-}
-
 // input returns the matrix feeding the output layer for the last forward
 // pass: the hidden activations, or x itself.
 func (ws *workspace) input(x blas64.General) blas64.General {
@@ -112,12 +107,12 @@ func (ws *workspace) forward(p []float64, x blas64.General) {
 	if l.hidden > 0 {
 		w1 := matrix(p[l.w1:l.b1], l.hidden, l.in)
 		h := matrix(ws.h, b, l.hidden)
-		blas64.Gemm(blas.NoTrans, blas.Trans, 1, x, w1, 0, h)
+		gemmNT(x, w1, h)
 		b1 := p[l.b1:l.w2]
 		for i := range b {
 			row := h.Data[i*l.hidden : (i+1)*l.hidden]
 			for j := range row {
-				row[j] = math.Tanh(row[j] + b1[j])
+				row[j] = repmath.Tanh(row[j] + b1[j])
 			}
 		}
 		in = h
@@ -126,13 +121,13 @@ func (ws *workspace) forward(p []float64, x blas64.General) {
 	z := ws.z[:b*l.out]
 	b2 := p[l.b2 : l.b2+l.out]
 	if l.out == 1 {
-		blas64.Gemv(blas.NoTrans, 1, in, vector(p[l.w2:l.w2+feed]), 0, vector(z))
+		gemvN(in, p[l.w2:l.w2+feed], z)
 		for i := range z {
 			z[i] += b2[0]
 		}
 		return
 	}
-	blas64.Gemm(blas.NoTrans, blas.Trans, 1, in, matrix(p[l.w2:l.b2], l.out, feed), 0, matrix(z, b, l.out))
+	gemmNT(in, matrix(p[l.w2:l.b2], l.out, feed), matrix(z, b, l.out))
 	for i := range b {
 		row := z[i*l.out : (i+1)*l.out]
 		for k := range row {
@@ -152,7 +147,7 @@ func (ws *workspace) head(y []float64, withLoss bool) float64 {
 		z := ws.z[:len(y)]
 		for i, zi := range z {
 			if withLoss {
-				sum += softplus(zi) - y[i]*zi
+				sum += softplus(zi) - float64(y[i]*zi)
 			}
 			z[i] = sigmoid(zi) - y[i]
 		}
@@ -160,7 +155,7 @@ func (ws *workspace) head(y []float64, withLoss bool) float64 {
 		z := ws.z[:len(y)]
 		for i, zi := range z {
 			r := zi - y[i]
-			sum += 0.5 * r * r
+			sum += float64(0.5 * r * r)
 			z[i] = r
 		}
 	case headSoftmax:
@@ -170,7 +165,7 @@ func (ws *workspace) head(y []float64, withLoss bool) float64 {
 			c := int(yi)
 			sum += lse - row[c]
 			for k := range row {
-				row[k] = math.Exp(row[k] - lse)
+				row[k] = repmath.Exp(row[k] - lse)
 			}
 			row[c]--
 		}
@@ -189,13 +184,13 @@ func (ws *workspace) backward(p []float64, x blas64.General, grad []float64) {
 	gb2 := grad[l.b2 : l.b2+l.out]
 	clear(gb2)
 	if l.out == 1 {
-		blas64.Gemv(blas.Trans, 1, in, vector(r), 0, vector(grad[l.w2:l.w2+feed]))
+		gemvT(in, r, grad[l.w2:l.w2+feed])
 		for _, ri := range r {
 			gb2[0] += ri
 		}
 	} else {
 		rm := matrix(r, b, l.out)
-		blas64.Gemm(blas.Trans, blas.NoTrans, 1, rm, in, 0, matrix(grad[l.w2:l.b2], l.out, feed))
+		gemmTN(rm, in, matrix(grad[l.w2:l.b2], l.out, feed))
 		for i := range b {
 			for k, v := range r[i*l.out : (i+1)*l.out] {
 				gb2[k] += v
@@ -207,18 +202,18 @@ func (ws *workspace) backward(p []float64, x blas64.General, grad []float64) {
 	}
 	// ∂loss/∂h = R·W2, then through tanh: ⊙ (1 − h²).
 	dh := matrix(ws.dh, b, l.hidden)
-	blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, matrix(r, b, l.out), matrix(p[l.w2:l.b2], l.out, l.hidden), 0, dh)
+	gemmNN(matrix(r, b, l.out), matrix(p[l.w2:l.b2], l.out, l.hidden), dh)
 	gb1 := grad[l.b1:l.w2]
 	clear(gb1)
 	for i := range b {
 		hrow := ws.h[i*l.hidden : (i+1)*l.hidden]
 		drow := dh.Data[i*l.hidden : (i+1)*l.hidden]
 		for j, hv := range hrow {
-			drow[j] *= 1 - hv*hv
+			drow[j] = float64(drow[j] * (1 - float64(hv*hv)))
 			gb1[j] += drow[j]
 		}
 	}
-	blas64.Gemm(blas.Trans, blas.NoTrans, 1, dh, x, 0, matrix(grad[l.w1:l.b1], l.hidden, l.in))
+	gemmTN(dh, x, matrix(grad[l.w1:l.b1], l.hidden, l.in))
 }
 
 // lossGrad runs a full pass over the rows of x with labels y: it returns the
@@ -242,18 +237,18 @@ func (ws *workspace) grad(p []float64, x blas64.General, y []float64, grad []flo
 
 func sigmoid(z float64) float64 {
 	if z >= 0 {
-		return 1 / (1 + math.Exp(-z))
+		return 1 / (1 + repmath.Exp(-z))
 	}
-	e := math.Exp(z)
+	e := repmath.Exp(z)
 	return e / (1 + e)
 }
 
 // softplus is log(1 + e^z), computed without overflow.
 func softplus(z float64) float64 {
 	if z > 0 {
-		return z + math.Log1p(math.Exp(-z))
+		return z + repmath.Log1p(repmath.Exp(-z))
 	}
-	return math.Log1p(math.Exp(z))
+	return repmath.Log1p(repmath.Exp(z))
 }
 
 func logSumExp(v []float64) float64 {
@@ -263,14 +258,14 @@ func logSumExp(v []float64) float64 {
 	}
 	var s float64
 	for _, x := range v {
-		s += math.Exp(x - m)
+		s += repmath.Exp(x - m)
 	}
-	return m + math.Log(s)
+	return m + repmath.Log(s)
 }
 
 func softmaxInPlace(v []float64) {
 	lse := logSumExp(v)
 	for i := range v {
-		v[i] = math.Exp(v[i] - lse)
+		v[i] = repmath.Exp(v[i] - lse)
 	}
 }

@@ -109,10 +109,10 @@ func (s Spec) layout() (layout, error) {
 	feed := l.in
 	n := 0.0
 	if l.hidden > 0 {
-		n += float64(l.hidden)*float64(l.in) + float64(l.hidden)
+		n += float64(float64(l.hidden)*float64(l.in)) + float64(l.hidden)
 		feed = l.hidden
 	}
-	n += float64(l.out)*float64(feed) + float64(l.out)
+	n += float64(float64(l.out)*float64(feed)) + float64(l.out)
 	if n > maxParams {
 		return bad("the model would have %.0f parameters, more than the limit of %d", n, maxParams)
 	}

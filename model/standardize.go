@@ -37,7 +37,7 @@ func FitStandardizer(d *Dataset) Standardizer {
 	for i := range n {
 		for j, v := range d.X.RawRowView(i) {
 			dv := v - s.Mean[j]
-			s.Std[j] += dv * dv
+			s.Std[j] += float64(dv * dv)
 		}
 	}
 	for j := range s.Std {

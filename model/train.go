@@ -327,13 +327,13 @@ func (t *trainer) update() {
 	if c.L2 > 0 {
 		t.l.eachBlock(func(lo, hi int, mask float64) {
 			for j := lo; j < hi; j++ {
-				g[j] += c.L2 * mask * p[j]
+				g[j] += float64(c.L2 * mask * p[j])
 			}
 		})
 	}
 	if c.Mu > 0 {
 		for j := range g {
-			g[j] += c.Mu * (p[j] - c.Anchor[j])
+			g[j] += float64(c.Mu * (p[j] - c.Anchor[j]))
 		}
 	}
 	if c.Correction != nil {
@@ -348,21 +348,23 @@ func (t *trainer) update() {
 			c.Adam.T = t.t
 		}
 		b1, b2 := c.Beta1, c.Beta2
+		// math.Pow of an integer power is repeated multiplication in
+		// pure Go, no product feeding an add: the same bits everywhere.
 		bc1 := 1 - math.Pow(b1, float64(t.t))
 		bc2 := 1 - math.Pow(b2, float64(t.t))
 		t.l.eachBlock(func(lo, hi int, mask float64) {
 			for j := lo; j < hi; j++ {
-				t.m1[j] = b1*t.m1[j] + (1-b1)*g[j]
-				t.m2[j] = b2*t.m2[j] + (1-b2)*g[j]*g[j]
+				t.m1[j] = float64(b1*t.m1[j]) + float64((1-b1)*g[j])
+				t.m2[j] = float64(b2*t.m2[j]) + float64((1-b2)*g[j]*g[j])
 				mh := t.m1[j] / bc1
 				vh := t.m2[j] / bc2
-				p[j] -= c.LR * (mh/(math.Sqrt(vh)+adamEps) + c.WeightDecay*mask*p[j])
+				p[j] -= float64(c.LR * (mh/(math.Sqrt(vh)+adamEps) + float64(c.WeightDecay*mask*p[j])))
 			}
 		})
 	default:
 		t.l.eachBlock(func(lo, hi int, mask float64) {
 			for j := lo; j < hi; j++ {
-				p[j] -= c.LR * (g[j] + c.WeightDecay*mask*p[j])
+				p[j] -= float64(c.LR * (g[j] + float64(c.WeightDecay*mask*p[j])))
 			}
 		})
 	}

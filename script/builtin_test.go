@@ -74,7 +74,7 @@ func TestBuiltinKinds(t *testing.T) {
 	want := map[string]catalog.Kind{
 		"grid": catalog.Partitioner, "range": catalog.Partitioner, "kfold": catalog.Partitioner, "items": catalog.Partitioner,
 		"collect": catalog.Reducer, "sum": catalog.Reducer, "mean": catalog.Reducer, "histogram": catalog.Reducer,
-		"argmin": catalog.Reducer, "argmax": catalog.Reducer, "concat": catalog.Reducer,
+		"argmin": catalog.Reducer, "argmax": catalog.Reducer, "concat": catalog.Reducer, "ensemble": catalog.Reducer,
 		"montecarlo-pi": catalog.Program, "train-eval": catalog.Program, "matmul": catalog.Program,
 		"numeric": catalog.Library, "select": catalog.Library, "fl-common": catalog.Library,
 		"fedavg": catalog.Strategy, "fedprox": catalog.Strategy, "scaffold": catalog.Strategy,
@@ -346,4 +346,43 @@ def run(p, i):
 	wantDiag(t, err, diag.ContentShape)
 	_, err = run(t, "def run(p, i):\n    return data.rows([1])\n", "run", nil, nil)
 	wantDiag(t, err, diag.NativeArgument)
+}
+
+// TestEnsembleReducer: two binary members and a single model on three
+// rows. The ensemble's probabilities are the members' mean, scored by log
+// loss and accuracy; a member scored on other rows is refused.
+func TestEnsembleReducer(t *testing.T) {
+	c := builtins(t)
+	labels := []any{1.0, 0.0, 1.0}
+	member := func(p ...float64) map[string]any {
+		outs := make([]any, len(p))
+		for i, v := range p {
+			outs[i] = []any{v}
+		}
+		return map[string]any{"outputs": outs, "labels": labels}
+	}
+	single := member(0.9, 0.1, 0.9)
+	single["role"] = "single"
+	got := mustBuiltin(t, c, "ensemble", "reduce", rows(member(0.8, 0.6, 0.2), member(0.4, 0.2, 0.6), single), nil).(map[string]any)
+	ens := got["ensemble"].(map[string]any)
+	// Averaged: 0.6, 0.4, 0.4 — right, right, wrong.
+	wantLoss := -(math.Log(0.6) + math.Log(0.6) + math.Log(0.4)) / 3
+	if math.Abs(ens["log_loss"].(float64)-wantLoss) > 1e-12 || ens["accuracy"].(float64) != 2.0/3 {
+		t.Errorf("ensemble = %v, want log_loss %v, accuracy 2/3", ens, wantLoss)
+	}
+	if got["k"] != int64(2) || got["n"] != int64(3) {
+		t.Errorf("k, n = %v, %v; want 2, 3", got["k"], got["n"])
+	}
+	if s := got["single"].(map[string]any); s["index"] != int64(2) || s["accuracy"].(float64) != 1 {
+		t.Errorf("single = %v, want shard 2 with accuracy 1", s)
+	}
+	// Log loss is convex: the ensemble's is never above the members' mean.
+	if mean := got["member_mean"].(map[string]any)["log_loss"].(float64); ens["log_loss"].(float64) > mean {
+		t.Errorf("ensemble log loss %v above the members' mean %v", ens["log_loss"], mean)
+	}
+	other := member(0.5, 0.5, 0.5)
+	other["labels"] = []any{0.0, 0.0, 1.0}
+	if _, err := callBuiltin(t, c, "ensemble", "reduce", rows(member(0.8, 0.6, 0.2), other), nil); err == nil || !strings.Contains(err.Error(), "other rows") {
+		t.Errorf("members on other rows: err = %v, want a refusal naming other rows", err)
+	}
 }

@@ -330,19 +330,11 @@ func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, clas
 var modelModule = makeModule("model", map[string]nativeFunc{
 	"train": trainModel,
 	"evaluate": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
-		var mv *modelValue
-		var ds starlark.Value
-		if err := unpack("model.evaluate", args, kw, "m", &mv, "data", &ds); err != nil {
-			return nil, err
-		}
-		d, err := st.toDataset(ds, "data")
+		m, d, err := modelAndData(st, "model.evaluate", args, kw)
 		if err != nil {
 			return nil, err
 		}
-		if err := mv.m.Check(d); err != nil {
-			return nil, modelError(err)
-		}
-		return metricsDict(mv.m.Spec, model.Evaluate(mv.m, d)), nil
+		return metricsDict(m.Spec, model.Evaluate(m, d)), nil
 	},
 	"evaluate_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var kind string
@@ -432,6 +424,13 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 		out.SetKey(starlark.String("v"), newVector(slices.Clone(a.V)))
 		return out, nil
 	},
+	"predictions": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
+		m, d, err := modelAndData(st, "model.predictions", args, kw)
+		if err != nil {
+			return nil, err
+		}
+		return predictions(st, m, d)
+	},
 	"predict": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var mv *modelValue
 		var x starlark.Value
@@ -451,4 +450,46 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 
 func isRegression(s model.Spec) bool {
 	return s.Kind == model.KindLinear || (s.Kind == model.KindMLP && s.Classes == 1)
+}
+
+// modelAndData unpacks (m, data) and checks that the model fits the data.
+func modelAndData(st *callState, name string, args starlark.Tuple, kw []starlark.Tuple) (*model.Model, *model.Dataset, error) {
+	var mv *modelValue
+	var ds starlark.Value
+	if err := unpack(name, args, kw, "m", &mv, "data", &ds); err != nil {
+		return nil, nil, err
+	}
+	d, err := st.toDataset(ds, "data")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := mv.m.Check(d); err != nil {
+		return nil, nil, modelError(err)
+	}
+	return mv.m, d, nil
+}
+
+// predictions returns (outputs, labels): the model's output for each row of
+// d (a probability per class, one value for binary and regression models)
+// and d's labels, so content can combine the outputs of several models
+// (an ensemble) and score them against the labels.
+func predictions(st *callState, m *model.Model, d *model.Dataset) (starlark.Value, error) {
+	n := d.Rows()
+	if err := st.reserve(listBytes+uint64(n)*(slotBytes+listBytes), "model.predictions"); err != nil {
+		return nil, err
+	}
+	outs := make([]starlark.Value, n)
+	for i := range n {
+		p := m.Predict(d.Row(i))
+		if err := st.reserve(bytesOf(len(p)), "model.predictions"); err != nil {
+			return nil, err
+		}
+		outs[i] = newVector(p)
+	}
+	labels, err := st.newOwnedVector(n, "model.predictions")
+	if err != nil {
+		return nil, err
+	}
+	copy(labels, d.Y)
+	return starlark.Tuple{starlark.NewList(outs), newVector(labels)}, nil
 }

@@ -52,7 +52,7 @@ var rngFuncs = map[string]func(st *callState, g *generator, name string, args st
 		if !(sigma >= 0) || !finite(float64(mu)) || !finite(float64(sigma)) {
 			return nil, fmt.Errorf("need finite mu and sigma ≥ 0, got %v and %v", mu, sigma)
 		}
-		return starlark.Float(float64(mu) + float64(float64(sigma)*g.r.NormFloat64())), nil
+		return starlark.Float(float64(mu) + float64(float64(sigma)*normal(g.r))), nil
 	},
 	"int": func(st *callState, g *generator, name string, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var n int
@@ -94,7 +94,7 @@ var rngFuncs = map[string]func(st *callState, g *generator, name string, args st
 			return nil, err
 		}
 		for i := range v {
-			v[i] = g.r.NormFloat64()
+			v[i] = normal(g.r)
 		}
 		return newVector(v), nil
 	},

@@ -149,7 +149,7 @@ func quantile(sorted []float64, q float64) (float64, error) {
 	if !(q >= 0 && q <= 1) {
 		return 0, fmt.Errorf("q must be in [0, 1], got %v", q)
 	}
-	h := float64(len(sorted)-1) * q
+	h := float64(float64(len(sorted)-1) * q)
 	lo := int(math.Floor(h))
 	if lo >= len(sorted)-1 {
 		return sorted[len(sorted)-1], nil

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"go.starlark.net/lib/math"
 	"go.starlark.net/starlark"
 	"go.starlark.net/starlarkstruct"
 
@@ -14,7 +13,8 @@ import (
 )
 
 // predeclared is everything content sees besides the Starlark universe:
-// the native modules, the pure math module, and memory-checked versions of
+// the native modules, the pure math module (exp, log and tanh replayable
+// across architectures: mod_math.go), and memory-checked versions of
 // the built-ins that materialise iterables. Nothing here reads a file, the
 // network, the clock or the environment.
 var predeclared = starlark.StringDict{
@@ -23,7 +23,7 @@ var predeclared = starlark.StringDict{
 	"stats":  statsModule,
 	"data":   dataModule,
 	"model":  modelModule,
-	"math":   math.Module,
+	"math":   mathModule,
 	"check":  checkModule,
 }
 

@@ -7,10 +7,9 @@
 // order written in plain Go, and every product is rounded explicitly
 // (float64(x*y)) so the compiler cannot fuse it into an FMA. The results of
 // the vector operations are therefore byte-identical on every run and on
-// every architecture (the replayable tier). MatMul is the exception: it goes
-// through gonum's BLAS, which is deterministic on one architecture but may
-// round differently on another (its kernels are assembly on amd64 and Go
-// elsewhere).
+// every architecture (the replayable tier). MatMul included: it is plain Go
+// rather than gonum's BLAS, whose kernels are assembly on amd64 and Go (with
+// fused multiply-adds) elsewhere, and so rounded differently on arm64.
 //
 // Operations that take several operands return ErrShape (wrapped, with the
 // lengths) instead of panicking, because their operands often come from

@@ -3,9 +3,8 @@ package tensor
 import (
 	"fmt"
 	"math"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/blas64"
+	"runtime"
+	"sync"
 )
 
 // Matrix is a dense row-major matrix: element (i, j) is Data[i*Cols+j].
@@ -137,16 +136,7 @@ func (m *Matrix) Slice(r0, r1, c0, c1 int) (*Matrix, error) {
 	return out, nil
 }
 
-func general(m *Matrix) blas64.General {
-	stride := m.Cols
-	if stride == 0 {
-		stride = 1
-	}
-	return blas64.General{Rows: m.Rows, Cols: m.Cols, Stride: stride, Data: m.Data}
-}
-
-// MatMul returns a·b, computed by gonum's BLAS (Dgemm). See the package
-// documentation for its determinism.
+// MatMul returns a·b. See the package documentation for its determinism.
 func MatMul(a, b *Matrix) (*Matrix, error) { return MatMulChecked(a, b, nil) }
 
 // MatMulChecked is MatMul that calls check, when not nil, after each band of
@@ -170,20 +160,14 @@ func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 	if a.Rows == 0 || b.Cols == 0 || a.Cols == 0 {
 		return c, nil
 	}
-	// Row bands of C: each multiply-add still sums over k in order (gonum
-	// accumulates its k-blocks into C in place), so the bands give the same
-	// bits as one product, while check runs between them.
+	// Row bands of C, with check between them; inside a band the rows are
+	// shared among the cores. Each row is computed on its own in a fixed
+	// order, so neither the bands nor the goroutines change a bit.
 	inner := max(a.Cols*b.Cols, 1)
 	band := max(matMulBandWork/inner, 1)
-	if band >= 64 {
-		band -= band % 64 // whole gonum blocks, so bands still run in parallel
-	}
 	for lo := 0; lo < a.Rows; lo += band {
 		hi := min(lo+band, a.Rows)
-		ga, gc := general(a), general(c)
-		ga.Rows, ga.Data = hi-lo, ga.Data[lo*ga.Stride:]
-		gc.Rows, gc.Data = hi-lo, gc.Data[lo*gc.Stride:]
-		blas64.Gemm(blas.NoTrans, blas.NoTrans, 1, ga, general(b), 0, gc)
+		parallelRows(lo, hi, inner, func(r0, r1 int) { matMulRows(a, b, c, r0, r1) })
 		if check != nil {
 			if err := check((hi - lo) * inner); err != nil {
 				return nil, err
@@ -191,6 +175,57 @@ func MatMulChecked(a, b *Matrix, check func(work int) error) (*Matrix, error) {
 		}
 	}
 	return c, nil
+}
+
+// matMulRows computes rows [r0, r1) of c = a·b. Element (i, j) is
+// Σₖ a[i][k]·b[k][j] summed in increasing k from the first product, each
+// product rounded by float64() so the compiler cannot fuse it into an FMA:
+// the replayable tier's bits on every architecture. The loop runs over rows
+// of b (contiguous memory), four at a time so each element of c is loaded
+// and stored once per four products; the additions stay in k order. For
+// finite operands the result equals what gonum's Dgemm gave on amd64
+// (its assembly axpy rounds each product too), which MatMul used before.
+func matMulRows(a, b, c *Matrix, r0, r1 int) {
+	n, inner := b.Cols, a.Cols
+	for i := r0; i < r1; i++ {
+		crow := c.Data[i*n : (i+1)*n]
+		arow := a.Data[i*inner : (i+1)*inner]
+		k := 0
+		for ; k+4 <= inner; k += 4 {
+			a0, a1, a2, a3 := arow[k], arow[k+1], arow[k+2], arow[k+3]
+			b0 := b.Data[k*n : (k+1)*n]
+			b1 := b.Data[(k+1)*n : (k+2)*n]
+			b2 := b.Data[(k+2)*n : (k+3)*n]
+			b3 := b.Data[(k+3)*n : (k+4)*n]
+			for j := range crow {
+				s := crow[j] + float64(a0*b0[j])
+				s += float64(a1 * b1[j])
+				s += float64(a2 * b2[j])
+				crow[j] = s + float64(a3*b3[j])
+			}
+		}
+		for ; k < inner; k++ {
+			axpyUnitary(crow, arow[k], b.Data[k*n:(k+1)*n])
+		}
+	}
+}
+
+// parallelRows runs fn over [lo, hi) split into one contiguous range per
+// core, or inline when the work (rows × per-row multiply-adds) is too small
+// to pay for goroutines.
+func parallelRows(lo, hi, perRow int, fn func(r0, r1 int)) {
+	workers := min(runtime.GOMAXPROCS(0), hi-lo)
+	if workers < 2 || (hi-lo)*perRow < 1<<16 {
+		fn(lo, hi)
+		return
+	}
+	var wg sync.WaitGroup
+	step := (hi - lo + workers - 1) / workers
+	for r0 := lo; r0 < hi; r0 += step {
+		r1 := min(r0+step, hi)
+		wg.Go(func() { fn(r0, r1) })
+	}
+	wg.Wait()
 }
 
 // matMulBandWork is the multiply-adds MatMulChecked does between checks

@@ -210,8 +210,8 @@ func runInTab(t testing.TB, tab context.Context, req string) tabResult {
 	return r
 }
 
-// TestWasmWorkerMatchesNative runs shards of a Monte Carlo job and of a
-// matmul job in the shard executor compiled to WebAssembly, in headless
+// TestWasmWorkerMatchesNative runs shards of a Monte Carlo job, of a
+// matmul job and of content calling the math module in the shard executor compiled to WebAssembly, in headless
 // Chromium, and checks that every result is byte-identical to the native
 // executor's for the same shard; and that the step budget stops the same
 // shard in the tab as natively. Most of its time (~10-25 s on two busy
@@ -247,6 +247,17 @@ program: matmul
 partitioner: {use: range, params: {start: 0, count: 24, chunks: 3}}
 reducer: concat
 params: {n: 24, seed: 1}
+`),
+		// The math module's exp, log and tanh of normal draws: repmath
+		// and the Ziggurat sampler, the same bits in the tab as on amd64
+		// and arm64 (cmd/scellis TestReplayableAcrossArchitectures).
+		"mathfns": compile(t, "name: fns\nprogram: ./fns.star\npartitioner: {use: range, params: {start: 0, count: 400, chunks: 2}}\nreducer: concat\n",
+			"fns.star", `def run(params, inputs):
+    out = []
+    for _ in range(params["count"]):
+        x = rng.normal()
+        out.append([math.exp(3 * x), math.log(x * x + 1e-3), math.tanh(x), math.log(abs(x) + 1, 10)])
+    return out
 `),
 	}
 	for name, p := range jobs {
