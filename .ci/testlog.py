@@ -11,10 +11,11 @@ def own_errors(lines):
     start with FILE_test.go:LINE:), each cut to its first few lines, so
     the reason for a failure can be read without the process logs the
     test printed beside it."""
-    picked = []
+    keep = set()
     for i, l in enumerate(lines):
         if l.lstrip().split(":", 1)[0].endswith("_test.go"):
-            picked.extend(lines[i:i + 4])
+            keep.update(range(i, min(i + 4, len(lines))))
+    picked = [lines[i] for i in sorted(keep)]
     return [l[:300] + ("\n" if len(l) > 300 else "") for l in picked[:24]]
 
 
