@@ -2,6 +2,7 @@ package aggregator
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -34,6 +35,8 @@ const earlyCopyKeep = time.Minute
 // starts early (the report makes it).
 const earlyCopyCap = 4096
 
+var errEarlyTooLarge = errors.New("too large to copy early")
+
 type earlyCopy struct {
 	done chan struct{}
 	err  error
@@ -48,7 +51,9 @@ type earlyCopies struct {
 
 // copyEarly wraps the blob handler: a member's (not a peer aggregator's:
 // its copies are the copies) small upload stored on the leader starts
-// its copy to a second aggregator at once.
+// its copy to a second aggregator at once. Uploads over a data channel
+// start theirs in nodeStore.Put (the data plane serves members only;
+// the aggregators copy to each other over HTTPS).
 func (n *Node) copyEarly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut || r.ContentLength < 0 || r.ContentLength > earlyCopyMax {
@@ -112,7 +117,11 @@ func (n *Node) startEarlyCopy(ref content.Ref) {
 		ctx, cancel := context.WithTimeout(life, 10*time.Second)
 		defer cancel()
 		b, err := n.blobs.Get(ref)
-		if err == nil {
+		switch {
+		case err != nil:
+		case len(b) > earlyCopyMax:
+			err = errEarlyTooLarge // copied at its report, as before
+		default:
 			err = n.replicate(ctx, ref, b)
 		}
 		c.err = err
