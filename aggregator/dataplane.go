@@ -148,7 +148,18 @@ func (s nodeStore) Get(ref content.Ref) ([]byte, error) {
 	return s.n.fetchBlob(ctx, ref)
 }
 
-func (s nodeStore) Put(ref content.Ref, r io.Reader) error { return s.n.blobs.Put(ref, r) }
+// Put stores a member's upload over a data channel; on the leader its
+// copy to a second node starts at once (earlycopy.go), as for an upload
+// over HTTPS.
+func (s nodeStore) Put(ref content.Ref, r io.Reader) error {
+	if err := s.n.blobs.Put(ref, r); err != nil {
+		return err
+	}
+	if _, _, self := s.n.leader(); self {
+		s.n.startEarlyCopy(ref)
+	}
+	return nil
+}
 
 // BrowserDataPlane is the handler that the listener serving volunteers'
 // pages mounts for their tabs' blobs (dataplane.BrowserHandler: the

@@ -67,6 +67,7 @@ type Node struct {
 
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+	early  earlyCopies // members' uploads on their way to a second node (earlycopy.go)
 
 	reducing sync.Map // job ID → struct{}: a reduction in progress
 	// verifying: "job/shard/reports" → struct{}: a verdict in progress (verifier.go)
@@ -309,7 +310,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 	mux.Handle(wire.Prefix, n.metrics.countPlane("secagg", n.sagg))
 	mux.Handle(wire.HEPrefix, n.metrics.countPlane("secagg", n.sagg))
 	ctx, cancel := context.WithCancel(context.Background())
-	n.cancel = cancel
+	n.cancel, n.early.life = cancel, ctx
 	if err := n.startDataPlane(ctx, mux); err != nil {
 		cancel()
 		n.closeDataPlane()
@@ -317,7 +318,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		ln.Close()
 		return nil, err
 	}
-	mux.Handle("/blobs/", n.metrics.countPlane("blobs", blob.Handler(blobs, n.mayReadBlob)))
+	mux.Handle("/blobs/", n.metrics.countPlane("blobs", n.copyEarly(blob.Handler(blobs, n.mayReadBlob))))
 	bodyTimeout := opt.BodyTimeout
 	if bodyTimeout <= 0 {
 		bodyTimeout = DefaultBodyTimeout

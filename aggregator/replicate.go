@@ -59,6 +59,9 @@ func (n *Node) durable(ctx context.Context, ref content.Ref) error {
 	if len(peers) == 0 && n.blobs.Has(ref) {
 		return nil // a single node: stored here is all there is
 	}
+	if n.earlyCopied(ctx, ref) {
+		return nil // copied when it was uploaded (earlycopy.go)
+	}
 	b, err := n.fetchBlob(ctx, ref)
 	if err != nil {
 		return err
@@ -123,6 +126,9 @@ func (n *Node) durableAll(ctx context.Context, refs []content.Ref) []error {
 		group, at, size = nil, nil, 0
 	}
 	for i, ref := range refs {
+		if n.earlyCopied(ctx, ref) {
+			continue // copied when it was uploaded (earlycopy.go)
+		}
 		if len(peers) == 0 || n.peerClient == nil {
 			errs[i] = n.durable(ctx, ref)
 			continue

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
@@ -479,24 +480,46 @@ func (n *Node) applyAccepted(ctx context.Context, cmd coordinator.Command, what 
 	return nil
 }
 
-// storeDurable stores b here and on a second aggregator.
-func (n *Node) storeDurable(ctx context.Context, b []byte) (content.Ref, error) {
-	ref, err := n.blobs.PutBytes(b)
-	if err != nil {
-		return "", err
-	}
-	return ref, n.replicate(ctx, ref, b)
+// storeDurableAll stores every blob of bs here and on a second
+// aggregator, and returns once both copies are durable. The blobs of one
+// round step (its global model and bundle, its next model and result
+// document) lie on the round's critical path, so the two copies are made
+// at once rather than one after the other, and the blobs travel to the
+// peers together (copyToAPeer: one request) and are written here side by
+// side (blob.Store.PutBatch: one group commit) — a round step paid a local
+// fsync, then a peer's round trip and fsync, per blob (docs/fl.md, where a
+// round's time goes).
+func (n *Node) storeDurableAll(ctx context.Context, bs ...[]byte) error {
+	var local error
+	here := make(chan struct{})
+	go func() {
+		defer close(here)
+		_, local = n.blobs.PutBatch(bs)
+	}()
+	remote := n.copyAll(ctx, bs)
+	<-here
+	return errors.Join(local, remote)
 }
 
-// storeDurableAll stores every blob of bs as storeDurable does, all at
-// once: the blobs of one round step (its global model and bundle, its next
-// model and result document) are independent copies, and each copy to a
-// peer is a round trip on the round's critical path.
-func (n *Node) storeDurableAll(ctx context.Context, bs ...[]byte) error {
+// copyAll stores bs on a second aggregator: together in one request when
+// they are small (copyToAPeer), else blob by blob, all at once
+// (replicate).
+func (n *Node) copyAll(ctx context.Context, bs [][]byte) error {
+	peers := n.peers()
+	if len(peers) == 0 {
+		return nil
+	}
+	size := 0
+	for _, b := range bs {
+		size += len(b)
+	}
+	if n.peerClient != nil && len(bs) > 1 && len(bs) <= blob.MaxBatch && size <= durableBatchBytes && n.copyToAPeer(ctx, peers, bs) {
+		return nil
+	}
 	errs := make([]error, len(bs))
 	var wg sync.WaitGroup
 	for i, b := range bs {
-		wg.Go(func() { _, errs[i] = n.storeDurable(ctx, b) })
+		wg.Go(func() { errs[i] = n.replicate(ctx, content.Hash(b), b) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
