@@ -67,11 +67,11 @@ func BenchmarkFLModelSize(b *testing.B) {
 				b.ReportMetric(float64(p)/model, role+"-peak/model")
 				b.ReportMetric(float64(p-base)/float64(params), role+"-B/param")
 				b.ReportMetric(float64(p)/(1<<20), role+"-peak-MiB")
-				if small != nil {
+				if small != nil && params > smallD {
 					b.ReportMetric(float64(p-small.max(role))/float64(params-smallD), role+"-slope-B/param")
 				}
 			}
-			if small == nil {
+			if small == nil && d == 1_000 {
 				small, smallD = peak, params
 			}
 		})
