@@ -89,7 +89,10 @@ func Handler(s *Store, authorize func(w http.ResponseWriter, r *http.Request) bo
 			refuse(w, http.StatusBadRequest, diag.New(diag.BlobRefused, "blob", "%v", err))
 			return
 		}
-		b, err := s.Get(ref)
+		// Streamed from its file: a model blob is fetched by every silo at
+		// once, and a copy in memory per request grew an aggregator's
+		// peak with the number of silos (issue 32).
+		b, size, err := s.Open(ref)
 		if errors.Is(err, ErrNotFound) {
 			refuse(w, http.StatusNotFound, diag.New(diag.BlobMissing, ref.Short(), "no blob %s here", ref).
 				WithHelp("upload it first"))
@@ -99,9 +102,10 @@ func Handler(s *Store, authorize func(w http.ResponseWriter, r *http.Request) bo
 			refuse(w, http.StatusInternalServerError, diag.New(diag.BlobMissing, ref.Short(), "%v", err))
 			return
 		}
+		defer b.Close()
 		w.Header().Set("Content-Type", "application/octet-stream")
-		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
-		w.Write(b)
+		w.Header().Set("Content-Length", fmt.Sprint(size))
+		io.Copy(w, b)
 	})
 	return mux
 }

@@ -233,6 +233,48 @@ func (s *Store) Get(ref content.Ref) ([]byte, error) {
 	return b, nil
 }
 
+// Open returns a reader of the blob ref and its length, for serving it
+// without holding it in memory: a blob in its own file (larger than
+// PackThreshold) is hashed from the file first, then read from the same
+// open file, so a file damaged on disk is still refused; a packed blob
+// (small) is read whole, as Get does. The caller closes the reader.
+// Like Get, it answers ErrNotFound for a blob not stored.
+func (s *Store) Open(ref content.Ref) (io.ReadCloser, int64, error) {
+	p, err := s.path(ref)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		b, err := s.Get(ref) // packed, or absent
+		if err != nil {
+			return nil, 0, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, 0, err
+	}
+	if sum, _ := refSum(ref); !bytes.Equal(h.Sum(nil), sum[:]) {
+		f.Close()
+		b, err := s.Get(ref) // a packed copy, or the refusal
+		if err != nil {
+			return nil, 0, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), nil
+	}
+	return f, n, nil
+}
+
 // Has reports whether ref is stored.
 func (s *Store) Has(ref content.Ref) bool {
 	p, err := s.path(ref)

@@ -17,9 +17,11 @@ import (
 // is what moves between peers and its hash is the model hash.
 type Global map[string]any
 
-// Encode returns the canonical bytes of g.
+// Encode returns the canonical bytes of g, written into one buffer of
+// their exact size (content.EncodeStringMap: the model's parameters are
+// most of them).
 func (g Global) Encode() ([]byte, error) {
-	b, err := content.Encode(map[string]any(g))
+	b, err := content.EncodeStringMap(map[string]any(g))
 	if err != nil {
 		return nil, fmt.Errorf("fl: encoding the global state: %w", err)
 	}

@@ -185,3 +185,69 @@ func TestParamsRoundTrip(t *testing.T) {
 		t.Fatal("digest ignores the clip")
 	}
 }
+
+// TestParseMaskedInputAgrees: ParseMaskedInput, which reads the vector in
+// place, accepts and refuses exactly what the generic decoder
+// (DecodeMessage: decode, re-encode, compare) does, on a real masked
+// input, every single-byte change and truncation of it, and hand-made
+// near misses (an extra, missing, renamed or retyped field; long heads).
+func TestParseMaskedInputAgrees(t *testing.T) {
+	generic := func(b []byte) (*MaskedInput, error) { return parse("masked input", b, new(MaskedInput)) }
+	var cases [][]byte
+	for _, b := range roundMessages(t)[4] {
+		cases = append(cases, b)
+		for i := range b {
+			for _, x := range []byte{0x01, 0x20, 0x80, 0xff} {
+				c := slices.Clone(b)
+				c[i] ^= x
+				cases = append(cases, c)
+			}
+			cases = append(cases, b[:i])
+		}
+		cases = append(cases, append(slices.Clone(b), 0))
+	}
+	enc := func(v any) []byte {
+		b, err := content.Encode(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	vec := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	cases = append(cases,
+		enc(map[string]any{"round": "r", "from": "c1", "masked": vec}),
+		enc(map[string]any{"round": "r", "from": "c1", "masked": vec, "extra": 1}),
+		enc(map[string]any{"round": "r", "from": "c1"}),
+		enc(map[string]any{"round": "r", "From": "c1", "masked": vec}),
+		enc(map[string]any{"round": "r", "from": "c1", "masked": string(vec)}),
+		enc(map[string]any{"round": "r", "from": "c1", "masked": nil}),
+		enc(map[string]any{"round": "r", "from": "c1", "masked": []byte{}}),
+		enc(map[string]any{"round": []byte("r"), "from": "c1", "masked": vec}),
+		enc(map[string]any{"round": "r", "from": "\xff", "masked": vec}),
+		enc(map[string]any{"round": "r", "from": "c1", "masked": []int{1, 2}}),
+		// A long-form head for the vector's length.
+		append([]byte{0xa3, 0x64, 'f', 'r', 'o', 'm', 0x62, 'c', '1', 0x65, 'r', 'o', 'u', 'n', 'd', 0x61, 'r', 0x66, 'm', 'a', 's', 'k', 'e', 'd', 0x58, 8}, vec...),
+		[]byte{0xa3}, nil,
+	)
+	accepted := 0
+	for _, b := range cases {
+		got, err1 := ParseMaskedInput(b)
+		want, err2 := generic(b)
+		if (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%x: in place: %v; generic: %v", b, err1, err2)
+		}
+		if err1 != nil {
+			if codeOf(err1) != codeOf(err2) {
+				t.Fatalf("%x: refused as %s in place, as %s by the generic decoder", b, codeOf(err1), codeOf(err2))
+			}
+			continue
+		}
+		accepted++
+		if got.Round != want.Round || got.From != want.From || !bytes.Equal(got.Masked, want.Masked) {
+			t.Fatalf("%x: in place %+v, generic %+v", b, got, want)
+		}
+	}
+	if accepted < 2 {
+		t.Fatalf("only %d of %d cases accepted: the real messages must parse", accepted, len(cases))
+	}
+}

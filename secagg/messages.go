@@ -510,9 +510,105 @@ func ParseShareDelivery(b []byte) (*ShareDelivery, error) {
 	return parse("share delivery", b, new(ShareDelivery))
 }
 
-// ParseMaskedInput parses the canonical encoding of a MaskedInput.
+// ParseMaskedInput parses the canonical encoding of a MaskedInput. The
+// masked vector is not copied: m.Masked shares b's memory, so the caller
+// keeps b unchanged while it uses m. It accepts exactly the bytes
+// DecodeMessage would (TestParseMaskedInputAgrees) without its two copies of
+// the vector (the decoded field and the re-encoding to compare against b):
+// at model size these were most of an aggregator's memory (issue 32).
 func ParseMaskedInput(b []byte) (*MaskedInput, error) {
-	return parse("masked input", b, new(MaskedInput))
+	m, err := decodeMaskedInput(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decodeMaskedInput reads the canonical encoding of a MaskedInput in place:
+// a map of exactly its three fields, in canonical key order (from, round,
+// masked: shorter keys first), the IDs as text, the vector as a byte
+// string. content.CheckCanonical checks the heads (shortest, definite,
+// keys sorted) first, so matching the fields one by one leaves exactly the
+// bytes Marshal writes.
+func decodeMaskedInput(b []byte) (*MaskedInput, error) {
+	const kind = "masked input"
+	if err := content.CheckCanonical(b); err != nil {
+		return nil, malformed(kind, "cannot decode: %v", err)
+	}
+	notCanonical := malformed(kind, "not in canonical encoding (unknown fields, non-minimal lengths or unsorted keys)")
+	major, n, off := cborHead(b, 0)
+	if major != cborMap || n != 3 {
+		return nil, notCanonical
+	}
+	var m MaskedInput
+	fields := [...]struct {
+		key   string
+		major byte
+		to    func(v []byte)
+	}{
+		{"from", cborText, func(v []byte) { m.From = string(v) }},
+		{"round", cborText, func(v []byte) { m.Round = string(v) }},
+		{"masked", cborBytes, func(v []byte) { m.Masked = v[:len(v):len(v)] }},
+	}
+	for _, f := range fields {
+		var key, val []byte
+		if key, off = cborString(b, off, cborText); key == nil || string(key) != f.key {
+			return nil, notCanonical
+		}
+		if val, off = cborString(b, off, f.major); val == nil {
+			return nil, notCanonical
+		}
+		if f.major == cborText && !utf8.Valid(val) {
+			return nil, malformed(kind, "cannot decode: field %q is not valid UTF-8", f.key)
+		}
+		f.to(val)
+	}
+	if off != len(b) {
+		return nil, notCanonical
+	}
+	return &m, nil
+}
+
+// CBOR major types (RFC 8949 §3.1) that decodeMaskedInput reads.
+const (
+	cborBytes = 2
+	cborText  = 3
+	cborMap   = 5
+)
+
+// cborHead reads the head at b[off] of bytes content.CheckCanonical
+// accepted (so well formed, definite and in bounds): the major type, the
+// argument, and the offset after the head.
+func cborHead(b []byte, off int) (major byte, arg uint64, next int) {
+	ib := b[off]
+	major, ai := ib>>5, ib&0x1f
+	off++
+	if ai < 24 {
+		return major, uint64(ai), off
+	}
+	n := 1 << (ai - 24) // 1, 2, 4 or 8 bytes: CheckCanonical refused the rest
+	for _, c := range b[off : off+n] {
+		arg = arg<<8 | uint64(c)
+	}
+	return major, arg, off + n
+}
+
+// cborString reads a byte or text string (major) at b[off] and returns its
+// contents (not copied; non-nil, if empty) and the offset after it, or nil
+// when the item there is of another type.
+func cborString(b []byte, off int, major byte) ([]byte, int) {
+	if off >= len(b) {
+		return nil, off
+	}
+	mj, n, next := cborHead(b, off)
+	if mj != major || n > uint64(len(b)-next) {
+		return nil, off
+	}
+	end := next + int(n)
+	return b[next:end:end], end
 }
 
 // ParseUnmaskRequest parses the canonical encoding of an UnmaskRequest.

@@ -28,18 +28,26 @@ import (
 //	go test -run x -bench FLModelSize -benchtime 1x ./cmd/scellis/
 //
 // Each size starts its own federation, so each peak is that size's.
+// d=1e+06/n=10 is the largest size with ten silos instead of four: an
+// aggregator's peak must not grow with the sites (it sums each masked
+// input into one accumulator as it arrives).
 // Under -short (CI runs every benchmark once that way) only d=1e3 runs:
 // the larger sizes are the same round with a bigger model.
 func BenchmarkFLModelSize(b *testing.B) {
 	// The smallest size's peaks, for the slope of each larger size.
 	var small procMemory
 	smallD := 0
-	for _, d := range []int{1_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("d=%.0e", float64(d)), func(b *testing.B) {
+	for _, sz := range []struct{ d, silos int }{{1_000, 4}, {100_000, 4}, {1_000_000, 4}, {1_000_000, 10}} {
+		d := sz.d
+		name := fmt.Sprintf("d=%.0e", float64(d))
+		if sz.silos != 4 {
+			name += fmt.Sprintf("/n=%d", sz.silos)
+		}
+		b.Run(name, func(b *testing.B) {
 			if testing.Short() && d > 1_000 {
 				b.Skipf("-short: d=%d skipped (d=1000 runs the same round)", d)
 			}
-			f := startFLBenchFederation(b, 4)
+			f := startFLBenchFederation(b, sz.silos)
 			idle := f.rss(b, "VmRSS")
 			var wall time.Duration
 			params := 0
@@ -59,11 +67,11 @@ func BenchmarkFLModelSize(b *testing.B) {
 				b.ReportMetric(float64(p)/model, role+"-peak/model")
 				b.ReportMetric(float64(p-base)/float64(params), role+"-B/param")
 				b.ReportMetric(float64(p)/(1<<20), role+"-peak-MiB")
-				if small != nil {
+				if small != nil && params > smallD {
 					b.ReportMetric(float64(p-small.max(role))/float64(params-smallD), role+"-slope-B/param")
 				}
 			}
-			if small == nil {
+			if small == nil && d == 1_000 {
 				small, smallD = peak, params
 			}
 		})

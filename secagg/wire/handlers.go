@@ -191,16 +191,20 @@ func (h *Host) readStage(w http.ResponseWriter, r *http.Request, c *call, st *st
 		limit = st.limit(c.rd.state.size())
 	}
 	if st.big {
-		// Bound the vectors held in memory at once.
-		select {
-		case h.inputs <- struct{}{}:
-			defer func() { <-h.inputs }()
-		case <-r.Context().Done():
-			return nil, false
-		case <-h.quit:
-			refuse(w, http.StatusServiceUnavailable, diag.New(diag.SecAggWireUnavailable, c.subject(), "the aggregator's secure aggregation host is closed"))
+		// Bound the vectors held in memory at once, by their announced
+		// length (else the stage's bound).
+		size := limit
+		if r.ContentLength > 0 {
+			size = min(r.ContentLength, limit)
+		}
+		release, ok := h.inputs.take(r.Context(), h.quit, size)
+		if !ok {
+			if r.Context().Err() == nil {
+				refuse(w, http.StatusServiceUnavailable, diag.New(diag.SecAggWireUnavailable, c.subject(), "the aggregator's secure aggregation host is closed"))
+			}
 			return nil, false
 		}
+		defer release()
 	}
 	return readLimited(w, r, c.subject(), st.what, limit)
 }

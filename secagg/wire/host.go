@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type HostOptions struct {
 	// read and added at once, across rounds (default 4): with the open
 	// rounds' accumulators, it bounds the host's memory.
 	MaxInputsInFlight int
+	// MaxInputBytesInFlight bounds their bytes too (default 16 MiB), so
+	// that at model size the bodies held at once cost a constant, not
+	// several models: one body is always let in, however large.
+	MaxInputBytesInFlight int64
 	// OnFinish, when set, is called once per round when it ends: err is
 	// nil when the sum is ready to be taken, else why the round failed (a
 	// diagnostic). It is called from the round's goroutine, after the
@@ -79,6 +84,9 @@ func (o HostOptions) withDefaults() HostOptions {
 	if o.MaxInputsInFlight <= 0 {
 		o.MaxInputsInFlight = 4
 	}
+	if o.MaxInputBytesInFlight <= 0 {
+		o.MaxInputBytesInFlight = 16 << 20
+	}
 	return o
 }
 
@@ -97,7 +105,7 @@ type Host struct {
 	fed    *identity.Federation
 	opt    HostOptions
 	mux    *http.ServeMux
-	inputs chan struct{} // a token per masked input or ciphertext body in memory
+	inputs *inflight     // the masked input and ciphertext bodies in memory
 	quit   chan struct{} // closed by Close
 	wg     sync.WaitGroup
 
@@ -116,7 +124,7 @@ type Host struct {
 func NewHost(fed *identity.Federation, opt HostOptions) *Host {
 	opt = opt.withDefaults()
 	h := &Host{
-		fed: fed, opt: opt, inputs: make(chan struct{}, opt.MaxInputsInFlight), quit: make(chan struct{}),
+		fed: fed, opt: opt, inputs: newInflight(opt.MaxInputsInFlight, opt.MaxInputBytesInFlight), quit: make(chan struct{}),
 		rounds: map[string]*hostRound{}, over: map[string]*tombstone{},
 	}
 	h.mux = h.routes()
@@ -344,4 +352,48 @@ func (h *Host) lookup(round string, sch *scheme) (rd *hostRound, ts *tombstone, 
 		ts = nil
 	}
 	return rd, ts, h.closed
+}
+
+// inflight bounds the bodies held at once, in number and in bytes.
+type inflight struct {
+	mu              sync.Mutex
+	n, maxN         int
+	bytes, maxBytes int64
+	freed           chan struct{} // closed, and replaced, when a body is let go
+}
+
+func newInflight(maxN int, maxBytes int64) *inflight {
+	return &inflight{maxN: maxN, maxBytes: maxBytes, freed: make(chan struct{})}
+}
+
+// take waits until a body of size bytes fits (one is always let in alone,
+// however large) and returns the release, or false when ctx or quit ends
+// first.
+func (f *inflight) take(ctx context.Context, quit <-chan struct{}, size int64) (release func(), ok bool) {
+	size = min(max(size, 0), f.maxBytes)
+	for {
+		f.mu.Lock()
+		if f.n < f.maxN && f.bytes+size <= f.maxBytes {
+			f.n++
+			f.bytes += size
+			f.mu.Unlock()
+			return func() {
+				f.mu.Lock()
+				f.n--
+				f.bytes -= size
+				close(f.freed)
+				f.freed = make(chan struct{})
+				f.mu.Unlock()
+			}, true
+		}
+		freed := f.freed
+		f.mu.Unlock()
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return nil, false
+		case <-quit:
+			return nil, false
+		}
+	}
 }

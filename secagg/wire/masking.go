@@ -94,7 +94,10 @@ type maskRound struct {
 	// ends with partial, the masked sum for the parent (hier.go).
 	relayed bool
 
-	// Under rd.mu: the outcome, until it is taken.
+	// Under rd.mu: the outcome, until it is taken; resultCBOR is the
+	// sum's encoding, made on the first GET result only (the reducer on
+	// this host takes the sum in process, and holding a second copy of a
+	// model-sized vector until then would raise the aggregator's peak).
 	result     *secagg.Result
 	resultCBOR []byte
 	partial    *secagg.PartialSum
@@ -170,11 +173,7 @@ func (m *maskRound) finish() error {
 	if err != nil {
 		return err
 	}
-	b, err := encodeResult(res)
-	if err != nil {
-		return err
-	}
-	m.rd.publish(func() { m.result, m.resultCBOR = res, b })
+	m.rd.publish(func() { m.result = res })
 	return nil
 }
 
@@ -193,7 +192,14 @@ func maskResult(c *call, _ *http.Request) reply {
 	switch {
 	case rd.err != nil:
 		return reply{status: http.StatusConflict, err: rd.err}
-	case m.resultCBOR != nil:
+	case m.result != nil:
+		if m.resultCBOR == nil {
+			b, err := encodeResult(m.result)
+			if err != nil {
+				return reply{status: http.StatusInternalServerError, err: err}
+			}
+			m.resultCBOR = b
+		}
 		return reply{status: http.StatusOK, body: m.resultCBOR, asJSON: resultJSONOf(m.result)}
 	case rd.isTaken:
 		return reply{status: http.StatusGone, err: diag.New(diag.SecAggWireRoundOver, c.subject(), "the round is over and its sum was handed to the reducer").

@@ -64,7 +64,8 @@ type stage struct {
 	// phase is the state machine's phase that takes it.
 	phase phaseRef
 	// big marks a vector (a masked input, a ciphertext): its bodies in
-	// memory at once are bounded by HostOptions.MaxInputsInFlight.
+	// memory at once are bounded by HostOptions.MaxInputsInFlight and
+	// MaxInputBytesInFlight.
 	big bool
 	// lastWord: once the round is over, a resend of an accepted one is
 	// still answered 204 (a site retrying the message whose answer was
