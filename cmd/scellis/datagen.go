@@ -140,17 +140,7 @@ beta their data. Columns x1 … x60 and the label 'y'.`,
 			if err != nil {
 				return err
 			}
-			paths, err := datagen.WriteSites(out, gen)
-			if err != nil {
-				return err
-			}
-			rep := datagenReport{Kind: "synthetic", Dir: out, Seed: seed, Label: datagen.SyntheticLabel, Alpha: &alpha, Beta: &beta}
-			for i, s := range gen {
-				f := datagenFile{Path: paths[i], Site: s.Name, Rows: s.Data.Rows(), Columns: s.Data.Dims() + 1, Classes: len(s.Data.Classes())}
-				rep.Files = append(rep.Files, f)
-				rep.Rows += f.Rows
-			}
-			return printDatagen(cmd.OutOrStdout(), rep)
+			return writeClassSites(cmd.OutOrStdout(), gen, datagenReport{Kind: "synthetic", Dir: out, Seed: seed, Label: datagen.SyntheticLabel, Alpha: &alpha, Beta: &beta})
 		},
 	}
 	cmd.Flags().Float64Var(&alpha, "alpha", 1, "heterogeneity of the devices' models (standard deviation of u_k)")
@@ -169,6 +159,23 @@ func requireOut(out string) error {
 	return nil
 }
 
+// writeClassSites writes classification sites to rep.Dir and prints
+// rep with each file's rows, columns and classes.
+func writeClassSites(w io.Writer, gen []datagen.Site, rep datagenReport) error {
+	paths, err := datagen.WriteSites(rep.Dir, gen)
+	if err != nil {
+		return err
+	}
+	for i, s := range gen {
+		f := datagenFile{Path: paths[i], Site: s.Name, Rows: s.Data.Rows(), Columns: s.Data.Dims() + 1, Classes: len(s.Data.Classes())}
+		rep.Files = append(rep.Files, f)
+		rep.Rows += f.Rows
+	}
+	return printDatagen(w, rep)
+}
+
+// printDatagen prints what datagen wrote: a line a file, or the report as
+// JSON under --json.
 func printDatagen(w io.Writer, rep datagenReport) error {
 	if jsonOutput {
 		enc := json.NewEncoder(w)
@@ -231,17 +238,7 @@ CNN, docs/trainers.md).`,
 			if held != nil {
 				gen = append(gen, *held)
 			}
-			paths, err := datagen.WriteSites(out, gen)
-			if err != nil {
-				return err
-			}
-			rep := datagenReport{Kind: "glyphs", Dir: out, Seed: seed, Label: datagen.GlyphLabel, Skew: &skew}
-			for i, s := range gen {
-				f := datagenFile{Path: paths[i], Site: s.Name, Rows: s.Data.Rows(), Columns: s.Data.Dims() + 1, Classes: len(s.Data.Classes())}
-				rep.Files = append(rep.Files, f)
-				rep.Rows += f.Rows
-			}
-			return printDatagen(cmd.OutOrStdout(), rep)
+			return writeClassSites(cmd.OutOrStdout(), gen, datagenReport{Kind: "glyphs", Dir: out, Seed: seed, Label: datagen.GlyphLabel, Skew: &skew})
 		},
 	}
 	cmd.Flags().IntVar(&sites, "sites", 4, "number of sites (one CSV each)")
