@@ -119,6 +119,7 @@ func TestFailuresAreCoded(t *testing.T) {
 		{"shape", testLimits, diag.TrainerOutput},
 	} {
 		t.Run(c.misbehave, func(t *testing.T) {
+			t.Parallel() // each its own sandbox and folder; most of the time is waiting (the hang's wall clock)
 			j := job(b, data, w0, layout, map[string]any{"misbehave": c.misbehave}, t.TempDir())
 			j.Limits = c.lim
 			_, err := trainer.Run(context.Background(), j)
