@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 )
@@ -26,27 +25,15 @@ func TestFLModelSizePolicy(t *testing.T) {
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "5", "--rows", "100", "--out", "data"))
 	for i, s := range silos {
-		bound := ""
+		cfg := hospitalSilo(s, i+1, 50, "silo")
 		switch s {
 		case "s4":
-			bound = "  max_model_params: 50000\n"
+			cfg.policy = "  max_model_params: 50000\n"
 		case "s5":
-			bound = "  max_round_mb: 1\n"
+			cfg.policy = "  max_round_mb: 1\n"
 		}
-		c.write(s+".yaml", fmt.Sprintf(`name: %s
-identity: %s/identity.key
-federation: federation.yaml
-data_dir: %s/data
-datasets:
-  - name: patients
-    path: data/hospital-%d.csv
-    label: outcome
-    class: confidential
-    budget: {epsilon: 50, delta: 1.0e-5}
-    unit: silo
-policy:
-%s  min_cohort: 3
-`, s, s, s, i+1, bound))
+		cfg.policy += "  min_cohort: 3\n"
+		c.writeSilo(cfg)
 	}
 	if out := mustRun(t, scellisCmd(t, c.dir, "config", "check", "s4.yaml")); !strings.Contains(out, "models of at most 50000 parameters") {
 		t.Fatalf("config check does not state s4's bound:\n%s", out)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -35,8 +34,7 @@ func TestFLModelSignedByTheCluster(t *testing.T) {
 	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "3", "--rows", "200", "--seed", "5", "--out", "data"))
 	for i, s := range silos {
-		c.write(s+".yaml", fmt.Sprintf("name: %s\nidentity: %s/identity.key\nfederation: federation.yaml\ndata_dir: %s/data\ndatasets:\n"+
-			"  - {name: patients, path: data/hospital-%d.csv, label: outcome, class: confidential, budget: {epsilon: 10, delta: 1.0e-5}}\n", s, s, s, i+1))
+		c.writeSilo(hospitalSilo(s, i+1, 10, ""))
 	}
 	c.write("run.yaml", `name: signed
 strategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}
