@@ -69,17 +69,21 @@ func expmulti(hi, lo float64, k int) float64 {
 	return math.Ldexp(y, k)
 }
 
+// The polynomial of log's and log1p's reduced argument (Go's math, from
+// FreeBSD's e_log.c): one set of coefficients, two evaluation orders (each
+// as Go's own, so the results are its bits without fused operations).
+const (
+	l1 = 6.666666666666735130e-01
+	l2 = 3.999999999940941908e-01
+	l3 = 2.857142874366239149e-01
+	l4 = 2.222219843214978396e-01
+	l5 = 1.818357216161805012e-01
+	l6 = 1.531383769920937332e-01
+	l7 = 1.479819860511658591e-01
+)
+
 // Log returns the natural logarithm of x.
 func Log(x float64) float64 {
-	const (
-		l1 = 6.666666666666735130e-01
-		l2 = 3.999999999940941908e-01
-		l3 = 2.857142874366239149e-01
-		l4 = 2.222219843214978396e-01
-		l5 = 1.818357216161805012e-01
-		l6 = 1.531383769920937332e-01
-		l7 = 1.479819860511658591e-01
-	)
 	switch {
 	case math.IsNaN(x) || math.IsInf(x, 1):
 		return x
@@ -119,13 +123,6 @@ func Log1p(x float64) float64 {
 		small       = 1.0 / (1 << 29)
 		tiny        = 1.0 / (1 << 54)
 		two53       = 1 << 53
-		lp1         = 6.666666666666735130e-01
-		lp2         = 3.999999999940941908e-01
-		lp3         = 2.857142874366239149e-01
-		lp4         = 2.222219843214978396e-01
-		lp5         = 1.818357216161805012e-01
-		lp6         = 1.531383769920937332e-01
-		lp7         = 1.479819860511658591e-01
 	)
 	switch {
 	case x < -1 || math.IsNaN(x):
@@ -199,12 +196,12 @@ func Log1p(x float64) float64 {
 	}
 	s := f / (2.0 + f)
 	z := float64(s * s)
-	r := lp6 + float64(z*lp7)
-	r = lp5 + float64(z*r)
-	r = lp4 + float64(z*r)
-	r = lp3 + float64(z*r)
-	r = lp2 + float64(z*r)
-	r = lp1 + float64(z*r)
+	r := l6 + float64(z*l7)
+	r = l5 + float64(z*r)
+	r = l4 + float64(z*r)
+	r = l3 + float64(z*r)
+	r = l2 + float64(z*r)
+	r = l1 + float64(z*r)
 	r = float64(z * r)
 	if k == 0 {
 		return f - (hfsq - float64(s*(hfsq+r)))
