@@ -27,8 +27,9 @@ import (
 // large blob is copied at its report, as before.
 const earlyCopyMax = durableBatchBytes / 4
 
-// earlyCopyKeep is how long a finished early copy is remembered for the
-// report that follows its upload.
+// earlyCopyKeep is how long a finished early copy is surely remembered
+// for the report that follows its upload; older ones are forgotten when
+// the table is full.
 const earlyCopyKeep = time.Minute
 
 // earlyCopyCap bounds the copies remembered at once; past it no copy
@@ -97,9 +98,13 @@ func (n *Node) startEarlyCopy(ref content.Ref) {
 	if ec.m == nil {
 		ec.m = map[content.Ref]*earlyCopy{}
 	}
-	for k, v := range ec.m {
-		if time.Since(v.at) > earlyCopyKeep && finished(v) {
-			delete(ec.m, k)
+	if len(ec.m) >= earlyCopyCap {
+		// Forget the finished copies of over a minute ago only when the
+		// table is full: a sweep on every upload would walk it each time.
+		for k, v := range ec.m {
+			if time.Since(v.at) > earlyCopyKeep && finished(v) {
+				delete(ec.m, k)
+			}
 		}
 	}
 	if _, dup := ec.m[ref]; dup || len(ec.m) >= earlyCopyCap {
