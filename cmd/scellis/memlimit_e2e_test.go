@@ -118,20 +118,30 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 		}
 		w.WriteString("]}")
 	})
+	// A wide file's header (a million columns, ~9 MB) is refused for its
+	// columns (SC3007) when it fits what is left, and as too large for
+	// the limit (SC1206) when the derived limit is small (it was 22 MiB
+	// once on a loaded machine): either is the diagnostic this test asks
+	// for, and which one depends on the runtime's reservations at start.
+	const wideCodes = "SC3007|SC1206"
 	for _, c := range []struct {
 		args []string
 		code string
 	}{
 		{[]string{"receipts", "verify", "--file", "empty.json"}, "SC7014"},
 		{[]string{"receipts", "verify", "--file", "receipts.json"}, "SC1206"},
-		{[]string{"run", "wide.yaml", "--out", "out-wide"}, "SC3007"},
-		{[]string{"model", "eval", "model.json", "--data", "wide.csv"}, "SC3007"},
+		{[]string{"run", "wide.yaml", "--out", "out-wide"}, wideCodes},
+		{[]string{"model", "eval", "model.json", "--data", "wide.csv"}, wideCodes},
 		{[]string{"run", "tall.yaml", "--out", "out-tall"}, "SC1206"},
 		{[]string{"model", "eval", "model.json", "--data", "tall.csv"}, "SC1206"},
 		{[]string{"model", "eval", "big-model.json", "--data", "tall.csv"}, "SC1206"},
 	} {
 		exit, errs := limited(c.args...)
-		if exit != 2 || !strings.Contains(errs, "error["+c.code+"]") || strings.Contains(errs, "fatal error") {
+		coded := false
+		for _, code := range strings.Split(c.code, "|") {
+			coded = coded || strings.Contains(errs, "error["+code+"]")
+		}
+		if exit != 2 || !coded || strings.Contains(errs, "fatal error") {
 			t.Errorf("scellis %s under ulimit -v %d: exit %d, want 2 with %s and no fatal error:\n%.2000s", strings.Join(c.args, " "), addressSpaceKiB, exit, c.code, errs)
 		}
 	}
