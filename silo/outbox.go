@@ -255,6 +255,7 @@ func (a *Appliance) deliverSigned(ctx context.Context, g coordinator.LeaseGrant,
 // cannot be reached — for outboxWait at most; what is still left then is
 // delivered in the background.
 func (a *Appliance) flushOutbox(ctx context.Context) {
+	a.removeTemporaries(filepath.Join(a.Config.DataDir, outboxDir))
 	deadline := time.Now().Add(outboxWait)
 	wait := a.Poll
 	for {
@@ -274,6 +275,25 @@ func (a *Appliance) flushOutbox(ctx context.Context) {
 			return
 		}
 		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// removeTemporaries removes what writeDurable left in dir when the
+// process died between creating its temporary file and renaming it: the
+// entry it was writing never existed (the rename is the write), so the
+// file holds nothing anyone needs. Called at start, before this process
+// writes anything there; the outbox would otherwise never be seen empty.
+func (a *Appliance) removeTemporaries(dir string) {
+	files, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, f := range files {
+		if f.Type().IsRegular() && strings.HasPrefix(f.Name(), ".tmp-") {
+			if err := os.Remove(filepath.Join(dir, f.Name())); err != nil {
+				a.logf("outbox: removing an interrupted write's %s: %v", f.Name(), err)
+			}
+		}
 	}
 }
 

@@ -26,7 +26,8 @@ import (
 // An outbox entry round-trips durably under its shard's name; a job ID
 // that is not a ref names no file (law 14); an entry left by a silo that
 // died before paying (no charge for its consumer in the ledger) is
-// dropped at start without anything being delivered.
+// dropped at start without anything being delivered, and so is an
+// interrupted write's temporary file.
 func TestOutboxEntries(t *testing.T) {
 	dir := t.TempDir()
 	id, err := identity.Generate()
@@ -57,6 +58,15 @@ func TestOutboxEntries(t *testing.T) {
 	}
 	if files, _ := os.ReadDir(filepath.Join(dir, outboxDir)); len(files) != 0 {
 		t.Errorf("the unpaid entry is still in the outbox: %v", files)
+	}
+	// A write interrupted by a crash leaves writeDurable's temporary
+	// file; a starting silo removes it, so its outbox drains.
+	if err := os.WriteFile(filepath.Join(dir, outboxDir, ".tmp-590223349"), []byte("half an entry"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a.flushOutbox(context.Background())
+	if files, _ := os.ReadDir(filepath.Join(dir, outboxDir)); len(files) != 0 {
+		t.Errorf("a starting silo left an interrupted write in its outbox: %v", files)
 	}
 }
 
