@@ -21,6 +21,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/testharness"
 	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/pool"
 	"github.com/scellis/scellis/script"
@@ -64,7 +65,12 @@ func newRunPool(tb testing.TB, silos int, opt Options) *runPool {
 	for i, s := range sites {
 		p.data[p.silos[i]] = model.FitStandardizer(s.Data).Apply(s.Data)
 	}
-	opt.SecAgg = wire.Deadlines{Advertise: 3 * time.Second, Share: 2 * time.Second, Mask: 2 * time.Second, Unmask: 2 * time.Second}
+	// The rounds' deadlines and the silos' lease are scaled for a busy
+	// machine (testharness.Slack): under -race at a load of 30 on two
+	// cores, silos missed 3 s to advertise and a resumed run paused again.
+	slack := func(d time.Duration) time.Duration { return time.Duration(float64(d) * testharness.Slack()) }
+	opt.SecAgg = wire.Deadlines{Advertise: slack(3 * time.Second), Share: slack(2 * time.Second), Mask: slack(2 * time.Second), Unmask: slack(2 * time.Second)}
+	opt.SiloLease = slack(opt.SiloLease)
 	opt.SecAggLongPoll = time.Second
 	opt.ReportGrace = 5 * time.Second
 	p.testPool = startTestNode(tb, trust.Own, members, opt)

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"os"
-	"runtime"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/scellis/scellis/config"
+	"github.com/scellis/scellis/internal/testharness"
 )
 
 // How long a multi-process test waits for something is derived from the
@@ -31,28 +27,9 @@ const (
 	testJoinTimeout = 4 * time.Second
 )
 
-// slack scales every budget. SCELLIS_TEST_SLACK (a factor, at least 1)
-// sets it; otherwise it grows with the machine's load per core when the
-// tests start: 1 up to 8 runnable processes per core, then in proportion,
-// at most 4.
-var slack = sync.OnceValue(func() float64 {
-	if f, err := strconv.ParseFloat(os.Getenv("SCELLIS_TEST_SLACK"), 64); err == nil && f >= 1 {
-		return f
-	}
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 1
-	}
-	fields := strings.Fields(string(b))
-	if len(fields) == 0 {
-		return 1
-	}
-	load, err := strconv.ParseFloat(fields[0], 64)
-	if err != nil {
-		return 1
-	}
-	return min(max(load/float64(runtime.NumCPU())/8, 1), 4)
-})
+// slack scales every budget (testharness.Slack: SCELLIS_TEST_SLACK, or
+// the machine's load per core at start).
+var slack = testharness.Slack
 
 // budget is n times unit, scaled by slack.
 func budget(n float64, unit time.Duration) time.Duration {
