@@ -65,15 +65,7 @@ func TestTrainerCNNFederation(t *testing.T) {
 		ms = append(ms, member{s, "silo"})
 	}
 	c := newCluster(t, "consortium", 3, append(ms, member{"alice", "researcher"})...)
-	for _, a := range c.aggs {
-		// The silos train in the mask phase of secure aggregation, which
-		// round_join_timeout bounds: a PyTorch round takes seconds.
-		b, err := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.write(a+".yaml", strings.Replace(string(b), "round_join_timeout: 4s", "round_join_timeout: 5m", 1))
-	}
+	c.trainerJoinTimeout("5m")
 	// The trainer is docs/trainers.md's, which is examples/trainer-cnn's.
 	src := docBlock(t, "trainers.md", "python", "train.py")
 	if b, err := os.ReadFile("../../examples/trainer-cnn/train.py"); err != nil || string(b) != src {
@@ -124,9 +116,7 @@ func TestTrainerCNNFederation(t *testing.T) {
 	}
 	c.write("run.yaml", strings.Replace(runYAML, "cohort: {min: 3}", "cohort: {min: 3, silos: [s1, s2, s3, s4, refuser]}", 1))
 	c.startAggregators()
-	for _, s := range silos {
-		c.start(s, "silo", "--config", s+".yaml")
-	}
+	c.startSilos(silos)
 	// The page's federate commands: launch, watch, model, eval.
 	federate := docCommands(t, docBlock(t, "trainers.md", "sh", "federate"))
 	if len(federate) != 4 || federate[0][1] != "launch" || federate[1][1] != "watch" || federate[2][1] != "model" || federate[3][1] != "eval" {

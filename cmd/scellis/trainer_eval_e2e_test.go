@@ -25,6 +25,27 @@ func needNumpy(t *testing.T) {
 	}
 }
 
+// trainerJoinTimeout gives the silos of a trainer run time to join a
+// round: they run the trainer in the mask phase of secure aggregation,
+// which the aggregators' round_join_timeout bounds (an interpreter start
+// per step and silo, seconds for PyTorch).
+func (c *cluster) trainerJoinTimeout(d string) {
+	for _, a := range c.aggs {
+		b, err := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.write(a+".yaml", strings.Replace(string(b), "round_join_timeout: 4s", "round_join_timeout: "+d, 1))
+	}
+}
+
+// startSilos starts each silo with its config, name.yaml.
+func (c *cluster) startSilos(silos []string) {
+	for _, s := range silos {
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+}
+
 // writeSoftmaxRows writes n rows of four features and a label 0–2 that
 // the features predict (the numpy trainer's data, trainer/testdata).
 func writeSoftmaxRows(c *cluster, name string, seed uint64, n int) {
@@ -78,15 +99,7 @@ func TestTrainerFederatedEvaluation(t *testing.T) {
 		ms = append(ms, member{s, "silo"})
 	}
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
-	for _, a := range c.aggs {
-		// The silos run the trainer in the mask phase of secure
-		// aggregation: an interpreter start per step and silo.
-		b, err := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.write(a+".yaml", strings.Replace(string(b), "round_join_timeout: 4s", "round_join_timeout: 3m", 1))
-	}
+	c.trainerJoinTimeout("3m")
 	src, err := os.ReadFile("../../trainer/testdata/numpy/train.py")
 	if err != nil {
 		t.Fatal(err)
@@ -129,9 +142,7 @@ seed: 3
 `)
 	mustRun(t, scellisCmd(t, c.dir, "config", "check", "run.yaml"))
 	c.startAggregators()
-	for _, s := range silos {
-		c.start(s, "silo", "--config", s+".yaml")
-	}
+	c.startSilos(silos)
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
 	out, errs, err := c.cli("alice", "--json", "fl", "watch", id)
 	if err != nil {
