@@ -135,7 +135,7 @@ trainer: tiny
 dataset: rows
 rounds: 4
 cohort: {min: 3}
-privacy: {clip: 4.0, sigma: 0.005, eval_sigma: 0.01}
+privacy: {clip: 4.0, sigma: 0.005, eval_sigma: 0.003}
 evaluation: {holdout: 0.25, every: 2}
 secure_aggregation: true
 seed: 3
@@ -180,7 +180,7 @@ seed: 3
 	}
 	for _, e := range evals {
 		// Under DP each silo's metrics are one record: the noised count
-		// of "examples" is the three silos (noise σ·√11 = 0.033 each).
+		// of "examples" is the three silos (noise σ·√11 = 0.01 each).
 		if math.Abs(e.EvalRows-3) > 0.5 || !(e.EvalAcc > 0.6) {
 			t.Fatalf("evaluation step %d: %v held-out examples (want about 3 silos), accuracy %v:\n%s", e.Round, e.EvalRows, e.EvalAcc, out)
 		}
@@ -220,6 +220,9 @@ seed: 3
 	t.Logf("held-out accuracy: federated (mean over silos, DP) %.4f, model eval on 600 fresh rows %.4f", evals[1].EvalAcc, *ev.Accuracy)
 	if math.Abs(*ev.Accuracy-evals[1].EvalAcc) > 0.1 {
 		t.Fatalf("the federation measured a held-out accuracy of %.4f; model eval on fresh rows %.4f", evals[1].EvalAcc, *ev.Accuracy)
+	}
+	if text := mustRun(t, scellisCmd(t, c.dir, "model", "eval", "model.json", "--trainer", "tiny", "--data", "data/test.csv")); !strings.Contains(text, fmt.Sprintf("\naccuracy  %.4f\n", *ev.Accuracy)) {
+		t.Fatalf("model eval --trainer does not print the accuracy %.4f:\n%s", *ev.Accuracy, text)
 	}
 	if same := trainerAccuracy(t, c.dir, "tiny", "--model", "model.json", "data/test.csv"); same != *ev.Accuracy {
 		t.Fatalf("model eval (%v) and trainer eval (%v) disagree on the same model and rows", *ev.Accuracy, same)
