@@ -530,6 +530,10 @@ type Canonical struct {
 	// Trainer is the content hash of the run's trainer bundle (the blob
 	// silos fetch and their policies allow), when it has one.
 	Trainer content.Ref `cbor:"trainer_ref,omitempty" json:"trainer_ref,omitempty"`
+	// TrainerParams is the number of weights of the trainer's model (its
+	// init.npy): what a silo's policy.max_model_params bounds before it
+	// fetches the trainer, and what the trainer's layout must match.
+	TrainerParams int `cbor:"trainer_params,omitempty" json:"trainer_params,omitempty"`
 	// TrainerBundle is the trainer Resolve loaded, for the launcher to
 	// upload; never hashed.
 	TrainerBundle *trainer.Bundle `cbor:"-" json:"-"`
@@ -550,6 +554,8 @@ func (s *RunSpec) Resolve(c *catalog.Catalog, baseDir string) (*Canonical, conte
 		if cs.TrainerBundle, cs.Trainer, err = s.LoadTrainer(baseDir); err != nil {
 			return nil, "", nil, err
 		}
+		w, _, _ := cs.TrainerBundle.Init() // LoadTrainer checked it
+		cs.TrainerParams = len(w)
 		cs.Spec.Trainer = filepath.Base(filepath.Clean(s.Trainer))
 	}
 	id, err := content.HashOf(cs)

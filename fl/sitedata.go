@@ -36,8 +36,7 @@ func SiteData(spec *Canonical, run content.Ref, site string, raw, evalRaw *model
 			return nil, nil, err
 		}
 	case ev.Holdout > 0:
-		h := sha256.Sum256(fmt.Appendf(nil, "scellis/silo/holdout\x00%s\x00%s", run, site))
-		if train, held, err = model.Split(train, ev.Holdout, binary.BigEndian.Uint64(h[:8])); err != nil {
+		if train, held, err = HoldOut(run, site, train, ev.Holdout); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -66,6 +65,15 @@ func SiteData(spec *Canonical, run content.Ref, site string, raw, evalRaw *model
 		}
 	}
 	return train, held, nil
+}
+
+// HoldOut splits a site's rows into its training and held-out rows for a
+// run that evaluates on a held-out fraction frac of them: a pure function
+// of the run and the site's name, so every round (and fl simulate) holds
+// out the same rows.
+func HoldOut(run content.Ref, site string, d *model.Dataset, frac float64) (train, held *model.Dataset, err error) {
+	h := sha256.Sum256(fmt.Appendf(nil, "scellis/silo/holdout\x00%s\x00%s", run, site))
+	return model.Split(d, frac, binary.BigEndian.Uint64(h[:8]))
 }
 
 func standardize(s *model.Standardizer, d *model.Dataset) *model.Dataset {

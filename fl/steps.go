@@ -119,6 +119,16 @@ func (c *Canonical) ModelSpec() model.Spec {
 	return ms
 }
 
+// NumParams is the number of parameters of the run's model: the trainer's
+// weights for a trainer run, else the built-in model's (0 when its spec
+// does not fix them).
+func (c *Canonical) NumParams() int {
+	if c.Trainer != "" {
+		return c.TrainerParams
+	}
+	return c.ModelSpec().NumParams()
+}
+
 // EvalLossCap caps one held-out row's loss (nats, or ½(ŷ−y)² for
 // regression) under DP, so one row moves the released metric sums
 // (correct, examples, loss) by at most (1, 1, EvalLossCap): log-loss is
@@ -159,7 +169,9 @@ func (s *RunSpec) StepSums(ctx context.Context, env script.Env, strat *Strategy,
 		return 0, nil, 0, err
 	}
 	names, gridBits = s.Summed(dims)
-	if !s.DP && s.Eval.On() {
+	if !s.DP && s.Eval.On() && s.Trainer == "" {
+		// (A trainer run scores its model in the evaluation steps only:
+		// each training round would start the trainer twice.)
 		names = append(slices.Clone(names), EvalMetrics...)
 	}
 	return dims, names, gridBits, nil

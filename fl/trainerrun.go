@@ -2,6 +2,7 @@ package fl
 
 import (
 	"errors"
+	"math"
 	"path/filepath"
 	"slices"
 
@@ -9,23 +10,20 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/dp"
 	"github.com/scellis/scellis/internal/yamlpos"
 	"github.com/scellis/scellis/trainer"
 )
 
 // parseTrainerRun checks what a run with a trainer cannot have: feature
 // statistics or a standardisation (the trainer reads its data file as it
-// is), federated evaluation (not implemented for trainers yet) and, under
-// DP, a per-record sampling rate (a trainer's update is released at the
-// silo level, q = 1).
+// is) and, under DP, a per-record sampling rate (a trainer's update is
+// released at the silo level, q = 1). Federated evaluation is the
+// trainer's evaluate (TrainerEvalRelease).
 func parseTrainerRun(d *yamlpos.Decoder, f map[string]*yaml.Node, s *RunSpec) {
 	if n := f["standardize"]; n != nil && s.Standardize != StandardizeNone {
 		d.Errorf(n, diag.InvalidValue, "standardize", "drop standardize (or write none): the trainer reads its data file as it is and normalises it itself",
 			"standardize: %s with a trainer", s.Standardize)
-	}
-	if n := f["evaluation"]; n != nil {
-		d.Errorf(n, diag.InvalidValue, "evaluation", "drop evaluation; score the exported model with scellis trainer eval DIR --model FILE --data FILE",
-			"federated evaluation is not implemented for trainer runs yet")
 	}
 	if n := f["privacy"]; n != nil && s.DP && s.Q != 0 && s.Q != 1 {
 		d.Errorf(n, diag.InvalidValue, "privacy.q", "drop privacy.q: a trainer's update is released at the silo level (unit: silo), once per round",
@@ -115,4 +113,50 @@ func trainerModelFile(spec *Canonical, global Global) (*ModelFile, error) {
 	}
 	return &ModelFile{Format: ModelFileFormat, Kind: KindTrainer, Trainer: spec.Trainer, Params: slices.Clone(w),
 		Global: global, Classes: []float64{}, Features: []string{}, Standardization: Standardization{Mode: StandardizeNone}}, nil
+}
+
+// TrainerEvalRelease is a silo's part of an evaluation step of a trainer
+// run: the sums its trainer's evaluate reported on the held-out rows
+// (metrics "correct" and "loss", over examples rows), as what the step
+// secure-aggregates in EvalMetrics order.
+//
+// Without DP they are the sums themselves, as a built-in model's
+// (EvalSums). Under DP the silo cannot bound one row's influence on what
+// a trainer reports (its evaluate is code the silo runs, not code it
+// trusts to score row by row), so the whole silo is the unit, as for its
+// update: its metrics are one record (accuracy in [0, 1], 1, mean loss
+// capped at EvalLossCap), released by ReleaseRecordSums at the built-in
+// evaluation's sensitivity and grid, charged as the same Gaussian step.
+// The step's sums then average over silos, not rows: eval_examples counts
+// the silos (noised), eval_correct their accuracies.
+//
+// A report the trainer could not have made (a negative or fractional
+// count, more correct than examples, a negative loss) is SC9507.
+func TrainerEvalRelease(metrics map[string]float64, examples int, p Privacy, gridBits int) ([]float64, []int64, []dp.Mechanism, error) {
+	n := float64(examples)
+	if v, ok := metrics["examples"]; ok {
+		n = v
+	}
+	correct, loss := metrics["correct"], metrics["loss"]
+	bad := func(format string, args ...any) error {
+		return diag.New(diag.TrainerOutput, "trainer evaluate", format, args...).
+			WithHelp(`evaluate returns sums over the rows it scored: {"examples": n, "correct": c, "loss": total}, with 0 ≤ c ≤ n and a loss ≥ 0`)
+	}
+	switch {
+	case n < 0 || n != math.Trunc(n) || n > 1<<53:
+		return nil, nil, nil, bad("evaluate reports %v examples", n)
+	case correct < 0 || correct > n || correct != math.Trunc(correct):
+		return nil, nil, nil, bad("evaluate reports %v correct of %v examples", correct, n)
+	case loss < 0:
+		return nil, nil, nil, bad("evaluate reports a loss of %v", loss)
+	}
+	if p.Unit == UnitNone {
+		return []float64{correct, n, loss}, nil, nil, nil
+	}
+	if n == 0 {
+		return nil, nil, nil, bad("evaluate scored no rows; under DP the silo releases its accuracy, which needs at least one")
+	}
+	record := []float64{correct / n, 1, min(loss/n, EvalLossCap)}
+	enc, mechs, err := p.ReleaseRecordSums(func(yield func([]float64) bool) { yield(record) }, len(EvalMetrics), EvalSensitivity(), gridBits)
+	return nil, enc, mechs, err
 }

@@ -1,14 +1,17 @@
 package fl
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/trainer"
 )
 
@@ -63,6 +66,9 @@ func TestTrainerRunResolves(t *testing.T) {
 	if canon.Trainer != ref || canon.Spec.Trainer != "cnn" {
 		t.Fatalf("canonical trainer %s (%q), bundle %s", canon.Trainer, canon.Spec.Trainer, ref)
 	}
+	if canon.TrainerParams != 4 || canon.NumParams() != 4 {
+		t.Fatalf("a trainer run of 4 weights: trainer_params %d, NumParams %d", canon.TrainerParams, canon.NumParams())
+	}
 	g, err := TrainerGlobal(canon.TrainerBundle)
 	if w, _ := g.Vector("w"); err != nil || !slices.Equal(w, []float64{0.5, -0.5, 0.25, 0}) {
 		t.Fatalf("initial global %v %v", g, err)
@@ -88,7 +94,6 @@ func TestTrainerRunResolves(t *testing.T) {
 func TestTrainerRunRefuses(t *testing.T) {
 	for extra, at := range map[string]int{
 		"standardize: local\n":                   7,
-		"evaluation: {holdout: 0.2}\n":           7,
 		"privacy: {clip: 1, sigma: 1, q: 0.1}\n": 7,
 	} {
 		src := trainerRun
@@ -132,5 +137,92 @@ func TestTrainerOutput(t *testing.T) {
 	}
 	if _, err := TrainerOutput(global, trained, 0, p); !hasCode(err, diag.TrainerOutput) {
 		t.Fatalf("no examples: %v", err)
+	}
+}
+
+// A trainer run evaluates as a built-in model's does (evaluation.holdout
+// or .dataset, every k rounds): evaluation steps after the training, whose
+// sums are the held-out metrics; its training rounds do not sum them too
+// (the trainer would run twice a round), with or without DP.
+func TestTrainerRunEvaluates(t *testing.T) {
+	dir := t.TempDir()
+	writeTrainer(t, filepath.Join(dir, "cnn"))
+	cat, err := catalog.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range []string{trainerRun, strings.Replace(trainerRun, "privacy: {clip: 4.0, sigma: 0.5}\n", "privacy: {dp: false}\n", 1)} {
+		s, err := ParseRunSpec("run.yaml", []byte(src+"evaluation: {holdout: 0.25, every: 2}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.StepCount() != 5 {
+			t.Fatalf("3 rounds evaluated every 2 and at the end: %d steps", s.StepCount())
+		}
+		canon, _, st, err := s.Resolve(cat, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ := TrainerGlobal(canon.TrainerBundle)
+		env := script.Env{Catalog: cat}
+		for r := range s.StepCount() {
+			step, _ := s.Step(r)
+			dims, names, _, err := s.StepSums(context.Background(), env, st, g, step)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case step == StepEval && (dims != 0 || !slices.Equal(names, EvalMetrics)):
+				t.Fatalf("DP %v, step %d (%s) sums %d values and %v", s.DP, r, step, dims, names)
+			case step == StepTrain && (dims != 4 || slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "eval_") })):
+				t.Fatalf("DP %v, training step %d sums %d values and %v", s.DP, r, dims, names)
+			}
+		}
+	}
+}
+
+// A trainer's evaluate sums are released exactly without DP; under DP
+// the silo is the unit: its accuracy, 1 and its mean loss (capped) as one
+// record, noised on the grid and charged one Gaussian step, whatever the
+// trainer reported. A report no evaluate could make is SC9507.
+func TestTrainerEvalRelease(t *testing.T) {
+	m := map[string]float64{"examples": 200, "correct": 150, "loss": 100}
+	vals, enc, mechs, err := TrainerEvalRelease(m, 200, Privacy{}, 0)
+	if err != nil || !slices.Equal(vals, []float64{150, 200, 100}) || enc != nil || mechs != nil {
+		t.Fatalf("without DP: %v %v %v %v", vals, enc, mechs, err)
+	}
+	p := Privacy{Unit: UnitSilo, Clip: 1, Sigma: 1e-4}
+	grid := 20
+	vals, enc, mechs, err = TrainerEvalRelease(m, 200, p, grid)
+	if err != nil || vals != nil || len(enc) != len(EvalMetrics) || len(mechs) != 1 || mechs[0].Q != 1 || mechs[0].Sigma != 1e-4 {
+		t.Fatalf("under DP: %v %v %+v %v", vals, enc, mechs, err)
+	}
+	got := make([]float64, len(enc))
+	for i, v := range enc {
+		got[i] = math.Ldexp(float64(v), -grid)
+	}
+	// accuracy 0.75, one silo, mean loss 0.5 (noise σ·√11 ≈ 3e-4)
+	for i, want := range []float64{0.75, 1, 0.5} {
+		if math.Abs(got[i]-want) > 0.01 {
+			t.Fatalf("under DP the silo released %v, want about (0.75, 1, 0.5)", got)
+		}
+	}
+	// A huge loss moves the release no more than the cap.
+	_, enc, _, err = TrainerEvalRelease(map[string]float64{"examples": 10, "correct": 0, "loss": 1e9}, 10, p, grid)
+	if err != nil || math.Abs(math.Ldexp(float64(enc[2]), -grid)-EvalLossCap) > 0.01 {
+		t.Fatalf("a capped loss released as %v (%v)", enc, err)
+	}
+	for _, bad := range []map[string]float64{
+		{"examples": 10, "correct": 11},
+		{"examples": -1},
+		{"examples": 10, "correct": 2.5},
+		{"examples": 10, "loss": -1},
+	} {
+		if _, _, _, err := TrainerEvalRelease(bad, 10, p, grid); !hasCode(err, diag.TrainerOutput) {
+			t.Fatalf("%v: %v", bad, err)
+		}
+	}
+	if _, _, _, err := TrainerEvalRelease(map[string]float64{"examples": 0}, 0, p, grid); !hasCode(err, diag.TrainerOutput) {
+		t.Fatalf("no rows under DP: %v", err)
 	}
 }

@@ -267,8 +267,12 @@ func (p Policy) CheckRound(req RoundRequest, ledger LedgerView, now time.Time) d
 func (p Policy) checkSize(req RoundRequest) diag.List {
 	var out diag.List
 	if p.MaxModelParams > 0 && req.ModelParams > p.MaxModelParams {
+		smaller := "run a smaller model (model.hidden)"
+		if req.Trainer != "" {
+			smaller = "run a trainer with a smaller model (its init.npy)"
+		}
 		out = append(out, diag.New(diag.SiloModelTooLarge, req.Subject(), "the run's model has %d parameters; this silo's policy trains models of at most %d (max_model_params)", req.ModelParams, p.MaxModelParams).
-			WithHelp("run a smaller model (model.hidden), or the silo's operator raises policy.max_model_params if the site has the memory for it"))
+			WithHelp("%s, or the silo's operator raises policy.max_model_params if the site has the memory for it", smaller))
 	}
 	if mb := float64(req.RoundValues) * 8 / (1 << 20); p.MaxRoundMB > 0 && mb > float64(p.MaxRoundMB) {
 		out = append(out, diag.New(diag.SiloModelTooLarge, req.Subject(), "the round moves %.1f MB through this silo (%d values of 8 bytes: the model it fetches and the values it sums); its policy allows %d MB a round (max_round_mb)", mb, req.RoundValues, p.MaxRoundMB).

@@ -133,7 +133,7 @@ func (at *roundAttempt) request() error {
 		Threshold: threshold, Masking: masking, Regime: a.Fed.Regime, SecureAgg: spec.SecureAgg, Step: b.Step,
 		Aggregation: aggMode(b), PublicRows: b.Step == fl.StepStats && spec.PublicRows, Trainer: at.spec.Trainer,
 	}
-	if n := at.spec.ModelSpec().NumParams(); n > 0 {
+	if n := at.spec.NumParams(); n > 0 {
 		at.req.ModelParams, at.req.RoundValues = n, n+b.SecAgg.Dim
 	}
 	if want := spec.AggregationMode(); want != at.req.Aggregation {

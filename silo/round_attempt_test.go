@@ -172,4 +172,19 @@ func TestAttemptRequestAgreesWithRun(t *testing.T) {
 	if r.Cohort != 4 || r.Threshold != want || r.Masking != secagg.Pairwise || r.Aggregation != fl.AggMasking || r.Privacy.GridBits != grid || r.Dataset != "d" || at.rec.Label != "y" {
 		t.Errorf("request %+v (label %q), want cohort 4, threshold %d, pairwise masking, grid %d, dataset d labelled y", r, at.rec.Label, want, grid)
 	}
+	// A trainer run's model is the trainer's: its size, from the run,
+	// is what policy.max_model_params bounds (SC9213), not the built-in
+	// model spec's (which a trainer run does not have).
+	at.b, at.spec = b, fl.Canonical{Spec: fl.RunSpec{Dataset: "d", Masking: string(secagg.Pairwise), SecureAgg: true},
+		Trainer: content.Hash([]byte("trainer")), TrainerParams: 2650}
+	if err := at.request(); err != nil {
+		t.Fatal(err)
+	}
+	if at.req.ModelParams != 2650 || at.req.RoundValues != 2650+b.SecAgg.Dim {
+		t.Errorf("a trainer run's request: %d model parameters, %d round values; want 2650 and %d", at.req.ModelParams, at.req.RoundValues, 2650+b.SecAgg.Dim)
+	}
+	p := Policy{MaxModelParams: 2000}
+	if ds := p.checkSize(at.req); len(ds) != 1 || ds[0].Code != diag.SiloModelTooLarge {
+		t.Errorf("a trainer of 2650 weights under max_model_params 2000: %v", ds)
+	}
 }

@@ -28,6 +28,17 @@ func (at *roundAttempt) train(ctx context.Context) error {
 		return at.trainStats()
 	case fl.StepEval:
 		at.in.Weight = 1
+		if at.spec.Trainer != "" {
+			// The run's own trainer scores the model (trainer.go).
+			at.in.Values, at.in.Encoded, at.evalMechs, err = at.a.evalWithTrainer(ctx, at.st.Run, &at.spec, at.global, at.b.TrainRound, at.req.Privacy, at.b.SecAgg.GridBits, at.subject)
+			if err != nil && ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil {
+				return decline(err)
+			}
+			return nil
+		}
 		if at.in.Values, at.in.Encoded, at.evalMechs, err = heldOut(&at.spec, at.global, at.held, at.req.Privacy, at.b.SecAgg.GridBits); err != nil {
 			return decline(err)
 		}
@@ -83,7 +94,7 @@ func (at *roundAttempt) trainModel(ctx context.Context) error {
 	if at.spec.Trainer != "" {
 		// The run's own trainer (trainer.go) in place of the strategy's
 		// client step: its update is released below as any other.
-		at.out, err = a.trainWithTrainer(ctx, &at.spec, at.global, strategy, at.req.Privacy, at.subject)
+		at.out, err = a.trainWithTrainer(ctx, at.st.Run, &at.spec, at.global, strategy, at.req.Privacy, at.subject)
 	} else {
 		env := script.Env{Catalog: a.Catalog, Seed: seed[:]}
 		at.out, err = fl.ClientStep(ctx, env, strategy, at.global, at.rows, state, at.req.Privacy)

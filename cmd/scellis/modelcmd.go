@@ -9,10 +9,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/job"
 	"github.com/scellis/scellis/model"
+	"github.com/scellis/scellis/trainer"
 )
 
 func init() { commands = append(commands, newModelCmd) }
@@ -46,23 +48,40 @@ type modelEval struct {
 	Std       string        `json:"standardization"`
 	Notes     []string      `json:"notes,omitempty"`
 	Metrics   model.Metrics `json:"-"`
+	// A trainer run's model is scored by its trainer's evaluate: Loss is
+	// the mean of its "loss", TrainerMetrics all it reported.
+	Trainer        content.Ref        `json:"trainer,omitempty"`
+	Loss           *float64           `json:"loss,omitempty"`
+	TrainerMetrics map[string]float64 `json:"trainer_metrics,omitempty"`
 }
 
 func newModelEvalCmd() *cobra.Command {
-	var data, label string
+	var (
+		data, label, trainerDir string
+		tf                      trainerFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "eval MODEL --data test.csv [--label COL]",
+		Use:   "eval MODEL --data test.csv [--label COL] [--trainer DIR]",
 		Short: "Score a model file on a labelled CSV: accuracy, AUC, log-loss, confusion matrix, or RMSE",
+		Long: `Scores a model file on a labelled CSV. A trainer run's model (kind
+trainer) is scored by its trainer's evaluate, run in the sandbox a silo
+runs it in: give the trainer's directory with --trainer DIR (the one that
+trained it: its content hash must be the model file's).`,
 		Example: `  scellis model eval model.json --data test.csv
-  scellis --json model eval model.json --data test.csv --label outcome`,
+  scellis --json model eval model.json --data test.csv --label outcome
+  scellis model eval model.json --trainer ./cnn --data test.csv`,
 		Args: exactArgs(1, "MODEL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := fl.ReadModelFile(args[0])
 			if err != nil {
 				return err
 			}
-			if err := f.ScoredByTrainer(args[0]); err != nil {
-				return err
+			if f.Kind == fl.KindTrainer {
+				return evalTrainerModel(cmd, &tf, args[0], f, trainerDir, data, label)
+			}
+			if trainerDir != "" {
+				return diag.New(diag.FlagValue, "--trainer", "%s is the model of a built-in %s model, not of a trainer run", args[0], f.Kind).
+					WithHelp("drop --trainer: scellis scores a built-in model itself")
 			}
 			if data == "" {
 				return usageError{fmt.Errorf("give the rows to score with --data FILE.csv")}
@@ -134,7 +153,63 @@ func newModelEvalCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&data, "data", "", "labelled CSV to score (header row; columns matched by name)")
 	cmd.Flags().StringVar(&label, "label", "", "label column (default: the model file's)")
+	cmd.Flags().StringVar(&trainerDir, "trainer", "", "a trainer run's model: the trainer's directory, whose evaluate scores it in the sandbox")
+	tf.register(cmd)
 	return cmd
+}
+
+// evalTrainerModel scores a trainer run's model file with its trainer's
+// evaluate, in the sandbox (as scellis trainer eval DIR --model FILE
+// does), and reports it as model eval reports: rows, accuracy (when the
+// trainer counts "correct"), mean loss and all the trainer's sums.
+func evalTrainerModel(cmd *cobra.Command, tf *trainerFlags, path string, f *fl.ModelFile, dir, data, label string) error {
+	if dir == "" {
+		return diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) is scored by its trainer's evaluate", f.Trainer.Short()).
+			WithHelp("give the trainer's directory: scellis model eval %s --trainer DIR --data FILE.csv (scellis trainer check DIR prints its hash)", path)
+	}
+	abs, err := trainerData(data)
+	if err != nil {
+		return err
+	}
+	if label == "" {
+		label = f.Label
+	}
+	if label == "" {
+		label = "label"
+	}
+	res, err := tf.run(cmd.Context(), dir, trainer.ModeEvaluate, abs, label, path, "", nil)
+	if err != nil {
+		return err
+	}
+	rep := modelEval{Model: path, Data: data, Rows: res.Examples, Std: fl.StandardizeNone, Trainer: f.Trainer, TrainerMetrics: res.Metrics}
+	if n := res.Metrics["examples"]; n > 0 {
+		rep.Rows = int(n)
+		if c, ok := res.Metrics["correct"]; ok {
+			acc := c / n
+			rep.Accuracy = &acc
+		}
+		if l, ok := res.Metrics["loss"]; ok {
+			loss := l / n
+			rep.Loss = &loss
+		}
+	}
+	out := cmd.OutOrStdout()
+	if jsonOutput {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		fmt.Fprintln(out, string(b))
+		return nil
+	}
+	fmt.Fprintf(out, "%s on %s: %d rows, scored by trainer %s (%s) in its sandbox\n", path, data, rep.Rows, dir, f.Trainer.Short())
+	if rep.Accuracy != nil {
+		fmt.Fprintf(out, "accuracy  %.4f\n", *rep.Accuracy)
+	}
+	if rep.Loss != nil {
+		fmt.Fprintf(out, "loss      %.4f (the trainer's, per row)\n", *rep.Loss)
+	}
+	for _, k := range keysOf(res.Metrics) {
+		fmt.Fprintf(out, "%-9s %g\n", k, res.Metrics[k])
+	}
+	return nil
 }
 
 // predicted returns the class m predicts for each row of d.

@@ -62,6 +62,24 @@ func (f *trainerFlags) job(b *trainer.Bundle, mode string) trainer.Job {
 		Limits: trainer.Limits{CPUSeconds: f.cpu, MemoryMB: f.memory, Wall: f.wall}}
 }
 
+// run runs the trainer of dir in mode, in its sandbox, on the data file
+// (an absolute path) from the weights of a model file or an .npy (default
+// the trainer's init.npy): what trainer train, trainer eval and model
+// eval share.
+func (f *trainerFlags) run(ctx context.Context, dir, mode, data, label, model, wfile string, params map[string]any) (trainer.Result, error) {
+	b, err := trainer.Load(dir)
+	if err != nil {
+		return trainer.Result{}, err
+	}
+	w, layout, err := startWeights(b, model, wfile)
+	if err != nil {
+		return trainer.Result{}, err
+	}
+	j := f.job(b, mode)
+	j.Data, j.Label, j.Weights, j.Layout, j.Params = data, label, w, layout, params
+	return trainer.Run(ctx, j)
+}
+
 // trainerCheck is what `trainer check` reports.
 type trainerCheck struct {
 	Dir      string         `json:"dir"`
@@ -375,31 +393,15 @@ func newTrainerEvalCmd() *cobra.Command {
 }
 
 func runTrainerCmd(cmd *cobra.Command, f *trainerFlags, dir, mode, data, label, model, wfile, out string, kvs []string) error {
-	if data == "" {
-		return usageError{fmt.Errorf("give the data file with --data FILE.csv")}
-	}
-	abs, err := filepath.Abs(data)
+	abs, err := trainerData(data)
 	if err != nil {
 		return err
-	}
-	if st, err := os.Stat(abs); err != nil || !st.Mode().IsRegular() {
-		return diag.New(diag.FileUnreadable, data, "not a readable file").WithHelp("give the data file with --data FILE.csv")
 	}
 	params, err := parseTrainerParams(kvs)
 	if err != nil {
 		return err
 	}
-	b, err := trainer.Load(dir)
-	if err != nil {
-		return err
-	}
-	w, layout, err := startWeights(b, model, wfile)
-	if err != nil {
-		return err
-	}
-	j := f.job(b, mode)
-	j.Data, j.Label, j.Weights, j.Layout, j.Params = abs, label, w, layout, params
-	res, err := trainer.Run(cmd.Context(), j)
+	res, err := f.run(cmd.Context(), dir, mode, abs, label, model, wfile, params)
 	if err != nil {
 		return err
 	}
@@ -430,6 +432,22 @@ func runTrainerCmd(cmd *cobra.Command, f *trainerFlags, dir, mode, data, label, 
 		fmt.Fprintf(o, "wrote %s\n", out)
 	}
 	return nil
+}
+
+// trainerData checks the --data file a trainer reads and returns its
+// absolute path (the sandbox binds that file, and only it).
+func trainerData(data string) (string, error) {
+	if data == "" {
+		return "", usageError{fmt.Errorf("give the data file with --data FILE.csv")}
+	}
+	abs, err := filepath.Abs(data)
+	if err != nil {
+		return "", err
+	}
+	if st, err := os.Stat(abs); err != nil || !st.Mode().IsRegular() {
+		return "", diag.New(diag.FileUnreadable, data, "not a readable file").WithHelp("give the data file with --data FILE.csv")
+	}
+	return abs, nil
 }
 
 func keysOf(m map[string]float64) []string {
