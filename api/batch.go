@@ -283,7 +283,7 @@ func (s *Server) reportBatch(w http.ResponseWriter, r *http.Request) {
 	cmds := make([]coordinator.Command, len(ok))
 	for k, i := range ok {
 		it := req.Reports[i]
-		cmds[k] = coordinator.ReportResult{Peer: peer.Name, Job: it.Job, Shard: it.Shard, Result: it.Result, Nonce: it.Nonce, Key: key, Sig: it.Sig, Cite: it.Cite, Now: now}
+		cmds[k] = coordinator.ReportResult{Peer: peer.Name, Job: it.Job, Shard: it.Shard, Result: it.Result, Nonce: it.Nonce, Key: key, Sig: it.Sig, Path: it.Path, Cite: it.Cite, Now: now}
 	}
 	s.applyBatch(w, r, cmds, ok, out)
 }

@@ -112,7 +112,7 @@ type Worker struct {
 	// courierOnce makes the couriers of a batching worker (courier.go).
 	courierOnce sync.Once
 	commits     *courier[api.CommitRequest, api.BatchItem]
-	reports     *courier[api.ResultReport, api.BatchItem]
+	reports     *courier[outgoing, api.BatchItem]
 	uploads     *courier[[]byte, content.Ref]
 	renewals    *courier[api.RenewRequest, api.BatchItem]
 
