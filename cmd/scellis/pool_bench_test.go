@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -24,6 +27,12 @@ import (
 // Metrics: shards/s (the pool), solo-shards/s, pool/solo (pool wall ÷
 // solo wall: above 1 the pool is slower) and, for CPU-bound shards,
 // vs-solo-throughput (pool shards/s ÷ solo shards/s on the same cores).
+// CPU, steadier than wall time on a busy machine: pool-cpu-ms/shard (the
+// aggregator's and the workers' processes, their reaped children — the
+// planning, reducing and shard children — and the submitting CLI; a
+// job's idle shard children are counted when they are reaped, during a
+// later job), solo-cpu-ms/shard (the `scellis run` process and its
+// children) and pool/solo-cpu.
 //
 // Under -short (CI runs every benchmark once that way) only the own
 // federation starts, and only its one-worker cases run, with 200 trivial
@@ -67,17 +76,23 @@ func BenchmarkPoolProcesses(b *testing.B) {
 					for ; started < workers; started++ {
 						f.c.start(fmt.Sprintf("worker-%d", started+1), "worker", "--config", fmt.Sprintf("worker-%d/worker.yaml", started+1))
 					}
-					var pool, solo time.Duration
+					var pool, solo, poolCPU, soloCPU time.Duration
 					for i := 0; i < b.N; i++ {
 						dir := f.writeJob(l.shards, l.burn)
-						solo += f.timed(b, "run", filepath.Join(dir, "job.yaml"), "--out", filepath.Join(dir, "solo"))
-						pool += f.timed(b, "job", "submit", filepath.Join(dir, "job.yaml"), "--watch")
+						wall, cpu := f.timed(b, "run", filepath.Join(dir, "job.yaml"), "--out", filepath.Join(dir, "solo"))
+						solo, soloCPU = solo+wall, soloCPU+cpu
+						before := f.daemonCPU()
+						wall, cpu = f.timed(b, "job", "submit", filepath.Join(dir, "job.yaml"), "--watch")
+						pool, poolCPU = pool+wall, poolCPU+cpu+f.daemonCPU()-before
 					}
 					n := float64(l.shards * b.N)
 					b.ReportMetric(0, "ns/op")
 					b.ReportMetric(n/pool.Seconds(), "shards/s")
 					b.ReportMetric(n/solo.Seconds(), "solo-shards/s")
 					b.ReportMetric(pool.Seconds()/solo.Seconds(), "pool/solo")
+					b.ReportMetric(float64(poolCPU.Microseconds())/1e3/n, "pool-cpu-ms/shard")
+					b.ReportMetric(float64(soloCPU.Microseconds())/1e3/n, "solo-cpu-ms/shard")
+					b.ReportMetric(poolCPU.Seconds()/soloCPU.Seconds(), "pool/solo-cpu")
 					if l.burn > 0 {
 						b.ReportMetric(solo.Seconds()/pool.Seconds(), "vs-solo-throughput")
 					}
@@ -130,9 +145,48 @@ func (f *benchFederation) writeJob(n, burn int) string {
 	return dir
 }
 
-// timed runs a client command as alice and returns its wall time.
-func (f *benchFederation) timed(b *testing.B, args ...string) time.Duration {
+// timed runs a client command as alice and returns its wall time and
+// the CPU time of its process and children. The benchmark reaps no other
+// process meanwhile (its daemons run on), so the growth of this process's
+// children's usage is the command's.
+func (f *benchFederation) timed(b *testing.B, args ...string) (time.Duration, time.Duration) {
+	cpu0 := childrenCPU(b)
 	start := time.Now()
 	f.c.mustCLI("alice", args...)
-	return time.Since(start)
+	return time.Since(start), childrenCPU(b) - cpu0
+}
+
+func childrenCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// daemonCPU is the CPU time the federation's running processes (the
+// aggregator, the workers) and their reaped children have used so far,
+// from /proc/PID/stat (utime, stime, cutime, cstime, in clock ticks of
+// 10 ms: USER_HZ is 100 on Linux).
+func (f *benchFederation) daemonCPU() time.Duration {
+	var ticks int64
+	for _, cmd := range f.c.procs {
+		if cmd.Process == nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if err != nil {
+			continue // exited
+		}
+		// The fields after the command name, which is in parentheses
+		// and may hold spaces: state is the first, utime the 12th.
+		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		for _, i := range []int{11, 12, 13, 14} {
+			if i < len(fields) {
+				v, _ := strconv.ParseInt(fields[i], 10, 64)
+				ticks += v
+			}
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
