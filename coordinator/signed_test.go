@@ -114,25 +114,8 @@ func TestSignedReportsAndVerdicts(t *testing.T) {
 // verdicts, responses and state of the same reports applied one by one.
 func TestBatchPreverifiedSignatures(t *testing.T) {
 	const n = 40
-	mk := func() *Machine {
-		m, err := New(Config{Regime: trust.Own, DefaultLeaseTTL: 1000, SignedReports: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	batched, single := mk(), mk()
+	batched, single, job, pol := twoLeasedMachines(t, "preverify", n)
 	w, mallory := identity.NewFromSeed([32]byte{1}), identity.NewFromSeed([32]byte{2})
-	job := content.Hash([]byte("preverify"))
-	var shards []ShardPlan
-	for i := range n {
-		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
-	}
-	pol := Policy{Replicas: 1}
-	setup := []Command{
-		SubmitJob{Job: job, Name: "p", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: 1, Shards: shards},
-		Lease{Peer: "w1", Now: 2, Max: n, Job: job},
-	}
 	var reports []Command
 	for i := range n {
 		res := result(string(rune('a' + i)))
@@ -143,10 +126,6 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 		}
 		reports = append(reports, ReportResult{Peer: "w1", Job: job, Shard: i, Result: res, Key: w.Public().String(),
 			Sig: identity.Sign(signer, identity.PurposeResult, st.Bytes()), Now: 3})
-	}
-	for _, c := range setup {
-		applyEncoded(t, batched, c)
-		applyEncoded(t, single, c)
 	}
 	// The checks are made ahead, one verdict per report, forged ones false
 	// (so the batch below is answered from them, not by apply's own checks).
@@ -162,21 +141,7 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 		}
 	}
 	batched.preverified = nil
-	got := applyEncoded(t, batched, Batch{Commands: reports}).Response.(*BatchResponse).Results
-	for i, c := range reports {
-		want := applyEncoded(t, single, c)
-		if i%5 == 3 {
-			wantCode(t, got[i], diag.VerifyBadSignature)
-		} else if got[i].Refused() {
-			t.Fatalf("report %d refused in the batch: %v", i, got[i].Refusal)
-		}
-		if got[i].Refused() != want.Refused() {
-			t.Fatalf("report %d: batched refused %v, alone %v", i, got[i].Refused(), want.Refused())
-		}
-	}
-	if batched.StateHash() != single.StateHash() {
-		t.Fatal("the batch and the reports one by one reach different states")
-	}
+	applyBatchAndSingly(t, batched, single, reports, func(i int) bool { return i%5 == 3 })
 	if batched.preverified != nil {
 		t.Fatal("the batch's checks outlived it")
 	}
@@ -191,29 +156,8 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 // reaches the same state applied whole as one by one.
 func TestBatchSignedReports(t *testing.T) {
 	const n = 12
-	mk := func() *Machine {
-		m, err := New(Config{Regime: trust.Own, DefaultLeaseTTL: 1000, SignedReports: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	batched, single := mk(), mk()
+	batched, single, job, pol := twoLeasedMachines(t, "batch-signed", n)
 	w := identity.NewFromSeed([32]byte{1})
-	job := content.Hash([]byte("batch-signed"))
-	var shards []ShardPlan
-	for i := range n {
-		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
-	}
-	pol := Policy{Replicas: 1}
-	setup := []Command{
-		SubmitJob{Job: job, Name: "p", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: 1, Shards: shards},
-		Lease{Peer: "w1", Now: 2, Max: n, Job: job},
-	}
-	for _, c := range setup {
-		applyEncoded(t, batched, c)
-		applyEncoded(t, single, c)
-	}
 	leaves := make([][32]byte, n)
 	results := make([]content.Ref, n)
 	for i := range n {
@@ -240,21 +184,7 @@ func TestBatchSignedReports(t *testing.T) {
 		t.Fatalf("%d signatures checked ahead, want 3", len(batched.preverified))
 	}
 	batched.preverified = nil
-	got := applyEncoded(t, batched, Batch{Commands: reports}).Response.(*BatchResponse).Results
-	for i, c := range reports {
-		want := applyEncoded(t, single, c)
-		if i == 4 || i == 7 {
-			wantCode(t, got[i], diag.VerifyBadSignature)
-		} else if got[i].Refused() {
-			t.Fatalf("report %d refused: %v", i, got[i].Refusal)
-		}
-		if got[i].Refused() != want.Refused() {
-			t.Fatalf("report %d: batched refused %v, alone %v", i, got[i].Refused(), want.Refused())
-		}
-	}
-	if batched.StateHash() != single.StateHash() {
-		t.Fatal("the batch and the reports one by one reach different states")
-	}
+	applyBatchAndSingly(t, batched, single, reports, func(i int) bool { return i == 4 || i == 7 })
 	keyOf := func(p string) (string, bool) { return w.Public().String(), p == "w1" }
 	rs := batched.Receipts(0)
 	if len(rs) != n-2 {
@@ -267,5 +197,56 @@ func TestBatchSignedReports(t *testing.T) {
 		if err := r.VerifySignatures(keyOf); err != nil {
 			t.Fatalf("receipt of shard %d: %v", r.ShardIndex, err)
 		}
+	}
+}
+
+// twoLeasedMachines returns two machines with signed reports, each with
+// the same one-replica job of n shards (named name) all leased to w1.
+func twoLeasedMachines(t *testing.T, name string, n int) (a, b *Machine, job content.Ref, pol Policy) {
+	t.Helper()
+	mk := func() *Machine {
+		m, err := New(Config{Regime: trust.Own, DefaultLeaseTTL: 1000, SignedReports: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b = mk(), mk()
+	job = content.Hash([]byte(name))
+	var shards []ShardPlan
+	for i := range n {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
+	}
+	pol = Policy{Replicas: 1}
+	for _, c := range []Command{
+		SubmitJob{Job: job, Name: "p", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: 1, Shards: shards},
+		Lease{Peer: "w1", Now: 2, Max: n, Job: job},
+	} {
+		applyEncoded(t, a, c)
+		applyEncoded(t, b, c)
+	}
+	return a, b, job, pol
+}
+
+// applyBatchAndSingly applies reports to batched as one Batch and to
+// single one by one: exactly the reports bad says are refused for their
+// signature (SC7305) in the batch, the rest accepted, alone as in the
+// batch, and both machines reach the same state.
+func applyBatchAndSingly(t *testing.T, batched, single *Machine, reports []Command, bad func(i int) bool) {
+	t.Helper()
+	got := applyEncoded(t, batched, Batch{Commands: reports}).Response.(*BatchResponse).Results
+	for i, c := range reports {
+		want := applyEncoded(t, single, c)
+		if bad(i) {
+			wantCode(t, got[i], diag.VerifyBadSignature)
+		} else if got[i].Refused() {
+			t.Fatalf("report %d refused in the batch: %v", i, got[i].Refusal)
+		}
+		if got[i].Refused() != want.Refused() {
+			t.Fatalf("report %d: batched refused %v, alone %v", i, got[i].Refused(), want.Refused())
+		}
+	}
+	if batched.StateHash() != single.StateHash() {
+		t.Fatal("the batch and the reports one by one reach different states")
 	}
 }
