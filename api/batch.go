@@ -29,7 +29,8 @@ import (
 const MaxBatch = 256
 
 // MaxBatchRequestBytes bounds a batched request body: MaxBatch items of
-// hashes, nonces and signatures, never result bytes (law 3).
+// hashes, nonces, signatures and batch paths, never result bytes (law 3);
+// a full batch of reports is ~180 KiB (TestFullSignedReportBatchFits).
 const MaxBatchRequestBytes = 256 << 10
 
 // CommitBatch commits the caller to the results of several shards.
