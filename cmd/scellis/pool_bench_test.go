@@ -28,11 +28,10 @@ import (
 // solo wall: above 1 the pool is slower) and, for CPU-bound shards,
 // vs-solo-throughput (pool shards/s ÷ solo shards/s on the same cores).
 // CPU, steadier than wall time on a busy machine: pool-cpu-ms/shard (the
-// aggregator's and the workers' processes, their reaped children — the
-// planning, reducing and shard children — and the submitting CLI; a
-// job's idle shard children are counted when they are reaped, during a
-// later job), solo-cpu-ms/shard (the `scellis run` process and its
-// children) and pool/solo-cpu.
+// aggregator's and the workers' processes, their children — the
+// planning, reducing and shard children — and the submitting CLI),
+// solo-cpu-ms/shard (the `scellis run` process and its children) and
+// pool/solo-cpu.
 //
 // Under -short (CI runs every benchmark once that way) only the own
 // federation starts, and only its one-worker cases run, with 200 trivial
@@ -165,28 +164,51 @@ func childrenCPU(b *testing.B) time.Duration {
 }
 
 // daemonCPU is the CPU time the federation's running processes (the
-// aggregator, the workers) and their reaped children have used so far,
-// from /proc/PID/stat (utime, stime, cutime, cstime, in clock ticks of
-// 10 ms: USER_HZ is 100 on Linux).
+// aggregator, the workers) and their children have used so far: each
+// one's own, its reaped children's, and its live children's (a worker's
+// shard children stay up between jobs, and their time reaches the
+// worker's only once they exit), from /proc/PID/stat.
 func (f *benchFederation) daemonCPU() time.Duration {
-	var ticks int64
+	daemons := map[int]bool{}
 	for _, cmd := range f.c.procs {
-		if cmd.Process == nil {
-			continue
+		if cmd.Process != nil {
+			daemons[cmd.Process.Pid] = true
 		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
-		if err != nil {
-			continue // exited
-		}
-		// The fields after the command name, which is in parentheses
-		// and may hold spaces: state is the first, utime the 12th.
-		fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		for _, i := range []int{11, 12, 13, 14} {
-			if i < len(fields) {
-				v, _ := strconv.ParseInt(fields[i], 10, 64)
-				ticks += v
-			}
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, path := range stats {
+		pid, ppid, t, ok := procTicks(path)
+		if ok && (daemons[pid] || daemons[ppid]) {
+			ticks += t
 		}
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// procTicks reads a /proc/PID/stat: the process's pid, its parent's, and
+// its CPU time and its reaped children's (utime, stime, cutime, cstime)
+// in clock ticks of 10 ms (USER_HZ is 100 on Linux).
+func procTicks(path string) (pid, ppid int, ticks int64, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, 0, false // exited
+	}
+	// The pid, then the command name in parentheses (which may hold
+	// spaces), then the fields: state first, ppid the 2nd, utime the 12th.
+	open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if open < 1 || end < open {
+		return 0, 0, 0, false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(b[:open])))
+	fields := strings.Fields(string(b[end+1:]))
+	if err != nil || len(fields) < 15 {
+		return 0, 0, 0, false
+	}
+	ppid, _ = strconv.Atoi(fields[1])
+	for _, i := range []int{11, 12, 13, 14} {
+		v, _ := strconv.ParseInt(fields[i], 10, 64)
+		ticks += v
+	}
+	return pid, ppid, ticks, true
 }
