@@ -162,6 +162,11 @@ type ResultReport struct {
 	// coordinator refuses an unsigned report (SC7305) and puts the
 	// agreeing peers' signatures in the receipt.
 	Sig []byte `json:"sig,omitempty"`
+	// Path, when set, says Sig signs the Merkle root of a batch of the
+	// peer's statements (purpose scellis/result-batch/v1), and is this
+	// statement's path to that root (receipt/batch.go): a worker signs the
+	// reports of one request once. The receipt keeps Sig and Path.
+	Path []byte `json:"path,omitempty"`
 	// Cite, from a child cluster (role cluster, docs/tree.md), is its
 	// receipt chain head, signed with its key; the receipt keeps it.
 	Cite *receipt.Citation `json:"cite,omitempty"`

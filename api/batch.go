@@ -29,7 +29,8 @@ import (
 const MaxBatch = 256
 
 // MaxBatchRequestBytes bounds a batched request body: MaxBatch items of
-// hashes, nonces and signatures, never result bytes (law 3).
+// hashes, nonces, signatures and batch paths, never result bytes (law 3);
+// a full batch of reports is ~180 KiB (TestFullSignedReportBatchFits).
 const MaxBatchRequestBytes = 256 << 10
 
 // CommitBatch commits the caller to the results of several shards.
@@ -283,7 +284,7 @@ func (s *Server) reportBatch(w http.ResponseWriter, r *http.Request) {
 	cmds := make([]coordinator.Command, len(ok))
 	for k, i := range ok {
 		it := req.Reports[i]
-		cmds[k] = coordinator.ReportResult{Peer: peer.Name, Job: it.Job, Shard: it.Shard, Result: it.Result, Nonce: it.Nonce, Key: key, Sig: it.Sig, Cite: it.Cite, Now: now}
+		cmds[k] = coordinator.ReportResult{Peer: peer.Name, Job: it.Job, Shard: it.Shard, Result: it.Result, Nonce: it.Nonce, Key: key, Sig: it.Sig, Path: it.Path, Cite: it.Cite, Now: now}
 	}
 	s.applyBatch(w, r, cmds, ok, out)
 }

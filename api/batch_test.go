@@ -12,6 +12,7 @@ import (
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/receipt"
 )
 
 // decodeBoth runs decodeItems (one pass, falling back item by item) and
@@ -132,4 +133,30 @@ func TestBatchResponseEncodesAsCoordinators(t *testing.T) {
 			t.Errorf("item %d reads as %s, want %s", i, gb, wb)
 		}
 	}
+}
+
+// A full batch of reports signed as one (receipt/batch.go: one signature,
+// each report with its path in a tree of MaxBatch leaves) fits the batch
+// endpoint's body limit, with every field at its largest.
+func TestFullSignedReportBatchFits(t *testing.T) {
+	leaves := make([][32]byte, MaxBatch)
+	for i := range leaves {
+		leaves[i] = receipt.StatementLeaf(receipt.Statement{Job: content.Hash([]byte("j")), Shard: i, Result: content.Hash([]byte{byte(i)}), Tier: receipt.TierConvergent, Peer: "worker-with-a-long-name"})
+	}
+	_, paths := receipt.BatchTree(leaves)
+	var b ReportBatch
+	for i := range MaxBatch {
+		b.Reports = append(b.Reports, ResultReport{
+			Job: content.Hash([]byte("j")), Shard: 1<<31 - 1 - i, Result: content.Hash([]byte{byte(i)}),
+			Nonce: strings.Repeat("f", 2*coordinator.NonceBytes), Sig: make([]byte, 64), Path: paths[i],
+		})
+	}
+	body, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) > MaxBatchRequestBytes {
+		t.Fatalf("a full batch of signed reports is %d bytes, over the limit of %d", len(body), MaxBatchRequestBytes)
+	}
+	t.Logf("a full batch of signed reports: %d bytes of %d", len(body), MaxBatchRequestBytes)
 }

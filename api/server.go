@@ -551,7 +551,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) {
 	// checks the signature with it (and against the replicated membership).
 	peer := peerOf(r)
 	s.apply(w, r, coordinator.ReportResult{Peer: peer.Name, Job: req.Job, Shard: req.Shard, Result: req.Result, Nonce: req.Nonce,
-		Key: peer.PublicKey.String(), Sig: req.Sig, Cite: req.Cite, Now: s.now()})
+		Key: peer.PublicKey.String(), Sig: req.Sig, Path: req.Path, Cite: req.Cite, Now: s.now()})
 }
 
 // reportRefusal is what refuses a report before any log entry and before

@@ -206,6 +206,10 @@ type ReportResult struct {
 	// into the receipt.
 	Key string `cbor:"key,omitempty" json:"key,omitempty"`
 	Sig []byte `cbor:"sig,omitempty" json:"sig,omitempty"`
+	// Path, when set, says Sig signs the Merkle root of a batch of the
+	// peer's statements, and is this statement's path to it
+	// (receipt/batch.go); the receipt keeps it with Sig.
+	Path []byte `cbor:"path,omitempty" json:"path,omitempty"`
 	// Cite, from a child cluster (delegate.go), is its chain head when it
 	// reports, signed with Key; the receipt keeps it.
 	Cite *receipt.Citation `cbor:"cite,omitempty" json:"cite,omitempty"`

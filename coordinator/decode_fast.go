@@ -231,6 +231,11 @@ func (r *fastReader) report() (ReportResult, bool) {
 			s, ok = r.raw(majBytes)
 			ok = ok && len(s) > 0
 			c.Sig = append([]byte(nil), s...)
+		case "path":
+			var s []byte
+			s, ok = r.raw(majBytes)
+			ok = ok && len(s) > 0
+			c.Path = append([]byte(nil), s...)
 		case "now":
 			c.Now, ok = r.int64()
 			seen |= fieldNow

@@ -34,6 +34,12 @@ func randomReport(rng *rand.Rand) ReportResult {
 		for i := range c.Sig {
 			c.Sig[i] = byte(rng.IntN(256))
 		}
+		if rng.IntN(2) == 0 {
+			c.Path = make([]byte, 33*(1+rng.IntN(8)))
+			for i := range c.Path {
+				c.Path[i] = byte(rng.IntN(256))
+			}
+		}
 	}
 	if rng.IntN(8) == 0 {
 		c.Peer = ""

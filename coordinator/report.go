@@ -63,7 +63,7 @@ func (m *Machine) report(c ReportResult) Result {
 	if !live {
 		rec.Late++
 	}
-	s.Reports = append(s.Reports, report{Peer: c.Peer, Result: c.Result, Late: !live, At: now, Key: c.Key, Sig: bytesClone(c.Sig), Cite: cloneCite(c.Cite)})
+	s.Reports = append(s.Reports, report{Peer: c.Peer, Result: c.Result, Late: !live, At: now, Key: c.Key, Sig: bytesClone(c.Sig), Path: bytesClone(c.Path), Cite: cloneCite(c.Cite)})
 	rep := &s.Reports[len(s.Reports)-1]
 	m.results[c.Result] = append(m.results[c.Result], shardAt{j, s})
 	var decision []Event

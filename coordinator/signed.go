@@ -92,7 +92,7 @@ func (m *Machine) checkReportSig(c ReportResult, j *jobState, s *shardState) *di
 	if why == "" && len(c.Sig) == 0 {
 		why = "is not signed"
 	}
-	if why == "" && !m.verifyStatement(c.Key, StatementOf(j.ID, s.Index, c.Result, j.Policy, c.Peer), c.Sig) {
+	if why == "" && !m.verifyStatement(c.Key, StatementOf(j.ID, s.Index, c.Result, j.Policy, c.Peer), c.Sig, c.Path) {
 		why = "has a signature that does not verify for its job, shard, result and tier " + TierOf(j.Policy)
 	}
 	if why == "" {
@@ -130,7 +130,7 @@ func signaturesOf(j *jobState, s *shardState) (string, []receipt.PeerSignature) 
 		if rep == nil || len(rep.Sig) == 0 {
 			return "", nil
 		}
-		sigs = append(sigs, receipt.PeerSignature{Peer: p, Result: rep.Result, Key: rep.Key, Sig: bytes.Clone(rep.Sig)})
+		sigs = append(sigs, receipt.PeerSignature{Peer: p, Result: rep.Result, Key: rep.Key, Sig: bytes.Clone(rep.Sig), Path: bytes.Clone(rep.Path)})
 	}
 	if len(sigs) == 0 {
 		return "", nil
@@ -146,26 +146,48 @@ func (r report) info() ReportInfo {
 	return ReportInfo{Peer: r.Peer, Result: r.Result, Late: r.Late, Outcome: r.Outcome, At: r.At}
 }
 
-// sigCheck is one Ed25519 check of a result statement.
-type sigCheck struct{ key, msg, sig string }
+// sigCheck is one Ed25519ctx check of a result's signature: of a
+// statement (purpose receipt.PurposeResult), or of the Merkle root of a
+// batch of them (receipt.PurposeResultBatch).
+type sigCheck struct{ key, purpose, msg, sig string }
 
-// verifyStatement checks a report's signature, answered from the checks
-// a batch made ahead (preverify) when it has one.
-func (m *Machine) verifyStatement(key string, st receipt.Statement, sig []byte) bool {
-	if ok, done := m.preverified[sigCheck{key, string(st.Bytes()), string(sig)}]; done {
-		return ok
-	}
-	return receipt.VerifyStatement(key, st, sig)
+// checkOf is the check that sig, with its batch path, signs st; false
+// when the path is malformed (the signature then does not verify).
+func checkOf(key string, st receipt.Statement, sig, path []byte) (sigCheck, bool) {
+	purpose, msg, ok := receipt.SignedMessage(st, path)
+	return sigCheck{key, purpose, string(msg), string(sig)}, ok
 }
 
-// preverify checks the signatures of a batch's reports on all cores
-// before the batch applies, one by one, in order: a batch of hundreds of
-// reports otherwise spends most of its apply in Ed25519 on one core. The
-// check is a pure function of the report and its job's policy (fixed at
-// submission), so the verdicts are the ones apply would reach itself;
-// reports of jobs not known yet are left to apply.
+func (c sigCheck) verify() bool {
+	return receipt.VerifySigned(c.key, c.purpose, []byte(c.msg), []byte(c.sig))
+}
+
+// verifyStatement checks a report's signature (and its batch path),
+// answered from the checks a batch made ahead (preverify) when it has one.
+func (m *Machine) verifyStatement(key string, st receipt.Statement, sig, path []byte) bool {
+	c, ok := checkOf(key, st, sig, path)
+	if !ok {
+		return false
+	}
+	if ok, done := m.preverified[c]; done {
+		return ok
+	}
+	return c.verify()
+}
+
+// preverify checks the signatures of a batch's reports before the batch
+// applies, one by one, in order: each distinct signature once — a
+// worker's batch of reports shares one signature of its Merkle root
+// (receipt/batch.go) — and on all cores when there are many: a batch of
+// hundreds of reports signed one by one otherwise spends most of its
+// apply in Ed25519 on one core. The check is a pure function of the
+// report and its job's policy (fixed at submission), so the verdicts are
+// the ones apply would reach itself; reports of jobs not known yet are
+// left to apply.
 func (m *Machine) preverify(b Batch) {
 	var checks []sigCheck
+	seen := map[sigCheck]bool{}
+	reports := 0
 	for _, c := range b.Commands {
 		r, ok := c.(ReportResult)
 		if !ok || len(r.Sig) == 0 || r.Key == "" {
@@ -175,21 +197,31 @@ func (m *Machine) preverify(b Batch) {
 		if d != nil {
 			continue
 		}
-		checks = append(checks, sigCheck{r.Key, string(StatementOf(j.ID, s.Index, r.Result, j.Policy, r.Peer).Bytes()), string(r.Sig)})
+		check, ok := checkOf(r.Key, StatementOf(j.ID, s.Index, r.Result, j.Policy, r.Peer), r.Sig, r.Path)
+		if !ok {
+			continue // refused by apply without a signature check
+		}
+		reports++
+		if !seen[check] {
+			seen[check] = true
+			checks = append(checks, check)
+		}
 	}
-	if len(checks) < 8 {
-		return // not worth the goroutines
+	if reports < 2 || (len(checks) == reports && reports < 8) {
+		return // nothing shared, and too few to be worth the goroutines
 	}
 	ok := make([]bool, len(checks))
 	workers := min(runtime.GOMAXPROCS(0), len(checks))
+	if len(checks) < 8 {
+		workers = 1
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := w; i < len(checks); i += workers {
-				c := checks[i]
-				ok[i] = receipt.VerifySigned(c.key, receipt.PurposeResult, []byte(c.msg), []byte(c.sig))
+				ok[i] = checks[i].verify()
 			}
 		}()
 	}

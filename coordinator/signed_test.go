@@ -114,25 +114,8 @@ func TestSignedReportsAndVerdicts(t *testing.T) {
 // verdicts, responses and state of the same reports applied one by one.
 func TestBatchPreverifiedSignatures(t *testing.T) {
 	const n = 40
-	mk := func() *Machine {
-		m, err := New(Config{Regime: trust.Own, DefaultLeaseTTL: 1000, SignedReports: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
-	batched, single := mk(), mk()
+	batched, single, job, pol := twoLeasedMachines(t, "preverify", n)
 	w, mallory := identity.NewFromSeed([32]byte{1}), identity.NewFromSeed([32]byte{2})
-	job := content.Hash([]byte("preverify"))
-	var shards []ShardPlan
-	for i := range n {
-		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
-	}
-	pol := Policy{Replicas: 1}
-	setup := []Command{
-		SubmitJob{Job: job, Name: "p", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: 1, Shards: shards},
-		Lease{Peer: "w1", Now: 2, Max: n, Job: job},
-	}
 	var reports []Command
 	for i := range n {
 		res := result(string(rune('a' + i)))
@@ -144,10 +127,6 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 		reports = append(reports, ReportResult{Peer: "w1", Job: job, Shard: i, Result: res, Key: w.Public().String(),
 			Sig: identity.Sign(signer, identity.PurposeResult, st.Bytes()), Now: 3})
 	}
-	for _, c := range setup {
-		applyEncoded(t, batched, c)
-		applyEncoded(t, single, c)
-	}
 	// The checks are made ahead, one verdict per report, forged ones false
 	// (so the batch below is answered from them, not by apply's own checks).
 	batched.preverify(Batch{Commands: reports})
@@ -156,16 +135,109 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 	}
 	for i, c := range reports {
 		r := c.(ReportResult)
-		key := sigCheck{r.Key, string(StatementOf(job, i, r.Result, pol, "w1").Bytes()), string(r.Sig)}
+		key := sigCheck{r.Key, receipt.PurposeResult, string(StatementOf(job, i, r.Result, pol, "w1").Bytes()), string(r.Sig)}
 		if ok, done := batched.preverified[key]; !done || ok != (i%5 != 3) {
 			t.Fatalf("report %d checked ahead: %v (made %v)", i, ok, done)
 		}
 	}
 	batched.preverified = nil
+	applyBatchAndSingly(t, batched, single, reports, func(i int) bool { return i%5 == 3 })
+	if batched.preverified != nil {
+		t.Fatal("the batch's checks outlived it")
+	}
+}
+
+// Reports signed as one batch (one signature of the Merkle root of their
+// statements, each report with its path; receipt/batch.go) are accepted
+// with their signature checked once, and each receipt keeps the shared
+// signature and its own path and verifies offline on its own; a batch
+// report whose path leads from another statement, or that lies about its
+// result, is refused (SC7305) like a forged single signature. The batch
+// reaches the same state applied whole as one by one.
+func TestBatchSignedReports(t *testing.T) {
+	const n = 12
+	batched, single, job, pol := twoLeasedMachines(t, "batch-signed", n)
+	w := identity.NewFromSeed([32]byte{1})
+	leaves := make([][32]byte, n)
+	results := make([]content.Ref, n)
+	for i := range n {
+		results[i] = result(string(rune('a' + i)))
+		leaves[i] = receipt.StatementLeaf(StatementOf(job, i, results[i], pol, "w1"))
+	}
+	root, paths := receipt.BatchTree(leaves)
+	sig := identity.Sign(w, identity.PurposeResultBatch, root[:])
+	var reports []Command
+	for i := range n {
+		rep := ReportResult{Peer: "w1", Job: job, Shard: i, Result: results[i], Key: w.Public().String(), Sig: sig, Path: paths[i], Now: 3}
+		switch i {
+		case 4:
+			rep.Path = paths[5] // another statement's path
+		case 7:
+			rep.Result = result("lie") // not the result the root covers
+		}
+		reports = append(reports, rep)
+	}
+	batched.preverify(Batch{Commands: reports})
+	// One check for the ten good reports; the two bad ones lead to roots
+	// of their own.
+	if len(batched.preverified) != 3 {
+		t.Fatalf("%d signatures checked ahead, want 3", len(batched.preverified))
+	}
+	batched.preverified = nil
+	applyBatchAndSingly(t, batched, single, reports, func(i int) bool { return i == 4 || i == 7 })
+	keyOf := func(p string) (string, bool) { return w.Public().String(), p == "w1" }
+	rs := batched.Receipts(0)
+	if len(rs) != n-2 {
+		t.Fatalf("%d receipts, want %d", len(rs), n-2)
+	}
+	for _, r := range rs {
+		if len(r.Signatures) != 1 || len(r.Signatures[0].Path) == 0 {
+			t.Fatalf("receipt of shard %d does not keep the batch path: %+v", r.ShardIndex, r.Signatures)
+		}
+		if err := r.VerifySignatures(keyOf); err != nil {
+			t.Fatalf("receipt of shard %d: %v", r.ShardIndex, err)
+		}
+	}
+}
+
+// twoLeasedMachines returns two machines with signed reports, each with
+// the same one-replica job of n shards (named name) all leased to w1.
+func twoLeasedMachines(t *testing.T, name string, n int) (a, b *Machine, job content.Ref, pol Policy) {
+	t.Helper()
+	mk := func() *Machine {
+		m, err := New(Config{Regime: trust.Own, DefaultLeaseTTL: 1000, SignedReports: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	a, b = mk(), mk()
+	job = content.Hash([]byte(name))
+	var shards []ShardPlan
+	for i := range n {
+		shards = append(shards, ShardPlan{Index: i, ID: content.Hash([]byte{byte(i)}), Price: 1, PriceBasis: "flat"})
+	}
+	pol = Policy{Replicas: 1}
+	for _, c := range []Command{
+		SubmitJob{Job: job, Name: "p", Bundle: content.Hash([]byte("b")), Policy: pol, Submitter: "alice", Now: 1, Shards: shards},
+		Lease{Peer: "w1", Now: 2, Max: n, Job: job},
+	} {
+		applyEncoded(t, a, c)
+		applyEncoded(t, b, c)
+	}
+	return a, b, job, pol
+}
+
+// applyBatchAndSingly applies reports to batched as one Batch and to
+// single one by one: exactly the reports bad says are refused for their
+// signature (SC7305) in the batch, the rest accepted, alone as in the
+// batch, and both machines reach the same state.
+func applyBatchAndSingly(t *testing.T, batched, single *Machine, reports []Command, bad func(i int) bool) {
+	t.Helper()
 	got := applyEncoded(t, batched, Batch{Commands: reports}).Response.(*BatchResponse).Results
 	for i, c := range reports {
 		want := applyEncoded(t, single, c)
-		if i%5 == 3 {
+		if bad(i) {
 			wantCode(t, got[i], diag.VerifyBadSignature)
 		} else if got[i].Refused() {
 			t.Fatalf("report %d refused in the batch: %v", i, got[i].Refusal)
@@ -176,8 +248,5 @@ func TestBatchPreverifiedSignatures(t *testing.T) {
 	}
 	if batched.StateHash() != single.StateHash() {
 		t.Fatal("the batch and the reports one by one reach different states")
-	}
-	if batched.preverified != nil {
-		t.Fatal("the batch's checks outlived it")
 	}
 }

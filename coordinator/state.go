@@ -164,6 +164,8 @@ type report struct {
 	// Key and Sig: the peer's signature of its result (signed.go).
 	Key string `cbor:"key,omitempty"`
 	Sig []byte `cbor:"sig,omitempty"`
+	// Path: Sig's batch path, when it signs a batch (receipt/batch.go).
+	Path []byte `cbor:"path,omitempty"`
 	// Cite: a child cluster's citation of its chain head (delegate.go).
 	Cite *receipt.Citation `cbor:"cite,omitempty"`
 }

@@ -26,6 +26,9 @@ const (
 	PurposeReceipt Purpose = "scellis/receipt/v1"
 	// PurposeResult signs a peer's shard result (its hash and metadata).
 	PurposeResult Purpose = "scellis/result/v1"
+	// PurposeResultBatch signs the Merkle root of a batch of a peer's
+	// shard results (receipt.PurposeResultBatch, receipt/batch.go).
+	PurposeResultBatch Purpose = "scellis/result-batch/v1"
 	// PurposeLedgerEntry signs a privacy-ledger entry of a silo.
 	PurposeLedgerEntry Purpose = "scellis/ledger-entry/v1"
 	// PurposeSecaggAdvert signs a secure-aggregation key advertisement.

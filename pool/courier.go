@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -11,6 +12,8 @@ import (
 	"github.com/scellis/scellis/blob"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/receipt"
 )
 
 // courier carries a worker's concurrent commits (or reports) to the pool
@@ -124,7 +127,7 @@ func (w *Worker) batching() bool { return w.Batch > 1 || w.adaptive() }
 func (w *Worker) adaptive() bool { return w.Batch == 0 && w.Dispatch == nil && len(w.Lanes) == 0 }
 
 // couriers returns the worker's commit and report couriers, made once.
-func (w *Worker) couriers() (*courier[api.CommitRequest, api.BatchItem], *courier[api.ResultReport, api.BatchItem]) {
+func (w *Worker) couriers() (*courier[api.CommitRequest, api.BatchItem], *courier[outgoing, api.BatchItem]) {
 	w.makeCouriers()
 	return w.commits, w.reports
 }
@@ -136,7 +139,7 @@ func (w *Worker) makeCouriers() {
 			n = maxAdaptiveDepth // what is ready, up to what can be held
 		}
 		w.commits = &courier[api.CommitRequest, api.BatchItem]{send: w.Client.CommitBatch, max: n}
-		w.reports = &courier[api.ResultReport, api.BatchItem]{send: w.Client.ReportBatch, max: n}
+		w.reports = &courier[outgoing, api.BatchItem]{send: w.sendReports, max: n}
 		w.renewals = &courier[api.RenewRequest, api.BatchItem]{send: w.Client.RenewBatch, max: n}
 		w.uploads = &courier[[]byte, content.Ref]{send: w.Client.PutBlobs, max: min(n, blob.MaxBatch),
 			size: func(b []byte) int { return len(b) }, maxBytes: maxUploadBatch}
@@ -195,14 +198,24 @@ func (w *Worker) commitOne(ctx context.Context, req api.CommitRequest) (coordina
 	return out, nil
 }
 
+// outgoing is a report on its way: req, and the statement the courier
+// signs for it (nil: req goes as it is, signed already or unsigned).
+type outgoing struct {
+	req api.ResultReport
+	st  *receipt.Statement
+}
+
 // reportOne reports one result, in a batch when the worker batches.
-func (w *Worker) reportOne(ctx context.Context, req api.ResultReport) (coordinator.ReportResponse, error) {
+func (w *Worker) reportOne(ctx context.Context, rep outgoing) (coordinator.ReportResponse, error) {
 	if !w.batching() {
-		return w.Client.Report(ctx, req)
+		if rep.st != nil {
+			rep.req.Sig = identity.Sign(w.Identity, identity.PurposeResult, rep.st.Bytes())
+		}
+		return w.Client.Report(ctx, rep.req)
 	}
 	_, reports := w.couriers()
 	var out coordinator.ReportResponse
-	raw, err := itemOf(reports.call(ctx, req))
+	raw, err := itemOf(reports.call(ctx, rep))
 	if err != nil {
 		return out, err
 	}
@@ -223,4 +236,36 @@ func (w *Worker) renewOne(ctx context.Context, req api.RenewRequest) error {
 	w.makeCouriers()
 	_, err := itemOf(w.renewals.call(ctx, req))
 	return err
+}
+
+// sendReports sends one batched request of reports, signing the ones that
+// wait for a signature with one signature between them: of the Merkle
+// root of their statements, each report carrying its path to the root
+// (receipt/batch.go), so that each receipt still verifies on its own. A
+// lone report is signed alone, as a single report is. One signature a
+// request instead of one a shard: on a busy worker, a request carries
+// tens of reports.
+func (w *Worker) sendReports(ctx context.Context, reps []outgoing) ([]api.BatchItem, error) {
+	reqs := make([]api.ResultReport, len(reps))
+	var leaves [][sha256.Size]byte
+	var unsigned []int
+	for i, r := range reps {
+		reqs[i] = r.req
+		if r.st != nil {
+			unsigned = append(unsigned, i)
+			leaves = append(leaves, receipt.StatementLeaf(*r.st))
+		}
+	}
+	switch len(unsigned) {
+	case 0:
+	case 1:
+		reqs[unsigned[0]].Sig = identity.Sign(w.Identity, identity.PurposeResult, reps[unsigned[0]].st.Bytes())
+	default:
+		root, paths := receipt.BatchTree(leaves)
+		sig := identity.Sign(w.Identity, identity.PurposeResultBatch, root[:])
+		for k, i := range unsigned {
+			reqs[i].Sig, reqs[i].Path = sig, paths[k]
+		}
+	}
+	return w.Client.ReportBatch(ctx, reqs)
 }

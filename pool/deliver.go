@@ -11,6 +11,7 @@ import (
 	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/receipt"
 )
 
 // Deliver hands a result to the pool by commit–reveal (law 13): it commits
@@ -34,14 +35,23 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 	defer cancel()
 	req := api.ResultReport{Job: g.Job, Shard: g.Shard, Result: hash}
 	pol, known := w.policyOf(rctx, g.Job)
+	var st *receipt.Statement
 	if w.Identity != nil {
 		// The signature binds the result to this peer, the shard and the
 		// job's tier; the receipt keeps it (coordinator/signed.go). A
 		// policy the pool could not tell is signed as replayable, the
 		// tier of every job but a convergent one, which then refuses the
-		// report (SC7305) and the shard is leased again.
-		req.Sig = identity.Sign(w.Identity, identity.PurposeResult, coordinator.StatementOf(g.Job, g.Shard, hash, pol, w.Name).Bytes())
+		// report (SC7305) and the shard is leased again. A batching
+		// worker's courier signs the reports of each request together
+		// (sendReports); any other signs each report here.
+		s := coordinator.StatementOf(g.Job, g.Shard, hash, pol, w.Name)
+		if w.batching() {
+			st = &s
+		} else {
+			req.Sig = identity.Sign(w.Identity, identity.PurposeResult, s.Bytes())
+		}
 	}
+	rep := outgoing{req: req, st: st}
 	// A shard of a one-replica job is decided by its first report: there
 	// is no second result to copy, and the pool takes the report outright.
 	direct := w.NoCommit || (known && pol.Replicas == 1)
@@ -57,7 +67,7 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 		if _, err := w.commitOne(rctx, api.CommitRequest{Job: g.Job, Shard: g.Shard, Commitment: commit}); err != nil {
 			return coordinator.ReportResponse{}, fmt.Errorf("committing: %w", err)
 		}
-		req.Nonce = fmt.Sprintf("%x", nonce)
+		rep.req.Nonce = fmt.Sprintf("%x", nonce)
 	}
 	// https: the result went over HTTPS (too), so its report need not
 	// race a second upload (report).
@@ -71,7 +81,7 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 		}
 	}
 	if direct {
-		return w.report(rctx, req, data, &https)
+		return w.report(rctx, rep, data, &https)
 	}
 	// Wait for the reveal with the lease renewed, so the shard is not
 	// leased to a third peer while the second is still computing.
@@ -88,7 +98,7 @@ func (w *Worker) DeliverWhen(ctx context.Context, g coordinator.LeaseGrant, data
 	// early reveal costs the pool no log entry.
 	wait := min(earlyRevealRetry, poll)
 	for {
-		out, err := w.report(ctx, req, data, &https)
+		out, err := w.report(ctx, rep, data, &https)
 		if ds, ok := diag.As(err); !ok || ds[0].Code != diag.PoolRevealEarly {
 			return out, err
 		}
@@ -127,10 +137,11 @@ const DurableWithin = time.Second
 // report is accepted only once its bytes are on a majority. *https records
 // that the bytes went over HTTPS, so the reveal polls of Deliver do not
 // upload them again.
-func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, https *bool) (coordinator.ReportResponse, error) {
+func (w *Worker) report(ctx context.Context, rep outgoing, data []byte, https *bool) (coordinator.ReportResponse, error) {
 	if w.Blobs == nil || *https {
-		return w.reportOne(ctx, req)
+		return w.reportOne(ctx, rep)
 	}
+	req := rep.req
 	type answer struct {
 		out coordinator.ReportResponse
 		err error
@@ -153,7 +164,7 @@ func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, 
 	first := make(chan answer, 1)
 	go func() {
 		defer fcancel()
-		out, err := w.reportOne(fctx, req)
+		out, err := w.reportOne(fctx, rep)
 		first <- answer{out, err}
 	}()
 	bound := time.NewTimer(DurableWithin)
@@ -181,7 +192,7 @@ func (w *Worker) report(ctx context.Context, req api.ResultReport, data []byte, 
 			second <- answer{err: fmt.Errorf("uploading result over https: %w", err)}
 			return
 		}
-		out, err := w.reportOne(sctx, req)
+		out, err := w.reportOne(sctx, rep)
 		second <- answer{out, err}
 	}()
 	var last answer

@@ -112,9 +112,11 @@ type Worker struct {
 	// courierOnce makes the couriers of a batching worker (courier.go).
 	courierOnce sync.Once
 	commits     *courier[api.CommitRequest, api.BatchItem]
-	reports     *courier[api.ResultReport, api.BatchItem]
+	reports     *courier[outgoing, api.BatchItem]
 	uploads     *courier[[]byte, content.Ref]
 	renewals    *courier[api.RenewRequest, api.BatchItem]
+	// keeper renews the leases held, in one loop (renew.go).
+	keeper leaseKeeper
 
 	mu       sync.Mutex
 	plans    map[content.Ref]*job.Plan
@@ -470,26 +472,6 @@ func (w *Worker) ReleaseGrant(g coordinator.LeaseGrant, why error) {
 	w.Client.Release(rctx, api.ReleaseRequest{Shards: []coordinator.ShardRef{{Job: g.Job, Shard: g.Shard}}})
 }
 
-// Renewing keeps g's lease alive while work on it runs: it returns a
-// context that ends when ctx does, when timeout (if > 0) passes or when the
-// coordinator says the lease is gone, and a stop function that ends the
-// renewals and waits for them. Call stop before reporting.
-func (w *Worker) Renewing(ctx context.Context, g coordinator.LeaseGrant, timeout time.Duration) (context.Context, func()) {
-	runCtx, cancel := context.WithCancel(ctx)
-	if timeout > 0 {
-		runCtx, cancel = context.WithTimeout(ctx, timeout)
-	}
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		w.renew(runCtx, cancel, g)
-	}()
-	return runCtx, func() {
-		cancel()
-		<-renewDone
-	}
-}
-
 // RunGrant executes one leased generic shard and reports it; on any
 // failure the lease is handed back so another peer can take the shard.
 func (w *Worker) RunGrant(ctx context.Context, g coordinator.LeaseGrant) {
@@ -611,30 +593,6 @@ func (w *Worker) planIndex(g coordinator.LeaseGrant) int {
 		return -1
 	}
 	return sub[g.Shard]
-}
-
-// renew keeps the lease alive while the shard runs; if the coordinator
-// says the lease is gone, the run is cancelled (someone else has the shard).
-func (w *Worker) renew(ctx context.Context, cancel context.CancelFunc, g coordinator.LeaseGrant) {
-	ttl := time.Until(time.UnixMilli(g.Expiry))
-	every := max(ttl/3, 100*time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, rcancel := context.WithTimeout(ctx, every)
-		err := w.renewOne(rctx, api.RenewRequest{Job: g.Job, Shard: g.Shard})
-		rcancel()
-		if ds, ok := diag.As(err); ok {
-			w.logf("shard %d of %s: lease lost (%s); stopping it", g.Shard, g.Job.Short(), ds[0].Message)
-			cancel()
-			return
-		}
-	}
 }
 
 // nudge returns v with every float scaled by 1.001 (a test cheater's lie).

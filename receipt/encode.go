@@ -156,8 +156,13 @@ func appendBody(dst []byte, r *Receipt) []byte {
 		dst = appendText(dst, "signatures")
 		dst = appendHead(dst, majArray, uint64(len(r.Signatures)))
 		for _, s := range r.Signatures {
-			// PeerSignature's keys in canonical order: key, sig, peer, result.
-			dst = appendHead(dst, majMap, 4)
+			// PeerSignature's keys in canonical order: key, sig, path
+			// (omitempty), peer, result.
+			fields := uint64(4)
+			if len(s.Path) > 0 {
+				fields++
+			}
+			dst = appendHead(dst, majMap, fields)
 			dst = appendText(dst, "key")
 			dst = appendText(dst, s.Key)
 			dst = appendText(dst, "sig")
@@ -166,6 +171,11 @@ func appendBody(dst []byte, r *Receipt) []byte {
 			} else {
 				dst = appendHead(dst, majBytes, uint64(len(s.Sig)))
 				dst = append(dst, s.Sig...)
+			}
+			if len(s.Path) > 0 {
+				dst = appendText(dst, "path")
+				dst = appendHead(dst, majBytes, uint64(len(s.Path)))
+				dst = append(dst, s.Path...)
 			}
 			dst = appendText(dst, "peer")
 			dst = appendText(dst, s.Peer)

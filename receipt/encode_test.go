@@ -20,8 +20,8 @@ func TestBodyEncoding(t *testing.T) {
 	if n := reflect.TypeFor[body]().NumField(); n != bodyFields {
 		t.Fatalf("body has %d fields, the direct encoder writes %d: teach appendBody the new ones", n, bodyFields)
 	}
-	if n := reflect.TypeFor[PeerSignature]().NumField(); n != 4 {
-		t.Fatalf("PeerSignature has %d fields, the direct encoder writes 4: teach appendBody the new ones", n)
+	if n := reflect.TypeFor[PeerSignature]().NumField(); n != 5 {
+		t.Fatalf("PeerSignature has %d fields, the direct encoder writes 5: teach appendBody the new ones", n)
 	}
 	if n := reflect.TypeFor[Citation]().NumField(); n != 4 {
 		t.Fatalf("Citation has %d fields, the direct encoder writes 4: teach appendBody the new ones", n)
@@ -66,6 +66,9 @@ func TestBodyEncoding(t *testing.T) {
 				s := PeerSignature{Peer: str(), Result: content.Ref(str()), Key: str()}
 				if rng.IntN(4) > 0 {
 					s.Sig = make([]byte, []int{0, 64, 300}[rng.IntN(3)])
+				}
+				if rng.IntN(2) == 0 {
+					s.Path = make([]byte, []int{0, PathStep, 5 * PathStep, 300}[rng.IntN(4)])
 				}
 				r.Signatures = append(r.Signatures, s)
 			}

@@ -186,6 +186,7 @@ func (r Receipt) Clone() Receipt {
 		r.Signatures = slices.Clone(r.Signatures)
 		for i := range r.Signatures {
 			r.Signatures[i].Sig = slices.Clone(r.Signatures[i].Sig)
+			r.Signatures[i].Path = slices.Clone(r.Signatures[i].Path)
 		}
 	}
 	if r.Cites != nil {
@@ -228,6 +229,8 @@ func (r *Receipt) validateSignatures() string {
 			return fmt.Sprintf("signature of %s: result %q is not a content ref", s.Peer, s.Result)
 		case len(s.Sig) != ed25519.SignatureSize:
 			return fmt.Sprintf("signature of %s has %d bytes, not %d", s.Peer, len(s.Sig), ed25519.SignatureSize)
+		case len(s.Path) > 0 && checkPath(s.Path) != "":
+			return fmt.Sprintf("signature of %s: %s", s.Peer, checkPath(s.Path))
 		}
 		if _, ok := ParseKey(s.Key); !ok {
 			return fmt.Sprintf("signature of %s: key %q is not an Ed25519 public key in text form", s.Peer, s.Key)

@@ -63,6 +63,11 @@ type PeerSignature struct {
 	Result content.Ref `cbor:"result" json:"result"`
 	Key    string      `cbor:"key" json:"key"`
 	Sig    []byte      `cbor:"sig" json:"sig"`
+	// Path, when set, says Sig is the peer's signature of a batch of
+	// statements (batch.go): the path from this statement's leaf to the
+	// batch's Merkle root, which Sig signs under PurposeResultBatch.
+	// Empty for a statement signed alone.
+	Path []byte `cbor:"path,omitempty" json:"path,omitempty"`
 }
 
 // KeyPrefix starts the text form of a public key (identity.PublicKeyPrefix).
@@ -134,7 +139,7 @@ func (r *Receipt) VerifySignatures(keyOf func(peer string) (string, bool)) error
 			return bad(p, "signed with key %s, but the federation lists %s", s.Key, want)
 		case r.Tier == TierReplayable && s.Result != r.Result:
 			return bad(p, "signed result %s, not the receipt's %s (the replayable tier is byte-exact)", s.Result.Short(), r.Result.Short())
-		case !VerifyStatement(s.Key, Statement{Job: r.Job, Shard: r.ShardIndex, Result: s.Result, Tier: r.Tier, Peer: p}, s.Sig):
+		case !VerifyStatementIn(s.Key, Statement{Job: r.Job, Shard: r.ShardIndex, Result: s.Result, Tier: r.Tier, Peer: p}, s.Sig, s.Path):
 			return bad(p, "the signature does not verify for job %s shard %d result %s tier %s", r.Job.Short(), r.ShardIndex, s.Result.Short(), r.Tier)
 		}
 	}
