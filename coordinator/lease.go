@@ -47,6 +47,9 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //     kinds only;
 //   - a lease with an Origin is not granted a shard another peer of the
 //     same origin holds a live lease on or answered (sameOrigin);
+//   - in an open pool a volunteer without standing is not granted a
+//     quorum shard another volunteer without standing holds a live lease
+//     on or answered (standing.go);
 //   - when a shard is decided its remaining leases are revoked.
 
 func (m *Machine) lease(c Lease) Result {
@@ -250,7 +253,16 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 	if adaptive(j) && s.Audit == auditAudited && s.Auditor != peer {
 		return false
 	}
-	return need(j, s) > liveLeases(s, now)
+	want := need(j, s)
+	if needsVoice(j, s) {
+		if !m.HasStanding(peer) && m.voicelessOther(s, peer, now) {
+			return false // standing.go: fresh keys never fill a shard between them
+		}
+		if h, ok := majority(s.Reports, j.Policy.Replicas); ok && !m.vouched(s, h) {
+			want = max(want, 1) // agreed without a voice: one more report
+		}
+	}
+	return want > liveLeases(s, now)
 }
 
 // sameOrigin reports whether another peer of origin holds a live lease on
@@ -281,7 +293,7 @@ func need(j *jobState, s *shardState) int {
 	if j.Policy.Check != "" {
 		return needChecked(j, s, false)
 	}
-	if adaptive(j) && s.Canary != "" && s.Recheck == 0 && s.Audit != auditAudited {
+	if s.Canary != "" && s.Recheck == 0 && s.Audit != auditAudited {
 		return 1 // a report that matches the known answer decides
 	}
 	return spot.Need(resultsOf(votes(s)), replicasOf(j, s))
