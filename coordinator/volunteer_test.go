@@ -265,3 +265,28 @@ func mustNew(t *testing.T) *Machine {
 	}
 	return m
 }
+
+// The volunteer order is a permutation of the undecided shards for every
+// size (each shard looked at once), and not a rotation of index order: the
+// shards a key got do not tell it which come next.
+func TestShuffleIsAPermutation(t *testing.T) {
+	key := make([]byte, 32)
+	for n := uint64(1); n <= 300; n++ {
+		p := newShuffle(key, n)
+		seen := make([]bool, n)
+		rotation := true
+		for k := range n {
+			v := p.at(k)
+			if v >= n || seen[v] {
+				t.Fatalf("n=%d: position %d gives %d (seen or out of range)", n, k, v)
+			}
+			seen[v] = true
+			if k > 0 && v != (p.at(k-1)+1)%n {
+				rotation = false
+			}
+		}
+		if n >= 8 && rotation {
+			t.Fatalf("n=%d: the order is a rotation of index order", n)
+		}
+	}
+}
