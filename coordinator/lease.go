@@ -310,7 +310,9 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 		if !m.HasStanding(peer) && m.voicelessOther(s, peer, now) {
 			return false // standing.go: fresh keys never fill a shard between them
 		}
-		if h, ok := majority(s.Reports, j.Policy.Replicas); ok && !m.vouched(s, h) {
+		r := quorumOf(j, s)
+		want = spot.Need(resultsOf(s.Reports), r)
+		if h, ok := majority(s.Reports, r); ok && !m.vouched(s, h) {
 			want = max(want, 1) // agreed without a voice: one more report
 		}
 	}

@@ -442,6 +442,7 @@ func (m *Machine) judge(j *jobState, s *shardState, peer string, v spot.Verdict,
 	if v == spot.Valid {
 		return nil
 	}
+	rec.Standing = 0
 	events := []Event{PeerCaught{Job: j.ID, Shard: s.Index, Peer: peer, Stamp: v == spot.Stamp, Offences: rec.Offences, Excluded: a.Exclude}}
 	if a.Exclude {
 		events = append(events, m.revokePeer(peer)...)
@@ -537,6 +538,7 @@ func (m *Machine) reverse(j *jobState, s *shardState, now int64) []Event {
 		rec := m.peer(p)
 		rec.WorkUnits = receipt.SubUnits(rec.WorkUnits, old.WorkUnits)
 		rec.Won--
+		rec.Standing = max(rec.Standing-1, 0)
 	}
 	s.Receipt = 0
 	return []Event{ReceiptReversed{Job: j.ID, Shard: s.Index, Receipt: old.Seq, Reversal: rc.Seq}}

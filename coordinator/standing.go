@@ -14,10 +14,11 @@ import (
 //   - A voice is a peer whose report may decide a quorum shard of an open
 //     job: a member (any peer that is not a browser volunteer) or a
 //     volunteer with standing.
-//   - A volunteer has standing once Won ≥ StandingAfter·(1 + Lost +
-//     Offences) and it is not excluded: StandingAfter shards verified
-//     with it among the agreeing peers, and as many again for every
-//     result of it that lost or check it failed. In an open pool every
+//   - A volunteer has standing once it is not excluded and
+//     PeerRecord.Standing ≥ StandingAfter: StandingAfter shards verified
+//     with it among the agreeing peers since its last result that lost
+//     or check it failed (consecutive, as BOINC's adaptive replication
+//     counts them): one lie caught costs all of it. In an open pool every
 //     verified shard had a voice among its agreeing peers or matched a
 //     canary (the planner's known answer), so standing is earned only by
 //     agreeing with someone who already had it, or with a known answer.
@@ -25,6 +26,10 @@ import (
 //     the agreeing peers must be a voice; otherwise the shard stays
 //     pending for one more report (need), and is flagged when its
 //     attempts run out.
+//   - A disagreement raises the bar by one: once a shard of an open pool
+//     has two different results, the winner needs Replicas+1 agreeing
+//     reports (quorumOf). Otherwise keys that all lie alike win every
+//     tie-break one of them is drawn for: honest, liar, liar.
 //   - Leasing (eligible): a volunteer without standing is not granted a
 //     quorum shard another volunteer without standing holds a live lease
 //     on or answered, so fresh keys never fill a shard's replicas between
@@ -44,6 +49,21 @@ func needsVoice(j *jobState, s *shardState) bool {
 	return j.Regime == trust.Open && !adaptive(j) && j.Policy.Check == "" && s.Canary == ""
 }
 
+// quorumOf is how many agreeing reports decide s, a shard of j decided by
+// the exact-quorum rule: the job's replicas, one more on a shard that
+// needs a voice and has seen two different results.
+func quorumOf(j *jobState, s *shardState) int {
+	r := j.Policy.Replicas
+	if needsVoice(j, s) {
+		for _, rep := range s.Reports[min(1, len(s.Reports)):] {
+			if rep.Result != s.Reports[0].Result {
+				return r + 1
+			}
+		}
+	}
+	return r
+}
+
 // HasStanding reports whether peer's result may decide a shard of an open
 // pool: a member always, a browser volunteer once it earned standing.
 func (m *Machine) HasStanding(peer string) bool {
@@ -51,7 +71,7 @@ func (m *Machine) HasStanding(peer string) bool {
 		return true
 	}
 	rec := m.st.Peers[peer]
-	return rec != nil && !rec.Excluded && rec.Won >= StandingAfter*(1+rec.Lost+rec.Offences)
+	return rec != nil && !rec.Excluded && rec.Standing >= StandingAfter
 }
 
 // vouched reports whether a voice reported h on s.

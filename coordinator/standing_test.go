@@ -16,7 +16,7 @@ func volunteerNamed(seed byte) string {
 // earnStanding gives peer the verified record that standing asks for, as
 // if it had StandingAfter results verified with a voice.
 func earnStanding(m *Machine, peer string) {
-	m.peer(peer).Won = StandingAfter
+	m.peer(peer).Standing = StandingAfter
 }
 
 func leaseOf(t *testing.T, m *Machine, peer, origin string, now int64, max int) []LeaseGrant {
@@ -64,9 +64,9 @@ func TestFreshVolunteersCannotDecide(t *testing.T) {
 	if len(gb) != 4 {
 		t.Fatalf("a key with standing got %d shards, want 4", len(gb))
 	}
-	m.peer(b).Lost = 1
+	m.peer(b).Standing = 0
 	if m.HasStanding(b) {
-		t.Fatal("a volunteer with 3 wins and 1 loss has standing; it needs 6 wins")
+		t.Fatal("a volunteer whose result lost since its last win has standing")
 	}
 	reportAll(t, m, b, gb, wrong, 7)
 	st, _ := m.Job(job)
@@ -107,7 +107,7 @@ func TestVoicelessAgreementIsFlagged(t *testing.T) {
 	ga := leaseOf(t, m, a, "198.51.100.0/24", 2, 1)
 	earnStanding(m, b)
 	gb := leaseOf(t, m, b, "203.0.113.0/24", 3, 1)
-	m.peer(b).Won = 0
+	m.peer(b).Standing = 0
 	reportAll(t, m, a, ga, result("x"), 4)
 	reportAll(t, m, b, gb, result("x"), 5)
 	st, _ := m.Job(job)

@@ -53,7 +53,7 @@ func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Even
 	if s.Canary != "" {
 		return m.decideCanary(j, s, now)
 	}
-	r, a, n := j.Policy.Replicas, j.Policy.Attempts, len(s.Reports)
+	r, a, n := quorumOf(j, s), j.Policy.Attempts, len(s.Reports)
 	h, ok := majority(s.Reports, r)
 	voiceless := ok && needsVoice(j, s) && !m.vouched(s, h)
 	if ok && !voiceless {
@@ -101,10 +101,13 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	for _, p := range s.Agreeing {
 		rec := m.peer(p)
 		rec.Won++
+		rec.Standing++
 		rec.WorkUnits = receipt.SatAddUnits(rec.WorkUnits, s.Price)
 	}
 	for _, p := range s.Losers {
-		m.peer(p).Lost++
+		rec := m.peer(p)
+		rec.Lost++
+		rec.Standing = 0
 	}
 	method := s.Method
 	if method == "" {
