@@ -69,8 +69,12 @@ func (r sybilRun) run(t testing.TB) sybilOutcome {
 		}
 		vols = append(vols, p)
 	}
-	right := func(job content.Ref, shard int) content.Ref { return content.Hash(fmt.Appendf(nil, "%s/%d", job, shard)) }
-	wrong := func(job content.Ref, shard int) content.Ref { return content.Hash(fmt.Appendf(nil, "wrong %s/%d", job, shard)) }
+	right := func(job content.Ref, shard int) content.Ref {
+		return content.Hash(fmt.Appendf(nil, "%s/%d", job, shard))
+	}
+	wrong := func(job content.Ref, shard int) content.Ref {
+		return content.Hash(fmt.Appendf(nil, "wrong %s/%d", job, shard))
+	}
 	var jobIDs []content.Ref
 	for jn := range r.jobs {
 		job := content.Hash(fmt.Appendf(nil, "sim job %d %d", r.seed, jn))
