@@ -307,7 +307,7 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 	}
 	want := need(j, s)
 	if needsVoice(j, s) {
-		if !m.HasStanding(peer) && m.voicelessOther(s, peer, now) {
+		if !m.hasStanding(peer) && m.voicelessOther(s, peer, now) {
 			return false // standing.go: fresh keys never fill a shard between them
 		}
 		r := quorumOf(j, s)

@@ -64,9 +64,9 @@ func quorumOf(j *jobState, s *shardState) int {
 	return r
 }
 
-// HasStanding reports whether peer's result may decide a shard of an open
+// hasStanding reports whether peer's result may decide a shard of an open
 // pool: a member always, a browser volunteer once it earned standing.
-func (m *Machine) HasStanding(peer string) bool {
+func (m *Machine) hasStanding(peer string) bool {
 	if !receipt.IsVolunteer(peer) {
 		return true
 	}
@@ -77,7 +77,7 @@ func (m *Machine) HasStanding(peer string) bool {
 // vouched reports whether a voice reported h on s.
 func (m *Machine) vouched(s *shardState, h content.Ref) bool {
 	for _, rep := range s.Reports {
-		if rep.Result == h && m.HasStanding(rep.Peer) {
+		if rep.Result == h && m.hasStanding(rep.Peer) {
 			return true
 		}
 	}
@@ -87,7 +87,7 @@ func (m *Machine) vouched(s *shardState, h content.Ref) bool {
 // voicelessOther reports whether a volunteer without standing other than
 // peer holds a live lease on s, or committed or reported for it.
 func (m *Machine) voicelessOther(s *shardState, peer string, now int64) bool {
-	voiceless := func(q string) bool { return q != peer && !m.HasStanding(q) }
+	voiceless := func(q string) bool { return q != peer && !m.hasStanding(q) }
 	for _, l := range s.Leases {
 		if l.Expiry > now && voiceless(l.Peer) {
 			return true

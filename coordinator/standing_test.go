@@ -65,7 +65,7 @@ func TestFreshVolunteersCannotDecide(t *testing.T) {
 		t.Fatalf("a key with standing got %d shards, want 4", len(gb))
 	}
 	m.peer(b).Standing = 0
-	if m.HasStanding(b) {
+	if m.hasStanding(b) {
 		t.Fatal("a volunteer whose result lost since its last win has standing")
 	}
 	reportAll(t, m, b, gb, wrong, 7)
@@ -91,7 +91,7 @@ func TestFreshVolunteersCannotDecide(t *testing.T) {
 			t.Errorf("shard %d: %s with %s, want verified with the members' result", s.Index, s.State, s.Result.Short())
 		}
 	}
-	if m.HasStanding(a) {
+	if m.hasStanding(a) {
 		t.Error("the liar has standing")
 	}
 }
@@ -136,7 +136,7 @@ func TestStandingEarnedOnCanaries(t *testing.T) {
 	}
 	honest, liar := volunteerNamed(95), volunteerNamed(96)
 	for i := range StandingAfter {
-		if m.HasStanding(honest) {
+		if m.hasStanding(honest) {
 			t.Fatalf("standing after %d canaries, want %d", i, StandingAfter)
 		}
 		g := leaseOf(t, m, honest, "198.51.100.0/24", int64(2+i), 1)
@@ -146,7 +146,7 @@ func TestStandingEarnedOnCanaries(t *testing.T) {
 			t.Fatalf("canary %d: %s by %q, want verified by %s", g[0].Shard, s.State, s.Method, MethodCanary)
 		}
 	}
-	if !m.HasStanding(honest) {
+	if !m.hasStanding(honest) {
 		t.Fatalf("no standing after %d canaries matched", StandingAfter)
 	}
 	var caught []PeerCaught

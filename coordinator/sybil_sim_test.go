@@ -147,7 +147,7 @@ func (r sybilRun) run(t testing.TB) sybilOutcome {
 			switch r.strategy {
 			case always:
 				res := right(g.Job, g.Shard)
-				if m.HasStanding(who.name) {
+				if m.hasStanding(who.name) {
 					res = wrong(g.Job, g.Shard)
 				}
 				report(who.name, g.Job, g.Shard, res, now)
