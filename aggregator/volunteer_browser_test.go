@@ -15,8 +15,8 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
-	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/coordinator"
 	"github.com/scellis/scellis/dataplane"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/browsertest"
