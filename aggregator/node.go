@@ -30,6 +30,7 @@ import (
 	"github.com/scellis/scellis/internal/obs"
 	"github.com/scellis/scellis/receipt"
 	"github.com/scellis/scellis/secagg/wire"
+	"github.com/scellis/scellis/trust"
 	"github.com/scellis/scellis/verify/spot"
 )
 
@@ -265,6 +266,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		Self: self, id: id, fed: fed, log: log, logSum: logSum, blobs: blobs, hub: api.NewHub(), opt: opt,
 		planner: newPlanner(blobs, filepath.Join(dataDir, "blobs"), builtin, filepath.Join(dataDir, "plans"), opt.Content),
 	}
+	n.planner.open = fed.Regime == trust.Open
 	n.fsm = &fsm{m: machine, hub: n.hub, members: n.membershipApplied}
 	n.ready.kick = make(chan struct{}, 1)
 	n.metrics = newNodeMetrics(n)

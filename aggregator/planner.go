@@ -106,6 +106,9 @@ type planner struct {
 	builtin  *catalog.Catalog
 	cacheDir string
 	caps     ContentCaps
+	// open: the node's pool is open, so exact quorum jobs get canaries
+	// by default (coordinator/standing.go).
+	open bool
 	// fetchBlob reads a blob from this node, or from another aggregator
 	// (and then keeps a copy here).
 	fetchBlob func(ctx context.Context, ref content.Ref) ([]byte, error)
@@ -235,7 +238,7 @@ func (p *planner) request(ctx context.Context, bundleRef content.Ref) (planReque
 	if err != nil {
 		return planRequest{}, nil, err
 	}
-	return planRequest{Bundle: bundleRef, BlobDir: p.blobDir, CacheDir: p.cacheDir, Caps: p.wireCaps(), Blobs: s.blobs}, s, nil
+	return planRequest{Bundle: bundleRef, BlobDir: p.blobDir, CacheDir: p.cacheDir, Caps: p.wireCaps(), Blobs: s.blobs, Open: p.open}, s, nil
 }
 
 // inChild runs a sandboxed handler in a slot of the worker pool.
@@ -278,6 +281,8 @@ type planRequest struct {
 	// from another process means scanning every pack, a cost that grows
 	// with everything the node ever stored. The child re-hashes each.
 	Blobs map[content.Ref][]byte `cbor:"blobs,omitempty"`
+	// Open: the pool is open, so an exact job gets canaries by default.
+	Open bool `cbor:"open,omitempty"`
 }
 
 type capsWire struct {
@@ -399,24 +404,29 @@ func childPlan(ctx context.Context, raw []byte) ([]byte, error) {
 		return nil, err
 	}
 	cmd, durable := submitCommand(pl, req.Bundle, builtin)
-	if cmd.Canaries, err = canaries(ctx, pl); err != nil {
+	if cmd.Canaries, err = canaries(ctx, pl, req.Open); err != nil {
 		return nil, err
 	}
 	return content.Encode(planReply{Cmd: cmd, Durable: durable})
 }
 
-// canaries computes the known answers of an adaptive job's canary shards:
-// a share of its own shards (spot.CanaryCount), chosen with crypto/rand
-// and executed here, in the planning child under the operator's caps. A
-// canary is a real shard, so no peer can tell it from the others.
-func canaries(ctx context.Context, pl *job.Plan) ([]coordinator.Canary, error) {
+// canaries computes the known answers of a job's canary shards: a share
+// of its own shards (spot.CanaryCount), chosen with crypto/rand and
+// executed here, in the planning child under the operator's caps. A
+// canary is a real shard, so no peer can tell it from the others. An
+// adaptive job has them by default, and so has an exactly matched job on
+// an open pool (where they are how volunteers earn standing and how a
+// lone liar is caught: coordinator/standing.go); another job only when
+// its spec sets verification.canaries.
+func canaries(ctx context.Context, pl *job.Plan, open bool) ([]coordinator.Canary, error) {
 	v := pl.Spec.Verification
-	if v.Mode != coordinator.ModeAdaptive {
-		return nil, nil
-	}
+	exact := pl.FreivaldsRounds() == 0 && pl.Tier() != verify.Convergent
 	rate := v.Canaries
-	if rate == 0 {
+	if rate == 0 && (v.Mode == coordinator.ModeAdaptive || (open && exact)) {
 		rate = spot.DefaultCanaryRate
+	}
+	if rate == 0 || len(pl.Shards) == 0 {
+		return nil, nil
 	}
 	seed := make([]byte, spot.SeedBytes)
 	if _, err := rand.Read(seed); err != nil {

@@ -80,3 +80,55 @@ func BenchmarkResultUse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkVolunteerLease: a lease of 8 shards and their reports on an
+// open pool's job of 10,000 shards, for a browser volunteer (its keyed
+// shard order: a Feistel permutation per lease, and the standing and
+// origin rules) and, as the baseline in the same run, for a member (index
+// order). vs_member is the volunteer's time per lease over the member's.
+//
+//	go test -run '^$' -bench VolunteerLease ./coordinator/
+func BenchmarkVolunteerLease(b *testing.B) {
+	n := 10000
+	if testing.Short() {
+		n = 200
+	}
+	var perLease [2]float64
+	for i, who := range []string{"w1", volunteerNamed(1)} {
+		b.Run([]string{"member", "volunteer"}[i], func(b *testing.B) {
+			m, _ := New(Config{Regime: trust.Open, DefaultLeaseTTL: MaxLeaseTTL})
+			sub := SubmitJob{Job: content.Hash([]byte("bench")), Name: "bench", Policy: Policy{Replicas: 2}, Seed: "5d1c0a7e93b24f68a0e1c2d3b4a59687"}
+			for s := 0; s < n; s++ {
+				sub.Shards = append(sub.Shards, ShardPlan{Index: s, ID: content.Hash([]byte(fmt.Sprint(s))), Price: 1, PriceBasis: "flat"})
+			}
+			if r := m.Apply(sub); r.Refused() {
+				b.Fatal(r.Refusal)
+			}
+			earnStanding(m, who)
+			res := content.Hash([]byte("r"))
+			b.ResetTimer()
+			for k := 0; k < b.N; k++ {
+				r := m.Apply(Lease{Peer: who, Origin: "198.51.100.0/24", Now: int64(k + 2), Max: 8})
+				if r.Refused() {
+					b.Fatal(r.Refusal)
+				}
+				gs := r.Response.(*LeaseResponse).Grants
+				if len(gs) == 0 {
+					b.StopTimer() // every shard answered once: a fresh job
+					m, _ = New(Config{Regime: trust.Open, DefaultLeaseTTL: MaxLeaseTTL})
+					m.Apply(sub)
+					earnStanding(m, who)
+					b.StartTimer()
+					continue
+				}
+				for _, g := range gs {
+					m.Apply(ReportResult{Peer: who, Job: g.Job, Shard: g.Shard, Result: res, Now: int64(k + 2)})
+				}
+			}
+			perLease[i] = float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			if i == 1 && perLease[0] > 0 {
+				b.ReportMetric(perLease[1]/perLease[0], "vs_member")
+			}
+		})
+	}
+}

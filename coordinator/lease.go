@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
@@ -42,11 +44,15 @@ const maxTime int64 = math.MaxInt64 - MaxLeaseTTL
 //   - grants go to training rounds' shards first (a silo's round never
 //     waits behind generic work its lease could have been given), then to
 //     jobs in submission order, shards in index order — for a browser
-//     volunteer, from an offset it cannot predict (volunteerOrder);
+//     volunteer, in a keyed random order it cannot predict
+//     (volunteerOrder);
 //   - a lease that names kinds (Lease.Kinds) is granted shards of those
 //     kinds only;
 //   - a lease with an Origin is not granted a shard another peer of the
 //     same origin holds a live lease on or answered (sameOrigin);
+//   - in an open pool a volunteer without standing is not granted a
+//     quorum shard another volunteer without standing holds a live lease
+//     on or answered (standing.go);
 //   - when a shard is decided its remaining leases are revoked.
 
 func (m *Machine) lease(c Lease) Result {
@@ -137,11 +143,13 @@ func (m *Machine) lease(c Lease) Result {
 
 // volunteerOrder maps the k-th shard a lease looks at (cursor ≤ k <
 // len(Shards)) to a shard index. Members get index order. A browser
-// volunteer on a job with a seed starts at an offset drawn from
-// SHA-256(seed, peer, leases granted to the peer so far) and wraps: the
-// seed is the submitting node's secret, so no volunteer can predict which
-// shards it, or another key of its own, will be offered, and two keys
-// asking in turn no longer get the same shards in the same order.
+// volunteer on a job with a seed gets a pseudo-random permutation of the
+// undecided range (shuffle), keyed by SHA-256(seed, peer, leases granted
+// to the peer so far): the seed is 16 bytes from crypto/rand that the
+// submitting node keeps from peers, so no volunteer can predict which
+// shards it, or another key of its own, will be offered, nor learn the
+// order of the rest from the shards it got (not a rotation: a keyed
+// permutation), and the order is new at every lease.
 func (m *Machine) volunteerOrder(j *jobState, peer string) func(int) int {
 	n := len(j.Shards) - j.cursor
 	if len(j.Seed) == 0 || n <= 1 || !receipt.IsVolunteer(peer) {
@@ -155,8 +163,55 @@ func (m *Machine) volunteerOrder(j *jobState, peer string) func(int) int {
 		binary.BigEndian.PutUint64(leases[:], uint64(rec.Leases))
 	}
 	h.Write(leases[:])
-	off := int(binary.BigEndian.Uint64(h.Sum(nil)) % uint64(n))
-	return func(k int) int { return j.cursor + (k-j.cursor+off)%n }
+	p := newShuffle(h.Sum(nil), uint64(n))
+	return func(k int) int { return j.cursor + int(p.at(uint64(k-j.cursor))) }
+}
+
+// shuffle is a keyed pseudo-random permutation of [0, n): a four-round
+// Feistel network over the smallest even number of bits that holds n,
+// with AES-128 as its round function, walked in cycles until the value
+// falls below n (at most 4 walks expected, since the domain is < 4n).
+// It costs O(1) per position, so a lease that looks at a few shards of a
+// large job does not shuffle all of them.
+type shuffle struct {
+	block cipher.Block
+	n     uint64
+	half  uint   // bits of each half
+	mask  uint64 // 1<<half - 1
+}
+
+func newShuffle(key []byte, n uint64) shuffle {
+	b, err := aes.NewCipher(key[:16])
+	if err != nil {
+		panic("coordinator: AES-128 with a 16-byte key: " + err.Error())
+	}
+	half := uint(1)
+	for uint64(1)<<(2*half) < n {
+		half++
+	}
+	return shuffle{block: b, n: n, half: half, mask: 1<<half - 1}
+}
+
+func (p shuffle) at(k uint64) uint64 {
+	x := k
+	for {
+		x = p.feistel(x)
+		if x < p.n {
+			return x
+		}
+	}
+}
+
+func (p shuffle) feistel(x uint64) uint64 {
+	l, r := x>>p.half, x&p.mask
+	var in, out [16]byte
+	for round := range 4 {
+		in[0] = byte(round)
+		binary.BigEndian.PutUint64(in[8:], r)
+		p.block.Encrypt(out[:], in[:])
+		l, r = r, l^(binary.BigEndian.Uint64(out[:8])&p.mask)
+	}
+	return l<<p.half | r
 }
 
 // leasePass is one pass of a lease over the running jobs. The passes, in
@@ -250,7 +305,18 @@ func (m *Machine) eligible(j *jobState, s *shardState, peer string, now int64) b
 	if adaptive(j) && s.Audit == auditAudited && s.Auditor != peer {
 		return false
 	}
-	return need(j, s) > liveLeases(s, now)
+	want := need(j, s)
+	if needsVoice(j, s) {
+		if !m.hasStanding(peer) && m.voicelessOther(s, peer, now) {
+			return false // standing.go: fresh keys never fill a shard between them
+		}
+		r := quorumOf(j, s)
+		want = spot.Need(resultsOf(s.Reports), r)
+		if h, ok := majority(s.Reports, r); ok && !m.vouched(s, h) {
+			want = max(want, 1) // agreed without a voice: one more report
+		}
+	}
+	return want > liveLeases(s, now)
 }
 
 // sameOrigin reports whether another peer of origin holds a live lease on
@@ -281,7 +347,7 @@ func need(j *jobState, s *shardState) int {
 	if j.Policy.Check != "" {
 		return needChecked(j, s, false)
 	}
-	if adaptive(j) && s.Canary != "" && s.Recheck == 0 && s.Audit != auditAudited {
+	if s.Canary != "" && s.Recheck == 0 && s.Audit != auditAudited {
 		return 1 // a report that matches the known answer decides
 	}
 	return spot.Need(resultsOf(votes(s)), replicasOf(j, s))

@@ -77,6 +77,7 @@ func (m *Machine) report(c ReportResult) Result {
 		} else {
 			rep.Outcome = OutcomeExtraDisagrees
 			rec.Lost++
+			rec.Standing = 0
 			s.Losers = insertSorted(s.Losers, c.Peer)
 		}
 		decision = m.judgeExtra(j, s, now)

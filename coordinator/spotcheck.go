@@ -184,6 +184,9 @@ func replicasOf(j *jobState, s *shardState) int {
 	if adaptive(j) && s.Audit != auditAudited && s.Recheck == 0 {
 		return 1
 	}
+	if !adaptive(j) && s.Canary != "" && s.Recheck == 0 {
+		return 1 // a quorum job's canary: the known answer is the other voice
+	}
 	return j.Policy.Replicas
 }
 
@@ -327,20 +330,13 @@ func (m *Machine) auditorCandidates(s *shardState) []string {
 // decideAdaptive applies adaptive mode's rules after a counted report on
 // an undecided shard.
 func (m *Machine) decideAdaptive(j *jobState, s *shardState, now int64) (Outcome, []Event) {
-	rep := s.Reports[len(s.Reports)-1]
 	if s.Canary != "" && s.Recheck == 0 {
-		if rep.Result == s.Canary {
-			s.Method = MethodCanary
-			events := m.verified(j, s, s.Canary, now)
-			return OutcomeVerified, append(events, m.judge(j, s, rep.Peer, spot.Valid, now)...)
+		out, events := m.decideCanary(j, s, now)
+		if out == OutcomeCounted {
+			// Someone else must run it: through a draw, like an audit.
+			s.Audit, s.Auditor, s.AuditorUntil = auditAudited, "", 0
 		}
-		events := m.judge(j, s, rep.Peer, verdictOf(s, len(s.Reports)-1, s.Canary), now)
-		if len(s.Reports) >= j.Policy.Attempts {
-			return OutcomeFlagged, append(events, m.flag(j, s, now, fmt.Sprintf("no report matched the known answer within %d attempts", j.Policy.Attempts))...)
-		}
-		// Someone else must run it: through a draw, like an audit.
-		s.Audit, s.Auditor, s.AuditorUntil = auditAudited, "", 0
-		return OutcomeCounted, events
+		return out, events
 	}
 	r := replicasOf(j, s)
 	res := resultsOf(votes(s))
@@ -369,6 +365,26 @@ func (m *Machine) decideAdaptive(j *jobState, s *shardState, now int64) (Outcome
 		}
 	}
 	return OutcomeVerified, events
+}
+
+// decideCanary decides a canary shard after a report: a report that
+// matches the known answer verifies it; one that differs is a failed
+// check (spot.Observe: an offence, exclusion at the second), and the
+// shard waits for another peer until its attempts run out. Quorum jobs of
+// open pools have canaries too (standing.go): there a canary is how a
+// fresh volunteer earns standing, and how a liar is caught alone.
+func (m *Machine) decideCanary(j *jobState, s *shardState, now int64) (Outcome, []Event) {
+	rep := s.Reports[len(s.Reports)-1]
+	if rep.Result == s.Canary {
+		s.Method = MethodCanary
+		events := m.verified(j, s, s.Canary, now)
+		return OutcomeVerified, append(events, m.judge(j, s, rep.Peer, spot.Valid, now)...)
+	}
+	events := m.judge(j, s, rep.Peer, verdictOf(s, len(s.Reports)-1, s.Canary), now)
+	if len(s.Reports) >= j.Policy.Attempts {
+		return OutcomeFlagged, append(events, m.flag(j, s, now, fmt.Sprintf("no report matched the known answer within %d attempts", j.Policy.Attempts))...)
+	}
+	return OutcomeCounted, events
 }
 
 // rechecked decides a re-checked shard whose fresh reports agreed on h:
@@ -426,6 +442,7 @@ func (m *Machine) judge(j *jobState, s *shardState, peer string, v spot.Verdict,
 	if v == spot.Valid {
 		return nil
 	}
+	rec.Standing = 0
 	events := []Event{PeerCaught{Job: j.ID, Shard: s.Index, Peer: peer, Stamp: v == spot.Stamp, Offences: rec.Offences, Excluded: a.Exclude}}
 	if a.Exclude {
 		events = append(events, m.revokePeer(peer)...)
@@ -521,6 +538,7 @@ func (m *Machine) reverse(j *jobState, s *shardState, now int64) []Event {
 		rec := m.peer(p)
 		rec.WorkUnits = receipt.SubUnits(rec.WorkUnits, old.WorkUnits)
 		rec.Won--
+		rec.Standing = max(rec.Standing-1, 0)
 	}
 	s.Receipt = 0
 	return []Event{ReceiptReversed{Job: j.ID, Shard: s.Index, Receipt: old.Seq, Reversal: rc.Seq}}

@@ -395,7 +395,8 @@ func TestAdaptiveModeRefusals(t *testing.T) {
 		{trust.Consortium, Policy{Mode: ModeAdaptive, Replicas: 1}, false, false},
 		{trust.Consortium, Policy{Mode: "sometimes"}, false, false},
 		{trust.Consortium, Policy{Mode: ModeAdaptive}, true, false},
-		{trust.Consortium, Policy{}, false, true},
+		{trust.Open, Policy{Check: CheckFreivalds, Rounds: 2}, false, true},
+		{trust.Open, Policy{}, true, true},
 	} {
 		m, _ := New(Config{Regime: c.regime})
 		sub := SubmitJob{Job: content.Hash([]byte("x")), Name: "x", Bundle: content.Hash([]byte("b")), Policy: c.pol, Now: 1,

@@ -182,6 +182,11 @@ type PeerRecord struct {
 	Won int `cbor:"won" json:"won"`
 	// Lost: reports whose hash differed from the canonical result.
 	Lost int `cbor:"lost" json:"lost"`
+	// Standing: results verified with the peer among the agreeing peers
+	// since its last result that lost or check it failed (standing.go:
+	// a browser volunteer's result decides a shard of an open pool only
+	// at StandingAfter).
+	Standing int `cbor:"standing,omitempty" json:"standing,omitempty"`
 	// Extra: reports agreeing with a shard already verified (no credit).
 	Extra int `cbor:"extra" json:"extra"`
 	// Inconclusive: reports on shards flagged unverified.

@@ -204,23 +204,27 @@ func checkMode(c SubmitJob, p Policy, regime trust.Regime, subject string) *diag
 	}
 	switch p.Mode {
 	case "", ModeQuorum:
-		if len(c.Canaries) > 0 {
-			return bad("canaries belong to adaptive jobs; this job's mode is quorum")
+		// A quorum job may carry canaries (open pools get them by
+		// default, standing.go): a known answer decides its shard, so the
+		// shard must be exactly matched and free to go to any peer.
+		if len(c.Canaries) > 0 && p.Check != "" {
+			return bad("canaries are known exact answers; this job's shards are checked by %s", p.Check)
 		}
-		return nil
 	case ModeAdaptive:
+		if p.Replicas < 2 {
+			return bad("adaptive verification audits with %d replica; it needs at least 2", p.Replicas)
+		}
+		if regime == trust.Open {
+			return bad("adaptive verification runs trusted peers' shards alone, and an open pool demands redundancy on every shard")
+		}
 	default:
 		return bad("unknown verification mode %q", p.Mode)
 	}
-	if p.Replicas < 2 {
-		return bad("adaptive verification audits with %d replica; it needs at least 2", p.Replicas)
-	}
-	if regime == trust.Open {
-		return bad("adaptive verification runs trusted peers' shards alone, and an open pool demands redundancy on every shard")
-	}
-	for _, s := range c.Shards {
-		if s.Peer != "" {
-			return bad("shard %d is pinned to %s and cannot be re-executed elsewhere", s.Index, s.Peer)
+	if p.Mode == ModeAdaptive || len(c.Canaries) > 0 {
+		for _, s := range c.Shards {
+			if s.Peer != "" {
+				return bad("shard %d is pinned to %s and cannot be re-executed elsewhere", s.Index, s.Peer)
+			}
 		}
 	}
 	seen := map[int]bool{}

@@ -50,8 +50,13 @@ func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Even
 	if adaptive(j) {
 		return m.decideAdaptive(j, s, now)
 	}
-	r, a, n := j.Policy.Replicas, j.Policy.Attempts, len(s.Reports)
-	if h, ok := majority(s.Reports, r); ok {
+	if s.Canary != "" {
+		return m.decideCanary(j, s, now)
+	}
+	r, a, n := quorumOf(j, s), j.Policy.Attempts, len(s.Reports)
+	h, ok := majority(s.Reports, r)
+	voiceless := ok && needsVoice(j, s) && !m.vouched(s, h)
+	if ok && !voiceless {
 		return OutcomeVerified, m.verified(j, s, h, now)
 	}
 	left, lead := a-n, leadCount(s.Reports)
@@ -59,7 +64,10 @@ func (m *Machine) decide(j *jobState, s *shardState, now int64) (Outcome, []Even
 		return OutcomeCounted, nil
 	}
 	reason := fmt.Sprintf("no result reached %d agreeing peers and a strict majority within %d attempts", r, a)
-	if left > 0 {
+	switch {
+	case voiceless:
+		reason = fmt.Sprintf("%d peers agreed on %s within %d attempts, none of them a member or a volunteer with standing (%d verified results)", lead, h.Short(), a, StandingAfter)
+	case left > 0:
 		reason = fmt.Sprintf("after %d disagreeing reports no result can reach %d agreeing peers and a strict majority within %d attempts", n, r, a)
 	}
 	return OutcomeFlagged, m.flag(j, s, now, reason)
@@ -93,10 +101,13 @@ func (m *Machine) verified(j *jobState, s *shardState, h content.Ref, now int64)
 	for _, p := range s.Agreeing {
 		rec := m.peer(p)
 		rec.Won++
+		rec.Standing++
 		rec.WorkUnits = receipt.SatAddUnits(rec.WorkUnits, s.Price)
 	}
 	for _, p := range s.Losers {
-		m.peer(p).Lost++
+		rec := m.peer(p)
+		rec.Lost++
+		rec.Standing = 0
 	}
 	method := s.Method
 	if method == "" {

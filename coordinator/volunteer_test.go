@@ -173,6 +173,7 @@ func TestSameOriginVolunteersNeverAnswerOneShard(t *testing.T) {
 	if gb := lease(b, "198.51.100.0/24", 5); len(gb) != 0 {
 		t.Fatalf("the second key of the same network got %d shards the first answered", len(gb))
 	}
+	earnStanding(m, honest) // a fresh key would not get shards a fresh key answered (standing.go)
 	gh := lease(honest, "203.0.113.0/24", 6)
 	if len(gh) != 4 {
 		t.Fatalf("a volunteer of another network got %d shards, want 4", len(gh))
@@ -237,6 +238,7 @@ func TestVolunteerOrderUnpredictable(t *testing.T) {
 		applyEncoded(t, m, SubmitJob{Job: content.Hash([]byte("o")), Name: "o", Bundle: content.Hash([]byte("b")), Submitter: "alice",
 			Policy: Policy{Replicas: 2}, Shards: shards, Seed: seed, Now: 1})
 		a := leased(vol(81), "198.51.100.0/24", m)
+		earnStanding(m, vol(82)) // else it gets no shard the fresh first key holds
 		b := leased(vol(82), "203.0.113.0/24", m)
 		n := 0
 		for s := range b {
@@ -262,4 +264,29 @@ func mustNew(t *testing.T) *Machine {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// The volunteer order is a permutation of the undecided shards for every
+// size (each shard looked at once), and not a rotation of index order: the
+// shards a key got do not tell it which come next.
+func TestShuffleIsAPermutation(t *testing.T) {
+	key := make([]byte, 32)
+	for n := uint64(1); n <= 300; n++ {
+		p := newShuffle(key, n)
+		seen := make([]bool, n)
+		rotation := true
+		for k := range n {
+			v := p.at(k)
+			if v >= n || seen[v] {
+				t.Fatalf("n=%d: position %d gives %d (seen or out of range)", n, k, v)
+			}
+			seen[v] = true
+			if k > 0 && v != (p.at(k-1)+1)%n {
+				rotation = false
+			}
+		}
+		if n >= 8 && rotation {
+			t.Fatalf("n=%d: the order is a rotation of index order", n)
+		}
+	}
 }

@@ -22,4 +22,5 @@ var (
 	SecAggEquivocation   = define("SC6018", "aggregator's survivor set fails the consistency check")
 	SecAggRelayed        = define("SC6019", "a relayed sub-cohort sum opens only at the parent")
 	SecAggOuterKeys      = define("SC6020", "the children's outer-mask keys are missing, extra or mis-signed")
+	SecAggGraphReveal    = define("SC6021", "a site's graph randomness is missing or does not open its commitment")
 )

@@ -86,8 +86,9 @@ type Verification struct {
 	// peers) or "adaptive" (spot checks by reputation, canaries and
 	// replacement; see docs/verification.md).
 	Mode string `cbor:",omitempty"`
-	// Canaries is the share of an adaptive job's shards the planner
-	// computes beforehand as known answers (0: the default, 5%).
+	// Canaries is the share of a job's shards the planner computes
+	// beforehand as known answers (0: the default, 5% for an adaptive job
+	// or any exact job on an open pool, none otherwise).
 	Canaries float64 `cbor:",omitempty"`
 	// TrustAfter and AuditOneIn tune an adaptive job's spot checks: a
 	// peer runs shards alone after this many consecutive valid checks,
@@ -326,9 +327,6 @@ func (s *Spec) parseVerification(d *decoder, n *yaml.Node) {
 	}
 	if v := vf["canaries"]; v != nil {
 		s.Verification.Canaries = d.Number(v, "verification.canaries", 0, 0.5)
-		if s.Verification.Mode != "adaptive" {
-			d.Errorf(v, diag.InvalidValue, "verification.canaries", "set verification.mode: adaptive, or remove canaries", "canaries are mixed into adaptive jobs only")
-		}
 	}
 	for _, k := range []struct {
 		key string

@@ -36,12 +36,16 @@ type Client struct {
 
 	encKey  *ecdh.PrivateKey // c_u: decrypts the shares sent to us
 	maskKey *ecdh.PrivateKey // s_u: agrees the pairwise mask seeds
-	u1      map[string]*Advert
-	pairs   map[string][]byte // s_uv, agreed with every v in U1
-	boxKeys map[string][]byte // X25519(c_u, c_v), for opening v's box
-	seed    []byte            // b_u
-	held    map[string]heldShares
-	u2      []string
+	// graphNonce is this client's share of the graph's randomness, and
+	// committed the key set's adverts it revealed for (graphseed.go).
+	graphNonce []byte
+	committed  map[string]*Advert
+	u1         map[string]*Advert
+	pairs      map[string][]byte // s_uv, agreed with every v in U1
+	boxKeys    map[string][]byte // X25519(c_u, c_v), for opening v's box
+	seed       []byte            // b_u
+	held       map[string]heldShares
+	u2         []string
 	// The survivor set this client signed (sorted), its statement, and
 	// each named site's role (true: survivor).
 	signedSurv, signedDrop []string
@@ -57,6 +61,10 @@ type Client struct {
 	// testEncoded, when set by a test, receives the plaintext ring
 	// encoding of the input, so a test can check the sum exactly.
 	testEncoded func([]uint64)
+	// testGraphNonce, when set by a test, is the client's graph
+	// randomness instead of crypto/rand's, so a scripted round on a
+	// sparse graph draws the same graph at every run.
+	testGraphNonce []byte
 }
 
 type clientState int
@@ -69,9 +77,11 @@ const (
 	clientSigned
 	clientDone
 	clientAborted
+	clientRevealed // sent its graph randomness (graphseed.go)
+	clientDrawn    // drew the graph from every site's randomness
 )
 
-var clientStateNames = [...]string{"new", "advertised", "shared", "masked", "signed", "done", "aborted"}
+var clientStateNames = [...]string{"new", "advertised", "shared", "masked", "signed", "done", "aborted", "revealed", "graph drawn"}
 
 func (s clientState) String() string { return clientStateNames[s] }
 
@@ -208,6 +218,15 @@ func (c *Client) Advertise() (*Advert, error) {
 		Round: c.r.id, Client: c.id, Params: slices.Clone(c.r.session),
 		EncKey: c.encKey.PublicKey().Bytes(), MaskKey: c.maskKey.PublicKey().Bytes(),
 	}
+	if c.r.revealed() {
+		if c.graphNonce, err = newGraphNonce(); err != nil {
+			return nil, err
+		}
+		if c.testGraphNonce != nil {
+			c.graphNonce = slices.Clone(c.testGraphNonce)
+		}
+		a.GraphCommit = graphCommit(c.r.session, c.id, c.graphNonce)
+	}
 	a.Sig = signAdvert(c.identity, a)
 	c.state = clientAdvertised
 	return a, nil
@@ -275,8 +294,16 @@ func (set *advertSet) add(r *round, subject string, a *Advert, verify bool) erro
 // t-of-|U1| and returns each other client's pair of shares encrypted for it
 // alone.
 func (c *Client) ShareKeys(ks *KeySet) (*Shares, error) {
-	if err := receive(c, "key set", clientAdvertised, ks); err != nil {
+	want := clientAdvertised
+	if c.r.revealed() {
+		want = clientDrawn // Reveal and DrawGraph first
+	}
+	if err := receive(c, "key set", want, ks); err != nil {
 		return nil, err
+	}
+	if c.r.revealed() && !c.sameKeySet(ks) {
+		return nil, c.fail(diag.New(diag.SecAggGraphReveal, c.subject(), "the key set differs from the one this client revealed its graph randomness for").
+			WithHelp("the server must relay one key set; the round ends without a sum"))
 	}
 	set := newAdvertSet()
 	for i := range ks.Adverts {

@@ -246,14 +246,24 @@ func TestUnmaskRequestRefusals(t *testing.T) {
 		h2, set2 := roundTo(t, other, map[string]step{dropped: stepShare})
 		replayed := sign(t, h2, set2, set2.Survivors...)
 		// nb is a neighbour of c1 that signs: c1 relies on its signature.
-		nb := h2.clients["c1"].r.nbrs["c1"][0]
+		// (Each round draws its own graph: nb is c1's in the round h runs.)
+		nbOf := func(h *harness) string {
+			for _, v := range h.clients["c1"].r.nbrs["c1"] {
+				if v != dropped {
+					return v
+				}
+			}
+			t.Fatal("c1 has no neighbour that signs")
+			return ""
+		}
 
 		cases := []struct {
 			name string
 			edit func(h *harness, set, req *UnmaskRequest) *UnmaskRequest
 			code diag.Code
 		}{
-			{"forged signature", func(_ *harness, _, req *UnmaskRequest) *UnmaskRequest {
+			{"forged signature", func(h *harness, _, req *UnmaskRequest) *UnmaskRequest {
+				nb := nbOf(h)
 				out := signed(req, slices.Clone(req.Signatures)...)
 				forged := make([]byte, 64)
 				rand.Read(forged)
@@ -264,7 +274,8 @@ func TestUnmaskRequestRefusals(t *testing.T) {
 				}
 				return out
 			}, diag.SecAggEquivocation},
-			{"signature of another round", func(_ *harness, _, req *UnmaskRequest) *UnmaskRequest {
+			{"signature of another round", func(h *harness, _, req *UnmaskRequest) *UnmaskRequest {
+				nb := nbOf(h)
 				out := signed(req, slices.Clone(req.Signatures)...)
 				for i, s := range out.Signatures {
 					if s.Of == nb {

@@ -107,6 +107,8 @@ func newHarness(tb testing.TB, p Params) (*harness, error) {
 		if err != nil {
 			return nil, err
 		}
+		nonce := sha256.Sum256([]byte("graph nonce of " + m.ID))
+		c.testGraphNonce = nonce[:]
 		c.testEncoded = func(e []uint64) { h.encoded[m.ID] = e }
 		h.clients[m.ID] = c
 		h.ids = append(h.ids, m.ID)
@@ -230,6 +232,9 @@ func (h *harness) share() bool {
 	}
 	h.printf("key set: %s\n", list(names))
 	h.ks = ks
+	if h.server.Phase() == PhaseReveal && !h.reveal(names) {
+		return false
+	}
 	for _, id := range names {
 		if !h.takesPart(id, stepShare) {
 			continue
@@ -238,6 +243,32 @@ func (h *harness) share() bool {
 		toServer(h, id, "shares", sh, err, ParseShares, h.server.AddShares)
 	}
 	h.printf("server waits for: %s\n", list(h.server.Missing()))
+	return true
+}
+
+// reveal runs the reveal phase of a SecAgg+ round on a sparse graph: the
+// sites that share keys reveal their graph randomness, and draw the graph
+// from the server's reveal set.
+func (h *harness) reveal(names []string) bool {
+	var revealing []string
+	for _, id := range names {
+		if !h.takesPart(id, stepShare) {
+			continue
+		}
+		rv, err := h.clients[id].Reveal(toClient(h, h.corruptKeySet(h.ks), ParseKeySet))
+		toServer(h, id, "graph reveal", rv, err, ParseGraphReveal, h.server.AddReveal)
+		revealing = append(revealing, id)
+	}
+	rs, err := h.server.EndReveal()
+	if err != nil {
+		h.serverErr("ends the reveal phase", err)
+		return false
+	}
+	for _, id := range revealing {
+		if err := h.clients[id].DrawGraph(toClient(h, rs, ParseGraphRevealSet)); err != nil {
+			h.clientErr(id, err)
+		}
+	}
 	return true
 }
 
@@ -368,12 +399,42 @@ func consistency(s *Server, clients map[string]*Client, req *UnmaskRequest) (*Un
 // shareAll has each of ids share its keys for ks honestly and hands the
 // shares to s.
 func shareAll(s *Server, clients map[string]*Client, ids []string, ks *KeySet) error {
+	if err := revealAll(s, clients, ids, ks); err != nil {
+		return err
+	}
 	for _, id := range ids {
 		sh, err := clients[id].ShareKeys(ks)
 		if err != nil {
 			return err
 		}
 		if err := s.AddShares(sh); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// revealAll runs the reveal phase of a SecAgg+ round on a sparse graph
+// (nothing otherwise): the clients of ids reveal to s and draw the graph.
+func revealAll(s *Server, clients map[string]*Client, ids []string, ks *KeySet) error {
+	if s.Phase() != PhaseReveal {
+		return nil
+	}
+	for _, id := range ids {
+		rv, err := clients[id].Reveal(ks)
+		if err != nil {
+			return err
+		}
+		if err := s.AddReveal(rv); err != nil {
+			return err
+		}
+	}
+	rs, err := s.EndReveal()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := clients[id].DrawGraph(rs); err != nil {
 			return err
 		}
 	}

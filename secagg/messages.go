@@ -18,6 +18,8 @@ import (
 //
 //	client → server   Advert          (AdvertiseKeys)
 //	server → clients  KeySet
+//	client → server   GraphReveal     (SecAgg+ on a sparse graph: graphseed.go)
+//	server → clients  GraphRevealSet
 //	client → server   Shares          (ShareKeys)
 //	server → client   ShareDelivery
 //	client → server   MaskedInput     (MaskedInputCollection)
@@ -44,6 +46,9 @@ type Advert struct {
 	EncKey []byte `cbor:"enc_key"`
 	// MaskKey agrees the pairwise mask seeds (s_u^PK in the paper).
 	MaskKey []byte `cbor:"mask_key"`
+	// GraphCommit commits to the client's share of the graph's randomness
+	// in a SecAgg+ round on a sparse graph (graphseed.go); empty otherwise.
+	GraphCommit []byte `cbor:"graph_commit,omitempty"`
 	// Sig is the Ed25519 signature over advertSigned.
 	Sig []byte `cbor:"sig"`
 }
@@ -56,10 +61,13 @@ type advertSigned struct {
 	Params  []byte `cbor:"params"`
 	EncKey  []byte `cbor:"enc_key"`
 	MaskKey []byte `cbor:"mask_key"`
+	// GraphCommit is omitted when empty, so an advert without one signs
+	// the bytes it always did.
+	GraphCommit []byte `cbor:"graph_commit,omitempty"`
 }
 
 func (a *Advert) signedBytes() []byte {
-	return mustEncode(advertSigned{Domain: labelAdvert, Round: a.Round, Client: a.Client, Params: a.Params, EncKey: a.EncKey, MaskKey: a.MaskKey})
+	return mustEncode(advertSigned{Domain: labelAdvert, Round: a.Round, Client: a.Client, Params: a.Params, EncKey: a.EncKey, MaskKey: a.MaskKey, GraphCommit: a.GraphCommit})
 }
 
 // signAdvert signs a with a site's identity key as Ed25519ctx under
@@ -277,6 +285,11 @@ func (a *Advert) validate() error {
 	}
 	if err := checkLen(k, "mask key", a.MaskKey, keySize); err != nil {
 		return err
+	}
+	if len(a.GraphCommit) > 0 {
+		if err := checkLen(k, "graph commitment", a.GraphCommit, sha256.Size); err != nil {
+			return err
+		}
 	}
 	if len(a.Sig) != ed25519.SignatureSize {
 		return diag.New(diag.SecAggBadSignature, k+" of "+a.Client, "advert carries a %d-byte signature, want %d", len(a.Sig), ed25519.SignatureSize).

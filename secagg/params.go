@@ -303,16 +303,19 @@ func newRound(p Params) (*round, error) {
 		Protocol: r.proto, Degree: r.k, ShareT: r.st, Parent: p.Parent, Sites: p.Sites,
 	}))
 	r.session = sum[:]
-	r.graph()
+	if !r.revealed() {
+		r.graph()
+	}
 	return r, nil
 }
 
 // graph derives the masking graph: every pair for pairwise (and for a
-// SecAgg+ round too small for a sparser graph), else a random Harary
-// graph whose order is drawn from the session digest. The digest covers
-// the round ID and the members — fixed by the run's replicated log before
-// any site acts — so no site chooses its neighbours, and the aggregator
-// could only steer the graph by changing parameters every site checks.
+// SecAgg+ round too small for a sparser graph), else, for a sub-cohort of
+// a hierarchical round, a random Harary graph whose order is drawn from
+// the session digest. A flat SecAgg+ round on a sparse graph draws its
+// graph later, from every site's revealed randomness (graphseed.go): the
+// digest covers the round ID, which the aggregator picks, so it could try
+// round IDs until it found a graph it liked.
 func (r *round) graph() {
 	r.nbrs = make(map[string][]string, r.n)
 	r.holderX = make(map[string]map[string]byte, r.n)
@@ -323,7 +326,15 @@ func (r *round) graph() {
 		}
 		return
 	}
-	r.nbrs = harary(r.ids, r.k, deriveKey(r.session, r.session, labelGraph))
+	r.drawGraph(r.session)
+}
+
+// drawGraph draws the sparse graph from seed: the session digest for a
+// sub-cohort of a hierarchical round, the reveals' seed otherwise
+// (graphseed.go).
+func (r *round) drawGraph(seed []byte) {
+	r.nbrs = harary(r.ids, r.k, deriveKey(seed, r.session, labelGraph))
+	r.holderX = make(map[string]map[string]byte, r.n)
 	for _, id := range r.ids {
 		hs := append(slices.Clone(r.nbrs[id]), id)
 		slices.Sort(hs)

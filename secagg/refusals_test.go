@@ -553,6 +553,9 @@ func TestRefuseBoxesOffTheGraph(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := revealAll(h.server, h.clients, h.ids, ks); err != nil {
+		t.Fatal(err)
+	}
 	r := h.server.r
 	var far string // a site that is not c1's neighbour
 	for _, id := range h.ids {

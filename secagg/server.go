@@ -16,6 +16,7 @@ import (
 // Missing is empty):
 //
 //	AddAdvert…        EndAdvertise   → KeySet (to every client of U1)
+//	AddReveal…        EndReveal      → GraphRevealSet (SecAgg+ on a sparse graph)
 //	AddShares…        EndShare       → one ShareDelivery per client of U2
 //	AddMaskedInput…   EndMask        → UnmaskRequest, unsigned (to every client of U3)
 //	AddSignature…     EndConsistency → UnmaskRequest with the signatures (to every client of U4)
@@ -38,7 +39,8 @@ type Server struct {
 	phase Phase
 	err   error // why the round failed, once it has
 
-	adverts    *advertSet         // U1 once advertising ends
+	adverts    *advertSet // U1 once advertising ends
+	reveals    map[string]*GraphReveal
 	shares     map[string]*Shares // U2 once sharing ends (boxes dropped then)
 	commits    map[string][]byte
 	acc        []byte // Σ masked inputs so far, in the round's layout
@@ -62,6 +64,7 @@ type Phase int
 
 const (
 	PhaseAdvertise   Phase = iota // collecting adverts
+	PhaseReveal                   // collecting the graph's randomness (SecAgg+ on a sparse graph)
 	PhaseShare                    // collecting encrypted shares
 	PhaseMask                     // collecting masked inputs
 	PhaseConsistency              // collecting signatures of the survivor set
@@ -70,7 +73,7 @@ const (
 	PhaseFailed                   // the round ended without a result
 )
 
-var phaseNames = [...]string{"advertise", "share", "mask", "consistency", "unmask", "done", "failed"}
+var phaseNames = [...]string{"advertise", "reveal", "share", "mask", "consistency", "unmask", "done", "failed"}
 
 func (p Phase) String() string {
 	if p < 0 || int(p) >= len(phaseNames) {
@@ -133,6 +136,8 @@ func (s *Server) Missing() []string {
 	switch s.phase {
 	case PhaseAdvertise:
 		want, have = s.r.ids, func(id string) bool { return s.adverts.byID[id] != nil }
+	case PhaseReveal:
+		want, have = sortedKeys(s.adverts.byID), func(id string) bool { return s.reveals[id] != nil }
 	case PhaseShare:
 		want, have = sortedKeys(s.adverts.byID), func(id string) bool { return s.shares[id] != nil }
 	case PhaseMask:
@@ -202,6 +207,9 @@ func (s *Server) AddAdvert(a *Advert) error {
 	if err := s.sender("key advert", a.Client, func(id string) bool { return s.r.members[id] != nil }, s.adverts.byID[a.Client] != nil); err != nil {
 		return err
 	}
+	if s.r.revealed() != (len(a.GraphCommit) > 0) {
+		return malformed("key advert of "+a.Client, "a graph commitment where the round draws its graph from none, or none where it does (graphseed.go)")
+	}
 	return s.adverts.add(s.r, s.subject(), a, true)
 }
 
@@ -219,6 +227,10 @@ func (s *Server) EndAdvertise() (*KeySet, error) {
 	ks := &KeySet{Round: s.r.id}
 	for _, id := range sortedKeys(s.adverts.byID) {
 		ks.Adverts = append(ks.Adverts, *s.adverts.byID[id])
+	}
+	if s.r.revealed() {
+		s.phase, s.reveals = PhaseReveal, map[string]*GraphReveal{}
+		return ks, nil
 	}
 	s.phase = PhaseShare
 	s.shares = map[string]*Shares{}

@@ -53,7 +53,7 @@ func newPoolPeersCmd() *cobra.Command {
 				return enc.Encode(peers)
 			}
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "PEER\tWON\tLOST\tUNITS\tSTREAK\tCHECKED\tFAILED\tSTAMPED\tSTATUS")
+			fmt.Fprintln(tw, "PEER\tWON\tLOST\tUNITS\tSTREAK\tCHECKED\tFAILED\tSTAMPED\tSTANDING\tSTATUS")
 			for _, p := range peers {
 				status := "new"
 				switch {
@@ -62,7 +62,10 @@ func newPoolPeersCmd() *cobra.Command {
 				case p.Trusted(coordinator.SpotParams):
 					status = "trusted"
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Peer, p.Won, p.Lost, p.WorkUnits, p.Streak, p.Checked, p.Failed, p.Stamped, status)
+				// Standing: verified results since the last loss or
+				// failed check (what a volunteer's result needs to
+				// decide a shard of an open pool: coordinator.StandingAfter).
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Peer, p.Won, p.Lost, p.WorkUnits, p.Streak, p.Checked, p.Failed, p.Stamped, p.Standing, status)
 			}
 			return tw.Flush()
 		},

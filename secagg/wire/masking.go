@@ -22,6 +22,8 @@ const pathRounds = Prefix + "v1/rounds/"
 //
 //	POST advert             secagg.Advert         → 204
 //	GET  keyset             → secagg.KeySet       (long poll until advertising ends)
+//	POST reveal             secagg.GraphReveal    → 204 (SecAgg+ on a sparse graph)
+//	GET  reveals            → secagg.GraphRevealSet (long poll until the reveal phase ends)
 //	POST shares             secagg.Shares         → 204
 //	GET  deliveries/{site}  → secagg.ShareDelivery (the caller's own only)
 //	POST masked             secagg.MaskedInput    → 204
@@ -55,6 +57,9 @@ var masking = scheme{
 		{path: "unmasking", what: "unmasking", phase: phaseOf(secagg.PhaseUnmask), lastWord: true,
 			limit: func(n, _ int64) int64 { return 1<<10 + n*192 },
 			parse: parseAdd(secagg.ParseUnmasking, func(m *secagg.Unmasking) string { return m.From }, (*secagg.Server).AddUnmasking)},
+		{path: "reveal", what: "graph reveal", phase: phaseOf(secagg.PhaseReveal),
+			limit: func(_, _ int64) int64 { return 1 << 10 },
+			parse: parseAdd(secagg.ParseGraphReveal, func(m *secagg.GraphReveal) string { return m.From }, (*secagg.Server).AddReveal)},
 	},
 	gets: []get{
 		{pattern: "keyset", what: "key set", bound: func(n, _ int64) int64 { return 2<<10 + n<<10 }},
@@ -62,6 +67,7 @@ var masking = scheme{
 		{pattern: "survivors", what: "survivor set", bound: func(n, _ int64) int64 { return 1<<10 + n*192 }},
 		{pattern: "unmask", what: "unmask request", bound: func(n, _ int64) int64 { return 1<<10 + n*(192+224) }},
 		{pattern: "result", what: "result", aggregators: true, bound: func(n, units int64) int64 { return 4<<10 + 8*units + n*192 }, ready: maskResult},
+		{pattern: "reveals", what: "graph reveal set", bound: func(n, _ int64) int64 { return 1<<10 + n*192 }},
 	},
 }
 
@@ -69,12 +75,14 @@ var masking = scheme{
 const (
 	stageSignature = stageContribution + 1 + iota
 	stageUnmasking
+	stageReveal
 )
 
 const (
 	getSurvivors = getDelivery + 1 + iota
 	getUnmask
 	getResult
+	getReveals
 )
 
 // maskUnits is a masked input's ring elements: Dim, and the weight.
@@ -90,6 +98,7 @@ type maskRound struct {
 	rd       *hostRound // its round, from run on
 	srv      *secagg.Server
 	n, units int64
+	keySet   []byte // the key set's encoding, published again with the reveals
 	// relayed: a sub-cohort of a hierarchical round (Params.Parent); it
 	// ends with partial, the masked sum for the parent (hier.go).
 	relayed bool
@@ -120,6 +129,14 @@ func (m *maskRound) run(r *runner) error {
 	if err := r.phase("advertise", slotAdvertise, m.endAdvertise); err != nil {
 		return err
 	}
+	// SecAgg+ on a sparse graph: the sites reveal the randomness their
+	// adverts committed to, and the graph is drawn from all of it
+	// (secagg/graphseed.go). Under the share deadline: one small message.
+	if m.srv.Phase() == secagg.PhaseReveal {
+		if err := r.phase("reveal", slotShare, m.endReveal); err != nil {
+			return err
+		}
+	}
 	if err := r.phase("share", slotShare, m.endShare); err != nil {
 		return err
 	}
@@ -132,9 +149,38 @@ func (m *maskRound) run(r *runner) error {
 	return r.phase("unmask", slotUnmask, m.finish)
 }
 
+// keySetDoc is the key set's publication.
+var keySetDoc = doc{pattern: "keyset", over: "the key set is no longer served: key sharing has ended"}
+
 func (m *maskRound) endAdvertise() error {
 	ks, err := m.srv.EndAdvertise()
-	return publishMsg(m.rd, doc{pattern: "keyset", over: "the key set is no longer served: key sharing has ended"}, ks, err)
+	if err != nil {
+		return err
+	}
+	if m.keySet, err = ks.Marshal(); err != nil {
+		return err
+	}
+	d := keySetDoc
+	d.body = m.keySet
+	m.rd.publish(nil, &d)
+	return nil
+}
+
+// endReveal publishes the reveal set beside the key set, which the sites
+// fetch again to share their keys.
+func (m *maskRound) endReveal() error {
+	rs, err := m.srv.EndReveal()
+	if err != nil {
+		return err
+	}
+	b, err := rs.Marshal()
+	if err != nil {
+		return err
+	}
+	ks := keySetDoc
+	ks.body = m.keySet
+	m.rd.publish(nil, &ks, &doc{pattern: "reveals", body: b, over: "the graph reveal set is no longer served: key sharing has ended"})
+	return nil
 }
 
 func (m *maskRound) endShare() error {
@@ -298,6 +344,27 @@ func (m *maskSite) check(in Input) error {
 }
 
 func (m *maskSite) advert() ([]byte, error) { return marshal(m.c.Advertise()) }
+
+// reveal runs the reveal phase of a SecAgg+ round on a sparse graph
+// (nothing otherwise): the site checks the key set, sends the randomness
+// its advert committed to, and draws the graph from every site's.
+func (m *maskSite) reveal(ctx context.Context, s *session) error {
+	if !m.c.Reveals() {
+		return nil
+	}
+	if err := s.answer(ctx, getKeySet, "", respond(secagg.ParseKeySet, m.c.Reveal), stageReveal); err != nil {
+		return err
+	}
+	b, err := s.fetch(ctx, getReveals, "")
+	if err != nil {
+		return err
+	}
+	rs, err := secagg.ParseGraphRevealSet(b)
+	if err != nil {
+		return err
+	}
+	return m.c.DrawGraph(rs)
+}
 
 func (m *maskSite) share(keySet []byte) ([]byte, error) {
 	return respond(secagg.ParseKeySet, m.c.ShareKeys)(keySet)

@@ -179,6 +179,11 @@ func takePart(ctx context.Context, s *session, st siteState, input func(context.
 	if err := s.send(ctx, stageAdvert, a); err != nil {
 		return err
 	}
+	if r, ok := st.(revealer); ok {
+		if err := r.reveal(ctx, s); err != nil {
+			return err
+		}
+	}
 	if err := s.answer(ctx, getKeySet, "", st.share, stageShares); err != nil {
 		return err
 	}
@@ -194,6 +199,13 @@ func takePart(ctx context.Context, s *session, st siteState, input func(context.
 		return err
 	}
 	return st.conclude(ctx, s)
+}
+
+// revealer is a site state with a phase between the key set and its key
+// shares: masking's reveal of the graph's randomness (SecAgg+ on a sparse
+// graph).
+type revealer interface {
+	reveal(ctx context.Context, s *session) error
 }
 
 // session is one site's conversation with a round on a Host, over a round
