@@ -319,6 +319,7 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		return nil, err
 	}
 	mux.Handle("/blobs/", n.metrics.countPlane("blobs", n.copyEarly(blob.Handler(blobs, n.mayReadBlob))))
+	mux.HandleFunc("POST "+crossCheckPath, n.serveCrossCheck)
 	bodyTimeout := opt.BodyTimeout
 	if bodyTimeout <= 0 {
 		bodyTimeout = DefaultBodyTimeout

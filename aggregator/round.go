@@ -12,6 +12,7 @@ import (
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 // runRound plans, hosts and reduces the next round of a run, as a
@@ -70,10 +71,13 @@ type roundRun struct {
 	opened    time.Time   // when the secure sum opened; zero before
 
 	// collect, unmask, reduce
-	sum     *secagg.Result
-	update  []float64
-	metrics map[string]float64
-	next    fl.Global
+	recorded   bool              // the secure sum keeps its transcript (crosscheck.go)
+	transcript *wire.Transcript  // and this is it
+	check      <-chan crossCheck // a peer's recomputation of the round, once asked
+	sum        *secagg.Result
+	update     []float64
+	metrics    map[string]float64
+	next       fl.Global
 }
 
 // How a round attempt ends, told by the error its phase returns; any

@@ -36,7 +36,8 @@ func (rr *roundRun) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.openSum(&rr.bundle, rr.parentKey); err != nil {
+	rr.recorded = n.recordRound(&rr.bundle)
+	if err := n.openSum(&rr.bundle, rr.parentKey, rr.recorded); err != nil {
 		return rr.retry("round %d: secure aggregation cannot open: %v", r, err)
 	}
 	rr.opened, rr.job = time.Now(), jobID

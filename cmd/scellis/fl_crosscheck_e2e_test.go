@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/internal/testfault"
+)
+
+// crossCheckCluster is a federation of three aggregators, four silos and
+// alice, started, with a run spec of rounds rounds written as run.yaml;
+// fault, when set, arms every aggregator with it.
+func crossCheckCluster(t *testing.T, rounds int, fault string) *cluster {
+	silos := []string{"h1", "h2", "h3", "h4"}
+	var ms []member
+	for _, s := range silos {
+		ms = append(ms, member{s, "silo"})
+	}
+	c := newCluster(t, "consortium", 3, append(ms, member{"alice", "researcher"})...)
+	if fault != "" {
+		c.env = map[string][]string{}
+		for _, a := range c.aggs {
+			c.env[a] = []string{testfault.Env + "=" + fault}
+		}
+	}
+	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "200", "--out", "data"))
+	for i, s := range silos {
+		cfg := hospitalSilo(s, i+1, 50, "silo")
+		cfg.policy = "  min_cohort: 3\n"
+		c.writeSilo(cfg)
+	}
+	// standardize: federated adds the statistics step (round 0), whose
+	// outcome is the standardisation: both kinds of step are checked.
+	c.write("run.yaml", fmt.Sprintf(`name: cross-checked
+strategy: {use: fedavg, params: {lr: 0.5, epochs: 1}}
+model: {kind: logistic, inputs: 9}
+dataset: patients
+rounds: %d
+privacy: {clip: 5.0, sigma: 0.5, feature_bounds: %s}
+standardize: federated
+secure_aggregation: true
+seed: 5
+`, rounds, hospitalRanges))
+	c.startAggregators()
+	for _, s := range silos {
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+	return c
+}
+
+// TestFLReductionCrossChecked: in a cluster of three aggregator
+// processes, every round's result document — the statistics step's and
+// the training rounds' — cites two aggregator nodes, the leader and a
+// peer that replayed the round's secure sum from its transcript and ran
+// the step itself, with equal digests, each signed by its node's
+// federation key.
+func TestFLReductionCrossChecked(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("multi-process federated run")
+	}
+	c := crossCheckCluster(t, 2, "")
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
+	if out, errs, err := c.cli("alice", "fl", "watch", id); err != nil || !strings.Contains(out, "run done") {
+		t.Fatalf("the run did not complete (%v):\n%s%s", err, out, errs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
+	defer cancel()
+	cl := c.apiClient("alice")
+	st, err := cl.Run(ctx, ref(t, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fed := c.memberKeys("alice")
+	if len(st.Models) != 3 {
+		t.Fatalf("%d round results, want 3 (statistics and two training rounds)", len(st.Models))
+	}
+	for r, m := range st.Models {
+		raw, err := cl.GetBlob(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, _, err := fl.DecodeRoundResult(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chk := doc.Check
+		if chk == nil || chk.Mode != fl.CrossChecked || len(chk.Nodes) != 2 {
+			t.Fatalf("round %d: check %+v, want cross-checked by two nodes", r, chk)
+		}
+		a, b := chk.Nodes[0], chk.Nodes[1]
+		if a.Node == b.Node || a.Digest != b.Digest || a.Digest == "" {
+			t.Fatalf("round %d: nodes %s and %s cite digests %s and %s", r, a.Node, b.Node, a.Digest, b.Digest)
+		}
+		for _, node := range chk.Nodes {
+			mem, ok := fed.Member(node.Node)
+			st := fl.CheckStatement{Format: fl.CheckStatementFormat, Run: doc.Run, Round: doc.Round, Bundle: doc.Bundle, Node: node.Node, Digest: node.Digest}
+			if !ok || mem.Role != identity.Aggregator || node.Key != mem.PublicKey.String() || !identity.VerifyValue(mem.PublicKey, identity.PurposeRoundCheck, st, node.Sig) {
+				t.Fatalf("round %d: %s's digest is not signed by an aggregator's federation key", r, node.Node)
+			}
+		}
+		if !slices.Contains(c.aggs, a.Node) || !slices.Contains(c.aggs, b.Node) {
+			t.Fatalf("round %d: cited nodes %s, %s", r, a.Node, b.Node)
+		}
+	}
+}
+
+// TestFLCrossCheckDisagreementStops: every aggregator is armed with
+// testfault.SkewCrossCheck, so the peer that recomputes a round for the
+// leader gets a sum one ulp off. The first round's digests differ: the
+// run stops with SC9107 and no round result is stored as the run's model.
+func TestFLCrossCheckDisagreementStops(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("multi-process federated run")
+	}
+	c := crossCheckCluster(t, 1, testfault.SkewCrossCheck)
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
+	out, errs, err := c.cli("alice", "fl", "watch", id)
+	if err == nil || strings.Contains(out, "run done") {
+		t.Fatalf("the run completed with a disagreeing cross-check:\n%s%s", out, errs)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
+	defer cancel()
+	st, err := c.apiClient("alice").Run(ctx, ref(t, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the run stopped: %s", st.Reason)
+	if st.State != coordinator.RunStopped || !strings.Contains(st.Reason, string(diag.FLCrossCheck)) || len(st.Models) != 0 {
+		t.Fatalf("run %s, reason %q, %d models; want stopped with %s and no model", st.State, st.Reason, len(st.Models), diag.FLCrossCheck)
+	}
+}
