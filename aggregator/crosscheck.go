@@ -167,21 +167,26 @@ func (rr *roundRun) checkReduction(ctx context.Context, nb []byte) (*fl.Reductio
 	}
 	switch {
 	case got.err != nil && got.node.Node != "":
-		return nil, rr.stop("%v", diag.New(diag.FLCrossCheck, fmt.Sprintf("run %s round %d", rr.spec.Name, rr.r),
+		return nil, rr.halt(diag.New(diag.FLCrossCheck, fmt.Sprintf("run %s round %d", rr.spec.Name, rr.r),
 			"%s could not recompute the round from its inputs: %v", got.node.Node, got.err).WithHelp(crossCheckHelp))
 	case got.err != nil:
 		return nil, rr.retry("round %d: %v", rr.r, got.err)
 	case got.node.Digest != digest:
-		n.metrics.rounds.WithLabelValues(rr.step, "cross-check-failed").Inc()
-		return nil, rr.stop("%v", diag.New(diag.FLCrossCheck, fmt.Sprintf("run %s round %d", rr.spec.Name, rr.r),
+		return nil, rr.halt(diag.New(diag.FLCrossCheck, fmt.Sprintf("run %s round %d", rr.spec.Name, rr.r),
 			"%s computed the round's outcome as %s, %s as %s", n.Self.Name, digest.Short(), got.node.Node, got.node.Digest.Short()).WithHelp(crossCheckHelp))
 	}
 	chk.Nodes = append(chk.Nodes, got.node)
 	return chk, nil
 }
 
-const crossCheckHelp = "nothing of the round was stored as the global model; one of the two nodes is faulty or compromised: " +
-	"compare their logs and versions (scellis aggregator status), fix or replace the faulty node, then resume the run (scellis fl resume)"
+// halt pauses the run for a person, with d as its reason.
+func (rr *roundRun) halt(d *diag.Diagnostic) error {
+	rr.n.metrics.rounds.WithLabelValues(rr.step, "cross-check-failed").Inc()
+	return roundHalt{rr.job, d.Error()}
+}
+
+const crossCheckHelp = "nothing of the round was stored as the global model and the run is paused; one of the two nodes is faulty or compromised: " +
+	"compare their logs and versions (scellis aggregator status), fix or replace the faulty node, then resume the run (scellis fl resume RUN) to run the round again"
 
 // roundDigest hashes a round's outcome (fl.RoundDigest): the sum, who it
 // holds, and the next model nb; std counts for the statistics step only

@@ -97,11 +97,20 @@ type (
 		job    content.Ref
 		reason string
 	}
+	// roundHalt pauses the run at once, for a person to act (fl resume
+	// once the cause is fixed): two nodes computed different outcomes of
+	// the round (crosscheck.go), which retrying on the same nodes cannot
+	// settle.
+	roundHalt struct {
+		job    content.Ref
+		reason string
+	}
 )
 
 func (e roundStop) Error() string  { return "stop the run: " + e.reason }
 func (e roundRetry) Error() string { return "retry the round: " + e.reason }
 func (e roundFault) Error() string { return "retry the round (fault): " + e.reason }
+func (e roundHalt) Error() string  { return "pause the run: " + e.reason }
 
 // errNextPass ends an attempt with nothing to do now: the next pass of
 // the leader's duties looks at the run again.
@@ -125,6 +134,8 @@ func (rr *roundRun) finish(ctx context.Context, err error) error {
 		return n.retryRound(ctx, rr.st, e.job, true, e.reason)
 	case roundFault:
 		return n.retryFault(ctx, rr.st, e.job, e.reason)
+	case roundHalt:
+		return n.haltRound(ctx, rr.st, e.job, e.reason)
 	}
 	if err == errNextPass {
 		return nil
