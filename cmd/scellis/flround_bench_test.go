@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/internal/testfault"
 )
 
 // Federated rounds as a user runs them, against the same rounds in plain
@@ -69,6 +70,41 @@ func BenchmarkFLRoundProcesses(b *testing.B) {
 	}
 }
 
+// BenchmarkFLRoundCrossCheck is what the cross-checked reduction adds to
+// a round (docs/fl.md, "The cross-checked reduction"): two federations
+// of BenchmarkFLRoundProcesses' silos=4 layout, side by side in this
+// run, one whose aggregators lead their rounds as before the check
+// (testfault.NoCrossCheck: no transcript, no peer's recomputation), the
+// other cross-checking every round; each iteration runs the same spec on
+// both, in turns.
+//
+//	go test -run '^$' -bench FLRoundCrossCheck -benchtime 3x ./cmd/scellis/
+//
+// Metrics: round-ms of each (by the leader's replicated clock) and
+// checked/unchecked, their ratio.
+func BenchmarkFLRoundCrossCheck(b *testing.B) {
+	const rounds = 5
+	plain := startFLBenchFederationEnv(b, 4, []string{testfault.Env + "=" + testfault.NoCrossCheck})
+	checked := startFLBenchFederation(b, 4)
+	var tPlain, tChecked time.Duration
+	for i := 0; i < b.N; i++ {
+		for _, f := range []*flBenchFederation{plain, checked} {
+			f.runs++
+			d := f.runOne(b, f.writeSpec(rounds), rounds)
+			if f == plain {
+				tPlain += d
+			} else {
+				tChecked += d
+			}
+		}
+	}
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(b.N*rounds) }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(per(tPlain), "unchecked-round-ms")
+	b.ReportMetric(per(tChecked), "checked-round-ms")
+	b.ReportMetric(per(tChecked)/per(tPlain), "checked/unchecked")
+}
+
 type flBenchFederation struct {
 	c    *cluster
 	data string // the sites' CSVs, one per silo, named after it
@@ -76,6 +112,12 @@ type flBenchFederation struct {
 }
 
 func startFLBenchFederation(b testing.TB, silos int) *flBenchFederation {
+	return startFLBenchFederationEnv(b, silos, nil)
+}
+
+// startFLBenchFederationEnv starts the federation with aggEnv added to
+// its aggregators' environment.
+func startFLBenchFederationEnv(b testing.TB, silos int, aggEnv []string) *flBenchFederation {
 	dir := b.TempDir()
 	port := consecutivePorts(b, 6)
 	mustRun(b, scellisCmd(b, dir, "federation", "init", "--dir", dir, "--aggregators", "3", "--silos", strconv.Itoa(silos),
@@ -85,7 +127,10 @@ func startFLBenchFederation(b testing.TB, silos int) *flBenchFederation {
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	c := &cluster{t: b, dir: dir, aggs: []string{"agg-1", "agg-2", "agg-3"}, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
+	c := &cluster{t: b, dir: dir, aggs: []string{"agg-1", "agg-2", "agg-3"}, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}, env: map[string][]string{}}
+	for _, a := range c.aggs {
+		c.env[a] = aggEnv
+	}
 	b.Cleanup(c.stopAll)
 	gen, err := filepath.Glob(filepath.Join(dir, "gen", "hospital-*.csv")) // sorted; numbered with zeros to sort
 	if err != nil || len(gen) != silos {

@@ -69,6 +69,11 @@ const (
 	// leader stops the run (SC9107). The leader's own computation is not
 	// touched, so every aggregator of a cluster may be armed.
 	SkewCrossCheck = "skew-cross-check"
+	// NoCrossCheck: an aggregator leads its training rounds as before
+	// the cross-checked reduction (unrecorded, recorded "unchecked"):
+	// the baseline BenchmarkFLRoundCrossCheck measures the check against,
+	// in the same run.
+	NoCrossCheck = "no-cross-check"
 )
 
 // enabled is "yes" in test builds only (set by the linker).
