@@ -76,6 +76,7 @@ func (rr *roundRun) startCrossCheck(ctx context.Context) <-chan crossCheck {
 	n := rr.n
 	out := make(chan crossCheck, 1)
 	req := crossCheckRequest{Run: rr.st.ID, Round: rr.r, Bundle: rr.bref, Transcript: rr.transcript}
+	rr.unmasked = time.Now()
 	go func() {
 		body, err := content.Encode(&req)
 		if err != nil {
@@ -160,11 +161,13 @@ func (rr *roundRun) checkReduction(ctx context.Context, nb []byte) (*fl.Reductio
 		return chk, nil
 	}
 	var got crossCheck
+	waited := time.Now()
 	select {
 	case got = <-rr.check:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	n.log.Debug("round cross-checked", "run", rr.st.ID.Short(), "round", rr.r, "waited", time.Since(waited).Round(time.Microsecond), "since unmask", time.Since(rr.unmasked).Round(time.Microsecond))
 	switch {
 	case got.err != nil && got.node.Node != "":
 		return nil, rr.halt(diag.New(diag.FLCrossCheck, fmt.Sprintf("run %s round %d", rr.spec.Name, rr.r),
@@ -266,7 +269,7 @@ func (n *Node) serveCrossCheck(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	n.log.Info("cross-checked a round", "run", req.Run.Short(), "round", req.Round, "digest", node.Digest.Short(), "for", m.Name, "took", time.Since(started).Round(time.Millisecond))
+	n.log.Debug("cross-checked a round", "run", req.Run.Short(), "round", req.Round, "digest", node.Digest.Short(), "for", m.Name, "took", time.Since(started).Round(time.Microsecond))
 	w.Header().Set("Content-Type", "application/cbor")
 	w.Write(b)
 }
@@ -283,6 +286,7 @@ func (e *refusedInputs) Error() string { return e.err.Error() }
 // from this node's replica of the log, the sum from the transcript — and
 // signs its digest.
 func (n *Node) recompute(ctx context.Context, req crossCheckRequest) (fl.CheckNode, error) {
+	start := time.Now()
 	st, err := n.fsm.machine().Run(req.Run)
 	if err != nil {
 		return fl.CheckNode{}, err
@@ -310,7 +314,9 @@ func (n *Node) recompute(ctx context.Context, req crossCheckRequest) (fl.CheckNo
 	spec := &rc.canon.Spec
 	step, trainRound := spec.Step(req.Round)
 	strat := rc.strat.With(map[string]any{"round": int64(trainRound), "sites": int64(len(st.Silos))})
+	t0 := time.Now()
 	sum, err := wire.Replay(b.SecAgg, req.Transcript)
+	t1 := time.Now()
 	if err != nil {
 		return fl.CheckNode{}, &refusedInputs{fmt.Errorf("its secure sum does not replay: %w", err)}
 	}
@@ -327,6 +333,7 @@ func (n *Node) recompute(ctx context.Context, req crossCheckRequest) (fl.CheckNo
 	if err != nil {
 		return fl.CheckNode{}, &refusedInputs{err}
 	}
+	n.log.Debug("recomputed a round", "run", req.Run.Short(), "round", req.Round, "inputs", t0.Sub(start).Round(time.Microsecond), "replay", t1.Sub(t0).Round(time.Microsecond), "step", time.Since(t1).Round(time.Microsecond))
 	digest, err := roundDigest(req.Run, req.Round, req.Bundle, sum, nb, step, std)
 	if err != nil {
 		return fl.CheckNode{}, err

@@ -74,6 +74,7 @@ type roundRun struct {
 	recorded   bool              // the secure sum keeps its transcript (crosscheck.go)
 	transcript *wire.Transcript  // and this is it
 	check      <-chan crossCheck // a peer's recomputation of the round, once asked
+	unmasked   time.Time         // when it was asked
 	sum        *secagg.Result
 	update     []float64
 	metrics    map[string]float64

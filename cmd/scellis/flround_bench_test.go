@@ -76,7 +76,7 @@ func BenchmarkFLRoundProcesses(b *testing.B) {
 // run, one whose aggregators lead their rounds as before the check
 // (testfault.NoCrossCheck: no transcript, no peer's recomputation), the
 // other cross-checking every round; each iteration runs the same spec on
-// both, in turns.
+// both, in turns (the first alternating).
 //
 //	go test -run '^$' -bench FLRoundCrossCheck -benchtime 3x ./cmd/scellis/
 //
@@ -88,7 +88,13 @@ func BenchmarkFLRoundCrossCheck(b *testing.B) {
 	checked := startFLBenchFederation(b, 4)
 	var tPlain, tChecked time.Duration
 	for i := 0; i < b.N; i++ {
-		for _, f := range []*flBenchFederation{plain, checked} {
+		// In turns, and each first every other iteration: neither
+		// federation always runs right after the other's run.
+		order := []*flBenchFederation{plain, checked}
+		if i%2 == 1 {
+			order[0], order[1] = checked, plain
+		}
+		for _, f := range order {
 			f.runs++
 			d := f.runOne(b, f.writeSpec(rounds), rounds)
 			if f == plain {
