@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/scellis/scellis/api"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/fl"
@@ -41,7 +42,7 @@ import (
 
 // crossCheckPath is where an aggregator node recomputes a round for its
 // leader (aggregators only).
-const crossCheckPath = "/rounds/cross-check"
+const crossCheckPath = api.CrossCheckPath
 
 // crossCheckMax bounds a cross-check request: the transcript holds every
 // site's masked input (8 bytes a value) besides small messages.
@@ -235,8 +236,15 @@ func stepOutcome(ctx context.Context, env script.Env, strat *fl.Strategy, spec *
 // what may heal (a blob not here yet) with 503.
 func (n *Node) serveCrossCheck(w http.ResponseWriter, r *http.Request) {
 	m, ok := n.fed.PeerFromRequest(r)
-	if !ok || m.Role != identity.Aggregator || m.Name == n.Self.Name {
-		http.Error(w, "only another aggregator node asks for a round's cross-check", http.StatusForbidden)
+	if !ok {
+		http.Error(w, "not a federation member", http.StatusUnauthorized)
+		return
+	}
+	i := slices.IndexFunc(api.Endpoints(), func(e api.Endpoint) bool { return e.Path == crossCheckPath })
+	if e := api.Endpoints()[i]; !e.Allows(m.Role) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		diag.RenderJSON(w, diag.List{api.Forbidden(m, e)})
 		return
 	}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, crossCheckMax))
