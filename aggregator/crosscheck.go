@@ -63,10 +63,31 @@ type crossCheck struct {
 	err  error
 }
 
-// recordRound opens a round's secure sum recorded when a peer can
-// replay it: a masking round, flat, in a cluster of more than one node.
-func (n *Node) recordRound(b *fl.RoundBundle) bool {
-	return b.SubCohorts == nil && b.HE == nil && n.peerClient != nil && len(n.peers()) > 0 && !testfault.Armed(testfault.NoCrossCheck)
+// crossCheckMaxTranscript bounds the transcript a round records: its
+// masked inputs are held until the sum is open (n vectors, not the one
+// accumulator), on the leader and again on the peer. A larger round is
+// recorded unchecked, saying so.
+const crossCheckMaxTranscript = 256 << 20
+
+// recordRound says whether a round's secure sum is opened recorded, for a
+// peer to replay: a masking round, flat, in a cluster of more than one
+// node, whose masked inputs fit crossCheckMaxTranscript. Otherwise why
+// is the note its result carries ("" in a cluster of one node).
+func (n *Node) recordRound(b *fl.RoundBundle) (ok bool, why string) {
+	size := int64(len(b.SecAgg.Members)) * int64(b.SecAgg.Dim+1) * 8
+	switch {
+	case n.peerClient == nil || len(n.peers()) == 0:
+		return false, ""
+	case b.SubCohorts != nil:
+		return false, "a hierarchical round: its partial sums come from the child clusters, and no peer can replay them"
+	case b.HE != nil:
+		return false, "a threshold-he round: its partial decryptions are combined once, and no peer can replay them"
+	case size > crossCheckMaxTranscript:
+		return false, fmt.Sprintf("its masked inputs (up to %d MiB) are over the %d MiB a cross-checked round may hold", size>>20, crossCheckMaxTranscript>>20)
+	case testfault.Armed(testfault.NoCrossCheck):
+		return false, "not cross-checked (test fault " + testfault.NoCrossCheck + ")"
+	}
+	return true, ""
 }
 
 // startCrossCheck asks the peers, in name order, to recompute the round
@@ -158,7 +179,7 @@ func (rr *roundRun) checkReduction(ctx context.Context, nb []byte) (*fl.Reductio
 		chk.Mode, chk.Note = fl.SelfOnly, "a cluster of one aggregator node: no second node recomputed the round"
 		return chk, nil
 	case rr.check == nil:
-		chk.Mode, chk.Note = fl.Unchecked, "a threshold-he or hierarchical round: no peer can replay its sum"
+		chk.Mode, chk.Note = fl.Unchecked, rr.unchecked
 		return chk, nil
 	}
 	var got crossCheck

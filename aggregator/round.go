@@ -75,6 +75,7 @@ type roundRun struct {
 	transcript *wire.Transcript  // and this is it
 	check      <-chan crossCheck // a peer's recomputation of the round, once asked
 	unmasked   time.Time         // when it was asked
+	unchecked  string            // why a round of a cluster is not recorded
 	sum        *secagg.Result
 	update     []float64
 	metrics    map[string]float64

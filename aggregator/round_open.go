@@ -36,7 +36,7 @@ func (rr *roundRun) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	rr.recorded = n.recordRound(&rr.bundle)
+	rr.recorded, rr.unchecked = n.recordRound(&rr.bundle)
 	if err := n.openSum(&rr.bundle, rr.parentKey, rr.recorded); err != nil {
 		return rr.retry("round %d: secure aggregation cannot open: %v", r, err)
 	}
