@@ -14,10 +14,10 @@ import (
 	"github.com/scellis/scellis/internal/testfault"
 )
 
-// crossCheckCluster is a federation of three aggregators, four silos and
-// alice, started, with a run spec of rounds rounds written as run.yaml;
-// fault, when set, arms every aggregator with it.
-func crossCheckCluster(t *testing.T, rounds int, fault string) *cluster {
+// fourSiloCluster is a federation of three aggregators, silos h1–h4 (each
+// with a hospital's rows, its config not written: writeHospitalSilos) and
+// alice, not started; fault, when set, arms every aggregator with it.
+func fourSiloCluster(t *testing.T, fault string) (*cluster, []string) {
 	silos := []string{"h1", "h2", "h3", "h4"}
 	var ms []member
 	for _, s := range silos {
@@ -31,11 +31,32 @@ func crossCheckCluster(t *testing.T, rounds int, fault string) *cluster {
 		}
 	}
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "200", "--out", "data"))
+	return c, silos
+}
+
+// writeHospitalSilos writes each silo's config: the i-th hospital's rows,
+// a budget of ε = 50, and policy as its policy lines.
+func (c *cluster) writeHospitalSilos(silos []string, policy string) {
 	for i, s := range silos {
 		cfg := hospitalSilo(s, i+1, 50, "silo")
-		cfg.policy = "  min_cohort: 3\n"
+		cfg.policy = policy
 		c.writeSilo(cfg)
 	}
+}
+
+// startAll starts the aggregators, then the silos.
+func (c *cluster) startAll(silos []string) {
+	c.startAggregators()
+	for _, s := range silos {
+		c.start(s, "silo", "--config", s+".yaml")
+	}
+}
+
+// crossCheckCluster is fourSiloCluster, started, with a run spec of
+// rounds rounds written as run.yaml.
+func crossCheckCluster(t *testing.T, rounds int, fault string) *cluster {
+	c, silos := fourSiloCluster(t, fault)
+	c.writeHospitalSilos(silos, "  min_cohort: 3\n")
 	// standardize: federated adds the statistics step (round 0), whose
 	// outcome is the standardisation: both kinds of step are checked.
 	c.write("run.yaml", fmt.Sprintf(`name: cross-checked
@@ -48,11 +69,45 @@ standardize: federated
 secure_aggregation: true
 seed: 5
 `, rounds, hospitalRanges))
-	c.startAggregators()
-	for _, s := range silos {
-		c.start(s, "silo", "--config", s+".yaml")
-	}
+	c.startAll(silos)
 	return c
+}
+
+// launchDone launches spec as alice and waits for the run to be done.
+func (c *cluster) launchDone(spec string) string {
+	c.t.Helper()
+	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", spec))
+	if out, errs, err := c.cli("alice", "fl", "watch", id); err != nil || !strings.Contains(out, "run done") {
+		c.t.Fatalf("the run did not complete (%v):\n%s%s", err, out, errs)
+	}
+	return id
+}
+
+// roundResults are run id's round result documents and the global
+// states they carry, as alice reads them.
+func (c *cluster) roundResults(t *testing.T, id string) ([]*fl.RoundResult, []fl.Global) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
+	defer cancel()
+	cl := c.apiClient("alice")
+	st, err := cl.Run(ctx, ref(t, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs []*fl.RoundResult
+	var gs []fl.Global
+	for _, m := range st.Models {
+		raw, err := cl.GetBlob(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, g, err := fl.DecodeRoundResult(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs, gs = append(docs, doc), append(gs, g)
+	}
+	return docs, gs
 }
 
 // TestFLReductionCrossChecked: in a cluster of three aggregator
@@ -67,30 +122,12 @@ func TestFLReductionCrossChecked(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	c := crossCheckCluster(t, 2, "")
-	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
-	if out, errs, err := c.cli("alice", "fl", "watch", id); err != nil || !strings.Contains(out, "run done") {
-		t.Fatalf("the run did not complete (%v):\n%s%s", err, out, errs)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
-	defer cancel()
-	cl := c.apiClient("alice")
-	st, err := cl.Run(ctx, ref(t, id))
-	if err != nil {
-		t.Fatal(err)
-	}
+	docs, _ := c.roundResults(t, c.launchDone("run.yaml"))
 	_, fed := c.memberKeys("alice")
-	if len(st.Models) != 3 {
-		t.Fatalf("%d round results, want 3 (statistics and two training rounds)", len(st.Models))
+	if len(docs) != 3 {
+		t.Fatalf("%d round results, want 3 (statistics and two training rounds)", len(docs))
 	}
-	for r, m := range st.Models {
-		raw, err := cl.GetBlob(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc, _, err := fl.DecodeRoundResult(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for r, doc := range docs {
 		chk := doc.Check
 		if chk == nil || chk.Mode != fl.CrossChecked || len(chk.Nodes) != 2 {
 			t.Fatalf("round %d: check %+v, want cross-checked by two nodes", r, chk)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -46,12 +45,7 @@ func TestFLUserStrategyFromCatalog(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
-	silos := []string{"h1", "h2", "h3", "h4"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
-	c := newCluster(t, "consortium", 3, append(ms, member{"alice", "researcher"})...)
+	c, silos := fourSiloCluster(t, "")
 	c.write("damped-avg.star", damped)
 	out := c.mustCLI("alice", "catalog", "add", "damped-avg.star")
 	stratRef := regexp.MustCompile(`sha256:[0-9a-f]{64}`).FindString(out)
@@ -61,12 +55,7 @@ func TestFLUserStrategyFromCatalog(t *testing.T) {
 	if ls := c.mustCLI("alice", "catalog", "ls"); !strings.Contains(ls, "damped-avg") {
 		t.Fatalf("catalog ls does not list the added strategy:\n%s", ls)
 	}
-	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "200", "--out", "data"))
-	for i, s := range silos {
-		cfg := hospitalSilo(s, i+1, 50, "silo")
-		cfg.policy = fmt.Sprintf("  strategies: [%q]\n  min_cohort: 3\n", stratRef)
-		c.writeSilo(cfg)
-	}
+	c.writeHospitalSilos(silos, fmt.Sprintf("  strategies: [%q]\n  min_cohort: 3\n", stratRef))
 	const rounds = 2
 	c.write("run.yaml", fmt.Sprintf(`name: user-strategy
 strategy: {use: damped-avg, params: {lr: 0.5, epochs: 1, server_lr: 0.8}}
@@ -78,42 +67,20 @@ standardize: local
 secure_aggregation: true
 seed: 9
 `, rounds))
-	c.startAggregators()
-	for _, s := range silos {
-		c.start(s, "silo", "--config", s+".yaml")
+	c.startAll(silos)
+	docs, gs := c.roundResults(t, c.launchDone("run.yaml"))
+	if len(docs) != rounds {
+		t.Fatalf("%d round results, want %d", len(docs), rounds)
 	}
-	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
-	if out, errs, err := c.cli("alice", "fl", "watch", id); err != nil || !strings.Contains(out, "run done") {
-		t.Fatalf("the run did not complete (%v):\n%s%s", err, out, errs)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), untilRun())
-	defer cancel()
-	cl := c.apiClient("alice")
-	st, err := cl.Run(ctx, ref(t, id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(st.Models) != rounds {
-		t.Fatalf("%d round results, want %d", len(st.Models), rounds)
-	}
-	var last fl.Global
-	for r, m := range st.Models {
-		raw, err := cl.GetBlob(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc, g, err := fl.DecodeRoundResult(raw)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for r, doc := range docs {
 		if string(doc.Strategy) != stratRef || len(doc.Participants) != len(silos) {
 			t.Fatalf("round %d: strategy %s, participants %v; want %s from all four silos", r, doc.Strategy, doc.Participants, stratRef)
 		}
 		if doc.Check == nil || doc.Check.Mode != fl.CrossChecked {
 			t.Fatalf("round %d: the user's server step was not cross-checked: %+v", r, doc.Check)
 		}
-		last = g
 	}
+	last := gs[len(gs)-1]
 	if n, ok := last["server_steps"].(int64); !ok || n != rounds {
 		t.Fatalf("the final global state counts %v (%T) server steps, want %d: the user's server_step did not run", last["server_steps"], last["server_steps"], rounds)
 	}
