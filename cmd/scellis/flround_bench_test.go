@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -80,13 +81,14 @@ func BenchmarkFLRoundProcesses(b *testing.B) {
 //
 //	go test -run '^$' -bench FLRoundCrossCheck -benchtime 3x ./cmd/scellis/
 //
-// Metrics: round-ms of each (by the leader's replicated clock) and
-// checked/unchecked, their ratio.
+// Metrics: the median round-ms of each (by the leader's replicated clock)
+// and checked/unchecked, the median of the iterations' ratios.
 func BenchmarkFLRoundCrossCheck(b *testing.B) {
 	const rounds = 5
 	plain := startFLBenchFederationEnv(b, 4, []string{testfault.Env + "=" + testfault.NoCrossCheck})
 	checked := startFLBenchFederation(b, 4)
-	var tPlain, tChecked time.Duration
+	var tPlain, tChecked []float64 // ms a round, per iteration
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / rounds }
 	for i := 0; i < b.N; i++ {
 		// In turns, and each first every other iteration: neither
 		// federation always runs right after the other's run.
@@ -96,19 +98,37 @@ func BenchmarkFLRoundCrossCheck(b *testing.B) {
 		}
 		for _, f := range order {
 			f.runs++
-			d := f.runOne(b, f.writeSpec(rounds), rounds)
+			d := ms(f.runOne(b, f.writeSpec(rounds), rounds))
 			if f == plain {
-				tPlain += d
+				tPlain = append(tPlain, d)
 			} else {
-				tChecked += d
+				tChecked = append(tChecked, d)
 			}
 		}
 	}
-	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(b.N*rounds) }
+	// Medians, and the median of each iteration's pair's ratio: on a
+	// machine shared with other work a burst of load lands on one run of
+	// a pair, and a mean would carry it.
+	ratios := make([]float64, len(tPlain))
+	for i := range tPlain {
+		ratios[i] = tChecked[i] / tPlain[i]
+	}
 	b.ReportMetric(0, "ns/op")
-	b.ReportMetric(per(tPlain), "unchecked-round-ms")
-	b.ReportMetric(per(tChecked), "checked-round-ms")
-	b.ReportMetric(per(tChecked)/per(tPlain), "checked/unchecked")
+	b.ReportMetric(median(tPlain), "unchecked-round-ms")
+	b.ReportMetric(median(tChecked), "checked-round-ms")
+	b.ReportMetric(median(ratios), "checked/unchecked")
+}
+
+// median is the middle value of xs (the mean of the two middle ones).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 type flBenchFederation struct {
