@@ -122,7 +122,15 @@ func TestFLReductionCrossChecked(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	c := crossCheckCluster(t, 2, "")
-	docs, _ := c.roundResults(t, c.launchDone("run.yaml"))
+	id := c.launchDone("run.yaml")
+	docs, _ := c.roundResults(t, id)
+	// fl watch shows it: a line under each step's row, and in --json.
+	if out := c.mustCLI("alice", "fl", "watch", id); strings.Count(out, "reduction cross-checked (") != 3 {
+		t.Errorf("fl watch does not show each step's cross-check:\n%s", out)
+	}
+	if out := c.mustCLI("alice", "--json", "fl", "watch", id); strings.Count(out, `"mode":"cross-checked"`) != 3 {
+		t.Errorf("fl watch --json does not give each step's check:\n%s", out)
+	}
 	_, fed := c.memberKeys("alice")
 	if len(docs) != 3 {
 		t.Fatalf("%d round results, want 3 (statistics and two training rounds)", len(docs))
