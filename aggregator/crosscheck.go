@@ -106,7 +106,10 @@ func (rr *roundRun) startCrossCheck(ctx context.Context) <-chan crossCheck {
 			return
 		}
 		var errs []error
-		for _, m := range n.fed.ByRole(identity.Aggregator) {
+		peers := n.fed.ByRole(identity.Aggregator)
+		// The checker the masked inputs were forwarded to first.
+		slices.SortStableFunc(peers, func(a, b identity.Member) int { return cmpBool(a.Name != rr.checker, b.Name != rr.checker) })
+		for _, m := range peers {
 			if m.Name == n.Self.Name {
 				continue
 			}
@@ -136,6 +139,17 @@ func (rr *roundRun) startCrossCheck(ctx context.Context) <-chan crossCheck {
 		out <- crossCheck{err: fmt.Errorf("no peer recomputed the round: %w", errors.Join(errs...))}
 	}()
 	return out
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case !a:
+		return -1
+	}
+	return 1
 }
 
 // statement is what node signs for its digest of this round.
@@ -189,7 +203,11 @@ func (rr *roundRun) checkReduction(ctx context.Context, nb []byte) (*fl.Reductio
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	n.log.Debug("round cross-checked", "run", rr.st.ID.Short(), "round", rr.r, "waited", time.Since(waited).Round(time.Microsecond), "since unmask", time.Since(rr.unmasked).Round(time.Microsecond))
+	n.metrics.checkWait.Observe(time.Since(waited).Seconds())
+	n.metrics.checkInputs.WithLabelValues("forwarded").Add(float64(len(rr.transcript.Forwarded)))
+	n.metrics.checkInputs.WithLabelValues("held").Add(float64(len(rr.transcript.Stages["masked"])))
+	n.log.Debug("round cross-checked", "run", rr.st.ID.Short(), "round", rr.r, "waited", time.Since(waited).Round(time.Microsecond), "since unmask", time.Since(rr.unmasked).Round(time.Microsecond),
+		"forwarded", len(rr.transcript.Forwarded), "held", len(rr.transcript.Stages["masked"]))
 	switch {
 	case got.err != nil && got.node.Node != "":
 		return nil, rr.halt(diag.New(diag.FLCrossCheck, fmt.Sprintf("run %s round %d", rr.spec.Name, rr.r),
@@ -256,18 +274,10 @@ func stepOutcome(ctx context.Context, env script.Env, strat *fl.Strategy, spec *
 // inputs do not give an outcome here is refused with SC9107 (422), and
 // what may heal (a blob not here yet) with 503.
 func (n *Node) serveCrossCheck(w http.ResponseWriter, r *http.Request) {
-	m, ok := n.fed.PeerFromRequest(r)
-	if !ok {
-		http.Error(w, "not a federation member", http.StatusUnauthorized)
+	if !n.aggregatorOnly(w, r, crossCheckPath) {
 		return
 	}
-	i := slices.IndexFunc(api.Endpoints(), func(e api.Endpoint) bool { return e.Path == crossCheckPath })
-	if e := api.Endpoints()[i]; !e.Allows(m.Role) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusForbidden)
-		diag.RenderJSON(w, diag.List{api.Forbidden(m, e)})
-		return
-	}
+	m, _ := n.fed.PeerFromRequest(r)
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, crossCheckMax))
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
@@ -344,7 +354,14 @@ func (n *Node) recompute(ctx context.Context, req crossCheckRequest) (fl.CheckNo
 	step, trainRound := spec.Step(req.Round)
 	strat := rc.strat.With(map[string]any{"round": int64(trainRound), "sites": int64(len(st.Silos))})
 	t0 := time.Now()
-	sum, err := wire.Replay(b.SecAgg, req.Transcript)
+	var fs *wire.ForwardedSum
+	if len(req.Transcript.Forwarded) > 0 {
+		var ok bool
+		if fs, ok = n.takeShadow(req.Bundle); !ok {
+			return fl.CheckNode{}, fmt.Errorf("no masked input of round %q was forwarded here", b.SecAgg.Round)
+		}
+	}
+	sum, err := wire.Replay(b.SecAgg, req.Transcript, fs)
 	t1 := time.Now()
 	if err != nil {
 		return fl.CheckNode{}, &refusedInputs{fmt.Errorf("its secure sum does not replay: %w", err)}

@@ -76,6 +76,7 @@ type roundRun struct {
 	check      <-chan crossCheck // a peer's recomputation of the round, once asked
 	unmasked   time.Time         // when it was asked
 	unchecked  string            // why a round of a cluster is not recorded
+	checker    string            // the peer its masked inputs go to (crosscheck_forward.go)
 	sum        *secagg.Result
 	update     []float64
 	metrics    map[string]float64

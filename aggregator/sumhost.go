@@ -17,8 +17,9 @@ import (
 // is the same.
 
 // openSum opens the round's secure sum on this node's host; recorded
-// keeps a masking round's transcript for its cross-check (crosscheck.go).
-func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey, recorded bool) error {
+// keeps a masking round's transcript for its cross-check (crosscheck.go),
+// forwarding its masked inputs with fwd (crosscheck_forward.go).
+func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey, recorded bool, fwd wire.Forwarder) error {
 	if b.SubCohorts != nil {
 		cohorts := make([]secagg.Params, len(b.SubCohorts))
 		for i, sc := range b.SubCohorts {
@@ -30,7 +31,7 @@ func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey, recorded bool
 		return n.sagg.OpenHE(b.HE.Params, n.opt.SecAgg)
 	}
 	if recorded {
-		return n.sagg.OpenRecorded(b.SecAgg, n.siloRoundDeadlines())
+		return n.sagg.OpenRecorded(b.SecAgg, n.siloRoundDeadlines(), fwd)
 	}
 	return n.sagg.Open(b.SecAgg, n.siloRoundDeadlines())
 }

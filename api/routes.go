@@ -72,6 +72,7 @@ func Endpoints() []Endpoint {
 		{"POST", "/blobs/batch", nil},
 		{"GET", "/blobs/{ref}", nil},
 		{"POST", CrossCheckPath, []identity.Role{identity.Aggregator}},
+		{"POST", CrossCheckMaskedPath, []identity.Role{identity.Aggregator}},
 	}
 }
 
@@ -80,6 +81,10 @@ func Endpoints() []Endpoint {
 // served by the aggregator beside the control plane, to other
 // aggregators only.
 const CrossCheckPath = "/rounds/cross-check"
+
+// CrossCheckMaskedPath is where that node takes the round's masked inputs
+// as the leader's host accepts them, to sum them itself.
+const CrossCheckMaskedPath = "/rounds/cross-check/masked"
 
 // routes maps each control-plane endpoint to its handler; reads of the
 // local replica go through read (refused when the node is cut off).

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -53,9 +55,21 @@ func (c *cluster) startAll(silos []string) {
 }
 
 // crossCheckCluster is fourSiloCluster, started, with a run spec of
-// rounds rounds written as run.yaml.
-func crossCheckCluster(t *testing.T, rounds int, fault string) *cluster {
+// rounds rounds written as run.yaml; each aggregator serves /metrics at
+// the address metrics gives.
+func crossCheckCluster(t *testing.T, rounds int, fault string) (c *cluster, metrics map[string]string) {
 	c, silos := fourSiloCluster(t, fault)
+	pp := &ports{t: t}
+	metrics = map[string]string{}
+	for _, a := range c.aggs {
+		metrics[a] = pp.next()
+		b, err := os.ReadFile(filepath.Join(c.dir, a+".yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.write(a+".yaml", string(b)+"metrics_listen: "+metrics[a]+"\n")
+	}
+	pp.release()
 	c.writeHospitalSilos(silos, "  min_cohort: 3\n")
 	// standardize: federated adds the statistics step (round 0), whose
 	// outcome is the standardisation: both kinds of step are checked.
@@ -70,7 +84,7 @@ secure_aggregation: true
 seed: 5
 `, rounds, hospitalRanges))
 	c.startAll(silos)
-	return c
+	return c, metrics
 }
 
 // launchDone launches spec as alice and waits for the run to be done.
@@ -121,7 +135,7 @@ func TestFLReductionCrossChecked(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
-	c := crossCheckCluster(t, 2, "")
+	c, metrics := crossCheckCluster(t, 2, "")
 	id := c.launchDone("run.yaml")
 	docs, _ := c.roundResults(t, id)
 	// fl watch shows it: a line under each step's row, and in --json.
@@ -130,6 +144,18 @@ func TestFLReductionCrossChecked(t *testing.T) {
 	}
 	if out := c.mustCLI("alice", "--json", "fl", "watch", id); strings.Count(out, `"mode":"cross-checked"`) != 3 {
 		t.Errorf("fl watch --json does not give each step's check:\n%s", out)
+	}
+	// The masked inputs reached the checking peer as the leader's host
+	// took them (the three steps of four silos each): none, or only
+	// those whose forward failed, travelled with the transcripts.
+	var forwarded, held float64
+	for _, a := range c.aggs {
+		m := scrape(t, metrics[a])
+		forwarded += m[`scellis_fl_cross_check_inputs_total{how="forwarded"}`]
+		held += m[`scellis_fl_cross_check_inputs_total{how="held"}`]
+	}
+	if forwarded < 1 || forwarded+held != 12 {
+		t.Errorf("masked inputs of the cross-checked steps: %v forwarded, %v held; want 12, forwarded as they came", forwarded, held)
 	}
 	_, fed := c.memberKeys("alice")
 	if len(docs) != 3 {
@@ -167,7 +193,7 @@ func TestFLCrossCheckDisagreementPauses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run")
 	}
-	c := crossCheckCluster(t, 1, testfault.SkewCrossCheck)
+	c, _ := crossCheckCluster(t, 1, testfault.SkewCrossCheck)
 	id := strings.TrimSpace(c.mustCLI("alice", "fl", "launch", "run.yaml"))
 	out, errs, err := c.cli("alice", "fl", "watch", id)
 	if err == nil || strings.Contains(out, "run done") {

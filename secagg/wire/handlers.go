@@ -255,9 +255,9 @@ func (h *Host) accept(w http.ResponseWriter, c *call, st *stage, body []byte, su
 		refuse(w, http.StatusConflict, failed)
 		return
 	}
-	undo := func() {}
+	undo, done := func() {}, func() {}
 	if m, ok := rd.state.(*maskRound); ok && m.rec != nil {
-		undo = m.rec.record(st.path, c.site, body)
+		undo, done = m.rec.record(st.path, c.site, body)
 	}
 	if err := add(); err != nil {
 		undo()
@@ -265,6 +265,7 @@ func (h *Host) accept(w http.ResponseWriter, c *call, st *stage, body []byte, su
 		refuse(w, status, err)
 		return
 	}
+	done()
 	rd.mu.Lock()
 	if rd.accepted != nil {
 		rd.accepted[key] = sum

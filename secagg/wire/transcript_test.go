@@ -1,11 +1,15 @@
 package wire
 
 import (
+	"errors"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
+	"sync"
 	"testing"
 
+	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/secagg"
 )
 
@@ -19,7 +23,7 @@ func TestReplayAgrees(t *testing.T) {
 	t.Parallel()
 	const dim = 300
 	w, th, p := roundOf(t, 5, HostOptions{}, "replay", dim)
-	if err := th.OpenRecorded(p, generous()); err != nil {
+	if err := th.OpenRecorded(p, generous(), nil); err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
@@ -40,7 +44,7 @@ func TestReplayAgrees(t *testing.T) {
 	if len(res.Dropped) != 1 || len(tr.Stages["masked"]) != 4 || len(tr.Stages["advert"]) != 5 {
 		t.Fatalf("dropped %v; the transcript holds %d masked inputs and %d adverts", res.Dropped, len(tr.Stages["masked"]), len(tr.Stages["advert"]))
 	}
-	again, err := Replay(p, tr)
+	again, err := Replay(p, tr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,12 +52,73 @@ func TestReplayAgrees(t *testing.T) {
 
 	// One bit of one masked input: another sum.
 	bad := tampered(tr, "masked", "hospital-c", func(b []byte) { b[len(b)-20] ^= 1 })
-	if other, err := Replay(p, bad); err == nil {
+	if other, err := Replay(p, bad, nil); err == nil {
 		sameResult(t, "the replay of a changed masked input", res, other, false)
 	}
 	// An unknown stage is refused.
-	if _, err := Replay(p, tampered(tr, "extra", "hospital-a", nil)); err == nil {
+	if _, err := Replay(p, tampered(tr, "extra", "hospital-a", nil), nil); err == nil {
 		t.Error("a transcript with an unknown stage replayed")
+	}
+}
+
+// TestReplayForwarded: a recorded round forwards each masked input as the
+// host accepts it to a "replaying node" (here an Accumulator in the test)
+// that sums them; one forward fails, so the transcript keeps that input's
+// bytes and names the others by hash. The replay from the transcript and
+// the forwarded sum gives the host's sum bit for bit; a forwarded sum
+// missing one input is refused.
+func TestReplayForwarded(t *testing.T) {
+	t.Parallel()
+	const dim = 200
+	w, th, p := roundOf(t, 4, HostOptions{}, "replay-forwarded", dim)
+	acc, err := secagg.NewAccumulator(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	hashes := map[string]content.Ref{}
+	fwd := func(site string, body []byte) error {
+		if site == "hospital-c" {
+			return errors.New("the replaying node is unreachable")
+		}
+		m, err := secagg.ParseMaskedInput(body)
+		if err != nil {
+			return err
+		}
+		if err := acc.Add(m); err != nil {
+			return err
+		}
+		mu.Lock()
+		hashes[site] = content.Hash(body)
+		mu.Unlock()
+		return nil
+	}
+	if err := th.OpenRecorded(p, generous(), fwd); err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	runs, _ := startSites(ctx, w, th, p, w.silos, rising(1), nil)
+	res, tr, err := th.WaitRecorded(ctx, p.Round)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitAll(t, runs)
+	if len(tr.Forwarded) != 3 || len(tr.Stages["masked"]) != 1 || tr.Stages["masked"]["hospital-c"] == nil {
+		t.Fatalf("forwarded %v, held %d masked inputs; want three forwarded and hospital-c's held", tr.Forwarded, len(tr.Stages["masked"]))
+	}
+	sum, _ := acc.Sum()
+	again, err := Replay(p, tr, &ForwardedSum{Sum: sum, Hashes: hashes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameResult(t, "the replay with forwarded inputs", res, again, true)
+	short := maps.Clone(hashes)
+	delete(short, "hospital-a")
+	if _, err := Replay(p, tr, &ForwardedSum{Sum: sum, Hashes: short}); err == nil {
+		t.Error("a forwarded sum missing an input replayed")
+	}
+	if _, err := Replay(p, tr, nil); err == nil {
+		t.Error("a transcript naming forwarded inputs replayed without them")
 	}
 }
 
