@@ -27,25 +27,29 @@ import (
 // computed by the leader, and once more by a second aggregator node
 // before anything is stored: the leader's host records the round's
 // transcript (every message its secure-aggregation server accepted,
-// wire.OpenRecorded), and as soon as the sum is open the leader sends the
-// transcript to a peer, which replays the secure sum on a server of its
-// own (wire.Replay) and runs the server step on it, while the leader runs
-// its own. Each node hashes the outcome (fl.RoundDigest) and signs its
-// digest; the round's result document cites both (fl.ReductionCheck).
-// Different digests stop the run with SC9107, before the next model is
-// stored or reported: nothing of that round becomes the global model.
+// wire.OpenRecorded; the masked inputs go to the checking peer as they
+// arrive, crosscheck_forward.go), and as soon as the sum is open the
+// leader sends the transcript to that peer, which replays the secure sum
+// on a server of its own (wire.Replay) and runs the server step on it,
+// while the leader runs its own. Each node hashes the outcome
+// (fl.RoundDigest) and signs its digest; the round's result document
+// cites both (fl.ReductionCheck). Different digests pause the run for a
+// person with SC9107, before the next model is stored or reported:
+// nothing of that round becomes the global model.
 //
 // A cluster of one node has no second node: its rounds are recorded
 // self-only. A threshold-he or hierarchical round has no transcript a
 // peer could replay (the partial decryptions and the children's partial
-// sums are not the host's to hand over): recorded unchecked.
+// sums are not the host's to hand over), and a round too large to
+// record is not recorded: both are recorded unchecked, saying why.
 
 // crossCheckPath is where an aggregator node recomputes a round for its
 // leader (aggregators only).
 const crossCheckPath = api.CrossCheckPath
 
-// crossCheckMax bounds a cross-check request: the transcript holds every
-// site's masked input (8 bytes a value) besides small messages.
+// crossCheckMax bounds a cross-check request: the transcript may hold
+// every site's masked input (8 bytes a value; when forwards failed)
+// besides small messages.
 const crossCheckMax = 1 << 30
 
 // crossCheckRequest is what the leader sends a peer: the round, by its
