@@ -82,13 +82,17 @@ func BenchmarkFLRoundProcesses(b *testing.B) {
 //	go test -run '^$' -bench FLRoundCrossCheck -benchtime 3x ./cmd/scellis/
 //
 // Metrics: the median round-ms of each (by the leader's replicated clock)
-// and checked/unchecked, the median of the iterations' ratios.
+// and checked/unchecked, the median of the iterations' ratios. Under
+// -short the runs are of two rounds.
 func BenchmarkFLRoundCrossCheck(b *testing.B) {
-	const rounds = 5
+	rounds := 5
+	if testing.Short() {
+		rounds = 2 // two federations start either way: keep CI's one pass short
+	}
 	plain := startFLBenchFederationEnv(b, 4, []string{testfault.Env + "=" + testfault.NoCrossCheck})
 	checked := startFLBenchFederation(b, 4)
 	var tPlain, tChecked []float64 // ms a round, per iteration
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / rounds }
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(rounds) }
 	for i := 0; i < b.N; i++ {
 		// In turns, and each first every other iteration: neither
 		// federation always runs right after the other's run.
