@@ -25,6 +25,10 @@ type nodeMetrics struct {
 	survivors prometheus.Histogram
 	dropped   prometheus.Counter
 	bytes     *prometheus.CounterVec
+	// checkInputs and checkWait: the cross-checked reduction
+	// (crosscheck.go) on the leader.
+	checkInputs *prometheus.CounterVec
+	checkWait   prometheus.Histogram
 }
 
 func newNodeMetrics(n *Node) *nodeMetrics {
@@ -55,8 +59,15 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scellis_data_plane_bytes_total", Help: "Bytes of request (in) and response (out) bodies on the data plane: blobs and secure aggregation.",
 		}, []string{"plane", "direction"}),
+		checkInputs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scellis_fl_cross_check_inputs_total", Help: "Masked inputs of cross-checked rounds, by how the checking peer got them: forwarded as they arrived, or held and sent with the transcript.",
+		}, []string{"how"}),
+		checkWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "scellis_fl_cross_check_wait_seconds", Help: "How long the leader waited, after its own server step, for the checking peer's digest of a round.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
 	}
-	m.reg.MustRegister(m.apply, m.rounds, m.roundTime, m.phaseTime, m.survivors, m.dropped, m.bytes, stateCollector{n})
+	m.reg.MustRegister(m.apply, m.rounds, m.roundTime, m.phaseTime, m.survivors, m.dropped, m.bytes, m.checkInputs, m.checkWait, stateCollector{n})
 	return m
 }
 

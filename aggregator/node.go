@@ -69,6 +69,9 @@ type Node struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
 	early  earlyCopies // members' uploads on their way to a second node (earlycopy.go)
+	// shadows are the sums of masked inputs forwarded here for the
+	// rounds this node checks (crosscheck_forward.go).
+	shadows shadowSums
 
 	reducing sync.Map // job ID → struct{}: a reduction in progress
 	// verifying: "job/shard/reports" → struct{}: a verdict in progress (verifier.go)
@@ -321,6 +324,8 @@ func Start(name string, id *identity.Identity, fed *identity.Federation, dataDir
 		return nil, err
 	}
 	mux.Handle("/blobs/", n.metrics.countPlane("blobs", n.copyEarly(blob.Handler(blobs, n.mayReadBlob))))
+	mux.HandleFunc("POST "+crossCheckPath, n.serveCrossCheck)
+	mux.HandleFunc("POST "+crossCheckMaskedPath, n.serveForwarded)
 	bodyTimeout := opt.BodyTimeout
 	if bodyTimeout <= 0 {
 		bodyTimeout = DefaultBodyTimeout

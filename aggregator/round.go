@@ -12,6 +12,7 @@ import (
 	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/script"
 	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/wire"
 )
 
 // runRound plans, hosts and reduces the next round of a run, as a
@@ -70,10 +71,16 @@ type roundRun struct {
 	opened    time.Time   // when the secure sum opened; zero before
 
 	// collect, unmask, reduce
-	sum     *secagg.Result
-	update  []float64
-	metrics map[string]float64
-	next    fl.Global
+	recorded   bool              // the secure sum keeps its transcript (crosscheck.go)
+	transcript *wire.Transcript  // and this is it
+	check      <-chan crossCheck // a peer's recomputation of the round, once asked
+	unmasked   time.Time         // when it was asked
+	unchecked  string            // why a round of a cluster is not recorded
+	checker    string            // the peer its masked inputs go to (crosscheck_forward.go)
+	sum        *secagg.Result
+	update     []float64
+	metrics    map[string]float64
+	next       fl.Global
 }
 
 // How a round attempt ends, told by the error its phase returns; any
@@ -93,11 +100,20 @@ type (
 		job    content.Ref
 		reason string
 	}
+	// roundHalt pauses the run at once, for a person to act (fl resume
+	// once the cause is fixed): two nodes computed different outcomes of
+	// the round (crosscheck.go), which retrying on the same nodes cannot
+	// settle.
+	roundHalt struct {
+		job    content.Ref
+		reason string
+	}
 )
 
 func (e roundStop) Error() string  { return "stop the run: " + e.reason }
 func (e roundRetry) Error() string { return "retry the round: " + e.reason }
 func (e roundFault) Error() string { return "retry the round (fault): " + e.reason }
+func (e roundHalt) Error() string  { return "pause the run: " + e.reason }
 
 // errNextPass ends an attempt with nothing to do now: the next pass of
 // the leader's duties looks at the run again.
@@ -121,6 +137,8 @@ func (rr *roundRun) finish(ctx context.Context, err error) error {
 		return n.retryRound(ctx, rr.st, e.job, true, e.reason)
 	case roundFault:
 		return n.retryFault(ctx, rr.st, e.job, e.reason)
+	case roundHalt:
+		return n.haltRound(ctx, rr.st, e.job, e.reason)
 	}
 	if err == errNextPass {
 		return nil

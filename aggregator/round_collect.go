@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/secagg"
 )
 
 // collect waits for the round's secure sum while the silos send their
@@ -23,7 +24,13 @@ func (rr *roundRun) collect(ctx context.Context) error {
 		go n.excuseDecliners(excuseCtx, rr.job, b.SecAgg.Round, &declines)
 		go n.excuseLapsed(excuseCtx, b.SecAgg.Round, rr.members)
 	}
-	sum, err := n.waitSum(ctx, b, rr.job)
+	var sum *secagg.Result
+	var err error
+	if rr.recorded {
+		sum, rr.transcript, err = n.sagg.WaitRecorded(ctx, b.SecAgg.Round)
+	} else {
+		sum, err = n.waitSum(ctx, b, rr.job)
+	}
 	stopExcusing()
 	if err == nil {
 		rr.sum = sum

@@ -7,6 +7,7 @@ import (
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/coordinator"
+	"github.com/scellis/scellis/secagg/wire"
 	"github.com/scellis/scellis/trust"
 )
 
@@ -36,7 +37,12 @@ func (rr *roundRun) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := n.openSum(&rr.bundle, rr.parentKey); err != nil {
+	rr.recorded, rr.unchecked = n.recordRound(&rr.bundle)
+	var fwd wire.Forwarder
+	if checker, ok := n.checkerOf(); ok && rr.recorded {
+		rr.checker, fwd = checker.Name, rr.forwarder(checker)
+	}
+	if err := n.openSum(&rr.bundle, rr.parentKey, rr.recorded, fwd); err != nil {
 		return rr.retry("round %d: secure aggregation cannot open: %v", r, err)
 	}
 	rr.opened, rr.job = time.Now(), jobID

@@ -11,12 +11,17 @@ import (
 	"github.com/scellis/scellis/fl"
 )
 
-// record stores the next model and the round's result document durably,
-// waits for the contributors' reports (flagging whoever did not), and
-// reports the result's hash for the round job (law 3: hashes only).
+// record checks the round's outcome against a peer's (crosscheck.go),
+// stores the next model and the round's result document durably, waits
+// for the contributors' reports (flagging whoever did not), and reports
+// the result's hash for the round job (law 3: hashes only).
 func (rr *roundRun) record(ctx context.Context) error {
 	n, st, sum := rr.n, rr.st, rr.sum
 	nb, err := rr.next.Encode()
+	if err != nil {
+		return err
+	}
+	check, err := rr.checkReduction(ctx, nb)
 	if err != nil {
 		return err
 	}
@@ -31,7 +36,7 @@ func (rr *roundRun) record(ctx context.Context) error {
 		Format: fl.RoundResultFormat, Run: st.ID, Round: rr.r, Job: rr.job, Bundle: rr.bref, Strategy: rr.rc.canon.Strategy,
 		Previous: rr.gref, Model: content.Hash(nb), Global: nb, Metrics: rr.metrics, Weight: sum.Weight,
 		Participants: contributors, Dropped: dropped, ErrorBound: sum.ErrorBound, SecAggRound: rr.bundle.SecAgg.Round,
-		Step: rr.step, Std: rr.std, Absent: slices.Sorted(slices.Values(rr.absentNames)),
+		Step: rr.step, Std: rr.std, Absent: slices.Sorted(slices.Values(rr.absentNames)), Check: check,
 	}
 	for _, p := range contributors {
 		if b, ok := rr.bundle.Base[p]; ok {

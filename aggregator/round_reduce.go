@@ -11,21 +11,16 @@ import (
 // global model (law 7: from the sum and the total weight only), or the
 // feature statistics; an evaluation step leaves the model as it is.
 func (rr *roundRun) reduce(ctx context.Context) error {
-	rr.next = rr.global
-	var err error
-	switch rr.step {
-	case fl.StepStats:
-		// Under DP the noised sums are made possible ones (post-processing,
-		// fl.StatsFromSums): noise never makes the step fail. What fails is
-		// a sum of no rows at all, and the silos would re-send the same
-		// sums (each caches what it released): retrying cannot help.
-		if rr.std, err = fl.StatsFromSums(rr.update, rr.metrics["rows"], rr.spec.StatsDP(len(rr.sum.Contributors))); err != nil {
-			return rr.stop("round %d: the feature statistics are unusable: %v", rr.r, err)
-		}
-	case fl.StepTrain:
-		if rr.next, err = fl.ServerStep(ctx, rr.env, rr.strat, rr.global, rr.update, rr.sum.Weight); err != nil {
-			return roundFault{rr.job, fmt.Sprintf("round %d: the server step failed: %v", rr.r, err)}
-		}
+	next, std, err := stepOutcome(ctx, rr.env, rr.strat, &rr.spec, rr.step, rr.global, rr.std, rr.update, rr.metrics, rr.sum)
+	switch {
+	case err != nil && rr.step == fl.StepStats:
+		// A sum of no rows at all fails, and the silos would re-send
+		// the same sums (each caches what it released): retrying
+		// cannot help.
+		return rr.stop("round %d: the feature statistics are unusable: %v", rr.r, err)
+	case err != nil:
+		return roundFault{rr.job, fmt.Sprintf("round %d: the server step failed: %v", rr.r, err)}
 	}
+	rr.next, rr.std = next, std
 	return nil
 }

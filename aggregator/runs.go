@@ -301,10 +301,22 @@ func (n *Node) retryFault(ctx context.Context, st coordinator.RunStatus, job con
 	return n.retryAttempt(ctx, st, job, true, false, reason)
 }
 
+// haltRound ends an attempt whose outcome cannot be trusted (the
+// cross-check failed): the run is paused at once, and waits for a person.
+func (n *Node) haltRound(ctx context.Context, st coordinator.RunStatus, job content.Ref, reason string) error {
+	return n.retryAttemptMax(ctx, st, job, true, false, reason, st.Failures+1)
+}
+
 // retryAttempt proposes RetryRound. The backoff doubles per failed attempt
 // and per automatic resume of the round (resume.go). A failure that heals
 // is not counted when this leader caused it (selfInflicted).
 func (n *Node) retryAttempt(ctx context.Context, st coordinator.RunStatus, job content.Ref, failed, heals bool, reason string) error {
+	return n.retryAttemptMax(ctx, st, job, failed, heals, reason, n.roundAttempts())
+}
+
+// retryAttemptMax is retryAttempt pausing the run after maxAttempts
+// failed attempts in a row.
+func (n *Node) retryAttemptMax(ctx context.Context, st coordinator.RunStatus, job content.Ref, failed, heals bool, reason string, maxAttempts int) error {
 	if len(reason) > 1000 {
 		reason = reason[:1000]
 	}
@@ -319,7 +331,7 @@ func (n *Node) retryAttempt(ctx context.Context, st coordinator.RunStatus, job c
 	}
 	res, err := n.Apply(ctx, coordinator.RetryRound{
 		Run: st.ID, Round: len(st.Models), Job: job, Reason: reason, Failed: failed, Heals: heals,
-		MaxAttempts: n.roundAttempts(), RetryAt: retryAt.UnixMilli(), Now: now.UnixMilli(),
+		MaxAttempts: maxAttempts, RetryAt: retryAt.UnixMilli(), Now: now.UnixMilli(),
 	})
 	if err != nil {
 		return err

@@ -348,6 +348,13 @@ func TestRunTwoRoundsOverTheNetwork(t *testing.T) {
 	if !slices.Equal(r1.Participants, p.silos) || len(r1.Dropped) != 0 || r1.Metrics["examples"] != float64(3*120) {
 		t.Errorf("round 1: participants %v dropped %v metrics %v", r1.Participants, r1.Dropped, r1.Metrics)
 	}
+	// A cluster of one node: no second node recomputed the rounds, and
+	// each result says so, citing the one node's signed digest.
+	for _, r := range []*fl.RoundResult{r0, r1} {
+		if c := r.Check; c == nil || c.Mode != fl.SelfOnly || len(c.Nodes) != 1 || c.Nodes[0].Node != p.node.Self.Name || c.Nodes[0].Digest == "" {
+			t.Errorf("round %d of a one-node cluster: check %+v, want self-only with this node's digest", r.Round, c)
+		}
+	}
 	if r0.Metrics["loss"] <= r1.Metrics["loss"] {
 		t.Errorf("loss did not drop: %v then %v", r0.Metrics["loss"]/r0.Metrics["examples"], r1.Metrics["loss"]/r1.Metrics["examples"])
 	}

@@ -16,7 +16,10 @@ import (
 // The scheme changes only how the sum is formed; the round flow around it
 // is the same.
 
-func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey) error {
+// openSum opens the round's secure sum on this node's host; recorded
+// keeps a masking round's transcript for its cross-check (crosscheck.go),
+// forwarding its masked inputs with fwd (crosscheck_forward.go).
+func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey, recorded bool, fwd wire.Forwarder) error {
 	if b.SubCohorts != nil {
 		cohorts := make([]secagg.Params, len(b.SubCohorts))
 		for i, sc := range b.SubCohorts {
@@ -26,6 +29,9 @@ func (n *Node) openSum(b *fl.RoundBundle, parent *ecdh.PrivateKey) error {
 	}
 	if b.HE != nil {
 		return n.sagg.OpenHE(b.HE.Params, n.opt.SecAgg)
+	}
+	if recorded {
+		return n.sagg.OpenRecorded(b.SecAgg, n.siloRoundDeadlines(), fwd)
 	}
 	return n.sagg.Open(b.SecAgg, n.siloRoundDeadlines())
 }

@@ -1156,6 +1156,28 @@ func (c *Client) PutBlobTo(ctx context.Context, base string, b []byte) error {
 	return err
 }
 
+// PostCBORTo posts body (canonical CBOR) to path on the node at base and
+// returns its CBOR answer, in one attempt under ctx: the aggregators'
+// calls to one another that are not blobs (a round's cross-check). A
+// node's refusal with diagnostics is returned as the diag.List.
+func (c *Client) PostCBORTo(ctx context.Context, base, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", base+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/cbor")
+	req.ContentLength = int64(len(body))
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	if err := readResponse(resp, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Join adds an aggregator member to the Raft voters.
 func (c *Client) Join(ctx context.Context, member string) error {
 	return c.do(ctx, "POST", "/v1/cluster/join", MemberRequest{Member: member}, nil)

@@ -31,8 +31,9 @@ var (
 )
 
 // Endpoints lists every route an aggregator serves, with who may call it:
-// the control plane (Handler) and the blob endpoint (blob.Handler, mounted
-// by the aggregator with BlobReadable deciding reads of result bytes).
+// the control plane (Handler), the blob endpoint (blob.Handler, mounted
+// by the aggregator with BlobReadable deciding reads of result bytes) and
+// a training round's cross-check (CrossCheckPath).
 // docs/api.md and SECURITY.md list the same table; a test keeps them true.
 func Endpoints() []Endpoint {
 	return []Endpoint{
@@ -70,8 +71,20 @@ func Endpoints() []Endpoint {
 		{"PUT", "/blobs/{ref}", nil},
 		{"POST", "/blobs/batch", nil},
 		{"GET", "/blobs/{ref}", nil},
+		{"POST", CrossCheckPath, []identity.Role{identity.Aggregator}},
+		{"POST", CrossCheckMaskedPath, []identity.Role{identity.Aggregator}},
 	}
 }
+
+// CrossCheckPath is where an aggregator node recomputes a training round
+// for its leader (the cross-checked reduction, aggregator/crosscheck.go):
+// served by the aggregator beside the control plane, to other
+// aggregators only.
+const CrossCheckPath = "/rounds/cross-check"
+
+// CrossCheckMaskedPath is where that node takes the round's masked inputs
+// as the leader's host accepts them, to sum them itself.
+const CrossCheckMaskedPath = "/rounds/cross-check/masked"
 
 // routes maps each control-plane endpoint to its handler; reads of the
 // local replica go through read (refused when the node is cut off).

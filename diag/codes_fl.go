@@ -8,6 +8,7 @@ var (
 	FLUnprotected   = define("SC9104", "record-level DP: update released without DP-SGD training")
 	FLBadPrivacy    = define("SC9105", "invalid privacy parameters for a client step")
 	FLBadSimulation = define("SC9106", "invalid federated simulation options")
+	FLCrossCheck    = define("SC9107", "two aggregator nodes computed different outcomes of a training round")
 )
 
 // Models: model files, their evaluation and the data they are scored on (SC94xx).

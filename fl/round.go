@@ -198,7 +198,80 @@ type RoundResult struct {
 	// staleness (server steps since the version it trained from); silos
 	// that trained from the current global are absent.
 	Staleness map[string]int `cbor:"staleness,omitempty" json:"staleness,omitempty"`
+	// Check is how the round's reduction — the unmasking of its sum and
+	// its server step — was checked by a second aggregator node
+	// (docs/fl.md, "The cross-checked reduction").
+	Check *ReductionCheck `cbor:"check,omitempty" json:"check,omitempty"`
 }
+
+// How a round's reduction was checked (ReductionCheck.Mode).
+const (
+	// CrossChecked: a second aggregator node replayed the round's secure
+	// sum from its transcript and ran the server step itself; both
+	// nodes' digests of the outcome are equal and both are cited.
+	CrossChecked = "cross-checked"
+	// SelfOnly: the cluster has one aggregator node; no second node
+	// could recompute the round, and only its own digest is cited.
+	SelfOnly = "self-only"
+	// Unchecked: a round whose sum no second node can replay
+	// (threshold-he, a hierarchical round); only the leader's digest is
+	// cited.
+	Unchecked = "unchecked"
+)
+
+// ReductionCheck is the cross-check of a round's reduction: the nodes
+// that computed the round's outcome (the leader first) and the digest
+// each got, signed.
+type ReductionCheck struct {
+	Mode  string      `cbor:"mode" json:"mode"`
+	Note  string      `cbor:"note,omitempty" json:"note,omitempty"` // why not cross-checked
+	Nodes []CheckNode `cbor:"nodes" json:"nodes"`
+}
+
+// CheckNode is one node's computation of a round's outcome: its digest
+// (RoundDigest's hash), signed with the node's identity key over
+// CheckStatement.
+type CheckNode struct {
+	Node   string      `cbor:"node" json:"node"`
+	Key    string      `cbor:"key" json:"key"`
+	Digest content.Ref `cbor:"digest" json:"digest"`
+	Sig    []byte      `cbor:"sig" json:"sig"`
+}
+
+// CheckStatement is what a node signs for its digest of a round
+// (identity.PurposeRoundCheck).
+type CheckStatement struct {
+	Format string      `cbor:"format"`
+	Run    content.Ref `cbor:"run"`
+	Round  int         `cbor:"round"`
+	Bundle content.Ref `cbor:"bundle"`
+	Node   string      `cbor:"node"`
+	Digest content.Ref `cbor:"digest"`
+}
+
+// CheckStatementFormat versions CheckStatement.
+const CheckStatementFormat = "scellis/round-check/v1"
+
+// RoundDigest is what two nodes compare of a round's outcome, bit for
+// bit: the sum the secure aggregation opened (the hash of its float64
+// bits), who it holds, and what the round's step made of it — the next
+// model, and for the statistics step the standardisation.
+type RoundDigest struct {
+	Format       string           `cbor:"format"`
+	Run          content.Ref      `cbor:"run"`
+	Round        int              `cbor:"round"`
+	Bundle       content.Ref      `cbor:"bundle"`
+	Sum          content.Ref      `cbor:"sum"`
+	Weight       float64          `cbor:"weight"`
+	ErrorBound   float64          `cbor:"error_bound"`
+	Contributors []string         `cbor:"contributors"`
+	Dropped      []string         `cbor:"dropped"`
+	Model        content.Ref      `cbor:"model"`
+	Std          *Standardization `cbor:"std,omitempty"`
+}
+
+// RoundDigestFormat versions RoundDigest.
+const RoundDigestFormat = "scellis/round-digest/v1"
 
 // RoundResultFormat versions RoundResult.
 const RoundResultFormat = "scellis/round-result/v1"

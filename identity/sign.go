@@ -67,6 +67,10 @@ const (
 	// PurposeModelFile signs a model file an aggregator node assembled
 	// from its replica of a run (fl.ModelFile's attestation).
 	PurposeModelFile Purpose = "scellis/model-file/v1"
+	// PurposeRoundCheck signs an aggregator node's digest of a training
+	// round's outcome, computed by itself (fl.CheckStatement): the
+	// cross-checked reduction.
+	PurposeRoundCheck Purpose = "scellis/round-check/v1"
 )
 
 func (p Purpose) valid() bool { return len(p) > 0 && len(p) <= 255 }

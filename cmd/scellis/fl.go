@@ -270,7 +270,7 @@ func watchRun(ctx context.Context, c *api.Client, fed *identity.Federation, id c
 		if shown < len(st.Models) {
 			steps, err := rd.Steps(ctx, st, shown)
 			for _, s := range steps {
-				printStep(w, s.Summary)
+				printCheckedStep(w, s.Summary, s.Result.Check)
 				shown++
 			}
 			if err != nil {
@@ -293,14 +293,31 @@ func watchRun(ctx context.Context, c *api.Client, fed *identity.Federation, id c
 	}
 }
 
-// printStep prints one step: a JSON line, or a row of the table.
-func printStep(w io.Writer, row fl.RoundSummary) {
+// printCheckedStep prints one step of a live run with how its reduction
+// was checked (docs/fl.md, "The cross-checked reduction"): a JSON line
+// with "check", or the row and, under it, the nodes that computed it.
+func printCheckedStep(w io.Writer, row fl.RoundSummary, chk *fl.ReductionCheck) {
 	if jsonOutput {
-		b, _ := json.Marshal(row)
+		b, _ := json.Marshal(struct {
+			fl.RoundSummary
+			Check *fl.ReductionCheck `json:"check,omitempty"`
+		}{row, chk})
 		fmt.Fprintln(w, string(b))
 		return
 	}
 	printRoundRow(w, row)
+	if chk == nil {
+		return
+	}
+	var nodes []string
+	for _, n := range chk.Nodes {
+		nodes = append(nodes, n.Node+" "+n.Digest.Short())
+	}
+	note := ""
+	if chk.Note != "" {
+		note = ": " + chk.Note
+	}
+	fmt.Fprintf(w, "%5s  reduction %s (%s)%s\n", "", chk.Mode, strings.Join(nodes, ", "), note)
 }
 
 // endWatch reports how a run ended: the final JSON record or a summary,

@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/internal/testfault"
 )
 
 // Federated rounds as a user runs them, against the same rounds in plain
@@ -69,6 +71,70 @@ func BenchmarkFLRoundProcesses(b *testing.B) {
 	}
 }
 
+// BenchmarkFLRoundCrossCheck is what the cross-checked reduction adds to
+// a round (docs/fl.md, "The cross-checked reduction"): two federations
+// of BenchmarkFLRoundProcesses' silos=4 layout, side by side in this
+// run, one whose aggregators lead their rounds as before the check
+// (testfault.NoCrossCheck: no transcript, no peer's recomputation), the
+// other cross-checking every round; each iteration runs the same spec on
+// both, in turns (the first alternating).
+//
+//	go test -run '^$' -bench FLRoundCrossCheck -benchtime 3x ./cmd/scellis/
+//
+// Metrics: the median round-ms of each (by the leader's replicated clock)
+// and checked/unchecked, the median of the iterations' ratios. Under
+// -short the runs are of two rounds.
+func BenchmarkFLRoundCrossCheck(b *testing.B) {
+	rounds := 5
+	if testing.Short() {
+		rounds = 2 // two federations start either way: keep CI's one pass short
+	}
+	plain := startFLBenchFederationEnv(b, 4, []string{testfault.Env + "=" + testfault.NoCrossCheck})
+	checked := startFLBenchFederation(b, 4)
+	var tPlain, tChecked []float64 // ms a round, per iteration
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 / float64(rounds) }
+	for i := 0; i < b.N; i++ {
+		// In turns, and each first every other iteration: neither
+		// federation always runs right after the other's run.
+		order := []*flBenchFederation{plain, checked}
+		if i%2 == 1 {
+			order[0], order[1] = checked, plain
+		}
+		for _, f := range order {
+			f.runs++
+			d := ms(f.runOne(b, f.writeSpec(rounds), rounds))
+			if f == plain {
+				tPlain = append(tPlain, d)
+			} else {
+				tChecked = append(tChecked, d)
+			}
+		}
+	}
+	// Medians, and the median of each iteration's pair's ratio: on a
+	// machine shared with other work a burst of load lands on one run of
+	// a pair, and a mean would carry it.
+	ratios := make([]float64, len(tPlain))
+	for i := range tPlain {
+		ratios[i] = tChecked[i] / tPlain[i]
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(median(tPlain), "unchecked-round-ms")
+	b.ReportMetric(median(tChecked), "checked-round-ms")
+	b.ReportMetric(median(ratios), "checked/unchecked")
+}
+
+// median is the middle value of xs (the mean of the two middle ones).
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s) == 0 {
+		return 0
+	}
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
 type flBenchFederation struct {
 	c    *cluster
 	data string // the sites' CSVs, one per silo, named after it
@@ -76,6 +142,12 @@ type flBenchFederation struct {
 }
 
 func startFLBenchFederation(b testing.TB, silos int) *flBenchFederation {
+	return startFLBenchFederationEnv(b, silos, nil)
+}
+
+// startFLBenchFederationEnv starts the federation with aggEnv added to
+// its aggregators' environment.
+func startFLBenchFederationEnv(b testing.TB, silos int, aggEnv []string) *flBenchFederation {
 	dir := b.TempDir()
 	port := consecutivePorts(b, 6)
 	mustRun(b, scellisCmd(b, dir, "federation", "init", "--dir", dir, "--aggregators", "3", "--silos", strconv.Itoa(silos),
@@ -85,7 +157,10 @@ func startFLBenchFederation(b testing.TB, silos int) *flBenchFederation {
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		b.Fatal(err)
 	}
-	c := &cluster{t: b, dir: dir, aggs: []string{"agg-1", "agg-2", "agg-3"}, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}
+	c := &cluster{t: b, dir: dir, aggs: []string{"agg-1", "agg-2", "agg-3"}, procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}, env: map[string][]string{}}
+	for _, a := range c.aggs {
+		c.env[a] = aggEnv
+	}
 	b.Cleanup(c.stopAll)
 	gen, err := filepath.Glob(filepath.Join(dir, "gen", "hospital-*.csv")) // sorted; numbered with zeros to sort
 	if err != nil || len(gen) != silos {

@@ -62,6 +62,18 @@ const (
 	// charges or sends anything. Armed as "forge-round-bundle:JOB:MARKER";
 	// fires once across every process armed with the same MARKER.
 	ForgeRoundBundle = "forge-round-bundle"
+	// SkewCrossCheck: an aggregator that recomputes a training round for
+	// its leader (the cross-checked reduction) adds one ulp to the first
+	// value of the sum it unmasked before its server step — a node whose
+	// arithmetic is faulty. Its digest differs from the leader's, and the
+	// leader stops the run (SC9107). The leader's own computation is not
+	// touched, so every aggregator of a cluster may be armed.
+	SkewCrossCheck = "skew-cross-check"
+	// NoCrossCheck: an aggregator leads its training rounds as before
+	// the cross-checked reduction (unrecorded, recorded "unchecked"):
+	// the baseline BenchmarkFLRoundCrossCheck measures the check against,
+	// in the same run.
+	NoCrossCheck = "no-cross-check"
 )
 
 // enabled is "yes" in test builds only (set by the linker).

@@ -35,7 +35,9 @@
 // canonical CBOR bytes — and every message is accepted only from the site
 // it names, as authenticated by its TLS key. Nothing here unmasks,
 // decrypts, logs or stores an individual input; the sum is released only
-// after the state machine opened it. docs/secagg.md ("Over the network")
+// after the state machine opened it. A recorded round (transcript.go)
+// keeps the messages as they arrived — masked inputs are masked — for
+// another aggregator node to replay the round. docs/secagg.md ("Over the network")
 // has the endpoints and the contract with the silo's privacy ledger.
 //
 // It may import the standard library, diag, content, identity, secagg,

@@ -176,7 +176,7 @@ func (h *Host) post(sch *scheme, st *stage) http.HandlerFunc {
 			c.gone(w)
 			return
 		}
-		h.accept(w, c, st, sum, add)
+		h.accept(w, c, st, body, sum, add)
 	}
 }
 
@@ -238,7 +238,7 @@ func readLimited(w http.ResponseWriter, r *http.Request, subject, what string, l
 // a resend of one accepted (then 204 again). One post of a site's stage is
 // added at a time, so a resend that arrives while the first copy is being
 // added waits for it.
-func (h *Host) accept(w http.ResponseWriter, c *call, st *stage, sum [32]byte, add func() error) {
+func (h *Host) accept(w http.ResponseWriter, c *call, st *stage, body []byte, sum [32]byte, add func() error) {
 	rd, key := c.rd, acceptKey{c.site, st.path}
 	kl := rd.postLock(key)
 	kl.Lock()
@@ -255,11 +255,17 @@ func (h *Host) accept(w http.ResponseWriter, c *call, st *stage, sum [32]byte, a
 		refuse(w, http.StatusConflict, failed)
 		return
 	}
+	undo, done := func() {}, func() {}
+	if m, ok := rd.state.(*maskRound); ok && m.rec != nil {
+		undo, done = m.rec.record(st.path, c.site, body)
+	}
 	if err := add(); err != nil {
+		undo()
 		status, err := refusal(c, st, err)
 		refuse(w, status, err)
 		return
 	}
+	done()
 	rd.mu.Lock()
 	if rd.accepted != nil {
 		rd.accepted[key] = sum

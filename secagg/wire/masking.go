@@ -102,6 +102,8 @@ type maskRound struct {
 	// relayed: a sub-cohort of a hierarchical round (Params.Parent); it
 	// ends with partial, the masked sum for the parent (hier.go).
 	relayed bool
+	// rec keeps the round's transcript (OpenRecorded); nil: not recorded.
+	rec *recorder
 
 	// Under rd.mu: the outcome, until it is taken; resultCBOR is the
 	// sum's encoding, made on the first GET result only (the reducer on

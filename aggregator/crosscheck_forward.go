@@ -1,0 +1,213 @@
+package aggregator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/scellis/scellis/api"
+	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/fl"
+	"github.com/scellis/scellis/identity"
+	"github.com/scellis/scellis/secagg"
+	"github.com/scellis/scellis/secagg/wire"
+)
+
+// Forwarded masked inputs. A recorded round would hold every site's
+// masked input until its sum is open, and the peer that checks it would
+// receive and hold them all again. Instead the leader's host forwards
+// each masked input to the round's checker as it accepts it (the mask
+// phase, while the other sites still train and send), and the checker
+// adds it into a sum of its own (secagg.Accumulator), keeping one vector
+// per round; the transcript names the forwarded inputs by hash, and
+// carries only those a forward failed for. The checker then replays the
+// round with its own sum of the inputs (wire.Replay): the accumulation is
+// recomputed too, and neither node holds more than the accumulator.
+
+// crossCheckMaskedPath is where the checker takes a forwarded masked
+// input (aggregators only).
+const crossCheckMaskedPath = api.CrossCheckMaskedPath
+
+// forwardedInput is one forwarded masked input: the round, by its bundle,
+// and the site's masked input as the host accepted it.
+type forwardedInput struct {
+	Run    content.Ref `cbor:"run"`
+	Round  int         `cbor:"round"`
+	Bundle content.Ref `cbor:"bundle"`
+	Site   string      `cbor:"site"`
+	Masked []byte      `cbor:"masked"`
+}
+
+// shadowKeep is how long a checker keeps the sum of a round's forwarded
+// inputs for the round's cross-check (a round abandoned by its leader
+// never asks).
+const shadowKeep = 30 * time.Minute
+
+// shadowSums are a checker's sums of forwarded inputs, by round bundle.
+type shadowSums struct {
+	mu sync.Mutex
+	m  map[content.Ref]*shadowSum
+}
+
+type shadowSum struct {
+	acc    *secagg.Accumulator
+	mu     sync.Mutex
+	hashes map[string]content.Ref
+	at     time.Time
+}
+
+// checkerOf is the peer that checks this node's rounds first: the first
+// other aggregator of the federation file.
+func (n *Node) checkerOf() (identity.Member, bool) {
+	for _, m := range n.fed.ByRole(identity.Aggregator) {
+		if m.Name != n.Self.Name {
+			return m, true
+		}
+	}
+	return identity.Member{}, false
+}
+
+// forwarder forwards the round's masked inputs to checker. Once a
+// forward failed, the round's later inputs are held at once (the
+// transcript carries them): a checker that is down or cut off costs a
+// round one forward's deadline at most, not one per site.
+func (rr *roundRun) forwarder(checker identity.Member) wire.Forwarder {
+	n := rr.n
+	var failed atomic.Bool
+	return func(site string, body []byte) (err error) {
+		if failed.Load() {
+			return errors.New("an earlier forward of the round failed")
+		}
+		defer func() {
+			if err != nil {
+				failed.Store(true)
+			}
+		}()
+		b, err := content.Encode(&forwardedInput{Run: rr.st.ID, Round: rr.r, Bundle: rr.bref, Site: site, Masked: body})
+		if err != nil {
+			return err
+		}
+		life := n.early.life
+		if life == nil {
+			life = context.Background()
+		}
+		ctx, cancel := context.WithTimeout(life, 10*time.Second)
+		defer cancel()
+		_, err = n.peerClient.PostCBORTo(ctx, "https://"+checker.Address, crossCheckMaskedPath, b)
+		return err
+	}
+}
+
+// serveForwarded adds a forwarded masked input to its round's sum here.
+func (n *Node) serveForwarded(w http.ResponseWriter, r *http.Request) {
+	if !n.aggregatorOnly(w, r, crossCheckMaskedPath) {
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, crossCheckMax))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
+		return
+	}
+	var in forwardedInput
+	if err := content.Decode(raw, &in); err != nil {
+		http.Error(w, fmt.Sprintf("not a forwarded masked input: %v", err), http.StatusBadRequest)
+		return
+	}
+	sh, err := n.shadow(r.Context(), in)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	m, err := secagg.ParseMaskedInput(in.Masked)
+	if err == nil && m.From != in.Site {
+		err = fmt.Errorf("the masked input of %q is from %q", in.Site, m.From)
+	}
+	if err == nil {
+		err = sh.acc.Add(m)
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	sh.mu.Lock()
+	sh.hashes[in.Site] = content.Hash(in.Masked)
+	sh.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// shadow is the sum of the forwarded inputs of in's round, made at its
+// first input from the round's bundle (stored on two nodes before the
+// round opened).
+func (n *Node) shadow(ctx context.Context, in forwardedInput) (*shadowSum, error) {
+	s := &n.shadows
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sh, ok := s.m[in.Bundle]; ok {
+		return sh, nil
+	}
+	bb, err := n.fetchBlob(ctx, in.Bundle)
+	if err != nil {
+		return nil, err
+	}
+	var b fl.RoundBundle
+	if err := content.Decode(bb, &b); err != nil || b.Run != in.Run || b.Round != in.Round {
+		return nil, fmt.Errorf("bundle %s is not round %d of run %s (%v)", in.Bundle.Short(), in.Round, in.Run.Short(), err)
+	}
+	if s.m == nil {
+		s.m = map[content.Ref]*shadowSum{}
+	}
+	for k, v := range s.m {
+		if time.Since(v.at) > shadowKeep {
+			delete(s.m, k)
+		}
+	}
+	acc, err := secagg.NewAccumulator(b.SecAgg)
+	if err != nil {
+		return nil, err
+	}
+	sh := &shadowSum{acc: acc, hashes: map[string]content.Ref{}, at: time.Now()}
+	s.m[in.Bundle] = sh
+	return sh, nil
+}
+
+// takeShadow takes the forwarded inputs' sum of a round, by its bundle,
+// for its replay.
+func (n *Node) takeShadow(bundle content.Ref) (*wire.ForwardedSum, bool) {
+	s := &n.shadows
+	s.mu.Lock()
+	sh, ok := s.m[bundle]
+	delete(s.m, bundle)
+	s.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	sum, _ := sh.acc.Sum()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return &wire.ForwardedSum{Sum: sum, Hashes: sh.hashes}, true
+}
+
+// aggregatorOnly refuses a caller that is not an aggregator (SC7108, as
+// every endpoint refuses a role).
+func (n *Node) aggregatorOnly(w http.ResponseWriter, r *http.Request, path string) bool {
+	m, ok := n.fed.PeerFromRequest(r)
+	if !ok {
+		http.Error(w, "not a federation member", http.StatusUnauthorized)
+		return false
+	}
+	i := slices.IndexFunc(api.Endpoints(), func(e api.Endpoint) bool { return e.Path == path })
+	if e := api.Endpoints()[i]; !e.Allows(m.Role) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		diag.RenderJSON(w, diag.List{api.Forbidden(m, e)})
+		return false
+	}
+	return true
+}
