@@ -10,6 +10,7 @@ import (
 	"go.starlark.net/starlark"
 
 	"github.com/scellis/scellis/diag"
+	"github.com/scellis/scellis/internal/memlimit"
 )
 
 // The memory guard.
@@ -72,7 +73,10 @@ import (
 // process under an OS limit (RLIMIT_AS or a cgroup's memory.max); this
 // guard is the in-process layer.
 type memGuard struct {
-	limit     uint64
+	limit uint64
+	// lowered: the call's budget was cut to what the process's memory
+	// limit leaves (memlimit.Room; an address-space limit, ulimit -v).
+	lowered   bool
 	est       uint64 // bytes: last audit plus reservations since
 	nextAudit uint64 // step count of the next scheduled audit
 	auditedAt uint64 // step count of the last audit
@@ -103,8 +107,17 @@ var (
 )
 
 func (g *memGuard) start(limit uint64) {
-	g.limit = limit
 	g.slack = backstopSlack
+	// Under an address-space limit the process may not be able to hold
+	// the job's budget at all: the runtime would die of it (fatal error:
+	// out of memory) before the guard could stop the call. The budget is
+	// then what the limit leaves, and the backstop's slack a quarter of
+	// that, so the call stops with SC2005 instead.
+	if room := memlimit.Room(); room < limit {
+		limit, g.lowered = room, true
+		g.slack = min(g.slack, room/4)
+	}
+	g.limit = limit
 	g.nextAudit = auditMinSteps
 	// The baseline is the larger of the live heap at the last GC and the
 	// heap's current objects (live plus unswept garbage): the first may be
@@ -228,7 +241,7 @@ func (st *callState) audit() bool {
 	g.auditedAt = st.thread.Steps
 	g.nextAudit = st.thread.Steps + auditGap(bytes, g.limit, nodes)
 	if bytes > g.limit {
-		st.stop(stopMemory, fmt.Sprintf("the values it holds take about %s, over the budget of %s", mib(bytes), mib(g.limit)))
+		st.stop(stopMemory, fmt.Sprintf("the values it holds take about %s, over the budget of %s", mib(bytes), g.budget()))
 		return false
 	}
 	return true
@@ -259,12 +272,20 @@ func (st *callState) reserve(n uint64, what string) error {
 		g.est = bytes
 		if g.est+n > g.limit {
 			return diag.New(diag.MemoryBudget, "", "%s needs %s; with the %s already held that is over the budget of %s",
-				what, mib(n), mib(g.est), mib(g.limit)).
+				what, mib(n), mib(g.est), g.budget()).
 				WithHelp("raise limits.memory_mb in the job or work in smaller pieces")
 		}
 	}
 	g.est += n
 	return nil
+}
+
+// budget names the call's budget, and why when it is not the job's.
+func (g *memGuard) budget() string {
+	if g.lowered {
+		return mib(g.limit) + " (what this process's memory limit leaves, from its address-space limit, ulimit -v)"
+	}
+	return mib(g.limit)
 }
 
 func mib(n uint64) string {

@@ -20,8 +20,10 @@ const addressSpaceKiB = 1_000_000
 // out-of-memory: under an address-space limit, a receipt export of empty
 // objects, one of whole receipts too many to hold, train-eval and model
 // eval on a CSV of 10^6 columns and on one of 50,000 columns with more rows
-// than fit, and a model file of 20 million parameters, all through the real
-// binary.
+// than fit, a model file of 20 million parameters, and a program whose
+// list grows without end, all through the real binary. (A string doubled
+// in one step can still outrun the guard: one operation allocates before
+// any check, script/memguard.go.)
 func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 	if testing.Short() {
 		t.Skip("writes about 110 MB of inputs")
@@ -124,11 +126,21 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 	// once on a loaded machine): either is the diagnostic this test asks
 	// for, and which one depends on the runtime's reservations at start.
 	const wideCodes = "SC3007|SC1206"
+	// A program whose list grows past what the limit leaves: the call's
+	// memory budget is lowered to that room, so the guard stops it
+	// (SC2005) before the runtime would die of it.
+	write("grow.star", func(w *bufio.Writer) {
+		w.WriteString("def run(params, inputs):\n    x = []\n    for i in range(200000000):\n        x.append(i)\n    return {\"n\": len(x)}\n")
+	})
+	write("grow.yaml", func(w *bufio.Writer) {
+		w.WriteString("name: grow\nprogram: ./grow.star\npartitioner: {use: items, params: {items: [{a: 1}]}}\nreducer: concat\n")
+	})
 	for _, c := range []struct {
 		args []string
 		code string
 	}{
 		{[]string{"receipts", "verify", "--file", "empty.json"}, "SC7014"},
+		{[]string{"run", "grow.yaml", "--out", "out-grow"}, "SC2005"},
 		{[]string{"receipts", "verify", "--file", "receipts.json"}, "SC1206"},
 		{[]string{"run", "wide.yaml", "--out", "out-wide"}, wideCodes},
 		{[]string{"model", "eval", "model.json", "--data", "wide.csv"}, wideCodes},

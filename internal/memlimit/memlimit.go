@@ -113,6 +113,17 @@ func Fits(need int64) bool {
 	return inUse()+need <= room
 }
 
+// Room is how many more bytes the process may hold within its soft
+// memory limit, with a tenth of the limit kept for the rest of the
+// process (as Fits counts); math.MaxUint64 without a limit.
+func Room() uint64 {
+	lim := Limit()
+	if lim == math.MaxInt64 {
+		return math.MaxUint64
+	}
+	return uint64(max(lim-lim/10-inUse(), 0))
+}
+
 // TooLarge is the diagnostic of an input that does not fit: file names the
 // input, held says how much of it was read, help what to do besides
 // giving the process more memory.
