@@ -167,9 +167,30 @@ func (h *Host) WaitRecorded(ctx context.Context, round string) (*secagg.Result, 
 // ends the host's round ran (maskRound.run), the last being Finish.
 var phaseEnds = map[string]func(*secagg.Server) error{
 	"advert":    func(s *secagg.Server) error { _, err := s.EndAdvertise(); return err },
+	pathReveal:  func(s *secagg.Server) error { _, err := s.EndReveal(); return err },
 	"shares":    func(s *secagg.Server) error { _, err := s.EndShare(); return err },
 	"masked":    func(s *secagg.Server) error { _, err := s.EndMask(); return err },
 	"signature": func(s *secagg.Server) error { _, err := s.EndConsistency(); return err },
+}
+
+// pathReveal is the path of a sparse SecAgg+ round's graph reveals.
+const pathReveal = "reveal"
+
+// replayOrder is masking's stages in the order a round runs them: the
+// graph reveals come right after the adverts (secagg.PhaseReveal), though
+// the scheme lists that stage last.
+func replayOrder() []stage {
+	var order []stage
+	for _, st := range masking.stages {
+		if st.path != pathReveal {
+			order = append(order, st)
+		}
+		if st.path == "advert" {
+			i := slices.IndexFunc(masking.stages, func(s stage) bool { return s.path == pathReveal })
+			order = append(order, masking.stages[i])
+		}
+	}
+	return order
 }
 
 // ForwardedSum is what the replaying node made of the masked inputs
@@ -203,7 +224,10 @@ func Replay(p secagg.Params, t *Transcript, fs *ForwardedSum) (*secagg.Result, e
 		return nil, err
 	}
 	state := &maskRound{srv: srv}
-	for _, st := range masking.stages {
+	for _, st := range replayOrder() {
+		if st.path == pathReveal && len(t.Stages[st.path]) == 0 && srv.Phase() != secagg.PhaseReveal {
+			continue // not a sparse SecAgg+ round: no graph to reveal
+		}
 		msgs := t.Stages[st.path]
 		for _, site := range slices.Sorted(maps.Keys(msgs)) {
 			from, add, err := st.parse(state, msgs[site])
