@@ -179,14 +179,25 @@ func (s *Server) fail(err error) error {
 	return err
 }
 
-// sender checks that id belongs to the set a phase takes messages from, and
-// has not sent one already.
-func (s *Server) sender(kind, id string, in func(string) bool, seen bool) error {
+// admit runs, in order, the checks every client message of a phase passes
+// before its own: the server is in phase want and the message is of this
+// round (enter); the message is well formed (validate, when there is one);
+// its sender id belongs to the set the phase takes messages from (in) and
+// has not sent one already (seen). Called with s.mu held.
+func (s *Server) admit(kind string, want Phase, round string, validate func() error, id string, in, seen func(id string) bool) error {
+	if err := s.enter(kind, want, round); err != nil {
+		return err
+	}
+	if validate != nil {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
 	if !in(id) {
 		return diag.New(diag.SecAggUnknownSite, s.subject(), "%s from %q, which is not expected in phase %q", kind, id, s.phase).
 			WithHelp("only clients that completed the previous phase take part in this one")
 	}
-	if seen {
+	if seen(id) {
 		return diag.New(diag.SecAggDuplicate, s.subject(), "second %s from %q", kind, id).
 			WithHelp("each client sends one per round; a resend is dropped")
 	}
@@ -201,10 +212,7 @@ func (s *Server) AddAdvert(a *Advert) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("key advert", PhaseAdvertise, a.Round); err != nil {
-		return err
-	}
-	if err := s.sender("key advert", a.Client, func(id string) bool { return s.r.members[id] != nil }, s.adverts.byID[a.Client] != nil); err != nil {
+	if err := s.admit("key advert", PhaseAdvertise, a.Round, nil, a.Client, func(id string) bool { return s.r.members[id] != nil }, func(id string) bool { return s.adverts.byID[id] != nil }); err != nil {
 		return err
 	}
 	if s.r.revealed() != (len(a.GraphCommit) > 0) {
@@ -245,13 +253,7 @@ func (s *Server) AddShares(m *Shares) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("shares", PhaseShare, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("shares", m.From, func(id string) bool { return s.adverts.byID[id] != nil }, s.shares[m.From] != nil); err != nil {
+	if err := s.admit("shares", PhaseShare, m.Round, m.validate, m.From, func(id string) bool { return s.adverts.byID[id] != nil }, func(id string) bool { return s.shares[id] != nil }); err != nil {
 		return err
 	}
 	to := make(map[string]bool, len(m.Boxes))
@@ -315,10 +317,7 @@ func (s *Server) AddMaskedInput(m *MaskedInput) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("masked input", PhaseMask, m.Round); err != nil {
-		return err
-	}
-	if err := s.sender("masked input", m.From, func(id string) bool { return s.shares[id] != nil }, s.masked[m.From]); err != nil {
+	if err := s.admit("masked input", PhaseMask, m.Round, nil, m.From, func(id string) bool { return s.shares[id] != nil }, func(id string) bool { return s.masked[id] }); err != nil {
 		return err
 	}
 	if len(m.Masked) != s.r.lay.size() {
@@ -365,13 +364,7 @@ func (s *Server) AddSignature(m *SurvivorSig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("survivor signature", PhaseConsistency, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("survivor signature", m.From, func(id string) bool { return s.masked[id] }, s.sigs[m.From] != nil); err != nil {
+	if err := s.admit("survivor signature", PhaseConsistency, m.Round, m.validate, m.From, func(id string) bool { return s.masked[id] }, func(id string) bool { return s.sigs[id] != nil }); err != nil {
 		return err
 	}
 	if !verifySurvivors(s.r.members[m.From], s.statement, m.Sig) {
@@ -420,13 +413,7 @@ func (s *Server) AddUnmasking(m *Unmasking) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("unmasking", PhaseUnmask, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("unmasking", m.From, func(id string) bool { return s.sigs[id] != nil }, s.unmaskings[m.From] != nil); err != nil {
+	if err := s.admit("unmasking", PhaseUnmask, m.Round, m.validate, m.From, func(id string) bool { return s.sigs[id] != nil }, func(id string) bool { return s.unmaskings[id] != nil }); err != nil {
 		return err
 	}
 	held := func(ids []string) []string { // of ids, those whose shares m.From holds
