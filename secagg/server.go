@@ -171,6 +171,19 @@ func (s *Server) enter(kind string, want Phase, round string) error {
 	return s.r.checkRound(kind, round)
 }
 
+// closing checks that the server is in phase want, to end it, and that
+// the n sites heard from in it (what) meet the round's floor; below it
+// the round fails.
+func (s *Server) closing(want Phase, what string, n int) error {
+	if err := s.enter("end of "+what, want, s.r.id); err != nil {
+		return err
+	}
+	if err := s.r.checkFloor(what, n); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
 // fail ends the round without a result.
 func (s *Server) fail(err error) error {
 	s.phase, s.err = PhaseFailed, err
@@ -226,11 +239,8 @@ func (s *Server) AddAdvert(a *Advert) error {
 func (s *Server) EndAdvertise() (*KeySet, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of advertising", PhaseAdvertise, s.r.id); err != nil {
+	if err := s.closing(PhaseAdvertise, "advertising", len(s.adverts.byID)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("advertising", len(s.adverts.byID)); err != nil {
-		return nil, s.fail(err)
 	}
 	ks := &KeySet{Round: s.r.id}
 	for _, id := range sortedKeys(s.adverts.byID) {
@@ -276,11 +286,8 @@ func (s *Server) AddShares(m *Shares) error {
 func (s *Server) EndShare() ([]*ShareDelivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of key sharing", PhaseShare, s.r.id); err != nil {
+	if err := s.closing(PhaseShare, "key sharing", len(s.shares)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("key sharing", len(s.shares)); err != nil {
-		return nil, s.fail(err)
 	}
 	u2 := sortedKeys(s.shares)
 	var out []*ShareDelivery
@@ -335,11 +342,8 @@ func (s *Server) AddMaskedInput(m *MaskedInput) error {
 func (s *Server) EndMask() (*UnmaskRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of input collection", PhaseMask, s.r.id); err != nil {
+	if err := s.closing(PhaseMask, "input collection", len(s.masked)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("input collection", len(s.masked)); err != nil {
-		return nil, s.fail(err)
 	}
 	s.survivors, s.dropped = nil, nil
 	for _, u := range sortedKeys(s.shares) {
@@ -382,11 +386,8 @@ func (s *Server) AddSignature(m *SurvivorSig) error {
 func (s *Server) EndConsistency() (*UnmaskRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of the consistency round", PhaseConsistency, s.r.id); err != nil {
+	if err := s.closing(PhaseConsistency, "the consistency round", len(s.sigs)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("the consistency round", len(s.sigs)); err != nil {
-		return nil, s.fail(err)
 	}
 	// Every secret the server will rebuild needs the sharing threshold of
 	// its holders among the signers (only they may unmask); the clients
