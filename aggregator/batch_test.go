@@ -2,7 +2,6 @@ package aggregator
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -33,18 +32,9 @@ func TestBatchedWorkersJobCompletes(t *testing.T) {
 	p.batch = 6
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	plan, err := p.compile(ctx, p.writeJob(map[string]string{
-		"job.yaml": fmt.Sprintf("name: batched\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: {use: mean, params: {weight: samples}}\n", shards*1000, shards),
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice := p.client("alice")
-	stop := p.startWorkers(2, 20*time.Millisecond)
+	plan, stop := p.startPiJob(ctx, "batched", shards*1000, shards, 2)
 	defer stop()
-	if _, err := submit(ctx, alice, p.fed, plan); err != nil {
-		t.Fatal(err)
-	}
+	alice := p.client("alice")
 	if _, err := p.waitDone(ctx, plan.ID); err != nil {
 		t.Fatal(err)
 	}

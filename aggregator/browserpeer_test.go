@@ -193,6 +193,28 @@ type tabRun struct {
 	Logs      []string         `json:"logs"`
 }
 
+// dataPlaneScript is the tab's side of a data-plane case: a data plane
+// made with the volunteer's token and opts (JavaScript object members),
+// which gets each of refs (JavaScript string literals, comma-separated),
+// puts pattern(put) (its arguments), and asks for the blob no open job
+// names; it returns a tabRun.
+func (bp *browserPool) dataPlaneScript(opts, refs, put string) string {
+	return `
+const logs = [];
+const dp = m.createDataPlane({ token: "` + bp.token + `", ` + opts + `, log: (s) => logs.push(s) });
+const out = { paths: [], hashes: [], sizes: [], logs };
+for (const ref of [` + refs + `]) {
+  const b = await dp.getBlob(ref);
+  out.paths.push(dp.path); out.hashes.push(await m.hashRef(b)); out.sizes.push(b.length);
+}
+out.put = await dp.putBlob(pattern(` + put + `));
+out.path = dp.path;
+try { await dp.getBlob("` + string(bp.forbidden) + `"); out.refused = "got it"; } catch (e) { out.refused = String(e); }
+out.stats = dp.stats; out.lastError = dp.lastError;
+dp.close();
+return out;`
+}
+
 // TestBrowserDataPlane moves blobs between headless Chromium, using its
 // own RTCPeerConnection through the embedded module on the volunteer
 // page's origin and a joined volunteer's session token, and a real
@@ -215,20 +237,7 @@ func TestBrowserDataPlane(t *testing.T) {
 	get := fmt.Sprintf(`"%s", "%s"`, bp.bundle, bp.input)
 	// The connect bound is generous: the data channel must win here even
 	// on two busy cores; the fallback cases below use a short one.
-	r := inTab[tabRun](t, tab, `
-const logs = [];
-const dp = m.createDataPlane({ token: "`+bp.token+`", connectTimeoutMs: 60000, log: (s) => logs.push(s) });
-const out = { paths: [], hashes: [], sizes: [], logs };
-for (const ref of [`+get+`]) {
-  const b = await dp.getBlob(ref);
-  out.paths.push(dp.path); out.hashes.push(await m.hashRef(b)); out.sizes.push(b.length);
-}
-out.put = await dp.putBlob(pattern(200000, 7));
-out.path = dp.path;
-try { await dp.getBlob("`+string(bp.forbidden)+`"); out.refused = "got it"; } catch (e) { out.refused = String(e); }
-out.stats = dp.stats; out.lastError = dp.lastError;
-dp.close();
-return out;`)
+	r := inTab[tabRun](t, tab, bp.dataPlaneScript(`connectTimeoutMs: 60000`, get, `200000, 7`))
 	t.Logf("data channel: %+v", r)
 	want := []content.Ref{bp.bundle, bp.input}
 	for i, ref := range want {
@@ -263,17 +272,7 @@ return out;`)
 	// The fallback: data channels turned off in the tab, and ICE with no
 	// path (relay only; the node runs no TURN server), bounded at 2 s.
 	for _, ice := range []string{"https", "relay"} {
-		r := inTab[tabRun](t, tab, `
-const dp = m.createDataPlane({ token: "`+bp.token+`", ice: "`+ice+`", connectTimeoutMs: 2000 });
-const out = { paths: [], hashes: [], sizes: [] };
-const b = await dp.getBlob("`+string(bp.input)+`");
-out.paths.push(dp.path); out.hashes.push(await m.hashRef(b)); out.sizes.push(b.length);
-out.put = await dp.putBlob(pattern(5000, 3));
-out.path = dp.path;
-try { await dp.getBlob("`+string(bp.forbidden)+`"); out.refused = "got it"; } catch (e) { out.refused = String(e); }
-out.stats = dp.stats; out.lastError = dp.lastError;
-dp.close();
-return out;`)
+		r := inTab[tabRun](t, tab, bp.dataPlaneScript(`ice: "`+ice+`", connectTimeoutMs: 2000`, `"`+string(bp.input)+`"`, `5000, 3`))
 		t.Logf("ice %s: %+v", ice, r)
 		if len(r.Hashes) != 1 || r.Hashes[0] != string(bp.input) || r.Paths[0] != dataplane.PathHTTPS || r.Path != dataplane.PathHTTPS {
 			t.Errorf("ice %s: %+v, want the input and the put over https", ice, r)

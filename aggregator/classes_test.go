@@ -21,12 +21,7 @@ func TestOpenPoolRefusesConfidentialModelBundle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	alice := p.client("alice")
-	plan, err := p.compile(ctx, p.writeJob(map[string]string{
-		"job.yaml": "name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 2000, chunks: 2}}\nreducer: {use: mean, params: {weight: samples}}\n",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := p.mustCompile(ctx, piJob("mc", 2000, 2))
 	b := plan.Bundle()
 	b.Classes = map[string]string{"model": "confidential"}
 	raw, err := content.Encode(b)

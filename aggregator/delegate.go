@@ -777,17 +777,25 @@ func (g *delegator) parentJob(ctx context.Context, id content.Ref) (*parentJob, 
 	for _, in := range b.Inputs {
 		refs = append(refs, in.Ref)
 	}
-	slices.Sort(refs)
-	for _, ref := range slices.Compact(refs) {
-		if _, err := g.copyBlob(ctx, ref); err != nil {
-			return nil, err
-		}
+	if err := g.copyBlobs(ctx, refs); err != nil {
+		return nil, err
 	}
 	pj = &parentJob{st: st, copied: true}
 	g.mu.Lock()
 	g.parents[id] = pj
 	g.mu.Unlock()
 	return pj, nil
+}
+
+// copyBlobs copies each of refs once (see copyBlob); it sorts refs.
+func (g *delegator) copyBlobs(ctx context.Context, refs []content.Ref) error {
+	slices.Sort(refs)
+	for _, ref := range slices.Compact(refs) {
+		if _, err := g.copyBlob(ctx, ref); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // copyBlob fetches ref from the parent unless it is here, and makes it

@@ -86,11 +86,8 @@ func (g *delegator) parentRound(ctx context.Context, st coordinator.JobStatus) (
 	for _, base := range b.Base {
 		refs = append(refs, base.Global)
 	}
-	slices.Sort(refs)
-	for _, ref := range slices.Compact(refs) {
-		if _, err := g.copyBlob(ctx, ref); err != nil {
-			return nil, err
-		}
+	if err := g.copyBlobs(ctx, refs); err != nil {
+		return nil, err
 	}
 	return &parentJob{st: st, copied: true, round: &roundJob{b: b, sub: *sub, host: "https://" + m.Address}}, nil
 }

@@ -275,6 +275,45 @@ func (p *testPool) writeJob(files map[string]string) string {
 	return filepath.Join(dir, "job.yaml")
 }
 
+// piJob is the files of a Monte Carlo job: count samples in chunks shards,
+// reduced to a weighted mean.
+func piJob(name string, count, chunks int) map[string]string {
+	return map[string]string{
+		"job.yaml": fmt.Sprintf("name: %s\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: {use: mean, params: {weight: samples}}\n", name, count, chunks),
+	}
+}
+
+// mustCompile writes files (as writeJob) and compiles the job, failing the
+// test if it does not compile.
+func (p *testPool) mustCompile(ctx context.Context, files map[string]string) *job.Plan {
+	p.tb.Helper()
+	plan, err := p.compile(ctx, p.writeJob(files))
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	return plan
+}
+
+// mustSubmit submits plan as alice (see submit), failing the test if it is
+// refused.
+func (p *testPool) mustSubmit(ctx context.Context, plan *job.Plan) {
+	p.tb.Helper()
+	if _, err := submit(ctx, p.client("alice"), p.fed, plan); err != nil {
+		p.tb.Fatal(err)
+	}
+}
+
+// startPiJob compiles piJob(name, count, chunks), starts workers native
+// workers and submits the job as alice. It returns the plan and what stops
+// the workers.
+func (p *testPool) startPiJob(ctx context.Context, name string, count, chunks, workers int) (*job.Plan, func()) {
+	p.tb.Helper()
+	plan := p.mustCompile(ctx, piJob(name, count, chunks))
+	stop := p.startWorkers(workers, 20*time.Millisecond)
+	p.mustSubmit(ctx, plan)
+	return plan, stop
+}
+
 // compile compiles a job file locally, as `scellis job submit` and
 // `scellis run` do.
 func (p *testPool) compile(ctx context.Context, path string) (*job.Plan, error) {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -28,18 +27,9 @@ func TestLaw13NothingUndecidedVisible(t *testing.T) {
 	p := newTestPool(t, trust.Consortium, 3, Options{LeaseTTL: 2 * time.Second, WrapAPI: rec.wrap})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	plan, err := p.compile(ctx, p.writeJob(map[string]string{
-		"job.yaml": fmt.Sprintf("name: law13\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: %d, chunks: %d}}\nreducer: {use: mean, params: {weight: samples}}\n", shards*5000, shards),
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	alice := p.client("alice")
-	stop := p.startWorkers(3, 20*time.Millisecond)
+	plan, stop := p.startPiJob(ctx, "law13", shards*5000, shards, 3)
 	defer stop()
-	if _, err := submit(ctx, alice, p.fed, plan); err != nil {
-		t.Fatal(err)
-	}
+	alice := p.client("alice")
 	watched := make(chan error, 1)
 	go func() { watched <- alice.Watch(ctx, plan.ID, func(api.Event) error { return nil }) }()
 	// Poll the view while shards are undecided, as a curious member would.

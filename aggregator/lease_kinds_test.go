@@ -23,15 +23,8 @@ func TestLeaseKindsOverTheAPI(t *testing.T) {
 	p := startTestNode(t, trust.Own, []testMember{{"alice", identity.Researcher}, {"s1", identity.Silo}, {"w1", identity.Worker}}, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	plan, err := p.compile(ctx, p.writeJob(map[string]string{
-		"job.yaml": "name: pi\nprogram: montecarlo-pi\npartitioner: {use: range, params: {count: 8000, chunks: 8}}\nreducer: {use: mean, params: {weight: samples}}\n",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := submit(ctx, p.client("alice"), p.fed, plan); err != nil {
-		t.Fatal(err)
-	}
+	plan := p.mustCompile(ctx, piJob("pi", 8000, 8))
+	p.mustSubmit(ctx, plan)
 	s1 := p.client("s1")
 	if r, err := s1.Lease(ctx, api.LeaseRequest{Max: 4, Kinds: coordinator.Kinds{coordinator.KindRound}}); err != nil || len(r.Grants) != 0 {
 		t.Fatalf("a lease of rounds alone with only a sweep waiting: %+v, %v", r, err)
@@ -41,7 +34,7 @@ func TestLeaseKindsOverTheAPI(t *testing.T) {
 			t.Fatalf("s1's empty round poll went through the log: %+v", rec)
 		}
 	}
-	_, err = s1.Lease(ctx, api.LeaseRequest{Max: 1, Kinds: coordinator.Kinds{"gpu"}})
+	_, err := s1.Lease(ctx, api.LeaseRequest{Max: 1, Kinds: coordinator.Kinds{"gpu"}})
 	if ds, ok := diag.As(err); !ok || ds[0].Code != diag.PoolBadRequest {
 		t.Fatalf("an unknown kind: %v, want %s", err, diag.PoolBadRequest)
 	}

@@ -26,17 +26,12 @@ func TestRenewalLoopKeepsEveryLease(t *testing.T) {
 			p := newTestPool(t, trust.Own, 1, Options{LeaseTTL: ttl})
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			plan, err := p.compile(ctx, p.writeJob(map[string]string{
+			plan := p.mustCompile(ctx, map[string]string{
 				"p.star":   benchProgram,
 				"job.yaml": fmt.Sprintf("name: renew\nprogram: ./p.star\npartitioner: {use: range, params: {count: 3, chunks: 3}}\nreducer: concat\nparams: {salt: %d}\n", batch),
-			}))
-			if err != nil {
-				t.Fatal(err)
-			}
+			})
 			alice := p.client("alice")
-			if _, err := submit(ctx, alice, p.fed, plan); err != nil {
-				t.Fatal(err)
-			}
+			p.mustSubmit(ctx, plan)
 			w := &pool.Worker{Client: p.client("w1"), Name: "w1", Identity: p.ids["w1"], Batch: batch, Logf: t.Logf}
 			resp, err := w.Client.Lease(ctx, api.LeaseRequest{Max: 3, Job: plan.ID})
 			if err != nil || len(resp.Grants) != 3 {

@@ -21,17 +21,12 @@ func TestStudioServesSweepHeatmap(t *testing.T) {
 	p := newTestPool(t, trust.Own, 2, Options{LeaseTTL: 2 * time.Second, StudioListen: addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	plan, err := p.compile(ctx, p.writeJob(map[string]string{
+	plan := p.mustCompile(ctx, map[string]string{
 		"score.star": "def run(params, inputs):\n    return {\"score\": 1.0 * params[\"a\"] - params[\"b\"]}\n",
 		"job.yaml":   "name: heat\nprogram: ./score.star\npartitioner: {use: grid, params: {a: [1, 2, 3], b: [1, 2]}}\nreducer: {use: collect, params: {metric: score, goal: max}}\n",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	p.startWorkers(2, 20*time.Millisecond)
-	if _, err := submit(ctx, p.client("alice"), p.fed, plan); err != nil {
-		t.Fatal(err)
-	}
+	p.mustSubmit(ctx, plan)
 	if _, err := p.waitDone(ctx, plan.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -270,31 +270,30 @@ func TestVolunteerPageInChromium(t *testing.T) {
 		}
 		return st
 	}
+	// pageReady waits, as what, until the page's volunteer worker is ready.
+	pageReady := func(what string) {
+		waitUntil(t, what, time.Minute, func() bool {
+			ready, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(window.scellisVolunteer && window.scellisVolunteer.ready)`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return ready
+		})
+	}
 	if _, err := chromedp.Call(ctx, page.AddScriptToEvaluateOnNewDocument, page.AddScriptToEvaluateOnNewDocumentParams{Source: emulation}); err != nil {
 		t.Fatal(err)
 	}
 	if err := chromedp.Do(ctx, chromedp.Navigate("https://"+addr+"/")); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the page to load its worker", time.Minute, func() bool {
-		ready, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(window.scellisVolunteer && window.scellisVolunteer.ready)`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ready
-	})
+	pageReady("the page to load its worker")
 
 	t.Logf("page loaded: %v", time.Since(began).Round(time.Millisecond))
 	// 1. Monte Carlo beside a native worker.
-	plan, err := p.compile(ctx, p.writeJob(map[string]string{
+	plan := p.mustCompile(ctx, map[string]string{
 		"job.yaml": "name: mc\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 40000, chunks: 4}}\nreducer: {use: mean, params: {weight: samples}}\n",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := submit(ctx, p.client("alice"), p.fed, plan); err != nil {
-		t.Fatal(err)
-	}
+	})
+	p.mustSubmit(ctx, plan)
 	stopNative := p.startWorkers(1, 20*time.Millisecond)
 	if err := chromedp.Do(ctx, chromedp.Click("#start")); err != nil {
 		t.Fatal(err)
@@ -321,15 +320,10 @@ func TestVolunteerPageInChromium(t *testing.T) {
 
 	// 2. A job no native worker runs: the tab holds each lease through
 	// the reveal window, so there is always one to hand back.
-	slow, err := p.compile(ctx, p.writeJob(map[string]string{
+	slow := p.mustCompile(ctx, map[string]string{
 		"job.yaml": "name: slow\nprogram: montecarlo-pi\npartitioner: {use: range, params: {start: 0, count: 8000, chunks: 8}}\nreducer: {use: mean, params: {weight: samples}}\n",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := submit(ctx, p.client("alice"), p.fed, slow); err != nil {
-		t.Fatal(err)
-	}
+	})
+	p.mustSubmit(ctx, slow)
 	volLeases := func() int {
 		js, err := p.node.fsm.machine().Job(slow.ID)
 		if err != nil {
@@ -444,13 +438,7 @@ func TestVolunteerPageInChromium(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Reload()); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the reloaded page to load its worker", time.Minute, func() bool {
-		ready, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!!(window.scellisVolunteer && window.scellisVolunteer.ready)`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ready
-	})
+	pageReady("the reloaded page to load its worker")
 	if s := state(); s.Note == "" || s.Path != dataplane.PathHTTPS {
 		t.Fatalf("with the data plane blocked the page says path %q, note %q: want https and why", s.Path, s.Note)
 	}

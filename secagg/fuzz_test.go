@@ -6,22 +6,20 @@ import (
 	"testing"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/internal/codecfuzz"
 )
 
 // parsers are the decoders of untrusted bytes, by message kind; the first
 // byte of a fuzz input picks one.
-var parsers = []struct {
-	name  string
-	parse func([]byte) (marshaler, error)
-}{
-	{"advert", func(b []byte) (marshaler, error) { return ParseAdvert(b) }},
-	{"keyset", func(b []byte) (marshaler, error) { return ParseKeySet(b) }},
-	{"shares", func(b []byte) (marshaler, error) { return ParseShares(b) }},
-	{"delivery", func(b []byte) (marshaler, error) { return ParseShareDelivery(b) }},
-	{"masked", func(b []byte) (marshaler, error) { return ParseMaskedInput(b) }},
-	{"request", func(b []byte) (marshaler, error) { return ParseUnmaskRequest(b) }},
-	{"unmasking", func(b []byte) (marshaler, error) { return ParseUnmasking(b) }},
-	{"survivorsig", func(b []byte) (marshaler, error) { return ParseSurvivorSig(b) }},
+var parsers = []codecfuzz.Parser{
+	{Name: "advert", Parse: func(b []byte) (marshaler, error) { return ParseAdvert(b) }},
+	{Name: "keyset", Parse: func(b []byte) (marshaler, error) { return ParseKeySet(b) }},
+	{Name: "shares", Parse: func(b []byte) (marshaler, error) { return ParseShares(b) }},
+	{Name: "delivery", Parse: func(b []byte) (marshaler, error) { return ParseShareDelivery(b) }},
+	{Name: "masked", Parse: func(b []byte) (marshaler, error) { return ParseMaskedInput(b) }},
+	{Name: "request", Parse: func(b []byte) (marshaler, error) { return ParseUnmaskRequest(b) }},
+	{Name: "unmasking", Parse: func(b []byte) (marshaler, error) { return ParseUnmasking(b) }},
+	{Name: "survivorsig", Parse: func(b []byte) (marshaler, error) { return ParseSurvivorSig(b) }},
 }
 
 // roundMessages runs a small round with a dropout and returns the encoding
@@ -65,7 +63,7 @@ func roundMessages(t testing.TB) map[int][][]byte {
 	return out
 }
 
-type marshaler = interface{ Marshal() ([]byte, error) }
+type marshaler = codecfuzz.Message
 
 // keep adds the encoding of m to out as a message of kind i.
 func keep(t testing.TB, out map[int][][]byte, i int, m marshaler) {
@@ -100,19 +98,19 @@ func TestParseRoundTrip(t *testing.T) {
 	for i, bs := range msgs {
 		for _, b := range bs {
 			for j, p := range parsers {
-				m, err := p.parse(b)
+				m, err := p.Parse(b)
 				if i != j {
 					if err == nil {
-						t.Errorf("%s bytes parse as %s", parsers[i].name, p.name)
+						t.Errorf("%s bytes parse as %s", parsers[i].Name, p.Name)
 					}
 					continue
 				}
 				if err != nil {
-					t.Fatalf("%s: %v", p.name, err)
+					t.Fatalf("%s: %v", p.Name, err)
 				}
 				again, err := m.Marshal()
 				if err != nil || !bytes.Equal(again, b) {
-					t.Fatalf("%s: parse then marshal changed the bytes", p.name)
+					t.Fatalf("%s: parse then marshal changed the bytes", p.Name)
 				}
 			}
 		}
@@ -137,24 +135,7 @@ func FuzzParse(f *testing.F) {
 	if seeds < len(parsers) {
 		f.Fatalf("only %d fuzz seeds", seeds)
 	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		if len(in) == 0 {
-			return
-		}
-		p := parsers[int(in[0])%len(parsers)]
-		b := in[1:]
-		m, err := p.parse(b)
-		if err != nil {
-			return
-		}
-		again, err := m.Marshal()
-		if err != nil {
-			t.Fatalf("%s: accepted message does not marshal: %v", p.name, err)
-		}
-		if !bytes.Equal(again, b) {
-			t.Fatalf("%s: parse then marshal changed\n%x\ninto\n%x", p.name, b, again)
-		}
-	})
+	codecfuzz.RoundTrip(f, parsers)
 }
 
 // TestParamsRoundTrip: Params travel to silos in round specs, so they

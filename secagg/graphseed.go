@@ -237,13 +237,7 @@ func (s *Server) AddReveal(m *GraphReveal) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("graph reveal", PhaseReveal, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("graph reveal", m.From, func(id string) bool { return s.adverts.byID[id] != nil }, s.reveals[m.From] != nil); err != nil {
+	if err := s.admit("graph reveal", PhaseReveal, m.Round, m.validate, m.From, func(id string) bool { return s.adverts.byID[id] != nil }, func(id string) bool { return s.reveals[id] != nil }); err != nil {
 		return err
 	}
 	if !bytes.Equal(graphCommit(s.r.session, m.From, m.Nonce), s.adverts.byID[m.From].GraphCommit) {

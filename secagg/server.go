@@ -171,6 +171,19 @@ func (s *Server) enter(kind string, want Phase, round string) error {
 	return s.r.checkRound(kind, round)
 }
 
+// closing checks that the server is in phase want, to end it, and that
+// the n sites heard from in it (what) meet the round's floor; below it
+// the round fails.
+func (s *Server) closing(want Phase, what string, n int) error {
+	if err := s.enter("end of "+what, want, s.r.id); err != nil {
+		return err
+	}
+	if err := s.r.checkFloor(what, n); err != nil {
+		return s.fail(err)
+	}
+	return nil
+}
+
 // fail ends the round without a result.
 func (s *Server) fail(err error) error {
 	s.phase, s.err = PhaseFailed, err
@@ -179,14 +192,25 @@ func (s *Server) fail(err error) error {
 	return err
 }
 
-// sender checks that id belongs to the set a phase takes messages from, and
-// has not sent one already.
-func (s *Server) sender(kind, id string, in func(string) bool, seen bool) error {
+// admit runs, in order, the checks every client message of a phase passes
+// before its own: the server is in phase want and the message is of this
+// round (enter); the message is well formed (validate, when there is one);
+// its sender id belongs to the set the phase takes messages from (in) and
+// has not sent one already (seen). Called with s.mu held.
+func (s *Server) admit(kind string, want Phase, round string, validate func() error, id string, in, seen func(id string) bool) error {
+	if err := s.enter(kind, want, round); err != nil {
+		return err
+	}
+	if validate != nil {
+		if err := validate(); err != nil {
+			return err
+		}
+	}
 	if !in(id) {
 		return diag.New(diag.SecAggUnknownSite, s.subject(), "%s from %q, which is not expected in phase %q", kind, id, s.phase).
 			WithHelp("only clients that completed the previous phase take part in this one")
 	}
-	if seen {
+	if seen(id) {
 		return diag.New(diag.SecAggDuplicate, s.subject(), "second %s from %q", kind, id).
 			WithHelp("each client sends one per round; a resend is dropped")
 	}
@@ -201,10 +225,7 @@ func (s *Server) AddAdvert(a *Advert) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("key advert", PhaseAdvertise, a.Round); err != nil {
-		return err
-	}
-	if err := s.sender("key advert", a.Client, func(id string) bool { return s.r.members[id] != nil }, s.adverts.byID[a.Client] != nil); err != nil {
+	if err := s.admit("key advert", PhaseAdvertise, a.Round, nil, a.Client, func(id string) bool { return s.r.members[id] != nil }, func(id string) bool { return s.adverts.byID[id] != nil }); err != nil {
 		return err
 	}
 	if s.r.revealed() != (len(a.GraphCommit) > 0) {
@@ -218,11 +239,8 @@ func (s *Server) AddAdvert(a *Advert) error {
 func (s *Server) EndAdvertise() (*KeySet, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of advertising", PhaseAdvertise, s.r.id); err != nil {
+	if err := s.closing(PhaseAdvertise, "advertising", len(s.adverts.byID)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("advertising", len(s.adverts.byID)); err != nil {
-		return nil, s.fail(err)
 	}
 	ks := &KeySet{Round: s.r.id}
 	for _, id := range sortedKeys(s.adverts.byID) {
@@ -245,13 +263,7 @@ func (s *Server) AddShares(m *Shares) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("shares", PhaseShare, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("shares", m.From, func(id string) bool { return s.adverts.byID[id] != nil }, s.shares[m.From] != nil); err != nil {
+	if err := s.admit("shares", PhaseShare, m.Round, m.validate, m.From, func(id string) bool { return s.adverts.byID[id] != nil }, func(id string) bool { return s.shares[id] != nil }); err != nil {
 		return err
 	}
 	to := make(map[string]bool, len(m.Boxes))
@@ -274,11 +286,8 @@ func (s *Server) AddShares(m *Shares) error {
 func (s *Server) EndShare() ([]*ShareDelivery, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of key sharing", PhaseShare, s.r.id); err != nil {
+	if err := s.closing(PhaseShare, "key sharing", len(s.shares)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("key sharing", len(s.shares)); err != nil {
-		return nil, s.fail(err)
 	}
 	u2 := sortedKeys(s.shares)
 	var out []*ShareDelivery
@@ -315,10 +324,7 @@ func (s *Server) AddMaskedInput(m *MaskedInput) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("masked input", PhaseMask, m.Round); err != nil {
-		return err
-	}
-	if err := s.sender("masked input", m.From, func(id string) bool { return s.shares[id] != nil }, s.masked[m.From]); err != nil {
+	if err := s.admit("masked input", PhaseMask, m.Round, nil, m.From, func(id string) bool { return s.shares[id] != nil }, func(id string) bool { return s.masked[id] }); err != nil {
 		return err
 	}
 	if len(m.Masked) != s.r.lay.size() {
@@ -336,11 +342,8 @@ func (s *Server) AddMaskedInput(m *MaskedInput) error {
 func (s *Server) EndMask() (*UnmaskRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of input collection", PhaseMask, s.r.id); err != nil {
+	if err := s.closing(PhaseMask, "input collection", len(s.masked)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("input collection", len(s.masked)); err != nil {
-		return nil, s.fail(err)
 	}
 	s.survivors, s.dropped = nil, nil
 	for _, u := range sortedKeys(s.shares) {
@@ -365,13 +368,7 @@ func (s *Server) AddSignature(m *SurvivorSig) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("survivor signature", PhaseConsistency, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("survivor signature", m.From, func(id string) bool { return s.masked[id] }, s.sigs[m.From] != nil); err != nil {
+	if err := s.admit("survivor signature", PhaseConsistency, m.Round, m.validate, m.From, func(id string) bool { return s.masked[id] }, func(id string) bool { return s.sigs[id] != nil }); err != nil {
 		return err
 	}
 	if !verifySurvivors(s.r.members[m.From], s.statement, m.Sig) {
@@ -389,11 +386,8 @@ func (s *Server) AddSignature(m *SurvivorSig) error {
 func (s *Server) EndConsistency() (*UnmaskRequest, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("end of the consistency round", PhaseConsistency, s.r.id); err != nil {
+	if err := s.closing(PhaseConsistency, "the consistency round", len(s.sigs)); err != nil {
 		return nil, err
-	}
-	if err := s.r.checkFloor("the consistency round", len(s.sigs)); err != nil {
-		return nil, s.fail(err)
 	}
 	// Every secret the server will rebuild needs the sharing threshold of
 	// its holders among the signers (only they may unmask); the clients
@@ -420,13 +414,7 @@ func (s *Server) AddUnmasking(m *Unmasking) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.enter("unmasking", PhaseUnmask, m.Round); err != nil {
-		return err
-	}
-	if err := m.validate(); err != nil {
-		return err
-	}
-	if err := s.sender("unmasking", m.From, func(id string) bool { return s.sigs[id] != nil }, s.unmaskings[m.From] != nil); err != nil {
+	if err := s.admit("unmasking", PhaseUnmask, m.Round, m.validate, m.From, func(id string) bool { return s.sigs[id] != nil }, func(id string) bool { return s.unmaskings[id] != nil }); err != nil {
 		return err
 	}
 	held := func(ids []string) []string { // of ids, those whose shares m.From holds

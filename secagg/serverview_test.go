@@ -92,13 +92,7 @@ func serverViewLooksUniform(t *testing.T, proto Protocol, n, thr, grid int) {
 			if len(y) != len(enc) {
 				t.Fatal("masked vector of the wrong length")
 			}
-			same := 0
-			for i := range y {
-				if y[i] == plain[i] {
-					same++
-				}
-			}
-			if same > 0 {
+			if same := uniformity.Agreements(y, plain); same > 0 {
 				t.Errorf("masked vector of %s equals %s's plaintext encoding in %d coordinates", k, u, same)
 			}
 		}

@@ -67,3 +67,16 @@ func Correlation(a, b []float64) float64 {
 	}
 	return sab / math.Sqrt(saa*sbb)
 }
+
+// Agreements counts the coordinates in which a masked vector y equals a
+// plaintext encoding enc (both read as ring words). A mask leaves no
+// coordinate as it was but by chance, so any agreement is worth a look.
+func Agreements(y, enc []uint64) int {
+	same := 0
+	for i := range y {
+		if y[i] == enc[i] {
+			same++
+		}
+	}
+	return same
+}

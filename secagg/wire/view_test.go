@@ -108,13 +108,7 @@ func TestHostSeesOnlyMasked(t *testing.T) {
 			}
 		}
 		for k, y := range masked {
-			same := 0
-			for i := range y {
-				if y[i] == enc[i] {
-					same++
-				}
-			}
-			if same > 0 {
+			if same := uniformity.Agreements(y, enc); same > 0 {
 				t.Errorf("masked vector of %s equals %s's plaintext encoding in %d coordinates", k, u, same)
 			}
 		}
