@@ -120,11 +120,15 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 		}
 		w.WriteString("]}")
 	})
-	// A wide file's header (a million columns, ~9 MB) is refused for its
-	// columns (SC3007) when it fits what is left, and as too large for
-	// the limit (SC1206) when the derived limit is small (it was 22 MiB
-	// once on a loaded machine): either is the diagnostic this test asks
-	// for, and which one depends on the runtime's reservations at start.
+	// What the limit leaves at start varies by one 64 MiB heap arena the
+	// runtime may or may not have reserved during package initialisation:
+	// under this limit the derived soft limit is about 70 MiB in most
+	// starts and 22 MiB in some (measured: 11 of 12 and 1 of 12). Under
+	// the smaller one an input can be refused as too large for the limit
+	// (SC1206) before the check that names its own fault is reached (a
+	// header of a million columns, SC3007; a list of empty receipts,
+	// SC7014). Either is the diagnostic this test asks for: exit 2 with a
+	// code, never the runtime's fatal error.
 	const wideCodes = "SC3007|SC1206"
 	// A program whose list grows past what the limit leaves: the call's
 	// memory budget is lowered to that room, so the guard stops it
@@ -139,7 +143,7 @@ func TestMemoryExhaustionIsADiagnostic(t *testing.T) {
 		args []string
 		code string
 	}{
-		{[]string{"receipts", "verify", "--file", "empty.json"}, "SC7014"},
+		{[]string{"receipts", "verify", "--file", "empty.json"}, "SC7014|SC1206"},
 		{[]string{"run", "grow.yaml", "--out", "out-grow"}, "SC2005"},
 		{[]string{"receipts", "verify", "--file", "receipts.json"}, "SC1206"},
 		{[]string{"run", "wide.yaml", "--out", "out-wide"}, wideCodes},
