@@ -131,9 +131,11 @@ privacy: {clip: 1.0, sigma: 2, q: 0.01, steps: 2, sums_sigma: 5, feature_bounds:
 	rows := len(clipped) / 9
 	truth := model.FitStandardizer(&model.Dataset{Features: features, X: mat.NewDense(rows, 9, clipped), Y: make([]float64, rows)})
 	noise := fl.StatsNoise(5, 9, len(files), false) / float64(rows) // per scaled mean or second moment
-	runs := 3 // three independent draws of the noise
+	// Three independent draws of the noise; the same bounds on one under
+	// -short (each run takes seconds).
+	runs := 3
 	if testing.Short() {
-		runs = 1 // the same bounds on one draw: each run takes seconds
+		runs = 1
 	}
 	for run := range runs {
 		mustRun(t, scellisCmd(t, dir, "fl", "simulate", "run.yaml", "--data", "sites", "--out", "model.json"))
