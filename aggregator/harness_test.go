@@ -154,6 +154,13 @@ func startTestNode(tb testing.TB, regime trust.Regime, members []testMember, opt
 	if opt.LogLevel == "" {
 		opt.LogLevel = "warn"
 	}
+	if testing.Short() && opt.RaftHeartbeat == 0 && opt.RaftElection == 0 && opt.RaftLeaderLease == 0 {
+		// agg-1 is the cluster's only voter: it elects itself after one
+		// heartbeat timeout and, its own quorum, never loses the lease,
+		// so the default second bought every test a second of waiting.
+		// The full suite keeps the defaults (a node as deployed).
+		opt.RaftHeartbeat, opt.RaftElection, opt.RaftLeaderLease = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	}
 	n, err := Start("agg-1", p.ids["agg-1"], f, filepath.Join(p.dir, "agg-1"), opt)
 	if err != nil {
 		tb.Fatalf("starting the aggregator: %v", err)

@@ -550,7 +550,16 @@ func TestRunFaultPauseWaitsForAPerson(t *testing.T) {
 	}
 }
 
+// A silo that leases its round shard and never takes part is dropped at
+// the advertising deadline; the round completes with the other three, and
+// the run's record says who took part and who dropped.
 func TestRunRoundDropoutOfFourCompletes(t *testing.T) {
+	if testing.Short() {
+		// It waits out the advertising deadline (seconds); under -short
+		// TestRunRoundTooFewSurvivorsRetriesPausesResumes drives the same
+		// leased-and-vanished silo, and secagg/wire the dropouts.
+		t.Skip("waits out a secure aggregation deadline: runs without -short")
+	}
 	t.Parallel()
 	p := newRunPool(t, 4, Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

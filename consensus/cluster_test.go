@@ -224,6 +224,11 @@ func TestSnapshotCatchUp(t *testing.T) {
 // TestFiveNodesLoseTwo: five nodes tolerate two failures, the leader among
 // them.
 func TestFiveNodesLoseTwo(t *testing.T) {
+	if testing.Short() {
+		// Two elections on five nodes (seconds); under -short
+		// TestLeaderFailover covers losing the leader and committing on.
+		t.Skip("five nodes, two elections: runs without -short")
+	}
 	t.Parallel()
 	c := newCluster(t, 5, nil)
 	leader := c.waitLeader()

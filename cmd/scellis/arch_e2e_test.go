@@ -73,6 +73,11 @@ func TestReplayableAcrossArchitectures(t *testing.T) {
 	if err != nil {
 		t.Skip("no qemu-aarch64-static: apt-get install -y qemu-user-static (.ci/run installs it) to run the arm64 binary")
 	}
+	if testing.Short() {
+		// Building the arm64 binary is most of this test's 20 s; the full
+		// suite (and CI) runs it.
+		t.Skip("cross-compiles and emulates arm64: runs without -short")
+	}
 	t.Parallel() // its own processes and directories
 	csv, err := os.ReadFile(filepath.Join("..", "..", "examples", "data", "hospital-2.csv"))
 	if err != nil {

@@ -75,11 +75,10 @@ def write_outputs(weights=None, examples=0, metrics=None, layout=None, io=None):
 # --- models: torch modules or dicts of numpy arrays -------------------------
 
 def _is_torch(model):
-    try:
-        import torch
-    except ImportError:
-        return False
-    return isinstance(model, torch.nn.Module)
+    # A torch module exists only once torch is loaded: a numpy trainer
+    # never pays torch's import (seconds on a busy machine) to learn so.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def layout_of(model):
@@ -232,12 +231,18 @@ def main(build_model, load_data, train=None, evaluate=None, argv=None):
     params = dict(spec.get("params") or {})
     seed = int(params.get("seed", 0)) % (2 ** 31)
     np.random.seed(seed)
-    try:
-        import torch
+    # torch is seeded when the trainer uses it: it imported torch (at the
+    # top of its file, before main runs) or leaves a loop to torch's
+    # defaults. A numpy trainer that brings both loops does not load it.
+    torch = sys.modules.get("torch")
+    if torch is None and (train is None or evaluate is None):
+        try:
+            import torch
+        except ImportError:
+            torch = None
+    if torch is not None:
         torch.manual_seed(seed)
         torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
-    except ImportError:
-        pass
     model = build_model(params)
     if mode == "init":
         write_outputs(weights=flatten(model), layout=layout_of(model))
