@@ -4,7 +4,9 @@ import (
 	"crypto/ecdh"
 	"crypto/rand"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -437,13 +439,26 @@ type clientBench struct {
 	p  Params
 	ks *KeySet
 	x  []float64
+	// reveals: on a sparse graph, the other sites' graph reveals (c1
+	// reveals afresh in each run).
+	reveals []GraphReveal
 }
 
 func newClientBench(b *testing.B, n, d int, proto Protocol) *clientBench {
 	p := testParams("plus-bench", n, 0, d, 1)
 	p.PRG, p.Protocol = DefaultPRG(), proto
-	_, _, ks := advertised(b, p, clientIDs(n))
-	return &clientBench{b: b, p: p, ks: ks, x: benchInput(d)}
+	_, clients, ks := advertised(b, p, clientIDs(n))
+	cb := &clientBench{b: b, p: p, ks: ks, x: benchInput(d)}
+	for _, id := range slices.Sorted(maps.Keys(clients)) {
+		if c := clients[id]; id != "c1" && c.Reveals() {
+			rv, err := c.Reveal(ks)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cb.reveals = append(cb.reveals, *rv)
+		}
+	}
+	return cb
 }
 
 // run is c1's part: advertise afresh, share keys, mask.
@@ -457,6 +472,19 @@ func (cb *clientBench) run() {
 	for i := range ks.Adverts {
 		if ks.Adverts[i].Client == "c1" {
 			ks.Adverts[i] = *a
+		}
+	}
+	if c.Reveals() {
+		// A sparse graph: the reveal phase between the key set and key
+		// sharing (graphseed.go), c1's reveal among the others'.
+		own, err := c.Reveal(ks)
+		if err != nil {
+			cb.b.Fatal(err)
+		}
+		rs := &GraphRevealSet{Round: ks.Round, Reveals: append(slices.Clone(cb.reveals), *own)}
+		slices.SortFunc(rs.Reveals, func(a, b GraphReveal) int { return strings.Compare(a.From, b.From) })
+		if err := c.DrawGraph(rs); err != nil {
+			cb.b.Fatal(err)
 		}
 	}
 	if _, err := c.ShareKeys(ks); err != nil {
