@@ -130,16 +130,34 @@ func (n *Node) serveForwarded(w http.ResponseWriter, r *http.Request) {
 		err = fmt.Errorf("the masked input of %q is from %q", in.Site, m.From)
 	}
 	if err == nil {
-		err = sh.acc.Add(m)
+		err = sh.add(in.Site, m, content.Hash(in.Masked))
 	}
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	sh.mu.Lock()
-	sh.hashes[in.Site] = content.Hash(in.Masked)
-	sh.mu.Unlock()
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// add adds site's masked input m (whose bytes hash to h) once. The same
+// input again — a forward retried after its answer was lost — is taken as
+// done, not refused: refused, the leader would hold the input in the
+// transcript as well, and the replay would find it both forwarded and
+// held.
+func (sh *shadowSum) add(site string, m *secagg.MaskedInput, h content.Ref) error {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if had, ok := sh.hashes[site]; ok {
+		if had == h {
+			return nil
+		}
+		return fmt.Errorf("a second, different masked input of %q", site)
+	}
+	if err := sh.acc.Add(m); err != nil {
+		return err
+	}
+	sh.hashes[site] = h
+	return nil
 }
 
 // shadow is the sum of the forwarded inputs of in's round, made at its
@@ -148,10 +166,13 @@ func (n *Node) serveForwarded(w http.ResponseWriter, r *http.Request) {
 func (n *Node) shadow(ctx context.Context, in forwardedInput) (*shadowSum, error) {
 	s := &n.shadows
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sh, ok := s.m[in.Bundle]; ok {
+	sh, ok := s.m[in.Bundle]
+	s.mu.Unlock()
+	if ok {
 		return sh, nil
 	}
+	// The bundle is read without the lock: a slow read of one round's
+	// must not hold up the forwards of another.
 	bb, err := n.fetchBlob(ctx, in.Bundle)
 	if err != nil {
 		return nil, err
@@ -159,6 +180,11 @@ func (n *Node) shadow(ctx context.Context, in forwardedInput) (*shadowSum, error
 	var b fl.RoundBundle
 	if err := content.Decode(bb, &b); err != nil || b.Run != in.Run || b.Round != in.Round {
 		return nil, fmt.Errorf("bundle %s is not round %d of run %s (%v)", in.Bundle.Short(), in.Round, in.Run.Short(), err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sh, ok := s.m[in.Bundle]; ok {
+		return sh, nil // made meanwhile by another site's forward
 	}
 	if s.m == nil {
 		s.m = map[content.Ref]*shadowSum{}
@@ -172,7 +198,7 @@ func (n *Node) shadow(ctx context.Context, in forwardedInput) (*shadowSum, error
 	if err != nil {
 		return nil, err
 	}
-	sh := &shadowSum{acc: acc, hashes: map[string]content.Ref{}, at: time.Now()}
+	sh = &shadowSum{acc: acc, hashes: map[string]content.Ref{}, at: time.Now()}
 	s.m[in.Bundle] = sh
 	return sh, nil
 }
