@@ -128,6 +128,15 @@ type member struct {
 	name, role string
 }
 
+// siloMembers is a silo member for each name.
+func siloMembers(names []string) []member {
+	ms := make([]member, 0, len(names))
+	for _, s := range names {
+		ms = append(ms, member{s, "silo"})
+	}
+	return ms
+}
+
 // newCluster makes keys with `scellis keygen` and a federation file.
 func newCluster(t testing.TB, regime string, aggs int, others ...member) *cluster {
 	c := &cluster{t: t, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, exits: map[string]chan struct{}{}}

@@ -21,10 +21,7 @@ import (
 // alice, not started; fault, when set, arms every aggregator with it.
 func fourSiloCluster(t *testing.T, fault string) (*cluster, []string) {
 	silos := []string{"h1", "h2", "h3", "h4"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 3, append(ms, member{"alice", "researcher"})...)
 	if fault != "" {
 		c.env = map[string][]string{}

@@ -37,10 +37,7 @@ func TestFLDPStatisticsAndPlan(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"s1", "s2", "s3", "s4"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "150", "--seed", "3", "--out", "data"))
 	if err := os.MkdirAll(filepath.Join(c.dir, "tiny"), 0o755); err != nil {

@@ -32,10 +32,7 @@ func TestFLRunWithSilos(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"h1", "h2", "h3", "h4", "h5"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "5", "--rows", "300", "--out", "data"))
 	// agg-1 and h1 serve /metrics; h3 logs JSON.
@@ -253,10 +250,7 @@ func TestFLFedAvgMatchesCentralised(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"h1", "h2", "h3", "h4"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "750", "--seed", "5", "--out", "data"))
 	var trains, tests []*model.Dataset
@@ -595,10 +589,7 @@ func TestFLDiLoCoThroughSilos(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"h1", "h2", "h3"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "3", "--rows", "300", "--seed", "8", "--out", "data"))
 	var rows, positives float64
@@ -658,10 +649,7 @@ func TestREADMEFederatedWalkthrough(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"hospital-a", "hospital-b", "hospital-c", "hospital-d"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "4", "--rows", "800", "--seed", "11", "--out", "data"))
 	var all *model.Dataset

@@ -45,10 +45,7 @@ func TestFLThresholdHERun(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"s1", "s2", "s3", "s4", "d1", "d2"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	fault := []string{testfault.Env + "=" + testfault.KillAfterHECiphertext}
 	c.env = map[string][]string{"d1": fault, "d2": fault}

@@ -18,10 +18,7 @@ func TestFLModelSizePolicy(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"s1", "s2", "s3", "s4", "s5"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "5", "--rows", "100", "--out", "data"))
 	for i, s := range silos {

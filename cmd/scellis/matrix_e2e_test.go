@@ -275,10 +275,7 @@ func TestFLConfigurationMatrix(t *testing.T) {
 		t.Skip("multi-process configuration matrix")
 	}
 	flatSilos := []string{"h1", "h2", "h3", "h4"}
-	var ms []member
-	for _, s := range flatSilos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(flatSilos)
 	flat := &matrixFed{at: newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...), silos: flatSilos, homeOf: map[string]*cluster{}}
 	for _, s := range flatSilos {
 		flat.homeOf[s] = flat.at

@@ -27,10 +27,7 @@ func TestFLModelSignedByTheCluster(t *testing.T) {
 		t.Skip("multi-process federated run")
 	}
 	silos := []string{"h1", "h2", "h3"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "own", 1, append(ms, member{"alice", "researcher"})...)
 	mustRun(t, scellisCmd(t, c.dir, "datagen", "hospitals", "--sites", "3", "--rows", "200", "--seed", "5", "--out", "data"))
 	for i, s := range silos {

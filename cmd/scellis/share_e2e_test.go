@@ -34,10 +34,7 @@ const sharedRounds = 12
 func startSharedFederation(t testing.TB) *sharedFederation {
 	f := &sharedFederation{generic: []string{"hospital-a", "hospital-b"}, rounds: []string{"hospital-c", "hospital-d"}, metrics: map[string]string{}}
 	silos := append(append([]string{}, f.generic...), f.rounds...)
-	ms := []member{{"w1", "worker"}, {"w2", "worker"}, {"alice", "researcher"}}
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := append([]member{{"w1", "worker"}, {"w2", "worker"}, {"alice", "researcher"}}, siloMembers(silos)...)
 	c := newCluster(t, "consortium", 1, ms...)
 	f.c = c
 	// Deadlines far above a busy machine's pauses: a round that leaves a

@@ -66,10 +66,7 @@ func TestStudioInBrowser(t *testing.T) {
 	began := time.Now()
 	phase := func(what string) { t.Logf("%5.1fs %s", time.Since(began).Seconds(), what) }
 	silos := []string{"h1", "h2", "h3"}
-	ms := []member{{"alice", "researcher"}}
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := append([]member{{"alice", "researcher"}}, siloMembers(silos)...)
 	c := newCluster(t, "own", 1, ms...)
 	pp := &ports{t: t}
 	studioAddr := pp.next()

@@ -67,10 +67,7 @@ func TestTrainerCNNFederation(t *testing.T) {
 	}
 	needTorch(t)
 	silos := []string{"s1", "s2", "s3", "s4", "refuser", "starved"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 3, append(ms, member{"alice", "researcher"})...)
 	c.trainerJoinTimeout("5m")
 	// The trainer is docs/trainers.md's, which is examples/trainer-cnn's.

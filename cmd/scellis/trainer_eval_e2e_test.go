@@ -94,10 +94,7 @@ func TestTrainerFederatedEvaluation(t *testing.T) {
 	}
 	needNumpy(t)
 	silos := []string{"s1", "s2", "s3", "small"}
-	var ms []member
-	for _, s := range silos {
-		ms = append(ms, member{s, "silo"})
-	}
+	ms := siloMembers(silos)
 	c := newCluster(t, "consortium", 1, append(ms, member{"alice", "researcher"})...)
 	c.trainerJoinTimeout("3m")
 	src, err := os.ReadFile("../../trainer/testdata/numpy/train.py")
