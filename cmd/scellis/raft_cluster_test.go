@@ -89,8 +89,19 @@ func (c *cluster) polls(as, member string) bool {
 // receipt-chain head, and returns that status.
 func (c *cluster) converged(as string, nodes ...string) nodeStatus {
 	var agreed nodeStatus
+	var last map[string]nodeStatus
+	done := false
+	defer func() {
+		if !done { // waitFor gave up: say where each node stood
+			for _, n := range nodes {
+				s := last[n]
+				c.t.Logf("%s: raft %s term %d commit %d applied %d, chain %d %s, state %s", n, s.Raft.State, s.Raft.Term, s.Raft.CommitIndex, s.Raft.AppliedIndex, s.ChainSeq, s.ChainHead, s.StateHash)
+			}
+		}
+	}()
 	waitFor(c.t, fmt.Sprintf("%v to converge", nodes), untilRun(), func() bool {
 		st := c.statuses(as)
+		last = st
 		for i, n := range nodes {
 			s, ok := st[n]
 			if !ok || s.StateHash == "" || (i > 0 && (s.StateHash != agreed.StateHash || s.ChainHead != agreed.ChainHead)) {
@@ -100,6 +111,7 @@ func (c *cluster) converged(as string, nodes ...string) nodeStatus {
 		}
 		return true
 	})
+	done = true
 	return agreed
 }
 
