@@ -106,6 +106,15 @@ var _ Store = (*blob.Store)(nil)
 
 // tuning holds the SCTP settings the benchmarks compare
 // (bench_test.go); production uses these values.
+//
+// On loopback (a federation on one machine) the receive buffer, which
+// bounds the bytes in flight, stays under the 1 MB that pion/webrtc and
+// pion/ice queue per connection between the socket and DTLS: a burst
+// larger than that is dropped there, and a drop the fast retransmit
+// misses costs pion/sctp's 1 s minimum retransmission timeout. A minimum
+// congestion window of several large packets keeps a new association
+// from sending one packet and waiting out the receiver's 200 ms delayed
+// acknowledgement (sctpmtu.go: packets are 8 kB there).
 var tuning = struct {
 	recvBuffer   uint32
 	zeroChecksum bool
@@ -113,7 +122,10 @@ var tuning = struct {
 	caStep       uint32
 	fastRtxWnd   uint32
 	rtoMax       time.Duration
-}{recvBuffer: 8 << 20, zeroChecksum: true}
+
+	loopbackRecvBuffer uint32
+	loopbackMinCwnd    uint32
+}{recvBuffer: 8 << 20, zeroChecksum: true, loopbackRecvBuffer: 900 << 10, loopbackMinCwnd: 64 << 10}
 
 // DefaultChunk is the message size of a transfer. SCTP fragments each
 // message into ~1.2 kB packets anyway; larger messages mean fewer reads
@@ -270,11 +282,16 @@ func New(cfg Config) (*Peer, error) {
 	} else {
 		se.SetICEMulticastDNSMode(ice.MulticastDNSModeQueryOnly)
 	}
-	se.SetSCTPMaxReceiveBufferSize(tuning.recvBuffer)
+	recvBuffer, minCwnd := tuning.recvBuffer, tuning.minCwnd
+	if sc.loopback {
+		recvBuffer, minCwnd = tuning.loopbackRecvBuffer, max(minCwnd, tuning.loopbackMinCwnd)
+	}
+	se.SetReceiveMTU(receiveMTU)
+	se.SetSCTPMaxReceiveBufferSize(recvBuffer)
 	// Both ends are Scellis peers over DTLS, which already authenticates
 	// every packet: SCTP's CRC32c adds CPU and nothing else (RFC 9653).
 	se.EnableSCTPZeroChecksum(tuning.zeroChecksum)
-	se.SetSCTPMinCwnd(tuning.minCwnd)
+	se.SetSCTPMinCwnd(minCwnd)
 	se.SetSCTPCwndCAStep(tuning.caStep)
 	se.SetSCTPFastRtxWnd(tuning.fastRtxWnd)
 	se.SetSCTPRTOMax(tuning.rtoMax)
@@ -575,7 +592,7 @@ func (p *Peer) dial(parent context.Context, c *conn) {
 		case <-ctx.Done():
 			return fmt.Errorf("gathering ICE candidates: %w", ctx.Err())
 		}
-		s := Signal{Session: newSession(), From: p.cfg.Name, To: c.remote, Kind: KindOffer, SDP: pc.LocalDescription().SDP, Fingerprint: p.fp}
+		s := Signal{Session: newSession(), From: p.cfg.Name, To: c.remote, Kind: KindOffer, SDP: withMTU(pc.LocalDescription().SDP), Fingerprint: p.fp}
 		if err := s.sign(p.cfg.Identity); err != nil {
 			return err
 		}
@@ -605,6 +622,7 @@ func (p *Peer) dial(parent context.Context, c *conn) {
 		if err := ans.Verify(p.cfg.Fed); err != nil {
 			return err
 		}
+		c.remoteMTU.Store(sdpMTU(ans.SDP))
 		if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: ans.SDP}); err != nil {
 			return err
 		}
@@ -627,12 +645,13 @@ func (p *Peer) answer(parent context.Context, s Signal) {
 	ctx, cancel := context.WithTimeout(parent, p.cfg.ConnectTimeout)
 	defer cancel()
 	c := newConn(s.From)
+	c.remoteMTU.Store(sdpMTU(s.SDP))
 	err := func() error {
 		sdp, err := p.answerOffer(ctx, parent, c, client{Member: remote}, s.SDP, false)
 		if err != nil {
 			return err
 		}
-		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: sdp, Fingerprint: p.fp}
+		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: withMTU(sdp), Fingerprint: p.fp}
 		if err := out.sign(p.cfg.Identity); err != nil {
 			return err
 		}
@@ -679,6 +698,7 @@ func (p *Peer) answerOffer(ctx, serveCtx context.Context, c *conn, remote client
 	c.setPC(pc)
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
 		dc.OnOpen(func() {
+			c.tune(p)
 			if dc.Label() == "ctl" {
 				return
 			}
