@@ -159,8 +159,8 @@ func (c *conn) describe() {
 // the pair is on loopback (sctpmtu.go). It runs as a data channel opens:
 // the association is up by then, and no blob has been cut into packets.
 func (c *conn) tune(p *Peer) {
-	mtu := min(c.remoteMTU.Load(), loopbackMTU)
-	if mtu <= 1500 || c.tuned.Swap(true) {
+	mtu := min(c.remoteMTU.Load(), p.loopbackMTU)
+	if mtu <= pionMTU || c.tuned.Swap(true) {
 		return
 	}
 	c.mu.Lock()
@@ -175,7 +175,7 @@ func (c *conn) tune(p *Peer) {
 		return
 	}
 	if err := raiseSCTPMTU(sctp, mtu); err != nil {
-		p.logf("p2p: SCTP packets to %s stay at 1191 bytes: %v", c.remote, err)
+		p.logf("p2p: SCTP packets to %s stay at %d bytes: %v", c.remote, pionMTU, err)
 	}
 }
 

@@ -123,9 +123,12 @@ var tuning = struct {
 	fastRtxWnd   uint32
 	rtoMax       time.Duration
 
+	// loopbackMTU: the SCTP packets sent on a loopback pair (0: pion's
+	// 1191 bytes; sctpmtu.go).
+	loopbackMTU        uint32
 	loopbackRecvBuffer uint32
 	loopbackMinCwnd    uint32
-}{recvBuffer: 8 << 20, zeroChecksum: true, loopbackRecvBuffer: 900 << 10, loopbackMinCwnd: 64 << 10}
+}{recvBuffer: 8 << 20, zeroChecksum: true, loopbackMTU: maxLoopbackMTU, loopbackRecvBuffer: 900 << 10, loopbackMinCwnd: 64 << 10}
 
 // DefaultChunk is the message size of a transfer. SCTP fragments each
 // message into ~1.2 kB packets anyway; larger messages mean fewer reads
@@ -142,6 +145,8 @@ type Peer struct {
 
 	// scope is where ICE candidates come from (scope.go).
 	scope *scope
+	// loopbackMTU is the SCTP packet size sent on a loopback pair.
+	loopbackMTU uint32
 	// done is closed by Close: background work for this peer ends.
 	done chan struct{}
 
@@ -303,7 +308,7 @@ func New(cfg Config) (*Peer, error) {
 	return &Peer{
 		cfg: cfg, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)), cert: *cert,
 		fp:    fingerprintString(fps[0].Algorithm, fps[0].Value),
-		scope: sc, done: make(chan struct{}),
+		scope: sc, loopbackMTU: tuning.loopbackMTU, done: make(chan struct{}),
 		conns: map[string]*conn{}, down: map[string]time.Time{}, fails: map[string]int{}, waiting: map[string]chan Signal{}, stats: map[string]*pairCounter{},
 		open: map[*conn]struct{}{},
 	}, nil

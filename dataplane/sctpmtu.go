@@ -27,17 +27,19 @@ import (
 //
 // So when the ICE pair of a connection is host to host on loopback
 // addresses, and the remote said in its SDP that it reads packets this
-// large, each end raises its association's outbound MTU to loopbackMTU.
+// large, each end raises its association's outbound MTU to maxLoopbackMTU.
 // The largest is set by pion's readers, not by the network: pion/dtls
 // reads a datagram into an 8192-byte buffer (its inboundBufferSize) and
 // pion/sctp a DTLS record into another (its receiveMTU), so a datagram
 // (an SCTP packet, a 13-byte DTLS header, an 8-byte explicit nonce and a
 // 16-byte AES-GCM tag) must stay within 8192 bytes.
 const (
-	// loopbackMTU is the SCTP packet size used on a loopback pair.
-	loopbackMTU = 8192 - 64
+	// pionMTU is pion/webrtc's SCTP packet size, used everywhere else.
+	pionMTU = 1191
+	// maxLoopbackMTU is the SCTP packet size used on a loopback pair.
+	maxLoopbackMTU = 8192 - 64
 	// receiveMTU is the ICE read buffer per datagram (pion's default,
-	// 1460, would truncate a large packet): at least loopbackMTU plus
+	// 1460, would truncate a large packet): at least maxLoopbackMTU plus
 	// the DTLS record overhead.
 	receiveMTU = 8192
 	// sdpMTUAttr is the SDP attribute in which a member says how large an
@@ -54,7 +56,7 @@ func withMTU(sdp string) string {
 	if !strings.HasSuffix(sdp, "\n") {
 		sdp += "\r\n"
 	}
-	return sdp + sdpMTUAttr + strconv.Itoa(loopbackMTU) + "\r\n"
+	return sdp + sdpMTUAttr + strconv.Itoa(maxLoopbackMTU) + "\r\n"
 }
 
 // sdpMTU is the SCTP packet size a remote SDP says its peer reads: 0
