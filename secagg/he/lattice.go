@@ -86,3 +86,49 @@ func boxAD(session []byte, round, from, to string) []byte {
 func (r *round) sealedSize() int {
 	return chacha20poly1305.NonceSizeX + r.s.skSize + chacha20poly1305.Overhead
 }
+
+// pack writes into dst (one value per plaintext coefficient) the values
+// of y that ciphertext k carries: coefficient j holds the lanes values
+// y[(k·N+j)·lanes + l] as Σ_l y·2^(w·l), zero past the end of y.
+func (r *round) pack(dst, y []int64, k int) {
+	base := k * len(dst) * r.lanes
+	for j := range dst {
+		var v int64
+		for l := r.lanes - 1; l >= 0; l-- {
+			v <<= r.laneW
+			if i := base + j*r.lanes + l; i < len(y) {
+				v += y[i]
+			}
+		}
+		dst[j] = v
+	}
+}
+
+// unpack reads ciphertext k's decoded coefficients back into sum: the
+// lowest lane of a coefficient is its centred residue modulo 2^w (each
+// lane's sum is within ±2^(w−1), lanesFor), the rest the quotient. A lane
+// outside its range means the sum is not the sum of inputs within the
+// bound (a site sent an input it did not check, or a bad share).
+func (r *round) unpack(sum, vals []int64, k int) error {
+	base := k * len(vals) * r.lanes
+	half := int64(1) << max(r.laneW-1, 0)
+	for j, v := range vals {
+		for l := range r.lanes {
+			i := base + j*r.lanes + l
+			lane := v
+			if l < r.lanes-1 {
+				lane = v & (2*half - 1)
+				if lane >= half {
+					lane -= 2 * half
+				}
+				v = (v - lane) >> r.laneW
+			}
+			if i < len(sum) {
+				sum[i] = lane
+			} else if lane != 0 {
+				return malformed("decrypted sum", "a padding value of ciphertext %d is %d, not 0", k, lane)
+			}
+		}
+	}
+	return nil
+}
