@@ -347,7 +347,7 @@ func (a *Aggregator) AddDecryptShare(m *DecryptShare) error {
 	}
 	shares := make([]mhe.KeySwitchShare, r.cts)
 	for k, b := range m.Shares {
-		p, err := r.unmarshalPoly("decrypt share", b)
+		p, err := r.unmarshalShare(b)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package he
 import (
 	"crypto/ed25519"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -20,7 +21,12 @@ import (
 //	decrypt  the phase that opens the sum: t partial decryptions plus the
 //	         aggregator's combination ÷ n unmaskings plus the server's
 //	         reconstruction and mask removal
-//	bytes    what one site sends and receives over the whole round
+//	site CPU what the sites compute, per site: key sharing, encryption
+//	         and partial decryption ÷ masking's key sharing, masking,
+//	         signing the survivors and unmasking
+//	bytes    what a site sends and receives over the whole round: the
+//	         most any site moves (a decryptor's) and the mean over the
+//	         n sites (t of them decrypt), each ÷ masking's
 //
 // Each phase is timed serially on one core (sites one after another), the
 // fastest of the iterations. Run:
@@ -31,8 +37,29 @@ import (
 // n=3 runs: the larger rounds run the same code for longer.
 
 type costs struct {
-	encrypt, add, decrypt time.Duration // fastest seen
-	siteBytes             int
+	encrypt, add, decrypt, site time.Duration // fastest seen
+	bytes                       []int         // per site
+}
+
+func (c *costs) count(i int, b []byte) []byte {
+	c.bytes[i] += len(b)
+	return b
+}
+
+// countAll counts b against every site (a message each receives).
+func (c *costs) countAll(b []byte) {
+	for i := range c.bytes {
+		c.bytes[i] += len(b)
+	}
+}
+
+func (c costs) maxBytes() float64 { return float64(slices.Max(c.bytes)) }
+func (c costs) meanBytes() float64 {
+	t := 0
+	for _, b := range c.bytes {
+		t += b
+	}
+	return float64(t) / float64(len(c.bytes))
 }
 
 func (c *costs) keep(o costs) {
@@ -45,7 +72,10 @@ func (c *costs) keep(o costs) {
 	if c.decrypt == 0 || o.decrypt < c.decrypt {
 		c.decrypt = o.decrypt
 	}
-	c.siteBytes = o.siteBytes
+	if c.site == 0 || o.site < c.site {
+		c.site = o.site
+	}
+	c.bytes = o.bytes
 }
 
 func BenchmarkRound(b *testing.B) {
@@ -70,8 +100,13 @@ func BenchmarkRound(b *testing.B) {
 				b.ReportMetric(ratio(he.add, mask.add), "add-x-masking")
 				b.ReportMetric(float64(he.decrypt.Microseconds())/1000, "he-decrypt-ms")
 				b.ReportMetric(ratio(he.decrypt, mask.decrypt), "decrypt-x-masking")
-				b.ReportMetric(float64(he.siteBytes)/1e6, "he-MB/site")
-				b.ReportMetric(float64(he.siteBytes)/float64(mask.siteBytes), "bytes-x-masking")
+				b.ReportMetric(float64(he.site.Microseconds())/1000/float64(n), "he-site-cpu-ms/site")
+				b.ReportMetric(ratio(he.site, mask.site), "site-cpu-x-masking")
+				b.ReportMetric(he.maxBytes()/1e6, "he-MB/site-max")
+				b.ReportMetric(mask.maxBytes()/1e6, "mask-MB/site-max")
+				b.ReportMetric(he.maxBytes()/mask.maxBytes(), "bytes-max-x-masking")
+				b.ReportMetric(he.meanBytes()/mask.meanBytes(), "bytes-mean-x-masking")
+				b.ReportMetric(float64(p.Lanes()), "lanes")
 			})
 		}
 	}
@@ -83,15 +118,21 @@ func timed(d *time.Duration, f func()) {
 	*d += time.Since(t0)
 }
 
-func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64) (c costs) {
+// timed2 is timed counting f's time on two counters (a site's work that
+// is also part of a phase).
+func timed2(d, e *time.Duration, f func()) {
+	t0 := time.Now()
+	f()
+	el := time.Since(t0)
+	*d += el
+	*e += el
+}
+
+func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64) costs {
+	c := costs{bytes: make([]int, len(keys))}
+	count := c.count
 	agg := must(NewAggregator(p))
 	parties := make([]*Party, len(keys))
-	count := func(i int, bs []byte) []byte {
-		if i == 0 {
-			c.siteBytes += len(bs)
-		}
-		return bs
-	}
 	for i, m := range p.Members {
 		parties[i] = must(NewParty(p, m.ID, keys[i]))
 		if err := agg.AddAdvert(must(ParseAdvert(count(i, must(must(parties[i].Advertise()).Marshal()))))); err != nil {
@@ -99,9 +140,12 @@ func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64
 		}
 	}
 	ksb := must(must(agg.EndAdvertise()).Marshal())
-	count(0, ksb)
+	c.countAll(ksb)
+	var keying time.Duration // the sites' key sharing, part of their CPU
 	for i := range parties {
-		if err := agg.AddShares(must(ParseShares(count(i, must(must(parties[i].Share(must(ParseKeySet(ksb)))).Marshal()))))); err != nil {
+		var sh []byte
+		timed(&keying, func() { sh = must(must(parties[i].Share(must(ParseKeySet(ksb)))).Marshal()) })
+		if err := agg.AddShares(must(ParseShares(count(i, sh)))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -117,13 +161,14 @@ func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64
 			}
 		})
 	}
+	c.site = keying + c.encrypt
 	req := must(agg.EndEncrypt())
 	rb := must(req.Marshal())
-	count(0, rb)
 	for _, s := range req.Decryptors {
 		i := index(p, s)
+		count(i, rb)
 		var sb []byte
-		timed(&c.decrypt, func() { sb = must(must(parties[i].Decrypt(must(ParseDecryptRequest(rb)))).Marshal()) })
+		timed2(&c.decrypt, &c.site, func() { sb = must(must(parties[i].Decrypt(must(ParseDecryptRequest(rb)))).Marshal()) })
 		count(i, sb)
 		timed(&c.decrypt, func() {
 			if err := agg.AddDecryptShare(must(ParseDecryptShare(sb))); err != nil {
@@ -150,16 +195,12 @@ func index(p Params, site string) int {
 
 // maskRound runs the same vectors through pairwise masking: a grid of 20
 // fraction bits with clip 1 holds the same ±2^20 integers.
-func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64) (c costs) {
+func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64) costs {
+	c := costs{bytes: make([]int, len(keys))}
+	count := c.count
 	p := secagg.Params{Round: hp.Round, Members: hp.Members, Dim: hp.Dim, Clip: 1, GridBits: 20}
 	srv := must(secagg.NewServer(p))
 	cl := make([]*secagg.Client, len(keys))
-	count := func(i int, bs []byte) []byte {
-		if i == 0 {
-			c.siteBytes += len(bs)
-		}
-		return bs
-	}
 	for i, m := range p.Members {
 		cl[i] = must(secagg.NewClient(p, m.ID, keys[i]))
 		if err := srv.AddAdvert(must(secagg.ParseAdvert(count(i, must(must(cl[i].Advertise()).Marshal()))))); err != nil {
@@ -167,9 +208,12 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 		}
 	}
 	ksb := must(must(srv.EndAdvertise()).Marshal())
-	count(0, ksb)
+	c.countAll(ksb)
+	var keying time.Duration // the sites' key sharing, part of their CPU
 	for i := range cl {
-		if err := srv.AddShares(must(secagg.ParseShares(count(i, must(must(cl[i].ShareKeys(must(secagg.ParseKeySet(ksb)))).Marshal()))))); err != nil {
+		var sh []byte
+		timed(&keying, func() { sh = must(must(cl[i].ShareKeys(must(secagg.ParseKeySet(ksb)))).Marshal()) })
+		if err := srv.AddShares(must(secagg.ParseShares(count(i, sh)))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -185,13 +229,14 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 			}
 		})
 	}
+	c.site = keying + c.encrypt
 	req := must(srv.EndMask())
-	count(0, must(req.Marshal()))
+	c.countAll(must(req.Marshal()))
 	// The consistency round secure aggregation requires before any
 	// unmasking (SC6011 without it): every survivor signs the set.
 	for i := range cl {
 		var sb []byte
-		timed(&c.decrypt, func() {
+		timed2(&c.decrypt, &c.site, func() {
 			sb = must(must(cl[i].SignSurvivors(must(secagg.ParseUnmaskRequest(must(req.Marshal()))))).Marshal())
 		})
 		count(i, sb)
@@ -200,10 +245,10 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 		}
 	}
 	rb := must(must(srv.EndConsistency()).Marshal())
-	count(0, rb)
+	c.countAll(rb)
 	for i := range cl {
 		var ub []byte
-		timed(&c.decrypt, func() { ub = must(must(cl[i].Unmask(must(secagg.ParseUnmaskRequest(rb)))).Marshal()) })
+		timed2(&c.decrypt, &c.site, func() { ub = must(must(cl[i].Unmask(must(secagg.ParseUnmaskRequest(rb)))).Marshal()) })
 		count(i, ub)
 		timed(&c.decrypt, func() {
 			if err := srv.AddUnmasking(must(secagg.ParseUnmasking(ub))); err != nil {

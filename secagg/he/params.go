@@ -62,6 +62,7 @@ type scheme struct {
 	slots  int    // values per ciphertext (N)
 	c1Size int    // bytes of one marshalled ring polynomial at the top level
 	skSize int    // bytes of one marshalled Shamir share
+	q0Inv  uint64 // q0⁻¹ mod q1, for the CRT of rounded shares
 	smudge ring.DiscreteGaussian
 }
 
@@ -95,6 +96,12 @@ func getScheme() (*scheme, error) {
 		s := &scheme{params: p, t: t, slots: p.N(), smudge: ring.DiscreteGaussian{Sigma: smudgeSigma, Bound: 6 * smudgeSigma}}
 		s.c1Size = p.RingQ().NewPoly().BinarySize()
 		s.skSize = p.RingQP().NewPoly().BinarySize()
+		q := p.Q()
+		if len(q) != 2 {
+			schemeErr = fmt.Errorf("%d primes in Q; the rounded shares join two", len(q))
+			return
+		}
+		s.q0Inv = new(big.Int).ModInverse(new(big.Int).SetUint64(q[0]), new(big.Int).SetUint64(q[1])).Uint64()
 		schemeVal = s
 	})
 	return schemeVal, schemeErr

@@ -395,11 +395,8 @@ func (c *Party) Decrypt(req *DecryptRequest) (*DecryptShare, error) {
 		ct := r.ciphertext(params.RingQ().NewPoly(), a)
 		sh := cks.AllocateShare(params.MaxLevel())
 		cks.GenShare(add, zeroKey, ct, &sh)
-		params.RingQ().Reduce(sh.Value, sh.Value) // GenShare reduces lazily: send canonical residues
-		var err error
-		if out.Shares[k], err = sh.Value.MarshalBinary(); err != nil {
-			return nil, c.abort(err)
-		}
+		params.RingQ().Reduce(sh.Value, sh.Value) // GenShare reduces lazily
+		out.Shares[k] = r.marshalShare(sh.Value)
 	}
 	c.opened = dg[:]
 	c.answered[req.Attempt] = true

@@ -6,6 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tuneinsight/lattigo/v5/ring"
+	"github.com/tuneinsight/lattigo/v5/utils/sampling"
+
 	"github.com/scellis/scellis/diag"
 )
 
@@ -156,4 +159,51 @@ func hasCode(err error, c diag.Code) bool {
 		}
 	}
 	return false
+}
+
+// TestShareRounding checks the rounded encoding of partial decryptions
+// against lattigo's own CRT (ring.PolyToBigintCentered): a decoded
+// polynomial differs from the original by at most 2^(shareDrop−1) in
+// every coefficient, for uniform polynomials and for the extremes ±Q/2,
+// 0 and ±1, and every coefficient takes shareWordBytes bytes.
+func TestShareRounding(t *testing.T) {
+	p, _ := testRound(t, 3, 10, 1)
+	r := must(newRound(p))
+	rq := r.s.params.RingQ()
+	prng := must(sampling.NewPRNG())
+	us := ring.NewUniformSampler(prng, rq)
+	polys := []ring.Poly{us.ReadNew(), us.ReadNew()}
+	// Extremes, set in the coefficient domain: ⌊Q/2⌋, ⌈Q/2⌉, 0, 1, −1.
+	q := rq.ModulusAtLevel[rq.Level()]
+	half := new(big.Int).Rsh(q, 1)
+	edge := []*big.Int{half, new(big.Int).Add(half, big.NewInt(1)), big.NewInt(0), big.NewInt(1), new(big.Int).Sub(q, big.NewInt(1))}
+	coeffs := make([]*big.Int, rq.N())
+	for i := range coeffs {
+		coeffs[i] = edge[i%len(edge)]
+	}
+	e := rq.NewPoly()
+	rq.SetCoefficientsBigint(coeffs, e)
+	rq.NTT(e, e)
+	polys = append(polys, e)
+	bound := new(big.Int).Lsh(big.NewInt(1), shareDrop-1)
+	for _, x := range polys {
+		b := r.marshalShare(x)
+		if len(b) != shareWordBytes*rq.N() {
+			t.Fatalf("%d bytes, want %d", len(b), shareWordBytes*rq.N())
+		}
+		y := must(r.unmarshalShare(b))
+		d := rq.NewPoly()
+		rq.Sub(y, x, d)
+		rq.INTT(d, d)
+		diff := make([]*big.Int, rq.N())
+		for i := range diff {
+			diff[i] = new(big.Int)
+		}
+		rq.PolyToBigintCentered(d, 1, diff)
+		for i, v := range diff {
+			if new(big.Int).Abs(v).Cmp(bound) > 0 {
+				t.Fatalf("coefficient %d moved by %v, more than 2^%d", i, v, shareDrop-1)
+			}
+		}
+	}
 }

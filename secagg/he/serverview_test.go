@@ -107,7 +107,7 @@ func TestServerView(t *testing.T) {
 	combineDecode := func(ds []*DecryptShare) []int64 {
 		agg := cks.AllocateShare(params.MaxLevel())
 		for _, s := range ds {
-			if err := cks.AggregateShares(agg, mhe.KeySwitchShare{Value: must(r.unmarshalPoly("share", s.Shares[0]))}, &agg); err != nil {
+			if err := cks.AggregateShares(agg, mhe.KeySwitchShare{Value: must(r.unmarshalShare(s.Shares[0]))}, &agg); err != nil {
 				t.Fatal(err)
 			}
 		}
