@@ -45,7 +45,7 @@ type Aggregator struct {
 	shares  map[string]*Shares
 	u2      []string
 	acc     []ring.Poly // the running sum of the c0, one per ciphertext
-	u3      []string // who sent a ciphertext, in arrival order until EndEncrypt sorts it
+	u3      []string    // who sent a ciphertext, in arrival order until EndEncrypt sorts it
 
 	req     *DecryptRequest
 	got     map[string][]mhe.KeySwitchShare

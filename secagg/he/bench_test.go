@@ -14,8 +14,8 @@ import (
 // masking (package secagg) on the same encoded vectors, in the same run,
 // with ratios (x-masking: threshold-he ÷ masking):
 //
-//	encrypt  one site's encryption (forming the collective key and its
-//	         threshold share, encoding, encrypting) ÷ one site's masking
+//	encrypt  one site's encryption (opening its key shares, packing,
+//	         encoding, encrypting) ÷ one site's masking
 //	         (expanding n−1 pairwise masks and its self mask)
 //	add      the aggregator taking in the n inputs (parse and add)
 //	decrypt  the phase that opens the sum: t partial decryptions plus the
@@ -28,8 +28,11 @@ import (
 //	         most any site moves (a decryptor's) and the mean over the
 //	         n sites (t of them decrypt), each ÷ masking's
 //
-// Each phase is timed serially on one core (sites one after another), the
-// fastest of the iterations. Run:
+// in two layouts of the integers (grid20: ±2^20, masking in 4-byte words,
+// HE two values a coefficient; wide: the widest each mode takes, masking
+// in 8-byte words, HE one value a coefficient). Each phase is timed
+// serially on one core (sites one after another), the fastest of the
+// iterations. Run:
 //
 //	go test ./secagg/he -run XXX -bench . -benchtime 2x
 //
@@ -81,35 +84,60 @@ func (c *costs) keep(o costs) {
 func BenchmarkRound(b *testing.B) {
 	for _, dim := range []int{10_000, 100_000, 1_000_000} {
 		for _, n := range []int{3, 10} {
-			b.Run(fmt.Sprintf("d=%d/n=%d", dim, n), func(b *testing.B) {
-				if testing.Short() && (dim > 10_000 || n > 3) {
-					b.Skipf("-short: d=%d, n=%d skipped (d=10000, n=3 runs the same code)", dim, n)
-				}
-				p, keys := testRound(b, n, dim, 1<<20)
-				inputs := randInputs(b, n, dim, p.Bound)
-				var he, mask costs
-				for b.Loop() {
-					mask.keep(maskRound(b, p, keys, inputs))
-					he.keep(heRound(b, p, keys, inputs))
-				}
-				ratio := func(x, y time.Duration) float64 { return float64(x) / float64(y) }
-				b.ReportMetric(float64(he.encrypt.Microseconds())/1000/float64(n), "he-encrypt-ms/site")
-				b.ReportMetric(float64(mask.encrypt.Microseconds())/1000/float64(n), "mask-ms/site")
-				b.ReportMetric(ratio(he.encrypt, mask.encrypt), "encrypt-x-masking")
-				b.ReportMetric(float64(he.add.Microseconds())/1000, "he-add-ms")
-				b.ReportMetric(ratio(he.add, mask.add), "add-x-masking")
-				b.ReportMetric(float64(he.decrypt.Microseconds())/1000, "he-decrypt-ms")
-				b.ReportMetric(ratio(he.decrypt, mask.decrypt), "decrypt-x-masking")
-				b.ReportMetric(float64(he.site.Microseconds())/1000/float64(n), "he-site-cpu-ms/site")
-				b.ReportMetric(ratio(he.site, mask.site), "site-cpu-x-masking")
-				b.ReportMetric(he.maxBytes()/1e6, "he-MB/site-max")
-				b.ReportMetric(mask.maxBytes()/1e6, "mask-MB/site-max")
-				b.ReportMetric(he.maxBytes()/mask.maxBytes(), "bytes-max-x-masking")
-				b.ReportMetric(he.meanBytes()/mask.meanBytes(), "bytes-mean-x-masking")
-				b.ReportMetric(float64(p.Lanes()), "lanes")
-			})
+			for _, lay := range layouts {
+				b.Run(fmt.Sprintf("d=%d/n=%d/%s", dim, n, lay.name), func(b *testing.B) {
+					benchRound(b, dim, n, lay)
+				})
+			}
 		}
 	}
+}
+
+// A layout is how wide the integers of both modes are.
+type layout struct {
+	name string
+	// bound is the per-site bound of the inputs and the HE round.
+	bound func(n int) int64
+	// gridBits is masking's grid: 20 with clip 1 holds ±2^20 and sums in
+	// Z_2^32 (4-byte words); 0 derives the widest grid, Z_2^64 (8 bytes).
+	gridBits int
+}
+
+var layouts = []layout{
+	// grid20: ±2^20, a DP-like grid. HE packs two values a coefficient.
+	{"grid20", func(int) int64 { return 1 << 20 }, 20},
+	// wide: HE's widest bound (one value a coefficient), masking's widest
+	// grid (the run's range with no DP grid: what rounds use by default).
+	{"wide", BoundFor, 0},
+}
+
+func benchRound(b *testing.B, dim, n int, lay layout) {
+	if testing.Short() && (dim > 10_000 || n > 3) {
+		b.Skipf("-short: d=%d, n=%d skipped (d=10000, n=3 runs the same code)", dim, n)
+	}
+	p, keys := testRound(b, n, dim, lay.bound(n))
+	inputs := randInputs(b, n, dim, p.Bound)
+	var he, mask costs
+	for b.Loop() {
+		mask.keep(maskRound(b, p, keys, inputs, lay.gridBits))
+		he.keep(heRound(b, p, keys, inputs))
+	}
+	ratio := func(x, y time.Duration) float64 { return float64(x) / float64(y) }
+	b.ReportMetric(float64(he.encrypt.Microseconds())/1000/float64(n), "he-encrypt-ms/site")
+	b.ReportMetric(float64(mask.encrypt.Microseconds())/1000/float64(n), "mask-ms/site")
+	b.ReportMetric(ratio(he.encrypt, mask.encrypt), "encrypt-x-masking")
+	b.ReportMetric(float64(he.add.Microseconds())/1000, "he-add-ms")
+	b.ReportMetric(ratio(he.add, mask.add), "add-x-masking")
+	b.ReportMetric(float64(he.decrypt.Microseconds())/1000, "he-decrypt-ms")
+	b.ReportMetric(ratio(he.decrypt, mask.decrypt), "decrypt-x-masking")
+	b.ReportMetric(float64(he.site.Microseconds())/1000/float64(n), "he-site-cpu-ms/site")
+	b.ReportMetric(float64(mask.site.Microseconds())/1000/float64(n), "mask-site-cpu-ms/site")
+	b.ReportMetric(ratio(he.site, mask.site), "site-cpu-x-masking")
+	b.ReportMetric(he.maxBytes()/1e6, "he-MB/site-max")
+	b.ReportMetric(mask.maxBytes()/1e6, "mask-MB/site-max")
+	b.ReportMetric(he.maxBytes()/mask.maxBytes(), "bytes-max-x-masking")
+	b.ReportMetric(he.meanBytes()/mask.meanBytes(), "bytes-mean-x-masking")
+	b.ReportMetric(float64(p.Lanes()), "lanes")
 }
 
 func timed(d *time.Duration, f func()) {
@@ -193,12 +221,13 @@ func index(p Params, site string) int {
 	panic(site)
 }
 
-// maskRound runs the same vectors through pairwise masking: a grid of 20
-// fraction bits with clip 1 holds the same ±2^20 integers.
-func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64) costs {
+// maskRound runs the same vectors through pairwise masking with clip 1 on
+// a grid of gridBits fraction bits (0: the widest), which holds the same
+// integers.
+func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64, gridBits int) costs {
 	c := costs{bytes: make([]int, len(keys))}
 	count := c.count
-	p := secagg.Params{Round: hp.Round, Members: hp.Members, Dim: hp.Dim, Clip: 1, GridBits: 20}
+	p := secagg.Params{Round: hp.Round, Members: hp.Members, Dim: hp.Dim, Clip: 1, GridBits: gridBits}
 	srv := must(secagg.NewServer(p))
 	cl := make([]*secagg.Client, len(keys))
 	for i, m := range p.Members {

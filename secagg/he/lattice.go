@@ -151,7 +151,11 @@ const (
 )
 
 // shareBytes is the size of one rounded partial decryption.
-func (r *round) shareBytes() int { return shareWordBytes * r.s.slots }
+func (r *round) shareBytes() int { return ShareBytes() }
+
+// ShareBytes is the size of one rounded partial decryption (one per
+// ciphertext in a DecryptShare). Transports bound their bodies with it.
+func ShareBytes() int { return shareWordBytes * Slots() }
 
 // marshalShare rounds a partial decryption (NTT domain) and encodes it:
 // each coefficient's residues (r0, r1) modulo Q = q0·q1 are joined by

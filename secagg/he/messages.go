@@ -3,7 +3,7 @@ package he
 import (
 	"bytes"
 	"crypto/ed25519"
-	
+
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	sid "github.com/scellis/scellis/identity"
