@@ -230,15 +230,13 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 	}
 	c.held = map[string]mhe.ShamirSecretShare{}
 	for _, e := range d.From {
-		if _, ok := c.boxKeys[e.From]; !ok {
-			return nil, c.abort(diag.New(diag.SecAggUnknownSite, c.subject(), "the delivery names %q, not once a site of the key set", e.From))
-		}
-		if _, dup := c.held[e.From]; dup {
+		_, known := c.boxKeys[e.From]
+		if _, dup := c.held[e.From]; !known || dup {
 			return nil, c.abort(diag.New(diag.SecAggUnknownSite, c.subject(), "the delivery names %q, not once a site of the key set", e.From))
 		}
 		if e.From == c.site {
 			if len(e.Box) != 0 {
-				return nil, c.abort(diag.New(diag.SecAggBadSignature, c.subject(), "the delivery carries a box from this site to itself"))
+				return nil, c.abort(malformed("delivery", "a box from this site to itself"))
 			}
 			c.held[e.From] = c.own
 			continue
