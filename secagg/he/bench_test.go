@@ -30,9 +30,11 @@ import (
 //
 // in two layouts of the integers (grid20: ±2^20, masking in 4-byte words,
 // HE two values a coefficient; wide: the widest each mode takes, masking
-// in 8-byte words, HE one value a coefficient). Each phase is timed
-// serially on one core (sites one after another), the fastest of the
-// iterations. Run:
+// in 8-byte words, HE one value a coefficient). Each phase runs
+// serially (sites one after another) and is timed in the process's CPU
+// time (getrusage: user and system, the garbage collector included), the
+// least of the iterations, so that a busy machine inflates it less than
+// wall time. Run:
 //
 //	go test ./secagg/he -run XXX -bench . -benchtime 2x
 //
@@ -140,18 +142,18 @@ func benchRound(b *testing.B, dim, n int, lay layout) {
 	b.ReportMetric(float64(p.Lanes()), "lanes")
 }
 
+// timed adds the CPU time f takes to *d.
 func timed(d *time.Duration, f func()) {
-	t0 := time.Now()
+	t0 := cpuNow()
 	f()
-	*d += time.Since(t0)
+	*d += cpuNow() - t0
 }
 
 // timed2 is timed counting f's time on two counters (a site's work that
 // is also part of a phase).
 func timed2(d, e *time.Duration, f func()) {
-	t0 := time.Now()
-	f()
-	el := time.Since(t0)
+	var el time.Duration
+	timed(&el, f)
 	*d += el
 	*e += el
 }
