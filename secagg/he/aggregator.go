@@ -19,7 +19,7 @@ type Phase int
 // The phases, in order.
 const (
 	PhaseAdvertise Phase = iota // collecting adverts (U1)
-	PhaseShare                  // collecting public-key shares and boxes (U2)
+	PhaseShare                  // collecting sealed key shares (U2)
 	PhaseEncrypt                // collecting ciphertexts (U3), summed on arrival
 	PhaseDecrypt                // collecting partial decryptions from t sites
 	PhaseDone
@@ -180,7 +180,7 @@ func (a *Aggregator) EndAdvertise() (*KeySet, error) {
 	return ks, nil
 }
 
-// AddShares takes one site's public-key share and sealed key shares.
+// AddShares takes one site's sealed key shares.
 func (a *Aggregator) AddShares(m *Shares) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -167,7 +167,7 @@ type Params struct {
 	// exceed MaxSum(), so the sum of all members cannot wrap.
 	Bound int64 `cbor:"bound"`
 	// Seed is the round's public seed (32 bytes): the common reference
-	// string of the collective key generation is derived from it.
+	// string (the ciphertexts' public polynomials) is derived from it.
 	Seed []byte `cbor:"seed"`
 }
 
