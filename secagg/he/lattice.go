@@ -139,12 +139,13 @@ func (r *round) unpack(sum, vals []int64, k int) error {
 // |noise| < Q/(2T) ≈ 2^59.9, and each share's noise is already up to
 // 6σ = 2^42.6 of smudging, so a share rounded to a multiple of
 // 2^shareDrop adds at most 2^(shareDrop−1) more per decryptor: with
-// t ≤ 128 decryptors (255 sites) the total stays below 2^55.1, a margin
+// t ≤ 255 decryptors the total stays below 255·(6σ + 2^47) ≈ 2^55.1, a margin
 // of 2^4.8. The rounded centred coefficient, within ±Q/2^(shareDrop+1)
 // < 2^71, takes shareWordBytes bytes instead of a 16-byte residue pair.
-// Rounding is done on lattigo's CRT reconstruction of the coefficients
-// (ring.PolyToBigintCentered), after the smudging noise is added: it
-// only removes information from what the aggregator sees.
+// Rounding is done after the smudging noise is added, on the integer
+// coefficient (Garner's CRT of the two residues, checked against
+// lattigo's ring.PolyToBigintCentered by TestShareRounding): it only
+// removes information from what the aggregator sees.
 const (
 	shareDrop      = 48
 	shareWordBytes = 9

@@ -25,8 +25,9 @@ const Scheme = "bgv-n13-q120-t60-sk-lanes/v2"
 
 // The BGV parameters. Only additions are evaluated, so one level suffices:
 // Q holds T times the noise of the sum (at most 255 fresh encryptions)
-// plus t ≤ 255 smudging terms of bound 6σ, with a margin of 2^8:
-// log2(T·255·6σ) ≈ 60 + 8 + 42.6 ≈ 111 < 119. N = 2^13 with log Q = 120
+// plus t ≤ 255 smudging terms of bound 6σ and the rounding of t partial
+// decryptions (≤ 2^47 each, lattice.go), with a margin of 2^4.8:
+// log2(T·255·(6σ + 2^47)) ≈ 60 + 8 + 47.1 ≈ 115.1 < 119. N = 2^13 with log Q = 120
 // is within the HomomorphicEncryption.org table for 128-bit security
 // (log QP ≤ 218 at N = 2^13, ternary secrets); T does not enter the
 // security of RLWE.
