@@ -200,7 +200,7 @@ func Run(ctx context.Context, j Job) (Result, error) {
 					return fail(diag.TrainerCPU, "train less per round, or the silo's operator raises cpu_seconds in policy.trainers",
 						"the trainer used up its CPU time of %d s (%v)", lim.CPUSeconds, ws.Signal())
 				case ws.ExitStatus() == setupFailed:
-					return fail(diag.TrainerSandbox, "the silo needs Linux user, mount and network namespaces (root, or unprivileged user namespaces); see docs/trainers.md",
+					return fail(diag.TrainerSandbox, sandboxHelp,
 						"the sandbox could not be set up")
 				}
 			}
@@ -219,8 +219,12 @@ func Run(ctx context.Context, j Job) (Result, error) {
 
 func sandboxErr(subject, format string, args ...any) error {
 	return diag.New(diag.TrainerSandbox, subject, format, args...).
-		WithHelp("the silo needs Linux user, mount and network namespaces (root, or unprivileged user namespaces); see docs/trainers.md")
+		WithHelp(sandboxHelp)
 }
+
+// sandboxHelp is SC9509's help: what the silo needs, and under the
+// packaged unit the drop-in that allows it.
+const sandboxHelp = "the silo needs Linux user, mount and network namespaces (root, or unprivileged user namespaces); under the packaged systemd unit, install /usr/share/scellis/silo-trainers.conf as a drop-in (docs/trainers.md)"
 
 // setupFailed is the first process's exit status when the sandbox could
 // not be made (nothing of the trainer ran).
