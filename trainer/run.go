@@ -4,7 +4,9 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -30,6 +32,10 @@ const (
 	ModeInit     = "init"
 	ModeTrain    = "train"
 	ModeEvaluate = "evaluate"
+	// ModeExport writes the model, loaded with the job's weights, as an
+	// ONNX file, when the trainer provides an export (example_input or
+	// export, given to scellis_trainer.main).
+	ModeExport = "export"
 )
 
 // Limits bound one trainer run; they come from the silo's policy.
@@ -99,6 +105,11 @@ type Result struct {
 	Layout   Layout
 	Examples int
 	Metrics  map[string]float64
+	// ONNX is export's file, checked to be an ONNX model carrying the
+	// job's weights (ONNXModel.CheckWeights); ONNXChecked is how many of
+	// the layout's tensors that covered.
+	ONNX        []byte
+	ONNXChecked int
 	// Log is the tail of the trainer's output, for the silo's own log.
 	Log string
 	// Took is the trainer process's wall-clock time.
@@ -199,6 +210,9 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 	if j.Mode == ModeEvaluate {
 		return r, nil
 	}
+	if j.Mode == ModeExport {
+		return readExport(out, j, subject, r)
+	}
 	wraw, err := safefile.ReadFile(filepath.Join(out, "weights.npy"), MaxNPY)
 	if err != nil {
 		return r, garbage("no readable weights.npy: %v", err)
@@ -226,6 +240,33 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 			WithHelp("the trainer diverged: lower the learning rate, or check the model on this data with scellis trainer train")
 	}
 	r.Weights = w
+	return r, nil
+}
+
+// readExport reads export's model.onnx: an ONNX model whose tensors
+// named as the layout's hold the job's weights. A trainer that wrote none
+// provides no export (SC9512).
+func readExport(out string, j Job, subject string, r Result) (Result, error) {
+	raw, err := safefile.ReadFile(filepath.Join(out, ONNXFile), int64(16*len(j.Weights))+64<<20)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, diag.New(diag.TrainerNoExport, subject, "the trainer wrote no %s: it provides no ONNX export", ONNXFile).
+			WithHelp("pass example_input (a function of params returning one input tensor) or export (model, path, params) to scellis_trainer.main; docs/trainers.md")
+	}
+	bad := func(format string, args ...any) (Result, error) {
+		return r, diag.New(diag.TrainerOutput, subject, format, args...).
+			WithHelp("the trainer's export writes io/out/%s, the model with the weights it was given (torch.onnx.export does)", ONNXFile)
+	}
+	if err != nil {
+		return bad("no readable %s: %v", ONNXFile, err)
+	}
+	m, err := ReadONNX(raw)
+	if err != nil {
+		return bad("%s: %v", ONNXFile, err)
+	}
+	if r.ONNXChecked, err = m.CheckWeights(j.Weights, j.Layout); err != nil {
+		return bad("%s does not carry the model's weights: %v", ONNXFile, err)
+	}
+	r.ONNX = raw
 	return r, nil
 }
 
