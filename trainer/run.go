@@ -32,6 +32,9 @@ const (
 	ModeInit     = "init"
 	ModeTrain    = "train"
 	ModeEvaluate = "evaluate"
+	// ModePredict gives the model's outputs for every row of the data
+	// file, in its order (scellis model predict --trainer).
+	ModePredict = "predict"
 	// ModeExport writes the model, loaded with the job's weights, as an
 	// ONNX file, when the trainer provides an export (example_input or
 	// export, given to scellis_trainer.main).
@@ -110,6 +113,9 @@ type Result struct {
 	// the layout's tensors that covered.
 	ONNX        []byte
 	ONNXChecked int
+	// Predictions are predict's outputs, one row per example, all of
+	// one width, finite.
+	Predictions [][]float64
 	// Log is the tail of the trainer's output, for the silo's own log.
 	Log string
 	// Took is the trainer process's wall-clock time.
@@ -213,6 +219,9 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 	if j.Mode == ModeExport {
 		return readExport(out, j, subject, r)
 	}
+	if j.Mode == ModePredict {
+		return readPredictions(out, subject, r)
+	}
 	wraw, err := safefile.ReadFile(filepath.Join(out, "weights.npy"), MaxNPY)
 	if err != nil {
 		return r, garbage("no readable weights.npy: %v", err)
@@ -240,6 +249,35 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 			WithHelp("the trainer diverged: lower the learning rate, or check the model on this data with scellis trainer train")
 	}
 	r.Weights = w
+	return r, nil
+}
+
+// readPredictions reads predict's predictions.npy: a rows × k array, a
+// row for each of the examples result.json counts, all finite.
+func readPredictions(out, subject string, r Result) (Result, error) {
+	bad := func(format string, args ...any) (Result, error) {
+		return r, diag.New(diag.TrainerOutput, subject, format, args...).
+			WithHelp("the trainer's predict returns one row per example, in the data file's order; scellis_trainer.main writes io/out/predictions.npy")
+	}
+	raw, err := safefile.ReadFile(filepath.Join(out, "predictions.npy"), MaxNPY)
+	if err != nil {
+		return bad("no readable predictions.npy: %v", err)
+	}
+	v, shape, err := DecodeNPY(raw)
+	if err != nil {
+		return bad("predictions.npy: %v", err)
+	}
+	if len(shape) != 2 || shape[0] != r.Examples || (r.Examples > 0 && shape[1] < 1) {
+		return bad("predictions.npy has shape %v; want %d rows (the examples) of one or more outputs", shape, r.Examples)
+	}
+	if i := nonFinite(v); i >= 0 {
+		return r, diag.New(diag.TrainerNonFinite, subject, "predictions.npy holds %v at index %d", v[i], i).
+			WithHelp("the model's outputs must be finite")
+	}
+	r.Predictions = make([][]float64, shape[0])
+	for i := range r.Predictions {
+		r.Predictions[i] = v[i*shape[1] : (i+1)*shape[1]]
+	}
 	return r, nil
 }
 

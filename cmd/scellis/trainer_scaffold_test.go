@@ -22,14 +22,7 @@ func TestTrainerRunRefusesScaffold(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	write := func(name, body string) {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	write := func(name, body string) { writeFileIn(t, dir, name, body) }
 	write("tiny/train.py", string(src))
 	mustRun(t, scellisCmd(t, dir, "trainer", "init", "tiny"))
 	scaffold, err := os.ReadFile("../../catalog/builtin/scaffold.star")
@@ -56,4 +49,15 @@ func TestTrainerRunRefusesScaffold(t *testing.T) {
 	refused("run-path.yaml", "config", "check", "run-path.yaml")
 	// The same run with FedProx is accepted.
 	mustRun(t, scellisCmd(t, dir, "config", "check", "run-fedprox.yaml"))
+}
+
+// writeFileIn writes body to dir/name, making its folder.
+func writeFileIn(t *testing.T, dir, name, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
