@@ -280,6 +280,12 @@ func TestSiloUnitRunsTrainers(t *testing.T) {
 	if fs, _ := os.ReadFile("/proc/filesystems"); !bytes.Contains(fs, []byte("\toverlay\n")) {
 		t.Skip("no overlay file system: systemd is not booted here")
 	}
+	// A container without the privilege to make namespaces and mount
+	// cannot boot systemd in them.
+	if out, err := exec.Command("/usr/bin/unshare", "--pid", "--fork", "--mount", "--net", "--uts", "--ipc", "--cgroup", "--propagation", "private",
+		"/bin/sh", "-c", "mount -t tmpfs tmpfs /mnt").CombinedOutput(); err != nil {
+		t.Skipf("cannot make namespaces and mount here (%v: %s): systemd is not booted here", err, out)
+	}
 	bin := scellisBinary(t)
 	stage := t.TempDir()
 	mustRun(t, scellisCmd(t, stage, "datagen", "glyphs", "--sites", "1", "--rows", "120", "--test", "40", "--out", "data"))
