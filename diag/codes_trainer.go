@@ -14,4 +14,6 @@ var (
 	TrainerNonFinite  = define("SC9508", "trainer returned NaN or infinite weights")
 	TrainerSandbox    = define("SC9509", "trainer sandbox cannot be set up")
 	TrainerUnit       = define("SC9510", "trainer run asks for record-level DP")
+	TrainerStrategy   = define("SC9511", "trainer run's strategy needs more than trained weights")
+	TrainerNoExport   = define("SC9512", "trainer provides no ONNX export")
 )

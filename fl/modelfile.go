@@ -405,13 +405,13 @@ func NewRoundSummary(round int, step string, participants, dropped []string, sum
 	return row
 }
 
-// ScoredByTrainer refuses, for model eval and predict, the model of a
-// trainer run: its weights are in the trainer's own layout, and only the
-// trainer's evaluate scores them (SC9401 with the command that does).
+// ScoredByTrainer refuses, for model predict without the trainer, the
+// model of a trainer run: its weights are in the trainer's own layout, and
+// only the trainer runs them (SC9401 with the command that does).
 func (f *ModelFile) ScoredByTrainer(path string) error {
 	if f.Kind != KindTrainer {
 		return nil
 	}
-	return diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) is scored by its trainer", f.Trainer.Short()).
-		WithHelp("run scellis trainer eval DIR --model %s --data FILE.csv with the trainer's directory", path)
+	return diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) predicts through its trainer", f.Trainer.Short()).
+		WithHelp("give the trainer's directory: scellis model predict %s --trainer DIR --data FILE.csv --out FILE.csv", path)
 }

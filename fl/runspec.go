@@ -550,6 +550,9 @@ func (s *RunSpec) Resolve(c *catalog.Catalog, baseDir string) (*Canonical, conte
 	}
 	cs := &Canonical{Format: runFormat, Spec: *s, Strategy: st.Entry.Ref}
 	cs.Spec.Strategy = st.Entry.Name
+	if err := s.checkTrainerStrategy(st); err != nil {
+		return nil, "", nil, err
+	}
 	if s.Trainer != "" {
 		if cs.TrainerBundle, cs.Trainer, err = s.LoadTrainer(baseDir); err != nil {
 			return nil, "", nil, err

@@ -18,9 +18,15 @@ import (
 // parseTrainerRun checks what a run with a trainer cannot have: feature
 // statistics or a standardisation (the trainer reads its data file as it
 // is) and, under DP, a per-record sampling rate (a trainer's update is
-// released at the silo level, q = 1). Federated evaluation is the
-// trainer's evaluate (TrainerEvalRelease).
+// released at the silo level, q = 1), or SCAFFOLD (a trainer returns its
+// weights, not control variates: SC9511, also refused by Resolve for a
+// strategy given by ref or path). Federated evaluation is the trainer's
+// evaluate (TrainerEvalRelease).
 func parseTrainerRun(d *yamlpos.Decoder, f map[string]*yaml.Node, s *RunSpec) {
+	if s.Strategy == "scaffold" {
+		d.Errorf(strategyUse(f["strategy"]), diag.TrainerStrategy, "strategy", trainerStrategyHelp,
+			"strategy scaffold with a trainer: a trainer returns its trained weights, not SCAFFOLD's control variates")
+	}
 	if n := f["standardize"]; n != nil && s.Standardize != StandardizeNone {
 		d.Errorf(n, diag.InvalidValue, "standardize", "drop standardize (or write none): the trainer reads its data file as it is and normalises it itself",
 			"standardize: %s with a trainer", s.Standardize)
@@ -29,6 +35,35 @@ func parseTrainerRun(d *yamlpos.Decoder, f map[string]*yaml.Node, s *RunSpec) {
 		d.Errorf(n, diag.InvalidValue, "privacy.q", "drop privacy.q: a trainer's update is released at the silo level (unit: silo), once per round",
 			"privacy.q = %g with a trainer; record-level DP-SGD inside a trainer is not trusted", s.Q)
 	}
+}
+
+const trainerStrategyHelp = "use fedavg or fedprox (FedProx's mu also corrects client drift on non-IID data), or drop trainer: and train a built-in model with scaffold; docs/trainers.md"
+
+// strategyUse is the node naming the run's strategy: the scalar, or the
+// mapping's use.
+func strategyUse(n *yaml.Node) *yaml.Node {
+	if n != nil && n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == "use" {
+				return n.Content[i+1]
+			}
+		}
+	}
+	return n
+}
+
+// checkTrainerStrategy refuses, for a trainer run, a strategy that sizes
+// its update itself (update_dims): its server step expects more than the
+// trained weights' change a trainer gives (SCAFFOLD's control variates),
+// whatever name or path it is given by.
+func (s *RunSpec) checkTrainerStrategy(st *Strategy) error {
+	if s.Trainer == "" || !st.Entry.HasFunc("update_dims") {
+		return nil
+	}
+	d := diag.New(diag.TrainerStrategy, "strategy", "strategy %s sizes its update itself (update_dims), as SCAFFOLD does for its control variates; a trainer returns only its trained weights", st.Entry.Name).
+		WithHelp("%s", trainerStrategyHelp)
+	d.Pos = &diag.Position{File: s.File}
+	return d
 }
 
 // LoadTrainer loads the run's trainer directory (relative to baseDir, the

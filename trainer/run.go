@@ -4,7 +4,9 @@ import (
 	"bytes"
 	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -30,6 +32,13 @@ const (
 	ModeInit     = "init"
 	ModeTrain    = "train"
 	ModeEvaluate = "evaluate"
+	// ModePredict gives the model's outputs for every row of the data
+	// file, in its order (scellis model predict --trainer).
+	ModePredict = "predict"
+	// ModeExport writes the model, loaded with the job's weights, as an
+	// ONNX file, when the trainer provides an export (example_input or
+	// export, given to scellis_trainer.main).
+	ModeExport = "export"
 )
 
 // Limits bound one trainer run; they come from the silo's policy.
@@ -99,6 +108,14 @@ type Result struct {
 	Layout   Layout
 	Examples int
 	Metrics  map[string]float64
+	// ONNX is export's file, checked to be an ONNX model carrying the
+	// job's weights (ONNXModel.CheckWeights); ONNXChecked is how many of
+	// the layout's tensors that covered.
+	ONNX        []byte
+	ONNXChecked int
+	// Predictions are predict's outputs, one row per example, all of
+	// one width, finite.
+	Predictions [][]float64
 	// Log is the tail of the trainer's output, for the silo's own log.
 	Log string
 	// Took is the trainer process's wall-clock time.
@@ -199,6 +216,12 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 	if j.Mode == ModeEvaluate {
 		return r, nil
 	}
+	if j.Mode == ModeExport {
+		return readExport(out, j, subject, r)
+	}
+	if j.Mode == ModePredict {
+		return readPredictions(out, subject, r)
+	}
 	wraw, err := safefile.ReadFile(filepath.Join(out, "weights.npy"), MaxNPY)
 	if err != nil {
 		return r, garbage("no readable weights.npy: %v", err)
@@ -226,6 +249,62 @@ func readOutputs(dir string, j Job, subject string) (Result, error) {
 			WithHelp("the trainer diverged: lower the learning rate, or check the model on this data with scellis trainer train")
 	}
 	r.Weights = w
+	return r, nil
+}
+
+// readPredictions reads predict's predictions.npy: a rows × k array, a
+// row for each of the examples result.json counts, all finite.
+func readPredictions(out, subject string, r Result) (Result, error) {
+	bad := func(format string, args ...any) (Result, error) {
+		return r, diag.New(diag.TrainerOutput, subject, format, args...).
+			WithHelp("the trainer's predict returns one row per example, in the data file's order; scellis_trainer.main writes io/out/predictions.npy")
+	}
+	raw, err := safefile.ReadFile(filepath.Join(out, "predictions.npy"), MaxNPY)
+	if err != nil {
+		return bad("no readable predictions.npy: %v", err)
+	}
+	v, shape, err := DecodeNPY(raw)
+	if err != nil {
+		return bad("predictions.npy: %v", err)
+	}
+	if len(shape) != 2 || shape[0] != r.Examples || (r.Examples > 0 && shape[1] < 1) {
+		return bad("predictions.npy has shape %v; want %d rows (the examples) of one or more outputs", shape, r.Examples)
+	}
+	if i := nonFinite(v); i >= 0 {
+		return r, diag.New(diag.TrainerNonFinite, subject, "predictions.npy holds %v at index %d", v[i], i).
+			WithHelp("the model's outputs must be finite")
+	}
+	r.Predictions = make([][]float64, shape[0])
+	for i := range r.Predictions {
+		r.Predictions[i] = v[i*shape[1] : (i+1)*shape[1]]
+	}
+	return r, nil
+}
+
+// readExport reads export's model.onnx: an ONNX model whose tensors
+// named as the layout's hold the job's weights. A trainer that wrote none
+// provides no export (SC9512).
+func readExport(out string, j Job, subject string, r Result) (Result, error) {
+	raw, err := safefile.ReadFile(filepath.Join(out, ONNXFile), int64(16*len(j.Weights))+64<<20)
+	if errors.Is(err, fs.ErrNotExist) {
+		return r, diag.New(diag.TrainerNoExport, subject, "the trainer wrote no %s: it provides no ONNX export", ONNXFile).
+			WithHelp("pass example_input (a function of params returning one input tensor) or export (model, path, params) to scellis_trainer.main; docs/trainers.md")
+	}
+	bad := func(format string, args ...any) (Result, error) {
+		return r, diag.New(diag.TrainerOutput, subject, format, args...).
+			WithHelp("the trainer's export writes io/out/%s, the model with the weights it was given (torch.onnx.export does)", ONNXFile)
+	}
+	if err != nil {
+		return bad("no readable %s: %v", ONNXFile, err)
+	}
+	m, err := ReadONNX(raw)
+	if err != nil {
+		return bad("%s: %v", ONNXFile, err)
+	}
+	if r.ONNXChecked, err = m.CheckWeights(j.Weights, j.Layout); err != nil {
+		return bad("%s does not carry the model's weights: %v", ONNXFile, err)
+	}
+	r.ONNX = raw
 	return r, nil
 }
 

@@ -54,6 +54,41 @@ type bind struct {
 // silo's data. Those missing on the host are skipped.
 var systemDirs = []string{"/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d"}
 
+// namespaces are the kernel namespaces the sandbox's first process is
+// made in, each by its clone flag and the name systemd's
+// RestrictNamespaces= gives it: a silo run by the packaged unit needs
+// exactly these allowed (deploy/systemd/scellis-silo-trainers.conf,
+// checked against this list by cmd/scellis's TestSiloTrainersDropIn). A
+// user namespace only when the silo is not root.
+var namespaces = []struct {
+	flag     uintptr
+	name     string
+	userOnly bool
+}{
+	{syscall.CLONE_NEWUSER, "user", true},
+	{syscall.CLONE_NEWNS, "mnt", false},
+	{syscall.CLONE_NEWNET, "net", false},
+	{syscall.CLONE_NEWPID, "pid", false},
+	{syscall.CLONE_NEWIPC, "ipc", false},
+	{syscall.CLONE_NEWUTS, "uts", false},
+}
+
+// Namespaces names the namespaces a silo that is not root makes for each
+// trainer run, as systemd's RestrictNamespaces= spells them.
+func Namespaces() []string {
+	out := make([]string, len(namespaces))
+	for i, ns := range namespaces {
+		out[i] = ns.name
+	}
+	return out
+}
+
+// SetupSyscalls are the system calls the sandbox's set-up makes beyond
+// systemd's @system-service group (enter: bind mounts, a tmpfs root,
+// pivot_root, detaching the host's tree), which the packaged silo unit's
+// SystemCallFilter= must be given to run trainers.
+var SetupSyscalls = []string{"mount", "umount2", "pivot_root"}
+
 // Run runs one mode of a trainer in the sandbox and returns its checked
 // answer. Every failure is a diagnostic with its SC95xx code.
 func Run(ctx context.Context, j Job) (Result, error) {
@@ -104,15 +139,15 @@ func Run(ctx context.Context, j Job) (Result, error) {
 	cmd.Stdin = bytes.NewReader(req)
 	log := &tailBuffer{max: 64 << 10}
 	cmd.Stdout, cmd.Stderr = log, log
-	attr := &syscall.SysProcAttr{
-		Setpgid:    true,
-		Pdeathsig:  syscall.SIGKILL,
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWNET | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+	attr := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	for _, ns := range namespaces {
+		if !ns.userOnly || !root {
+			attr.Cloneflags |= ns.flag
+		}
 	}
 	if !root {
 		// Unprivileged: a user namespace in which the silo's user is
 		// root, so the first process can mount and bind.
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
 		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getuid(), Size: 1}}
 		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getgid(), Size: 1}}
 		attr.GidMappingsEnableSetgroups = false
@@ -165,7 +200,7 @@ func Run(ctx context.Context, j Job) (Result, error) {
 					return fail(diag.TrainerCPU, "train less per round, or the silo's operator raises cpu_seconds in policy.trainers",
 						"the trainer used up its CPU time of %d s (%v)", lim.CPUSeconds, ws.Signal())
 				case ws.ExitStatus() == setupFailed:
-					return fail(diag.TrainerSandbox, "the silo needs Linux user, mount and network namespaces (root, or unprivileged user namespaces); see docs/trainers.md",
+					return fail(diag.TrainerSandbox, sandboxHelp,
 						"the sandbox could not be set up")
 				}
 			}
@@ -184,8 +219,12 @@ func Run(ctx context.Context, j Job) (Result, error) {
 
 func sandboxErr(subject, format string, args ...any) error {
 	return diag.New(diag.TrainerSandbox, subject, format, args...).
-		WithHelp("the silo needs Linux user, mount and network namespaces (root, or unprivileged user namespaces); see docs/trainers.md")
+		WithHelp(sandboxHelp)
 }
+
+// sandboxHelp is SC9509's help: what the silo needs, and under the
+// packaged unit the drop-in that allows it.
+const sandboxHelp = "the silo needs Linux user, mount and network namespaces (root, or unprivileged user namespaces); under the packaged systemd unit, install /usr/share/scellis/silo-trainers.conf as a drop-in (docs/trainers.md)"
 
 // setupFailed is the first process's exit status when the sandbox could
 // not be made (nothing of the trainer ran).

@@ -4,6 +4,10 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -167,15 +171,9 @@ func evalTrainerModel(cmd *cobra.Command, tf *trainerFlags, path string, f *fl.M
 		return diag.New(diag.ModelFileBad, path, "the model of a trainer run (trainer %s) is scored by its trainer's evaluate", f.Trainer.Short()).
 			WithHelp("give the trainer's directory: scellis model eval %s --trainer DIR --data FILE.csv (scellis trainer check DIR prints its hash)", path)
 	}
-	abs, err := trainerData(data)
+	abs, label, err := trainerModelData(f, data, label)
 	if err != nil {
 		return err
-	}
-	if label == "" {
-		label = f.Label
-	}
-	if label == "" {
-		label = "label"
 	}
 	res, err := tf.run(cmd.Context(), dir, trainer.ModeEvaluate, abs, label, path, "", nil)
 	if err != nil {
@@ -247,22 +245,39 @@ func confusion(m *model.Model, d *model.Dataset, k int) [][]int {
 }
 
 func newModelPredictCmd() *cobra.Command {
-	var data, out string
+	var (
+		data, out, label, trainerDir string
+		tf                           trainerFlags
+	)
 	cmd := &cobra.Command{
-		Use:     "predict MODEL --data X.csv --out preds.csv",
-		Short:   "Apply a model file to a CSV of features; writes one prediction per row",
-		Example: `  scellis model predict model.json --data new-patients.csv --out preds.csv`,
-		Args:    exactArgs(1, "MODEL"),
+		Use:   "predict MODEL --data X.csv --out preds.csv [--trainer DIR]",
+		Short: "Apply a model file to a CSV of features; writes one prediction per row",
+		Long: `Applies a model file to a CSV of features and writes one prediction per
+row. A trainer run's model (kind trainer) predicts through its trainer, run
+in the sandbox a silo runs it in: give the trainer's directory with
+--trainer DIR (its content hash must be the model file's). The trainer's
+predict (default: the softmax of a torch model's outputs) gives one row of
+outputs per data row; the prediction is the index of the largest.`,
+		Example: `  scellis model predict model.json --data new-patients.csv --out preds.csv
+  scellis model predict model.json --trainer ./cnn --data images.csv --out preds.csv`,
+		Args: exactArgs(1, "MODEL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f, err := fl.ReadModelFile(args[0])
 			if err != nil {
 				return err
 			}
+			if data == "" || out == "" {
+				return usageError{fmt.Errorf("give the rows with --data FILE.csv and where to write with --out FILE.csv")}
+			}
+			if f.Kind == fl.KindTrainer && trainerDir != "" {
+				return predictTrainerModel(cmd, &tf, args[0], f, trainerDir, data, label, out)
+			}
 			if err := f.ScoredByTrainer(args[0]); err != nil {
 				return err
 			}
-			if data == "" || out == "" {
-				return usageError{fmt.Errorf("give the rows with --data FILE.csv and where to write with --out FILE.csv")}
+			if trainerDir != "" {
+				return diag.New(diag.FlagValue, "--trainer", "%s is the model of a built-in %s model, not of a trainer run", args[0], f.Kind).
+					WithHelp("drop --trainer: scellis applies a built-in model itself")
 			}
 			raw, err := model.LoadFeatures(data)
 			if err != nil {
@@ -308,5 +323,152 @@ func newModelPredictCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&data, "data", "", "CSV of features (header row; columns matched by name; a label column is ignored)")
 	cmd.Flags().StringVar(&out, "out", "", "CSV to write: prediction, then class probabilities")
+	cmd.Flags().StringVar(&trainerDir, "trainer", "", "a trainer run's model: the trainer's directory, whose predict runs it in the sandbox")
+	cmd.Flags().StringVar(&label, "label", "", "with --trainer: the label column the trainer's loader expects (default the model file's, else label); added as zeros when the data has none")
+	tf.register(cmd)
 	return cmd
+}
+
+// trainerModelData is the data file a trainer run's model is applied to
+// (its absolute path) and its label column: the flag's, else the model
+// file's, else "label".
+func trainerModelData(f *fl.ModelFile, data, label string) (string, string, error) {
+	abs, err := trainerData(data)
+	if label == "" {
+		label = f.Label
+	}
+	if label == "" {
+		label = "label"
+	}
+	return abs, label, err
+}
+
+// predictTrainerModel applies a trainer run's model file to the rows of
+// data through its trainer's predict, in the sandbox, and writes out: the
+// index of each row's largest output, then the outputs (p_0 … p_k-1) when
+// there are several. The trainer's loader reads the label column too: a
+// data file without it is given one of zeros (a copy, in a folder of its
+// own, removed afterwards).
+func predictTrainerModel(cmd *cobra.Command, tf *trainerFlags, path string, f *fl.ModelFile, dir, data, label, out string) error {
+	abs, label, err := trainerModelData(f, data, label)
+	if err != nil {
+		return err
+	}
+	rows, err := withLabelColumn(abs, label)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(rows.path))
+	res, err := tf.run(cmd.Context(), dir, trainer.ModePredict, rows.path, label, path, "", nil)
+	if err != nil {
+		return err
+	}
+	if len(res.Predictions) != rows.n {
+		return diag.New(diag.TrainerOutput, "trainer "+dir+" (predict)", "%d predictions for the %d rows of %s", len(res.Predictions), rows.n, data).
+			WithHelp("the trainer's loader reads every row of the data file, in order")
+	}
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	k := 0
+	if len(res.Predictions) > 0 {
+		k = len(res.Predictions[0])
+	}
+	header := []string{"prediction"}
+	for c := 0; k > 1 && c < k; c++ {
+		header = append(header, fmt.Sprintf("p_%d", c))
+	}
+	w.Write(header)
+	for _, p := range res.Predictions {
+		rec := make([]string, 0, len(header))
+		if k == 1 {
+			rec = append(rec, strconv.FormatFloat(p[0], 'g', -1, 64))
+		} else {
+			best := 0
+			for c := range p {
+				if p[c] > p[best] {
+					best = c
+				}
+			}
+			rec = append(rec, strconv.Itoa(best))
+			for _, v := range p {
+				rec = append(rec, strconv.FormatFloat(v, 'g', -1, 64))
+			}
+		}
+		w.Write(rec)
+	}
+	w.Flush()
+	if err := job.WriteFileAtomic(out, []byte(b.String())); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %d predictions to %s (trainer %s, %s, in its sandbox)\n", len(res.Predictions), out, dir, f.Trainer.Short())
+	return nil
+}
+
+// labelledRows is the data file a trainer's predict reads and its row count.
+type labelledRows struct {
+	path string
+	n    int
+}
+
+// withLabelColumn copies the CSV at path into a fresh temporary folder,
+// adding a label column of zeros when it has none, and counts its rows.
+func withLabelColumn(path, label string) (labelledRows, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return labelledRows{}, diag.New(diag.FileUnreadable, path, "%v", err)
+	}
+	defer in.Close()
+	r := csv.NewReader(in)
+	header, err := r.Read()
+	if err != nil {
+		return labelledRows{}, diag.New(diag.FileUnreadable, path, "no CSV header row: %v", err).WithHelp("give a CSV with a header row")
+	}
+	add := !slices.Contains(header, label)
+	dir, err := os.MkdirTemp("", "scellis-predict-")
+	if err != nil {
+		return labelledRows{}, err
+	}
+	rows := labelledRows{path: filepath.Join(dir, filepath.Base(path))}
+	fail := func(err error) (labelledRows, error) {
+		os.RemoveAll(dir)
+		return labelledRows{}, err
+	}
+	o, err := os.Create(rows.path)
+	if err != nil {
+		return fail(err)
+	}
+	w := csv.NewWriter(o)
+	if add {
+		header = append(header, label)
+	}
+	if err := w.Write(header); err != nil {
+		o.Close()
+		return fail(err)
+	}
+	for {
+		rec, err := r.Read()
+		if err == io.EOF {
+			break
+		} else if err != nil {
+			o.Close()
+			return fail(diag.New(diag.FileUnreadable, path, "row %d: %v", rows.n+1, err))
+		}
+		if add {
+			rec = append(rec, "0")
+		}
+		if err := w.Write(rec); err != nil {
+			o.Close()
+			return fail(err)
+		}
+		rows.n++
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		o.Close()
+		return fail(err)
+	}
+	if err := o.Close(); err != nil {
+		return fail(err)
+	}
+	return rows, nil
 }

@@ -123,8 +123,8 @@ func TestTrainerCNNFederation(t *testing.T) {
 	c.startSilos(silos)
 	// The page's federate commands: launch, watch, model, eval.
 	federate := docCommands(t, docBlock(t, "trainers.md", "sh", "federate"))
-	if len(federate) != 4 || federate[0][1] != "launch" || federate[1][1] != "watch" || federate[2][1] != "model" || federate[3][1] != "eval" {
-		t.Fatalf("docs/trainers.md's federate block is not launch, watch, model, eval: %q", federate)
+	if len(federate) != 5 || federate[0][1] != "launch" || federate[1][1] != "watch" || federate[2][1] != "model" || federate[3][1] != "eval" || federate[4][1] != "export" {
+		t.Fatalf("docs/trainers.md's federate block is not launch, watch, model, eval, export: %q", federate)
 	}
 	start := time.Now()
 	id := strings.TrimSpace(c.mustCLI("alice", federate[0]...))
@@ -179,6 +179,10 @@ func TestTrainerCNNFederation(t *testing.T) {
 	if out := mustRun(t, scellisCmd(t, c.dir, federate[3]...)); !strings.Contains(out, "accuracy") {
 		t.Fatalf("trainer eval of the federated model:\n%s", out)
 	}
+	// The federated model leaves as ONNX too: the trainer's export, whose
+	// tensors hold the model file's weights.
+	mustRun(t, scellisCmd(t, c.dir, federate[4]...))
+	checkONNXWeights(t, filepath.Join(c.dir, "model.onnx"), filepath.Join(c.dir, "model.json"), filepath.Join(c.dir, "cnn"))
 	fed := trainerAccuracy(t, c.dir, "cnn", "--model", "model.json", "data/test.csv")
 	// The same CNN, trained centrally on the union of the four sites'
 	// training rows (the rows each silo did not hold out) for as many

@@ -36,7 +36,7 @@ noises, charges and masks the update it returns (docs/trainers.md).
 These commands run the trainer exactly as a silo would: in the same
 sandbox, with the same file protocol and the same helper module.`,
 	}
-	cmd.AddCommand(newTrainerCheckCmd(), newTrainerInitCmd(), newTrainerTrainCmd(), newTrainerEvalCmd(), newTrainerHelperCmd())
+	cmd.AddCommand(newTrainerCheckCmd(), newTrainerInitCmd(), newTrainerTrainCmd(), newTrainerEvalCmd(), newTrainerExportCmd(), newTrainerHelperCmd())
 	return cmd
 }
 
@@ -457,6 +457,75 @@ func keysOf(m map[string]float64) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// trainerExport is what `trainer export` reports.
+type trainerExport struct {
+	Out       string  `json:"out"`
+	Bytes     int     `json:"bytes"`
+	IRVersion int64   `json:"ir_version"`
+	Producer  string  `json:"producer"`
+	Nodes     int     `json:"nodes"`
+	Checked   int     `json:"tensors_checked"`
+	Tensors   int     `json:"tensors"`
+	Seconds   float64 `json:"seconds"`
+}
+
+func newTrainerExportCmd() *cobra.Command {
+	var (
+		f                 trainerFlags
+		model, wfile, out string
+	)
+	cmd := &cobra.Command{
+		Use:   "export DIR (--model MODEL.json | --weights W.npy) --out MODEL.onnx",
+		Short: "Write a trainer's model with the given weights as ONNX, in the sandbox, where the trainer provides an export",
+		Long: `Export runs "INTERPRETER ENTRY export" in the silo's sandbox (no data): the
+helper builds the model, loads the weights of the model file (refused if
+another trainer trained it) or .npy, and writes it as ONNX with the
+trainer's example_input (torch.onnx.export) or its own export function.
+The file is checked to be an ONNX model whose tensors, named as the
+model's, hold those weights; a trainer that provides no export is SC9512.`,
+		Example: `  scellis fl model RUN_ID --out model.json
+  scellis trainer export ./cnn --model model.json --out model.onnx`,
+		Args: exactArgs(1, "DIR"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out == "" {
+				return usageError{fmt.Errorf("give the ONNX file to write with --out MODEL.onnx")}
+			}
+			if model == "" && wfile == "" {
+				return usageError{fmt.Errorf("give the weights to export: --model MODEL.json (scellis fl model) or --weights W.npy")}
+			}
+			res, err := f.run(cmd.Context(), args[0], trainer.ModeExport, "", "", model, wfile, nil)
+			if err != nil {
+				return err
+			}
+			m, err := trainer.ReadONNX(res.ONNX) // checked by the run
+			if err != nil {
+				return err
+			}
+			b, _ := trainer.Load(args[0])
+			_, layout, _ := b.Init()
+			if err := os.WriteFile(out, res.ONNX, 0o644); err != nil {
+				return err
+			}
+			rep := trainerExport{Out: out, Bytes: len(res.ONNX), IRVersion: m.IRVersion, Producer: m.Producer, Nodes: m.Nodes,
+				Checked: res.ONNXChecked, Tensors: len(layout), Seconds: res.Took.Seconds()}
+			o := cmd.OutOrStdout()
+			if jsonOutput {
+				enc := json.NewEncoder(o)
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			fmt.Fprintf(o, "wrote %s (%d bytes): ONNX IR %d from %s, %d nodes; %d of the model's %d tensors hold its weights\n",
+				out, rep.Bytes, rep.IRVersion, rep.Producer, rep.Nodes, rep.Checked, rep.Tensors)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&model, "model", "", "a trainer run's model file (scellis fl model RUN_ID --out FILE)")
+	cmd.Flags().StringVar(&wfile, "weights", "", "flat weights (.npy)")
+	cmd.Flags().StringVar(&out, "out", "", "the ONNX file to write (required)")
+	return cmd
 }
 
 func newTrainerHelperCmd() *cobra.Command {

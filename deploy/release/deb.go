@@ -22,8 +22,10 @@ const debDescription = `federated compute for hospitals: aggregators, silos, wor
  .
  This package holds the scellis binary, templated systemd units (one
  instance per member: scellis-aggregator@NAME, scellis-silo@NAME,
- scellis-worker@NAME reading /etc/scellis/NAME), the scellis system user
- and config examples in /usr/share/doc/scellis/examples.`
+ scellis-worker@NAME reading /etc/scellis/NAME), the scellis system user,
+ config examples in /usr/share/doc/scellis/examples, and
+ /usr/share/scellis/silo-trainers.conf, the drop-in a silo that runs
+ trainers needs.`
 
 // debContents is what the package installs: sources under the checkout,
 // destinations on the target machine.
@@ -37,6 +39,10 @@ func debContents(root, bin string) files.Contents {
 		file(filepath.Join(deploy, "systemd", "scellis.sysusers.conf"), "/usr/lib/sysusers.d/scellis.conf", 0o644),
 		file(filepath.Join(deploy, "systemd", "scellis.tmpfiles.conf"), "/usr/lib/tmpfiles.d/scellis.conf", 0o644),
 		file(filepath.Join(deploy, "README.md"), "/usr/share/doc/scellis/README.md", 0o644),
+		// Inactive: the drop-in an operator installs to let a silo run
+		// trainers (not under /usr/share/doc, which a minimal install may
+		// leave out).
+		file(filepath.Join(deploy, "systemd", "scellis-silo-trainers.conf"), "/usr/share/scellis/silo-trainers.conf", 0o644),
 	}
 	for _, r := range roles {
 		unit := "scellis-" + r + "@.service"

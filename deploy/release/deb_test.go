@@ -101,10 +101,11 @@ func TestDebReadBack(t *testing.T) {
 	headers, data := tarGzFiles(t, members["data.tar.gz"])
 	bin, _ := os.ReadFile(testBin)
 	want := map[string][]byte{
-		"/usr/bin/scellis":                 bin,
-		"/usr/lib/sysusers.d/scellis.conf": read(t, deploy, "systemd", "scellis.sysusers.conf"),
-		"/usr/lib/tmpfiles.d/scellis.conf": read(t, deploy, "systemd", "scellis.tmpfiles.conf"),
-		"/usr/share/doc/scellis/README.md": read(t, deploy, "README.md"),
+		"/usr/bin/scellis":                      bin,
+		"/usr/lib/sysusers.d/scellis.conf":      read(t, deploy, "systemd", "scellis.sysusers.conf"),
+		"/usr/lib/tmpfiles.d/scellis.conf":      read(t, deploy, "systemd", "scellis.tmpfiles.conf"),
+		"/usr/share/doc/scellis/README.md":      read(t, deploy, "README.md"),
+		"/usr/share/scellis/silo-trainers.conf": read(t, deploy, "systemd", "scellis-silo-trainers.conf"),
 	}
 	for _, r := range roles {
 		want["/usr/lib/systemd/system/scellis-"+r+"@.service"] = read(t, deploy, "systemd", "scellis-"+r+"@.service")

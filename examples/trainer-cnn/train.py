@@ -48,5 +48,10 @@ def evaluate(model, loader):
     return st.torch_evaluate(model, loader)
 
 
+def example_input(params):
+    # One image: scellis trainer export writes the model as ONNX from it.
+    return torch.zeros(1, 1, SIDE, SIDE)
+
+
 if __name__ == "__main__":
-    st.main(build_model, load_data, train, evaluate)
+    st.main(build_model, load_data, train, evaluate, example_input=example_input)

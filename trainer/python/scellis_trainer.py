@@ -14,6 +14,11 @@ environment variable SCELLIS_IO naming the exchange directory:
     IO/out/weights.npy  (train, init) the trained weights, same length
     IO/out/result.json  {"examples": N, "metrics": {name: number}}
     IO/out/layout.json  (init) the layout of out/weights.npy
+    IO/out/predictions.npy (predict) one row per data row, in the file's
+                         order: the model's outputs (class probabilities)
+    IO/out/model.onnx   (export) the model with the weights of
+                         in/weights.npy, as ONNX, when the trainer gives
+                         main example_input or export
 
 Only numpy is needed to read and write these files. This module turns
 them into two calls you write:
@@ -35,6 +40,10 @@ import time
 import numpy as np
 
 FORMAT = "scellis/trainer/v1"
+
+# In predict mode the loaders keep the data file's order (predictions are
+# matched to rows by position); set by main.
+_IN_ORDER = False
 
 
 def io_dir():
@@ -156,7 +165,8 @@ class ArrayLoader:
         return len(self.y)
 
     def __iter__(self):
-        idx = self.rng.permutation(len(self.y)) if self.shuffle else np.arange(len(self.y))
+        shuffle = self.shuffle and not _IN_ORDER
+        idx = self.rng.permutation(len(self.y)) if shuffle else np.arange(len(self.y))
         for s in range(0, len(idx), self.batch_size):
             b = idx[s:s + self.batch_size]
             X, y = self.X[b], self.y[b]
@@ -214,16 +224,48 @@ def torch_evaluate(model, loader):
     return {"examples": n, "correct": correct, "loss": loss}
 
 
+def torch_predict(model, loader):
+    """The softmax of the model's outputs, one row per example, in the
+    loader's order."""
+    import torch
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for X, _ in loader:
+            out.append(torch.softmax(model(X), dim=1).double().numpy())
+    return np.concatenate(out) if out else np.zeros((0, 0))
+
+
+def torch_export_onnx(model, example, path):
+    """Writes a torch module as ONNX (torch.onnx.export; no onnx package
+    needed), its first input's and output's first axis a batch of any
+    size."""
+    import torch
+    model.eval()
+    with torch.no_grad():
+        torch.onnx.export(model, example, path, input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+
+
 # --- the entry point ----------------------------------------------------------
 
-def main(build_model, load_data, train=None, evaluate=None, argv=None):
-    """Runs the mode the silo asks for (argv[1]: init, train or evaluate).
+def main(build_model, load_data, train=None, evaluate=None, argv=None, example_input=None, export=None, predict=None):
+    """Runs the mode the silo or scellis asks for (argv[1]: init, train,
+    evaluate, predict or export).
 
     build_model(params) -> a torch.nn.Module or a dict of numpy arrays
     load_data(path, params) -> a loader train and evaluate accept; it should
         have an `examples` attribute (else len(loader.dataset) is tried)
     train(model, loader, params) -> model   (default torch_train)
     evaluate(model, loader) -> dict of sums (default torch_evaluate)
+    example_input(params) -> one input of the torch model (a batch of one):
+        export writes the model as ONNX with torch_export_onnx
+    export(model, path, params) writes the model as ONNX at path itself
+    Without either, export writes no model.onnx (scellis says SC9512).
+    predict(model, loader) -> an array, one row per example in the data
+        file's order (default torch_predict: class probabilities). In
+        predict mode params["predict"] is true and ArrayLoader keeps the
+        file's order; a loader of the trainer's own must too.
     """
     argv = sys.argv if argv is None else argv
     mode = argv[1] if len(argv) > 1 else "train"
@@ -248,6 +290,18 @@ def main(build_model, load_data, train=None, evaluate=None, argv=None):
         write_outputs(weights=flatten(model), layout=layout_of(model))
         return
     load_flat(model, w, spec["layout"])
+    if mode == "export":
+        path = os.path.join(io_dir(), "out", "model.onnx")
+        if export is not None:
+            export(model, path, params)
+        elif example_input is not None and _is_torch(model):
+            torch_export_onnx(model, example_input(params), path)
+        write_outputs()
+        return
+    global _IN_ORDER
+    if mode == "predict":
+        _IN_ORDER = True
+        params["predict"] = True
     loader = load_data(spec["data"], params)
     examples = getattr(loader, "examples", None)
     if examples is None:
@@ -256,8 +310,15 @@ def main(build_model, load_data, train=None, evaluate=None, argv=None):
         m = (evaluate or torch_evaluate)(model, loader)
         write_outputs(examples=examples, metrics=m)
         return
+    if mode == "predict":
+        p = np.asarray((predict or torch_predict)(model, loader), dtype=np.float64)
+        if p.ndim == 1:
+            p = p.reshape(-1, 1)
+        np.save(os.path.join(io_dir(), "out", "predictions.npy"), p, allow_pickle=False)
+        write_outputs(examples=examples)
+        return
     if mode != "train":
-        raise SystemExit("scellis_trainer: unknown mode %r (init, train or evaluate)" % mode)
+        raise SystemExit("scellis_trainer: unknown mode %r (init, train, evaluate, predict or export)" % mode)
     began = time.perf_counter()
     model = (train or torch_train)(model, loader, params)
     # The seconds train() took: what a round spends beyond them is the
