@@ -265,6 +265,7 @@ func (c *testCgroups) remove(t *testing.T) {
 // (the same trainer.Run a silo's round calls), as a oneshot. Needs root,
 // unshare, nsenter, systemd and Debian's python3-torch.
 func TestSiloUnitRunsTrainers(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("boots systemd and trains a CNN")
 	}

@@ -1,11 +1,14 @@
 #!/bin/sh
 # Boots systemd as PID 1 of new PID, mount, network, UTS, IPC and cgroup
 # namespaces, on a volatile overlay of the host's root, for
-# TestSiloUnitRunsTrainers (deploy_test.go). Nothing it does reaches the
+# TestSiloUnitRunsTrainers (systemd_trainer_test.go). Nothing it does reaches the
 # host: every write lands in the overlay's tmpfs (checked before systemd
 # starts), /proc/sys and /sys are read-only, the network is its own, and
 # its cgroups are the test's own (made and removed by the test; mounted
 # here inside the cgroup namespace, so systemd sees them as the root).
+#
+# unshare kills its child (systemd, PID 1 of the namespaces, and with it
+# every process in them) when it dies, so a killed go test leaves none.
 #
 # boot.sh STAGE: STAGE holds scellis, cnn/, data/, the units (silo.service,
 # trainers.conf, test.conf) and cgroups (one "DIR OPTIONS" line per
@@ -15,7 +18,7 @@
 set -eu
 S=$1
 read -r go
-exec unshare --pid --fork --mount --net --uts --ipc --cgroup --propagation private /bin/sh -eu -c '
+exec unshare --pid --fork --kill-child=SIGKILL --mount --net --uts --ipc --cgroup --propagation private /bin/sh -eu -c '
 S=$1
 O=$S/ovl
 mkdir -p $O
