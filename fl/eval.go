@@ -47,7 +47,7 @@ func EvalRecords(spec model.Spec, w []float64, d *model.Dataset) (iter.Seq[[]flo
 			var loss float64
 			correct := false
 			switch {
-			case spec.Kind == model.KindLinear || (spec.Kind == model.KindMLP && spec.Classes == 1):
+			case spec.ClassCount() == 0: // regression
 				r := p[0] - y
 				loss = 0.5 * r * r
 			case len(p) == 1:
