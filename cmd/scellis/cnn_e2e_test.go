@@ -26,7 +26,9 @@ import (
 // The margin is what the convolutions buy: the mlp sees 256 unrelated
 // inputs and must learn every shift of a segment apart, the cnn shares
 // its kernels across the image. fl simulate of the same specs over the
-// same sites scored 0.87–0.90 (cnn) against 0.58–0.60 (mlp).
+// same sites scored 0.88–0.90 (cnn, five runs) against 0.63–0.66 (mlp);
+// live, 0.89–0.91 against 0.63–0.65 (under -short 0.76–0.79 against
+// 0.42–0.47).
 func TestFLCNNBeatsMLP(t *testing.T) {
 	t.Parallel() // its own cluster, ports and directories
 	type size struct {
@@ -36,11 +38,11 @@ func TestFLCNNBeatsMLP(t *testing.T) {
 	}
 	// The full test: 300 images per silo, 5 rounds; the cnn has
 	// 137,962 parameters.
-	sz := size{rows: 300, rounds: 5, hidden: 512, floor: 0.7}
+	sz := size{rows: 300, rounds: 5, hidden: 512, floor: 0.75}
 	if testing.Short() {
 		// The inner loop: fewer rows and rounds and a narrower dense
 		// layer (35,498 parameters); still through every process.
-		sz = size{rows: 300, rounds: 3, hidden: 128, floor: 0.45}
+		sz = size{rows: 300, rounds: 3, hidden: 128, floor: 0.55}
 	}
 	cnn := model.Spec{Kind: model.KindCNN, Inputs: 256, Classes: 10, Hidden: sz.hidden, Image: [3]int{16, 16, 1}, Conv: []int{8, 16}}
 	// The mlp's hidden width: the fewest units that give it at least
@@ -62,7 +64,7 @@ func TestFLCNNBeatsMLP(t *testing.T) {
 	// coordinates, four times the clipped update's.
 	run := func(name, model string) string {
 		return fmt.Sprintf(`name: %s
-strategy: {use: fedavg, params: {lr: 0.05, epochs: 2, batch_size: 32}}
+strategy: {use: fedavg, params: {lr: 0.1, epochs: 2, batch_size: 32}}
 model: {%s, inputs: 256, classes: 10, label: label}
 dataset: glyphs
 rounds: %d
