@@ -142,13 +142,9 @@ seed: 5
 			t.Fatalf("%s: the model file is a %s model, attested %v", kind, mf.Kind, mf.Attestation != nil)
 		}
 		params[kind] = len(mf.Params)
-		var ev struct {
-			Rows     int     `json:"rows"`
-			Accuracy float64 `json:"accuracy"`
-		}
-		out := mustRun(t, scellisCmd(t, c.dir, "--json", "model", "eval", file, "--data", "data/test.csv"))
-		if err := json.Unmarshal([]byte(out), &ev); err != nil || ev.Rows != 1000 {
-			t.Fatalf("model eval %s: %v\n%s", file, err, out)
+		ev := scoreModel(t, c.dir, file, "data/test.csv", "label")
+		if ev.Rows != 1000 {
+			t.Fatalf("model eval %s scored %d rows, want 1000", file, ev.Rows)
 		}
 		acc[kind] = ev.Accuracy
 	}

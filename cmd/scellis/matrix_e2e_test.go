@@ -482,30 +482,29 @@ func (m matrixCell) metric() string {
 // heldOut scores cell m's model file on a labelled CSV by its metric.
 func (m matrixCell) heldOut(t *testing.T, dir, modelFile, data string) float64 {
 	t.Helper()
-	if m.model != "cnn" {
-		return heldOutAUC(t, dir, modelFile, data)
+	if m.model == "cnn" {
+		return scoreModel(t, dir, modelFile, data, "label").Accuracy
 	}
-	var r struct {
-		Accuracy float64 `json:"accuracy"`
-	}
-	out := mustRun(t, scellisCmd(t, dir, "--json", "model", "eval", modelFile, "--data", data, "--label", "label"))
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("model eval: %v\n%s", err, out)
-	}
-	return r.Accuracy
+	return scoreModel(t, dir, modelFile, data, "outcome").AUC
 }
 
-// heldOutAUC scores a model file on a labelled CSV (scellis model eval).
-func heldOutAUC(t *testing.T, dir, modelFile, data string) float64 {
+// evalScores are what scellis model eval --json reports that tests read.
+type evalScores struct {
+	Rows     int     `json:"rows"`
+	Accuracy float64 `json:"accuracy"`
+	AUC      float64 `json:"auc"`
+}
+
+// scoreModel scores a model file on a CSV labelled in column label
+// (scellis model eval).
+func scoreModel(t *testing.T, dir, modelFile, data, label string) evalScores {
 	t.Helper()
-	var r struct {
-		AUC float64 `json:"auc"`
-	}
-	out := mustRun(t, scellisCmd(t, dir, "--json", "model", "eval", modelFile, "--data", data, "--label", "outcome"))
+	var r evalScores
+	out := mustRun(t, scellisCmd(t, dir, "--json", "model", "eval", modelFile, "--data", data, "--label", label))
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("model eval: %v\n%s", err, out)
 	}
-	return r.AUC
+	return r
 }
 
 // matrixAxes are the values of the axes fl simulate can take: every
