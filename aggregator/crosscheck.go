@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"slices"
@@ -47,10 +46,10 @@ import (
 // leader (aggregators only).
 const crossCheckPath = api.CrossCheckPath
 
-// crossCheckMax bounds a cross-check request: the transcript may hold
-// every site's masked input (8 bytes a value; when forwards failed)
-// besides small messages.
-const crossCheckMax = 1 << 30
+// crossCheckMax bounds a cross-check request or a forwarded input: a
+// transcript holds at most crossCheckMaxTranscript of masked inputs (the
+// leader records no larger round) besides small messages.
+const crossCheckMax = crossCheckMaxTranscript + 16<<20
 
 // crossCheckRequest is what the leader sends a peer: the round, by its
 // bundle (stored durably when the round opened), and its transcript.
@@ -282,7 +281,7 @@ func (n *Node) serveCrossCheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	m, _ := n.fed.PeerFromRequest(r)
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, crossCheckMax))
+	raw, err := n.shadows.readBody(w, r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 		return

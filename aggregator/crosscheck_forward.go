@@ -51,16 +51,75 @@ type forwardedInput struct {
 const shadowKeep = 30 * time.Minute
 
 // shadowSums are a checker's sums of forwarded inputs, by round bundle.
+// A compromised leader must not be able to fill a checker's memory with
+// them: a sum is made only for a run of the replicated log, one round per
+// run at a time (a run's rounds are sequential; a newer round's first
+// forward drops the older one's sum), and only for a round the leader
+// would record (crossCheckMaxTranscript); at most crossCheckReads bodies
+// of forwards and cross-check requests are read into memory at once.
 type shadowSums struct {
-	mu sync.Mutex
-	m  map[content.Ref]*shadowSum
+	mu    sync.Mutex
+	m     map[content.Ref]*shadowSum
+	reads chan struct{}
 }
 
 type shadowSum struct {
+	run    content.Ref
 	acc    *secagg.Accumulator
 	mu     sync.Mutex
 	hashes map[string]content.Ref
 	at     time.Time
+}
+
+// crossCheckReads is how many forwarded inputs and cross-check requests
+// a checker reads into memory at once; more wait their turn.
+const crossCheckReads = 4
+
+// readBody reads a forwarded input's or a cross-check request's body, at
+// most crossCheckMax bytes, waiting its turn among crossCheckReads.
+func (s *shadowSums) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	s.mu.Lock()
+	if s.reads == nil {
+		s.reads = make(chan struct{}, crossCheckReads)
+	}
+	reads := s.reads
+	s.mu.Unlock()
+	select {
+	case reads <- struct{}{}:
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
+	defer func() { <-reads }()
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, crossCheckMax))
+}
+
+// open returns the sum of round bundle ref (b, of run) here, made if it
+// is new. A round too large to record is refused; the run's older rounds'
+// sums, and sums older than shadowKeep, are dropped.
+func (s *shadowSums) open(run, ref content.Ref, b *fl.RoundBundle) (*shadowSum, error) {
+	if size := int64(len(b.SecAgg.Members)) * int64(b.SecAgg.Dim+1) * 8; b.SecAgg.Dim < 0 || size > crossCheckMaxTranscript {
+		return nil, fmt.Errorf("round bundle %s: its masked inputs (%d sites of %d values) are over the %d MiB a cross-checked round may hold", ref.Short(), len(b.SecAgg.Members), b.SecAgg.Dim, crossCheckMaxTranscript>>20)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sh, ok := s.m[ref]; ok {
+		return sh, nil // made meanwhile by another site's forward
+	}
+	if s.m == nil {
+		s.m = map[content.Ref]*shadowSum{}
+	}
+	for k, v := range s.m {
+		if v.run == run || time.Since(v.at) > shadowKeep {
+			delete(s.m, k)
+		}
+	}
+	acc, err := secagg.NewAccumulator(b.SecAgg)
+	if err != nil {
+		return nil, err
+	}
+	sh := &shadowSum{run: run, acc: acc, hashes: map[string]content.Ref{}, at: time.Now()}
+	s.m[ref] = sh
+	return sh, nil
 }
 
 // checkerOf is the peer that checks this node's rounds first: the first
@@ -110,7 +169,7 @@ func (n *Node) serveForwarded(w http.ResponseWriter, r *http.Request) {
 	if !n.aggregatorOnly(w, r, crossCheckMaskedPath) {
 		return
 	}
-	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, crossCheckMax))
+	raw, err := n.shadows.readBody(w, r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusRequestEntityTooLarge)
 		return
@@ -181,26 +240,10 @@ func (n *Node) shadow(ctx context.Context, in forwardedInput) (*shadowSum, error
 	if err := content.Decode(bb, &b); err != nil || b.Run != in.Run || b.Round != in.Round {
 		return nil, fmt.Errorf("bundle %s is not round %d of run %s (%v)", in.Bundle.Short(), in.Round, in.Run.Short(), err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sh, ok := s.m[in.Bundle]; ok {
-		return sh, nil // made meanwhile by another site's forward
+	if _, err := n.fsm.machine().Run(in.Run); err != nil {
+		return nil, fmt.Errorf("run %s: %w", in.Run.Short(), err)
 	}
-	if s.m == nil {
-		s.m = map[content.Ref]*shadowSum{}
-	}
-	for k, v := range s.m {
-		if time.Since(v.at) > shadowKeep {
-			delete(s.m, k)
-		}
-	}
-	acc, err := secagg.NewAccumulator(b.SecAgg)
-	if err != nil {
-		return nil, err
-	}
-	sh = &shadowSum{acc: acc, hashes: map[string]content.Ref{}, at: time.Now()}
-	s.m[in.Bundle] = sh
-	return sh, nil
+	return s.open(in.Run, in.Bundle, &b)
 }
 
 // takeShadow takes the forwarded inputs' sum of a round, by its bundle,

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/scellis/scellis/content"
+	"github.com/scellis/scellis/fl"
 	"github.com/scellis/scellis/secagg"
 )
 
@@ -46,3 +47,37 @@ func TestShadowSumTakesARetriedForwardOnce(t *testing.T) {
 
 // sumBytes is the sum of an Accumulator.Sum.
 func sumBytes(b []byte, _ map[string]bool) []byte { return b }
+
+// A checker keeps one round's sum per run (a newer round's first forward
+// drops the older one's) and makes none for a round the leader would not
+// record: a compromised leader cannot fill its memory with sums.
+func TestShadowSumsAreBounded(t *testing.T) {
+	p := secagg.Params{Round: "bounded", Dim: 4, Clip: 1, PRG: secagg.DefaultPRG()}
+	for _, id := range []string{"s1", "s2", "s3"} {
+		pub, _, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Members = append(p.Members, secagg.Member{ID: id, Key: pub})
+	}
+	runA, runB := content.Hash([]byte("run a")), content.Hash([]byte("run b"))
+	r1, r2, rb := content.Hash([]byte("a round 1")), content.Hash([]byte("a round 2")), content.Hash([]byte("b round 1"))
+	var s shadowSums
+	b := &fl.RoundBundle{SecAgg: p}
+	for _, o := range []struct{ run, ref content.Ref }{{runA, r1}, {runB, rb}, {runA, r2}} {
+		if _, err := s.open(o.run, o.ref, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, ok := s.m[r1]; ok || len(s.m) != 2 {
+		t.Fatalf("after run a's second round: %d sums held, its first held %v; want run a's second and run b's", len(s.m), ok)
+	}
+	huge := *b
+	huge.SecAgg.Dim = crossCheckMaxTranscript / 8
+	if _, err := s.open(runB, content.Hash([]byte("huge")), &huge); err == nil {
+		t.Fatal("a sum was made for a round over crossCheckMaxTranscript")
+	}
+	if _, ok := s.m[rb]; !ok {
+		t.Fatal("a refused round dropped its run's sum")
+	}
+}

@@ -88,7 +88,7 @@ func (rr *roundRun) sums(ctx context.Context) error {
 		rr.clip = statsClip
 	}
 	if rr.spec.AggregationMode() == fl.AggThresholdHE {
-		// Threshold-he sums on a smaller ring (±2^49): the range is
+		// Threshold-he sums on a smaller ring (±2^59): the range is
 		// narrowed to what fits n sites on the step's grid.
 		rr.clip = fl.HEClip(rr.clip, rr.grid, len(rr.st.Silos))
 	}

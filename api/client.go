@@ -190,6 +190,19 @@ func retryableDiag(ds diag.List) bool {
 	return ds[0].Code == diag.PoolNoLeader || ds[0].Code == diag.PoolStaleRead
 }
 
+// Transient reports whether err says nothing about the request itself:
+// no node answered within its time, no leader yet, a node cut off from
+// the cluster, or one too busy. The same request may succeed later; a
+// refusal by the replicated state (a lease not live, an unknown job) is
+// not transient.
+func Transient(err error) bool {
+	ds, ok := diag.As(err)
+	if !ok {
+		return err != nil
+	}
+	return retryableDiag(ds) || ds[0].Code == diag.PoolBusy
+}
+
 // unreachable is the diagnostic for an operation during which no node
 // answered at all.
 func (c *Client) unreachable(errs map[int]error) error {

@@ -226,53 +226,7 @@ func LoadSilo(file string) (*Silo, error) {
 				datasets = append(datasets, ds)
 				return datasetFields(ds)
 			})),
-		mk("policy", false, "", section(
-			mk("strategies", false, "", strs(&strategies, checkStrategyRef)),
-			mk("max_epsilon_per_round", false, "", number(&p.MaxEpsilonPerRound, positive("max_epsilon_per_round", "a per-round cap such as 0.5"))),
-			mk("min_noise_multiplier", false, "", number(&p.MinNoiseMultiplier, func(v float64) error {
-				if v < 0 {
-					return fmt.Errorf("min_noise_multiplier = %g is negative", v)
-				}
-				return nil
-			})),
-			mk("min_cohort", false, "", count(&p.MinCohort, func(v int) error {
-				if v < MinSites {
-					return diag.New(diag.InvalidValue, "", "min_cohort = %d is below %d", v, MinSites).
-						WithHelp("a round needs at least three sites besides the aggregator (with two, each could learn the other's update from the sum); give 3 or more")
-				}
-				return nil
-			})),
-			mk("max_rounds_per_day", false, "", count(&p.MaxRoundsPerDay, func(v int) error {
-				if v < 1 {
-					return diag.New(diag.InvalidValue, "", "max_rounds_per_day = %d must be at least 1", v).
-						WithHelp("remove the key for no daily limit")
-				}
-				return nil
-			})),
-			mk("max_model_params", false, "", integer(&p.MaxModelParams, 1, 1<<40)),
-			mk("max_round_mb", false, "", integer(&p.MaxRoundMB, 1, 1<<30)),
-			mk("generic_shards", false, "", boolean(&p.GenericShards)),
-			mk("secagg_threshold", false, "", parsed(func(s string) error {
-				if s != ThresholdTwoThirds && s != ThresholdMajority {
-					return diag.New(diag.InvalidValue, "", "unknown secure-aggregation threshold %q", s).
-						WithHelp("use two-thirds (the default: private against an aggregator colluding with fewer than a third of the sites) or majority (against an aggregator acting alone only; more dropouts tolerated)")
-				}
-				p.SecAggThreshold = s
-				return nil
-			}, ThresholdTwoThirds, ThresholdMajority)),
-			mk("trainers", false, "", sections("trainer", func(name string) []field {
-				t := &Trainer{Name: name}
-				trainers = append(trainers, t)
-				return trainerFields(t)
-			})),
-			mk("aggregation", false, "", strs(&p.Aggregation, func(s string) error {
-				if s != "masking" && s != "threshold-he" {
-					return diag.New(diag.InvalidValue, "", "unknown aggregation mode %q", s).
-						WithHelp("list masking, threshold-he or both (remove the key to allow both)")
-				}
-				return nil
-			})),
-		)),
+		siloPolicyField(p, &strategies, &trainers),
 	}
 	l, err := load(file, "silo config", fields)
 	if l == nil {
@@ -304,6 +258,70 @@ func LoadSilo(file string) (*Silo, error) {
 	if c.Ledger == "" && c.DataDir != "" {
 		c.Ledger = filepath.Join(c.DataDir, "privacy.ledger")
 	}
+	c.Datasets = checkDatasets(l, file, datasets)
+	p.Trainers = checkTrainers(l, file, trainers)
+	if err := l.d.Err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// siloPolicyField is the policy: section of a silo config; it fills p,
+// the accepted strategies and the trainers the policy allows.
+func siloPolicyField(p *SiloPolicy, strategies *[]string, trainers *[]*Trainer) field {
+	return mk("policy", false, "", section(
+		mk("strategies", false, "", strs(strategies, checkStrategyRef)),
+		mk("max_epsilon_per_round", false, "", number(&p.MaxEpsilonPerRound, positive("max_epsilon_per_round", "a per-round cap such as 0.5"))),
+		mk("min_noise_multiplier", false, "", number(&p.MinNoiseMultiplier, func(v float64) error {
+			if v < 0 {
+				return fmt.Errorf("min_noise_multiplier = %g is negative", v)
+			}
+			return nil
+		})),
+		mk("min_cohort", false, "", count(&p.MinCohort, func(v int) error {
+			if v < MinSites {
+				return diag.New(diag.InvalidValue, "", "min_cohort = %d is below %d", v, MinSites).
+					WithHelp("a round needs at least three sites besides the aggregator (with two, each could learn the other's update from the sum); give 3 or more")
+			}
+			return nil
+		})),
+		mk("max_rounds_per_day", false, "", count(&p.MaxRoundsPerDay, func(v int) error {
+			if v < 1 {
+				return diag.New(diag.InvalidValue, "", "max_rounds_per_day = %d must be at least 1", v).
+					WithHelp("remove the key for no daily limit")
+			}
+			return nil
+		})),
+		mk("max_model_params", false, "", integer(&p.MaxModelParams, 1, 1<<40)),
+		mk("max_round_mb", false, "", integer(&p.MaxRoundMB, 1, 1<<30)),
+		mk("generic_shards", false, "", boolean(&p.GenericShards)),
+		mk("secagg_threshold", false, "", parsed(func(s string) error {
+			if s != ThresholdTwoThirds && s != ThresholdMajority {
+				return diag.New(diag.InvalidValue, "", "unknown secure-aggregation threshold %q", s).
+					WithHelp("use two-thirds (the default: private against an aggregator colluding with fewer than a third of the sites) or majority (against an aggregator acting alone only; more dropouts tolerated)")
+			}
+			p.SecAggThreshold = s
+			return nil
+		}, ThresholdTwoThirds, ThresholdMajority)),
+		mk("trainers", false, "", sections("trainer", func(name string) []field {
+			t := &Trainer{Name: name}
+			*trainers = append(*trainers, t)
+			return trainerFields(t)
+		})),
+		mk("aggregation", false, "", strs(&p.Aggregation, func(s string) error {
+			if s != "masking" && s != "threshold-he" {
+				return diag.New(diag.InvalidValue, "", "unknown aggregation mode %q", s).
+					WithHelp("list masking, threshold-he or both (remove the key to allow both)")
+			}
+			return nil
+		})),
+	))
+}
+
+// checkDatasets places, resolves and checks the datasets a silo config
+// lists, and returns those that can be used.
+func checkDatasets(l *loaded, file string, datasets []*Dataset) []Dataset {
+	var out []Dataset
 	for _, ds := range datasets {
 		key := "datasets." + ds.Name
 		if n := l.nodes[key]; n != nil {
@@ -323,8 +341,14 @@ func LoadSilo(file string) (*Silo, error) {
 		if ds.Path != "" && ds.Label != "" {
 			checkCSV(l, key, ds)
 		}
-		c.Datasets = append(c.Datasets, *ds)
+		out = append(out, *ds)
 	}
+	return out
+}
+
+// checkTrainers places and checks the trainers a silo's policy allows.
+func checkTrainers(l *loaded, file string, trainers []*Trainer) []Trainer {
+	var out []Trainer
 	for _, t := range trainers {
 		key := "policy.trainers." + t.Name
 		if n := l.nodes[key]; n != nil {
@@ -341,12 +365,9 @@ func LoadSilo(file string) (*Silo, error) {
 					"interpreter %q is not an executable file", t.Interpreter)
 			}
 		}
-		p.Trainers = append(p.Trainers, *t)
+		out = append(out, *t)
 	}
-	if err := l.d.Err(); err != nil {
-		return nil, err
-	}
-	return c, nil
+	return out
 }
 
 func trainerFields(t *Trainer) []field {

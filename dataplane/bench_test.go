@@ -15,17 +15,19 @@ import (
 	"github.com/scellis/scellis/content"
 )
 
-// Throughput of one blob transfer on loopback, as a ratio against raw TCP
-// measured in the same run (BenchmarkTransfer/tcp). Run with
+// Throughput of one blob transfer on loopback, as ratios against raw
+// TCP and against the HTTPS blob endpoint, both measured in the same run
+// (BenchmarkTransfer/tcp and /https). Run with
 //
-//	go test ./dataplane -run XXX -bench . -benchtime 3x
+//	go test -run '^$' -bench Transfer -benchtime 3x ./dataplane/
 //
-// Each sub-benchmark reports MB/s (b.SetBytes) and vs_tcp: its throughput
-// divided by raw TCP's for the same size. Under -short (CI runs every
-// benchmark once that way) the 64 MB transfers skip: 8 MB takes the same
-// paths.
+// Each sub-benchmark reports MB/s (b.SetBytes) and cpu_ns/B (measure);
+// https, direct and turn also vs_tcp, their throughput divided by raw
+// TCP's for the same size, and direct and turn vs_https, divided by the
+// HTTPS endpoint's. Under -short (CI runs every benchmark once that way)
+// the 64 MB transfers skip: 8 MB takes the same paths.
 func BenchmarkTransfer(b *testing.B) {
-	tcp := map[int]float64{}
+	tcp, https := map[int]float64{}, map[int]float64{}
 	for _, size := range []int{8 << 20, 64 << 20} {
 		label := fmt.Sprintf("%dMB", size>>20)
 		var data []byte
@@ -48,10 +50,13 @@ func BenchmarkTransfer(b *testing.B) {
 			tcp[size] = measure(b, size, tcpTransfer(b, data))
 		})
 		run("https", func(b *testing.B) {
-			report(b, tcp[size], measure(b, size, httpsTransfer(b, data, ref)))
+			https[size] = measure(b, size, httpsTransfer(b, data, ref))
+			ratio(b, https[size], tcp[size], "vs_tcp")
 		})
 		run("direct", func(b *testing.B) {
-			report(b, tcp[size], measure(b, size, dcTransfer(b, data, ref, nil)))
+			got := measure(b, size, dcTransfer(b, data, ref, nil))
+			ratio(b, got, tcp[size], "vs_tcp")
+			ratio(b, got, https[size], "vs_https")
 		})
 		run("turn", func(b *testing.B) {
 			srv, err := StartTURN(TURNConfig{Listen: "127.0.0.1:0", RelayIP: net.IPv4(127, 0, 0, 1), AllowPeers: loopbackOnly, BandwidthBytes: 1 << 30})
@@ -64,7 +69,9 @@ func BenchmarkTransfer(b *testing.B) {
 				name := c.Name
 				c.ICE = func(context.Context) ([]ICEServer, error) { return srv.Credentials(name), nil }
 			}
-			report(b, tcp[size], measure(b, size, dcTransfer(b, data, ref, relay)))
+			got := measure(b, size, dcTransfer(b, data, ref, relay))
+			ratio(b, got, tcp[size], "vs_tcp")
+			ratio(b, got, https[size], "vs_https")
 		})
 	}
 }
@@ -93,9 +100,11 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func report(b *testing.B, tcp, got float64) {
-	if tcp > 0 {
-		b.ReportMetric(got/tcp, "vs_tcp")
+// ratio reports got/base as unit, when the baseline ran (it did not when
+// -bench selects this sub-benchmark alone).
+func ratio(b *testing.B, got, base float64, unit string) {
+	if base > 0 {
+		b.ReportMetric(got/base, unit)
 	}
 }
 
@@ -179,12 +188,14 @@ func dcTransfer(b *testing.B, data []byte, ref content.Ref, mod func(*Config)) f
 }
 
 // BenchmarkTuning compares SCTP settings for a direct 8 MB transfer, each
-// against raw TCP in the same run:
+// against raw TCP and the HTTPS blob endpoint in the same run:
 //
-//	go test ./dataplane -run XXX -bench Tuning -benchtime 3x
+//	go test -run '^$' -bench Tuning -benchtime 3x ./dataplane/
 //
-// Under -short (CI runs every benchmark once that way) every setting
-// moves 1 MB: each still sets up its peers and moves a blob.
+// The peers are on loopback, so the loopback settings apply (peer.go's
+// tuning, sctpmtu.go). Under -short (CI runs every benchmark once that
+// way) every setting moves 1 MB: each still sets up its peers and moves a
+// blob.
 func BenchmarkTuning(b *testing.B) {
 	size := 8 << 20
 	if testing.Short() {
@@ -192,8 +203,9 @@ func BenchmarkTuning(b *testing.B) {
 	}
 	data := randomBlob(b, size)
 	ref := content.Hash(data)
-	var tcp float64
+	var tcp, https float64
 	b.Run("tcp", func(b *testing.B) { tcp = measure(b, size, tcpTransfer(b, data)) })
+	b.Run("https", func(b *testing.B) { https = measure(b, size, httpsTransfer(b, data, ref)) })
 	saved, savedBuf, savedHigh, savedLow := tuning, socketBuffer, highWater, lowWater
 	defer func() { tuning, socketBuffer, highWater, lowWater = saved, savedBuf, savedHigh, savedLow }()
 	for _, v := range []struct {
@@ -202,20 +214,25 @@ func BenchmarkTuning(b *testing.B) {
 		mod  func(*Config)
 	}{
 		{"default", func() {}, nil},
+		{"mtu1191", func() { tuning.loopbackMTU = 0 }, nil},
+		{"recv8MB", func() { tuning.loopbackRecvBuffer = 8 << 20 }, nil},
+		{"recv256k", func() { tuning.loopbackRecvBuffer = 256 << 10 }, nil},
+		{"mincwnd0", func() { tuning.loopbackMinCwnd = 0 }, nil},
+		{"mincwnd1MB", func() { tuning.loopbackMinCwnd = 1 << 20 }, nil},
 		{"crc32c", func() { tuning.zeroChecksum = false }, nil},
-		{"recv1MB", func() { tuning.recvBuffer = 1 << 20 }, nil},
 		{"sockbuf-kernel-default", func() { socketBuffer = 0 }, nil},
 		{"buffered-256k", func() { highWater, lowWater = 256<<10, 64<<10 }, nil},
+		{"buffered-16MB", func() { highWater, lowWater = 16<<20, 8<<20 }, nil},
 		{"chunk16k", func() {}, func(c *Config) { c.Chunk = 16 << 10 }},
-		{"mincwnd1MB", func() { tuning.minCwnd = 1 << 20 }, nil},
 		{"castep64k", func() { tuning.caStep = 64 << 10 }, nil},
 		{"fastrtx1MB", func() { tuning.fastRtxWnd = 1 << 20 }, nil},
-		{"buffered-16MB", func() { highWater, lowWater = 16<<20, 8<<20 }, nil},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			tuning, socketBuffer, highWater, lowWater = saved, savedBuf, savedHigh, savedLow
 			v.set()
-			report(b, tcp, measure(b, size, dcTransfer(b, data, ref, v.mod)))
+			got := measure(b, size, dcTransfer(b, data, ref, v.mod))
+			ratio(b, got, tcp, "vs_tcp")
+			ratio(b, got, https, "vs_https")
 		})
 	}
 }

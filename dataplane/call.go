@@ -31,7 +31,7 @@ func (p *Peer) Call(ctx context.Context, member, service string, req []byte, lim
 	if err != nil {
 		return nil, err
 	}
-	rw, err := c.open(ctx, "call")
+	rw, err := c.open(ctx, p, "call")
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/pion/webrtc/v4"
@@ -36,6 +37,11 @@ type conn struct {
 
 	path string // PathDirect or PathRelayed, once connected
 	pair string // "host→srflx" and the like, for logs
+
+	// remoteMTU is the SCTP packet size the remote reads (its SDP,
+	// sctpmtu.go); tuned is set once the association's MTU was decided.
+	remoteMTU atomic.Uint32
+	tuned     atomic.Bool
 }
 
 func newConn(remote string) *conn {
@@ -147,6 +153,30 @@ func (c *conn) describe() {
 		c.path = PathRelayed
 	}
 	c.pair = fmt.Sprintf("%s %s:%d ↔ %s %s:%d", pair.Local.Typ, pair.Local.Address, pair.Local.Port, pair.Remote.Typ, pair.Remote.Address, pair.Remote.Port)
+}
+
+// tune raises the association's MTU to what both ends read, once, when
+// the pair is on loopback (sctpmtu.go). It runs as a data channel opens:
+// the association is up by then, and no blob has been cut into packets.
+func (c *conn) tune(p *Peer) {
+	mtu := min(c.remoteMTU.Load(), p.loopbackMTU)
+	if mtu <= pionMTU || c.tuned.Swap(true) {
+		return
+	}
+	c.mu.Lock()
+	pc := c.pc
+	c.mu.Unlock()
+	sctp := pc.SCTP()
+	if sctp == nil {
+		return
+	}
+	pair, err := sctp.Transport().ICETransport().GetSelectedCandidatePair()
+	if err != nil || !loopbackPair(pair) {
+		return
+	}
+	if err := raiseSCTPMTU(sctp, mtu); err != nil {
+		p.logf("p2p: SCTP packets to %s stay at %d bytes: %v", c.remote, pionMTU, err)
+	}
 }
 
 // finish ends a dial.

@@ -106,6 +106,15 @@ var _ Store = (*blob.Store)(nil)
 
 // tuning holds the SCTP settings the benchmarks compare
 // (bench_test.go); production uses these values.
+//
+// On loopback (a federation on one machine) the receive buffer, which
+// bounds the bytes in flight, stays under the 1 MB that pion/webrtc and
+// pion/ice queue per connection between the socket and DTLS: a burst
+// larger than that is dropped there, and a drop the fast retransmit
+// misses costs pion/sctp's 1 s minimum retransmission timeout. A minimum
+// congestion window of several large packets keeps a new association
+// from sending one packet and waiting out the receiver's 200 ms delayed
+// acknowledgement (sctpmtu.go: packets are 8 kB there).
 var tuning = struct {
 	recvBuffer   uint32
 	zeroChecksum bool
@@ -113,10 +122,16 @@ var tuning = struct {
 	caStep       uint32
 	fastRtxWnd   uint32
 	rtoMax       time.Duration
-}{recvBuffer: 8 << 20, zeroChecksum: true}
+
+	// loopbackMTU: the SCTP packets sent on a loopback pair (0: pion's
+	// 1191 bytes; sctpmtu.go).
+	loopbackMTU        uint32
+	loopbackRecvBuffer uint32
+	loopbackMinCwnd    uint32
+}{recvBuffer: 8 << 20, zeroChecksum: true, loopbackMTU: maxLoopbackMTU, loopbackRecvBuffer: 900 << 10, loopbackMinCwnd: 64 << 10}
 
 // DefaultChunk is the message size of a transfer. SCTP fragments each
-// message into ~1.2 kB packets anyway; larger messages mean fewer reads
+// message into ~1.2 kB packets anyway (8 kB on a loopback pair); larger messages mean fewer reads
 // and writes through pion's stream layer (see bench_test.go).
 const DefaultChunk = 64 << 10
 
@@ -130,6 +145,8 @@ type Peer struct {
 
 	// scope is where ICE candidates come from (scope.go).
 	scope *scope
+	// loopbackMTU is the SCTP packet size sent on a loopback pair.
+	loopbackMTU uint32
 	// done is closed by Close: background work for this peer ends.
 	done chan struct{}
 
@@ -270,11 +287,16 @@ func New(cfg Config) (*Peer, error) {
 	} else {
 		se.SetICEMulticastDNSMode(ice.MulticastDNSModeQueryOnly)
 	}
-	se.SetSCTPMaxReceiveBufferSize(tuning.recvBuffer)
+	recvBuffer, minCwnd := tuning.recvBuffer, tuning.minCwnd
+	if sc.loopback {
+		recvBuffer, minCwnd = tuning.loopbackRecvBuffer, max(minCwnd, tuning.loopbackMinCwnd)
+	}
+	se.SetReceiveMTU(receiveMTU)
+	se.SetSCTPMaxReceiveBufferSize(recvBuffer)
 	// Both ends are Scellis peers over DTLS, which already authenticates
 	// every packet: SCTP's CRC32c adds CPU and nothing else (RFC 9653).
 	se.EnableSCTPZeroChecksum(tuning.zeroChecksum)
-	se.SetSCTPMinCwnd(tuning.minCwnd)
+	se.SetSCTPMinCwnd(minCwnd)
 	se.SetSCTPCwndCAStep(tuning.caStep)
 	se.SetSCTPFastRtxWnd(tuning.fastRtxWnd)
 	se.SetSCTPRTOMax(tuning.rtoMax)
@@ -286,7 +308,7 @@ func New(cfg Config) (*Peer, error) {
 	return &Peer{
 		cfg: cfg, api: webrtc.NewAPI(webrtc.WithSettingEngine(se)), cert: *cert,
 		fp:    fingerprintString(fps[0].Algorithm, fps[0].Value),
-		scope: sc, done: make(chan struct{}),
+		scope: sc, loopbackMTU: tuning.loopbackMTU, done: make(chan struct{}),
 		conns: map[string]*conn{}, down: map[string]time.Time{}, fails: map[string]int{}, waiting: map[string]chan Signal{}, stats: map[string]*pairCounter{},
 		open: map[*conn]struct{}{},
 	}, nil
@@ -575,7 +597,7 @@ func (p *Peer) dial(parent context.Context, c *conn) {
 		case <-ctx.Done():
 			return fmt.Errorf("gathering ICE candidates: %w", ctx.Err())
 		}
-		s := Signal{Session: newSession(), From: p.cfg.Name, To: c.remote, Kind: KindOffer, SDP: pc.LocalDescription().SDP, Fingerprint: p.fp}
+		s := Signal{Session: newSession(), From: p.cfg.Name, To: c.remote, Kind: KindOffer, SDP: withMTU(pc.LocalDescription().SDP), Fingerprint: p.fp}
 		if err := s.sign(p.cfg.Identity); err != nil {
 			return err
 		}
@@ -605,6 +627,7 @@ func (p *Peer) dial(parent context.Context, c *conn) {
 		if err := ans.Verify(p.cfg.Fed); err != nil {
 			return err
 		}
+		c.remoteMTU.Store(sdpMTU(ans.SDP))
 		if err := pc.SetRemoteDescription(webrtc.SessionDescription{Type: webrtc.SDPTypeAnswer, SDP: ans.SDP}); err != nil {
 			return err
 		}
@@ -627,12 +650,13 @@ func (p *Peer) answer(parent context.Context, s Signal) {
 	ctx, cancel := context.WithTimeout(parent, p.cfg.ConnectTimeout)
 	defer cancel()
 	c := newConn(s.From)
+	c.remoteMTU.Store(sdpMTU(s.SDP))
 	err := func() error {
 		sdp, err := p.answerOffer(ctx, parent, c, client{Member: remote}, s.SDP, false)
 		if err != nil {
 			return err
 		}
-		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: sdp, Fingerprint: p.fp}
+		out := Signal{Session: s.Session, From: p.cfg.Name, To: s.From, Kind: KindAnswer, SDP: withMTU(sdp), Fingerprint: p.fp}
 		if err := out.sign(p.cfg.Identity); err != nil {
 			return err
 		}
@@ -679,6 +703,7 @@ func (p *Peer) answerOffer(ctx, serveCtx context.Context, c *conn, remote client
 	c.setPC(pc)
 	pc.OnDataChannel(func(dc *webrtc.DataChannel) {
 		dc.OnOpen(func() {
+			c.tune(p)
 			if dc.Label() == "ctl" {
 				return
 			}

@@ -130,7 +130,7 @@ func (ch *channel) Write(b []byte) (int, error) {
 }
 
 // open opens a data channel on c and waits for it.
-func (c *conn) open(ctx context.Context, label string) (*channel, error) {
+func (c *conn) open(ctx context.Context, p *Peer, label string) (*channel, error) {
 	c.mu.Lock()
 	pc := c.pc
 	c.mu.Unlock()
@@ -144,6 +144,7 @@ func (c *conn) open(ctx context.Context, label string) (*channel, error) {
 	}
 	ch := make(chan opened, 1)
 	dc.OnOpen(func() {
+		c.tune(p)
 		rw, err := dc.DetachWithDeadline()
 		if err != nil {
 			ch <- opened{nil, err}
@@ -244,7 +245,7 @@ func (p *Peer) Get(ctx context.Context, member string, ref content.Ref) ([]byte,
 // getOn is Get over the connection c.
 func (p *Peer) getOn(ctx context.Context, c *conn, ref content.Ref) ([]byte, error) {
 	member := c.remote
-	rw, err := c.open(ctx, "get")
+	rw, err := c.open(ctx, p, "get")
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +289,7 @@ func (p *Peer) Put(ctx context.Context, member string, b []byte) (content.Ref, e
 // putOn is Put over the connection c.
 func (p *Peer) putOn(ctx context.Context, c *conn, b []byte) (content.Ref, error) {
 	ref, member := content.Hash(b), c.remote
-	rw, err := c.open(ctx, "put")
+	rw, err := c.open(ctx, p, "put")
 	if err != nil {
 		return ref, err
 	}
@@ -446,7 +447,7 @@ func (p *Peer) Probe(ctx context.Context, member string, n int) (ProbeResult, er
 	b := make([]byte, n)
 	rand.Read(b)
 	start = time.Now()
-	rw, err := c.open(ctx, "echo")
+	rw, err := c.open(ctx, p, "echo")
 	if err != nil {
 		return res, err
 	}

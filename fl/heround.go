@@ -27,7 +27,7 @@ type HERound struct {
 // sums on a grid of gridBits fraction bits (at least one when the grid is
 // left to NewHERound): the widest c ≤ clip with c·2^f + 1 ≤ he.BoundFor(n).
 // The statistics and evaluation steps' range (statsClip, 1e12: sums of
-// squares of raw features) is far wider than the ring of ±2^49 holds on
+// squares of raw features) is far wider than the ring of ±2^59 holds on
 // their DP grid; under DP their values are per-row sums of values within
 // ±1 (or the loss cap), so the narrowed clip still admits more than 10^9
 // rows per silo for 255 sites. Without DP the widest grid the range fits
@@ -59,7 +59,7 @@ func NewHERound(sp secagg.Params) (*HERound, error) {
 	}
 	if r.FracBits < 1 || math.Ldexp(sp.Clip, r.FracBits) > float64(bound) {
 		return nil, diag.New(diag.SecAggBadParams, subject, "clip %v on a grid of %d fraction bits does not fit the per-site bound %d of %d sites", sp.Clip, r.FracBits, bound, n).
-			WithHelp("lower the clip or the grid; threshold-he sums stay within ±2^49")
+			WithHelp("lower the clip or the grid; threshold-he sums stay within ±2^59")
 	}
 	dim := sp.Dim
 	if sp.Weighted {

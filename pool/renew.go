@@ -142,14 +142,18 @@ func (kp *leaseKeeper) loop(w *Worker) {
 
 // renew sends one renewal of k; if the coordinator says the lease is
 // gone, k's work is cancelled (someone else has the shard) and it is
-// renewed no more.
+// renewed no more. A renewal no node answered in time changes nothing.
 func (kp *leaseKeeper) renew(w *Worker, k *keptLease) {
 	defer k.inflight.Done()
 	rctx, cancel := context.WithTimeout(k.ctx, k.every)
 	err := w.renewOne(rctx, api.RenewRequest{Job: k.g.Job, Shard: k.g.Shard})
 	cancel()
 	lost := false
-	if ds, ok := diag.As(err); ok {
+	// Only the coordinator's refusal ends the lease here. A renewal that
+	// found no node in time (a loaded machine, an election) is tried
+	// again when it next falls due; if the lease has lapsed meanwhile,
+	// that renewal is refused and ends it.
+	if ds, ok := diag.As(err); ok && !api.Transient(err) {
 		w.logf("shard %d of %s: lease lost (%s); stopping it", k.g.Shard, k.g.Job.Short(), ds[0].Message)
 		k.cancel()
 		lost = true

@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -291,13 +293,11 @@ func enter(su setup) error {
 		return err
 	}
 	lim := su.Limits
-	mem := uint64(lim.MemoryMB) << 20
 	cpu := uint64(lim.CPUSeconds)
 	for _, l := range []struct {
 		res      int
 		cur, max uint64
 	}{
-		{unix.RLIMIT_AS, mem, mem},
 		{unix.RLIMIT_CPU, cpu, cpu + 1},
 		{unix.RLIMIT_FSIZE, su.MaxFile, su.MaxFile},
 		{unix.RLIMIT_CORE, 0, 0},
@@ -324,7 +324,46 @@ func enter(su setup) error {
 	if err := unix.Capset(&unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}, &none[0]); err != nil {
 		return fmt.Errorf("dropping capabilities: %w", err)
 	}
-	return unix.Exec(su.Interpreter, su.Args, su.Env)
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("setting no_new_privs: %w", err)
+	}
+	return limitAndExec(su)
+}
+
+// limitAndExec sets the trainer's address-space limit and executes the
+// interpreter. Once RLIMIT_AS is set, this Go process may be past it
+// (its reserved heap arenas count), so from there on nothing may
+// allocate: a heap that grows then ends in the runtime's fatal "out of
+// memory" instead of the trainer (seen in CI, inside syscall.Exec's
+// own copying of argv). Everything execve needs is built first, and the
+// limit and execve are raw system calls.
+func limitAndExec(su setup) error {
+	if _, err := os.Stat(su.Interpreter); err != nil {
+		return fmt.Errorf("the interpreter: %w", err)
+	}
+	path, err := unix.BytePtrFromString(su.Interpreter)
+	if err != nil {
+		return err
+	}
+	argv, err := syscall.SlicePtrFromStrings(su.Args)
+	if err != nil {
+		return err
+	}
+	envv, err := syscall.SlicePtrFromStrings(su.Env)
+	if err != nil {
+		return err
+	}
+	as := unix.Rlimit{Cur: uint64(su.Limits.MemoryMB) << 20, Max: uint64(su.Limits.MemoryMB) << 20}
+	// No collection starts between here and execve.
+	debug.SetGCPercent(-1)
+	if _, _, e := unix.RawSyscall6(unix.SYS_PRLIMIT64, 0, unix.RLIMIT_AS, uintptr(unsafe.Pointer(&as)), 0, 0, 0); e != 0 {
+		return fmt.Errorf("setting the address-space limit: %w", e)
+	}
+	_, _, e := unix.RawSyscall(unix.SYS_EXECVE, uintptr(unsafe.Pointer(path)), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])))
+	runtime.KeepAlive(path)
+	runtime.KeepAlive(argv)
+	runtime.KeepAlive(envv)
+	return fmt.Errorf("executing %s: %w", su.Interpreter, e)
 }
 
 // mountProc gives the sandbox a /proc. This process is PID 1 of a new PID

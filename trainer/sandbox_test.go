@@ -158,7 +158,7 @@ func TestSandboxHoldsTheTrainerIn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]float64{"socket": 0, "file0": 0, "file1": 0, "file2": 0, "scratch": 1, "capabilities": 0}
+	want := map[string]float64{"socket": 0, "file0": 0, "file1": 0, "file2": 0, "scratch": 1, "capabilities": 0, "bounding": 0, "no_new_privs": 1}
 	for k, v := range want {
 		if got, ok := res.Metrics[k]; !ok || got != v {
 			t.Errorf("%s: got %v (present %v), want %v", k, got, ok, v)

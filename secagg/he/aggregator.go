@@ -8,6 +8,7 @@ import (
 	"github.com/tuneinsight/lattigo/v5/core/rlwe"
 	"github.com/tuneinsight/lattigo/v5/he/heint"
 	"github.com/tuneinsight/lattigo/v5/mhe"
+	"github.com/tuneinsight/lattigo/v5/ring"
 
 	"github.com/scellis/scellis/diag"
 )
@@ -18,7 +19,7 @@ type Phase int
 // The phases, in order.
 const (
 	PhaseAdvertise Phase = iota // collecting adverts (U1)
-	PhaseShare                  // collecting public-key shares and boxes (U2)
+	PhaseShare                  // collecting sealed key shares (U2)
 	PhaseEncrypt                // collecting ciphertexts (U3), summed on arrival
 	PhaseDecrypt                // collecting partial decryptions from t sites
 	PhaseDone
@@ -43,9 +44,8 @@ type Aggregator struct {
 	u1      []string
 	shares  map[string]*Shares
 	u2      []string
-	acc     []*rlwe.Ciphertext // the running sum, one ciphertext per N values
-	eval    *heint.Evaluator
-	u3      []string // who sent a ciphertext, in arrival order until EndEncrypt sorts it
+	acc     []ring.Poly // the running sum of the c0, one per ciphertext
+	u3      []string    // who sent a ciphertext, in arrival order until EndEncrypt sorts it
 
 	req     *DecryptRequest
 	got     map[string][]mhe.KeySwitchShare
@@ -180,7 +180,7 @@ func (a *Aggregator) EndAdvertise() (*KeySet, error) {
 	return ks, nil
 }
 
-// AddShares takes one site's public-key share and sealed key shares.
+// AddShares takes one site's sealed key shares.
 func (a *Aggregator) AddShares(m *Shares) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -196,9 +196,6 @@ func (a *Aggregator) AddShares(m *Shares) error {
 	}
 	if a.shares[m.From] != nil {
 		return dup(r, "shares", m.From)
-	}
-	if err := r.checkPKShare(m.From, m.PKShare, m.PKSig); err != nil {
-		return err
 	}
 	to := map[string]bool{}
 	for _, b := range m.Boxes {
@@ -232,7 +229,7 @@ func (a *Aggregator) EndShare() ([]*Delivery, error) {
 		d := &Delivery{Round: a.r.p.Round, To: v}
 		for _, u := range a.u2 {
 			m := a.shares[u]
-			e := Dealt{From: u, PKShare: m.PKShare, PKSig: m.PKSig}
+			e := Dealt{From: u}
 			for _, b := range m.Boxes {
 				if b.To == v {
 					e.Box = b.Sealed
@@ -243,8 +240,7 @@ func (a *Aggregator) EndShare() ([]*Delivery, error) {
 		out = append(out, d)
 	}
 	a.shares = nil
-	a.acc = make([]*rlwe.Ciphertext, a.r.cts)
-	a.eval = heint.NewEvaluator(a.r.s.params, nil)
+	a.acc = make([]ring.Poly, a.r.cts)
 	a.phase = PhaseEncrypt
 	return out, nil
 }
@@ -256,21 +252,17 @@ func (a *Aggregator) AddCiphertext(m *Ciphertext) error {
 	if err := r.checkRound(m.Round); err != nil {
 		return err
 	}
-	if len(m.Cts) != r.cts {
-		return malformed("ciphertext", "from %q: %d ciphertexts, want %d", m.From, len(m.Cts), r.cts)
+	if len(m.C0) != r.cts {
+		return malformed("ciphertext", "from %q: %d ciphertexts, want %d", m.From, len(m.C0), r.cts)
 	}
 	// Decode outside the lock: it is the expensive part.
-	cts := make([]*rlwe.Ciphertext, r.cts)
-	for k, c := range m.Cts {
-		c0, err := r.unmarshalPoly("ciphertext", c.C0)
+	cts := make([]ring.Poly, r.cts)
+	for k, b := range m.C0 {
+		c0, err := r.unmarshalPoly("ciphertext", b)
 		if err != nil {
 			return err
 		}
-		c1, err := r.unmarshalPoly("ciphertext", c.C1)
-		if err != nil {
-			return err
-		}
-		cts[k] = r.ciphertext(c0, c1)
+		cts[k] = c0
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -283,14 +275,13 @@ func (a *Aggregator) AddCiphertext(m *Ciphertext) error {
 	if slices.Contains(a.u3, m.From) {
 		return dup(r, "ciphertext", m.From)
 	}
-	for k, ct := range cts {
-		if a.acc[k] == nil {
-			a.acc[k] = ct
+	rq := r.s.params.RingQ()
+	for k, c0 := range cts {
+		if a.acc[k].Coeffs == nil {
+			a.acc[k] = c0
 			continue
 		}
-		if err := a.eval.Add(a.acc[k], ct, a.acc[k]); err != nil {
-			return err
-		}
+		rq.Add(a.acc[k], c0, a.acc[k])
 	}
 	a.u3 = append(a.u3, m.From)
 	return nil
@@ -331,18 +322,7 @@ func (a *Aggregator) newRequest() (*DecryptRequest, error) {
 			WithHelp("too many sites dropped out after encrypting; the round ended without a result — run it again"))
 	}
 	slices.Sort(pick)
-	req := &DecryptRequest{Round: a.r.p.Round, Attempt: a.attempt, Contributors: slices.Clone(a.u3), Decryptors: pick, C1: make([][]byte, a.r.cts)}
-	if a.req != nil {
-		req.C1 = a.req.C1
-	} else {
-		for k, ct := range a.acc {
-			b, err := ct.Value[1].MarshalBinary()
-			if err != nil {
-				return nil, a.fail(err)
-			}
-			req.C1[k] = b
-		}
-	}
+	req := &DecryptRequest{Round: a.r.p.Round, Attempt: a.attempt, Contributors: slices.Clone(a.u3), Decryptors: pick}
 	a.req, a.got = req, map[string][]mhe.KeySwitchShare{}
 	return req, nil
 }
@@ -367,7 +347,7 @@ func (a *Aggregator) AddDecryptShare(m *DecryptShare) error {
 	}
 	shares := make([]mhe.KeySwitchShare, r.cts)
 	for k, b := range m.Shares {
-		p, err := r.unmarshalPoly("decrypt share", b)
+		p, err := r.unmarshalShare(b)
 		if err != nil {
 			return err
 		}
@@ -432,8 +412,9 @@ func (a *Aggregator) combine() (*Result, error) {
 	ecd := heint.NewEncoder(params)
 	pt := r.newPlaintext()
 	vals := make([]int64, r.s.slots)
-	sum := make([]int64, 0, r.p.Dim)
-	for k, ct := range a.acc {
+	sum := make([]int64, r.p.Dim)
+	for k, a1 := range r.uniform() {
+		ct := r.ciphertext(a.acc[k], a1)
 		agg := cks.AllocateShare(params.MaxLevel())
 		for _, s := range a.req.Decryptors {
 			if err := cks.AggregateShares(agg, a.got[s][k], &agg); err != nil {
@@ -447,7 +428,9 @@ func (a *Aggregator) combine() (*Result, error) {
 		if err := ecd.Decode(pt, vals); err != nil {
 			return nil, err
 		}
-		sum = append(sum, vals[:min(r.s.slots, r.p.Dim-k*r.s.slots)]...)
+		if err := r.unpack(sum, vals, k); err != nil {
+			return nil, err
+		}
 	}
 	res := &Result{Round: r.p.Round, Sum: sum, Contributors: slices.Clone(a.u3), Decryptors: slices.Clone(a.req.Decryptors)}
 	for _, s := range a.u2 {

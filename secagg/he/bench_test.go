@@ -3,6 +3,7 @@ package he
 import (
 	"crypto/ed25519"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,17 +14,27 @@ import (
 // masking (package secagg) on the same encoded vectors, in the same run,
 // with ratios (x-masking: threshold-he ÷ masking):
 //
-//	encrypt  one site's encryption (forming the collective key and its
-//	         threshold share, encoding, encrypting) ÷ one site's masking
+//	encrypt  one site's encryption (opening its key shares, packing,
+//	         encoding, encrypting) ÷ one site's masking
 //	         (expanding n−1 pairwise masks and its self mask)
 //	add      the aggregator taking in the n inputs (parse and add)
 //	decrypt  the phase that opens the sum: t partial decryptions plus the
 //	         aggregator's combination ÷ n unmaskings plus the server's
 //	         reconstruction and mask removal
-//	bytes    what one site sends and receives over the whole round
+//	site CPU what the sites compute, per site: key sharing, encryption
+//	         and partial decryption ÷ masking's key sharing, masking,
+//	         signing the survivors and unmasking
+//	bytes    what a site sends and receives over the whole round: the
+//	         most any site moves (a decryptor's) and the mean over the
+//	         n sites (t of them decrypt), each ÷ masking's
 //
-// Each phase is timed serially on one core (sites one after another), the
-// fastest of the iterations. Run:
+// in two layouts of the integers (grid20: ±2^20, masking in 4-byte words,
+// HE two values a coefficient; wide: the widest each mode takes, masking
+// in 8-byte words, HE one value a coefficient). Each phase runs
+// serially (sites one after another) and is timed in the process's CPU
+// time (getrusage: user and system, the garbage collector included), the
+// least of the iterations, so that a busy machine inflates it less than
+// wall time. Run:
 //
 //	go test ./secagg/he -run XXX -bench . -benchtime 2x
 //
@@ -31,8 +42,29 @@ import (
 // n=3 runs: the larger rounds run the same code for longer.
 
 type costs struct {
-	encrypt, add, decrypt time.Duration // fastest seen
-	siteBytes             int
+	encrypt, add, decrypt, site time.Duration // fastest seen
+	bytes                       []int         // per site
+}
+
+func (c *costs) count(i int, b []byte) []byte {
+	c.bytes[i] += len(b)
+	return b
+}
+
+// countAll counts b against every site (a message each receives).
+func (c *costs) countAll(b []byte) {
+	for i := range c.bytes {
+		c.bytes[i] += len(b)
+	}
+}
+
+func (c costs) maxBytes() float64 { return float64(slices.Max(c.bytes)) }
+func (c costs) meanBytes() float64 {
+	t := 0
+	for _, b := range c.bytes {
+		t += b
+	}
+	return float64(t) / float64(len(c.bytes))
 }
 
 func (c *costs) keep(o costs) {
@@ -45,53 +77,92 @@ func (c *costs) keep(o costs) {
 	if c.decrypt == 0 || o.decrypt < c.decrypt {
 		c.decrypt = o.decrypt
 	}
-	c.siteBytes = o.siteBytes
+	if c.site == 0 || o.site < c.site {
+		c.site = o.site
+	}
+	c.bytes = o.bytes
 }
 
 func BenchmarkRound(b *testing.B) {
 	for _, dim := range []int{10_000, 100_000, 1_000_000} {
 		for _, n := range []int{3, 10} {
-			b.Run(fmt.Sprintf("d=%d/n=%d", dim, n), func(b *testing.B) {
-				if testing.Short() && (dim > 10_000 || n > 3) {
-					b.Skipf("-short: d=%d, n=%d skipped (d=10000, n=3 runs the same code)", dim, n)
-				}
-				p, keys := testRound(b, n, dim, 1<<20)
-				inputs := randInputs(b, n, dim, p.Bound)
-				var he, mask costs
-				for b.Loop() {
-					mask.keep(maskRound(b, p, keys, inputs))
-					he.keep(heRound(b, p, keys, inputs))
-				}
-				ratio := func(x, y time.Duration) float64 { return float64(x) / float64(y) }
-				b.ReportMetric(float64(he.encrypt.Microseconds())/1000/float64(n), "he-encrypt-ms/site")
-				b.ReportMetric(float64(mask.encrypt.Microseconds())/1000/float64(n), "mask-ms/site")
-				b.ReportMetric(ratio(he.encrypt, mask.encrypt), "encrypt-x-masking")
-				b.ReportMetric(float64(he.add.Microseconds())/1000, "he-add-ms")
-				b.ReportMetric(ratio(he.add, mask.add), "add-x-masking")
-				b.ReportMetric(float64(he.decrypt.Microseconds())/1000, "he-decrypt-ms")
-				b.ReportMetric(ratio(he.decrypt, mask.decrypt), "decrypt-x-masking")
-				b.ReportMetric(float64(he.siteBytes)/1e6, "he-MB/site")
-				b.ReportMetric(float64(he.siteBytes)/float64(mask.siteBytes), "bytes-x-masking")
-			})
+			for _, lay := range layouts {
+				b.Run(fmt.Sprintf("d=%d/n=%d/%s", dim, n, lay.name), func(b *testing.B) {
+					benchRound(b, dim, n, lay)
+				})
+			}
 		}
 	}
 }
 
-func timed(d *time.Duration, f func()) {
-	t0 := time.Now()
-	f()
-	*d += time.Since(t0)
+// A layout is how wide the integers of both modes are.
+type layout struct {
+	name string
+	// bound is the per-site bound of the inputs and the HE round.
+	bound func(n int) int64
+	// gridBits is masking's grid: 20 with clip 1 holds ±2^20 and sums in
+	// Z_2^32 (4-byte words); 0 derives the widest grid, Z_2^64 (8 bytes).
+	gridBits int
 }
 
-func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64) (c costs) {
+var layouts = []layout{
+	// grid20: ±2^20, a DP-like grid. HE packs two values a coefficient.
+	{"grid20", func(int) int64 { return 1 << 20 }, 20},
+	// wide: HE's widest bound (one value a coefficient), masking's widest
+	// grid (the run's range with no DP grid: what rounds use by default).
+	{"wide", BoundFor, 0},
+}
+
+func benchRound(b *testing.B, dim, n int, lay layout) {
+	if testing.Short() && (dim > 10_000 || n > 3) {
+		b.Skipf("-short: d=%d, n=%d skipped (d=10000, n=3 runs the same code)", dim, n)
+	}
+	p, keys := testRound(b, n, dim, lay.bound(n))
+	inputs := randInputs(b, n, dim, p.Bound)
+	var he, mask costs
+	for b.Loop() {
+		mask.keep(maskRound(b, p, keys, inputs, lay.gridBits))
+		he.keep(heRound(b, p, keys, inputs))
+	}
+	ratio := func(x, y time.Duration) float64 { return float64(x) / float64(y) }
+	b.ReportMetric(float64(he.encrypt.Microseconds())/1000/float64(n), "he-encrypt-ms/site")
+	b.ReportMetric(float64(mask.encrypt.Microseconds())/1000/float64(n), "mask-ms/site")
+	b.ReportMetric(ratio(he.encrypt, mask.encrypt), "encrypt-x-masking")
+	b.ReportMetric(float64(he.add.Microseconds())/1000, "he-add-ms")
+	b.ReportMetric(ratio(he.add, mask.add), "add-x-masking")
+	b.ReportMetric(float64(he.decrypt.Microseconds())/1000, "he-decrypt-ms")
+	b.ReportMetric(ratio(he.decrypt, mask.decrypt), "decrypt-x-masking")
+	b.ReportMetric(float64(he.site.Microseconds())/1000/float64(n), "he-site-cpu-ms/site")
+	b.ReportMetric(float64(mask.site.Microseconds())/1000/float64(n), "mask-site-cpu-ms/site")
+	b.ReportMetric(ratio(he.site, mask.site), "site-cpu-x-masking")
+	b.ReportMetric(he.maxBytes()/1e6, "he-MB/site-max")
+	b.ReportMetric(mask.maxBytes()/1e6, "mask-MB/site-max")
+	b.ReportMetric(he.maxBytes()/mask.maxBytes(), "bytes-max-x-masking")
+	b.ReportMetric(he.meanBytes()/mask.meanBytes(), "bytes-mean-x-masking")
+	b.ReportMetric(float64(p.Lanes()), "lanes")
+}
+
+// timed adds the CPU time f takes to *d.
+func timed(d *time.Duration, f func()) {
+	t0 := cpuNow()
+	f()
+	*d += cpuNow() - t0
+}
+
+// timed2 is timed counting f's time on two counters (a site's work that
+// is also part of a phase).
+func timed2(d, e *time.Duration, f func()) {
+	var el time.Duration
+	timed(&el, f)
+	*d += el
+	*e += el
+}
+
+func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64) costs {
+	c := costs{bytes: make([]int, len(keys))}
+	count := c.count
 	agg := must(NewAggregator(p))
 	parties := make([]*Party, len(keys))
-	count := func(i int, bs []byte) []byte {
-		if i == 0 {
-			c.siteBytes += len(bs)
-		}
-		return bs
-	}
 	for i, m := range p.Members {
 		parties[i] = must(NewParty(p, m.ID, keys[i]))
 		if err := agg.AddAdvert(must(ParseAdvert(count(i, must(must(parties[i].Advertise()).Marshal()))))); err != nil {
@@ -99,9 +170,12 @@ func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64
 		}
 	}
 	ksb := must(must(agg.EndAdvertise()).Marshal())
-	count(0, ksb)
+	c.countAll(ksb)
+	var keying time.Duration // the sites' key sharing, part of their CPU
 	for i := range parties {
-		if err := agg.AddShares(must(ParseShares(count(i, must(must(parties[i].Share(must(ParseKeySet(ksb)))).Marshal()))))); err != nil {
+		var sh []byte
+		timed(&keying, func() { sh = must(must(parties[i].Share(must(ParseKeySet(ksb)))).Marshal()) })
+		if err := agg.AddShares(must(ParseShares(count(i, sh)))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -117,13 +191,14 @@ func heRound(b *testing.B, p Params, keys []ed25519.PrivateKey, inputs [][]int64
 			}
 		})
 	}
+	c.site = keying + c.encrypt
 	req := must(agg.EndEncrypt())
 	rb := must(req.Marshal())
-	count(0, rb)
 	for _, s := range req.Decryptors {
 		i := index(p, s)
+		count(i, rb)
 		var sb []byte
-		timed(&c.decrypt, func() { sb = must(must(parties[i].Decrypt(must(ParseDecryptRequest(rb)))).Marshal()) })
+		timed2(&c.decrypt, &c.site, func() { sb = must(must(parties[i].Decrypt(must(ParseDecryptRequest(rb)))).Marshal()) })
 		count(i, sb)
 		timed(&c.decrypt, func() {
 			if err := agg.AddDecryptShare(must(ParseDecryptShare(sb))); err != nil {
@@ -148,18 +223,15 @@ func index(p Params, site string) int {
 	panic(site)
 }
 
-// maskRound runs the same vectors through pairwise masking: a grid of 20
-// fraction bits with clip 1 holds the same ±2^20 integers.
-func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64) (c costs) {
-	p := secagg.Params{Round: hp.Round, Members: hp.Members, Dim: hp.Dim, Clip: 1, GridBits: 20}
+// maskRound runs the same vectors through pairwise masking with clip 1 on
+// a grid of gridBits fraction bits (0: the widest), which holds the same
+// integers.
+func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]int64, gridBits int) costs {
+	c := costs{bytes: make([]int, len(keys))}
+	count := c.count
+	p := secagg.Params{Round: hp.Round, Members: hp.Members, Dim: hp.Dim, Clip: 1, GridBits: gridBits}
 	srv := must(secagg.NewServer(p))
 	cl := make([]*secagg.Client, len(keys))
-	count := func(i int, bs []byte) []byte {
-		if i == 0 {
-			c.siteBytes += len(bs)
-		}
-		return bs
-	}
 	for i, m := range p.Members {
 		cl[i] = must(secagg.NewClient(p, m.ID, keys[i]))
 		if err := srv.AddAdvert(must(secagg.ParseAdvert(count(i, must(must(cl[i].Advertise()).Marshal()))))); err != nil {
@@ -167,9 +239,12 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 		}
 	}
 	ksb := must(must(srv.EndAdvertise()).Marshal())
-	count(0, ksb)
+	c.countAll(ksb)
+	var keying time.Duration // the sites' key sharing, part of their CPU
 	for i := range cl {
-		if err := srv.AddShares(must(secagg.ParseShares(count(i, must(must(cl[i].ShareKeys(must(secagg.ParseKeySet(ksb)))).Marshal()))))); err != nil {
+		var sh []byte
+		timed(&keying, func() { sh = must(must(cl[i].ShareKeys(must(secagg.ParseKeySet(ksb)))).Marshal()) })
+		if err := srv.AddShares(must(secagg.ParseShares(count(i, sh)))); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -185,13 +260,14 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 			}
 		})
 	}
+	c.site = keying + c.encrypt
 	req := must(srv.EndMask())
-	count(0, must(req.Marshal()))
+	c.countAll(must(req.Marshal()))
 	// The consistency round secure aggregation requires before any
 	// unmasking (SC6011 without it): every survivor signs the set.
 	for i := range cl {
 		var sb []byte
-		timed(&c.decrypt, func() {
+		timed2(&c.decrypt, &c.site, func() {
 			sb = must(must(cl[i].SignSurvivors(must(secagg.ParseUnmaskRequest(must(req.Marshal()))))).Marshal())
 		})
 		count(i, sb)
@@ -200,10 +276,10 @@ func maskRound(b *testing.B, hp Params, keys []ed25519.PrivateKey, inputs [][]in
 		}
 	}
 	rb := must(must(srv.EndConsistency()).Marshal())
-	count(0, rb)
+	c.countAll(rb)
 	for i := range cl {
 		var ub []byte
-		timed(&c.decrypt, func() { ub = must(must(cl[i].Unmask(must(secagg.ParseUnmaskRequest(rb)))).Marshal()) })
+		timed2(&c.decrypt, &c.site, func() { ub = must(must(cl[i].Unmask(must(secagg.ParseUnmaskRequest(rb)))).Marshal()) })
 		count(i, ub)
 		timed(&c.decrypt, func() {
 			if err := srv.AddUnmasking(must(secagg.ParseUnmasking(ub))); err != nil {

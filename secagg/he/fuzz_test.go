@@ -42,10 +42,10 @@ func FuzzParse(f *testing.F) {
 	seeds := []interface{ Marshal() ([]byte, error) }{
 		&ks.Adverts[0],
 		ks,
-		&Shares{Round: p.Round, From: "site-00", PKShare: poly, PKSig: poly, Boxes: []Box{{To: "site-01", Sealed: poly}, {To: "site-02", Sealed: poly}}},
-		&Delivery{Round: p.Round, To: "site-00", From: []Dealt{{From: "site-00", PKShare: poly, PKSig: poly}, {From: "site-01", PKShare: poly, PKSig: poly, Box: poly}}},
-		&Ciphertext{Round: p.Round, From: "site-00", Cts: []CT{{C0: poly, C1: poly}}},
-		&DecryptRequest{Round: p.Round, Attempt: 1, Contributors: []string{"site-00", "site-01", "site-02"}, Decryptors: []string{"site-00", "site-01"}, C1: [][]byte{poly}},
+		&Shares{Round: p.Round, From: "site-00", Boxes: []Box{{To: "site-01", Sealed: poly}, {To: "site-02", Sealed: poly}}},
+		&Delivery{Round: p.Round, To: "site-00", From: []Dealt{{From: "site-00"}, {From: "site-01", Box: poly}}},
+		&Ciphertext{Round: p.Round, From: "site-00", C0: [][]byte{poly}},
+		&DecryptRequest{Round: p.Round, Attempt: 1, Contributors: []string{"site-00", "site-01", "site-02"}, Decryptors: []string{"site-00", "site-01"}},
 		&DecryptShare{Round: p.Round, From: "site-00", Attempt: 1, Shares: [][]byte{poly}},
 	}
 	if len(seeds) != len(parsers) {

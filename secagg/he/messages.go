@@ -3,7 +3,6 @@ package he
 import (
 	"bytes"
 	"crypto/ed25519"
-	"crypto/sha256"
 
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
@@ -45,73 +44,52 @@ type Box struct {
 	Sealed []byte `cbor:"sealed"`
 }
 
-// Shares is a site's second message: its share of the collective public
-// key (signed, so the aggregator cannot substitute a key it knows the
-// secret of) and one sealed Shamir share of its secret key per other site.
+// Shares is a site's second message: one sealed Shamir share of its
+// secret key per other site. No public key is formed: each site encrypts
+// under its own secret key (see Ciphertext), and the boxes authenticate
+// their sender (keys from the signed adverts).
 type Shares struct {
-	Round   string `cbor:"round"`
-	From    string `cbor:"from"`
-	PKShare []byte `cbor:"pk_share"`
-	PKSig   []byte `cbor:"pk_sig"`
-	Boxes   []Box  `cbor:"boxes"`
-}
-
-type pkSigned struct {
-	Domain string `cbor:"domain"`
-	Params []byte `cbor:"params"`
-	From   string `cbor:"from"`
-	Share  []byte `cbor:"share"` // SHA-256 of the marshalled share
-}
-
-func pkSignedBytes(session []byte, from string, share []byte) []byte {
-	h := sha256.Sum256(share)
-	return mustEncode(pkSigned{Domain: "scellis/he/v1/pk-share", Params: session, From: from, Share: h[:]})
+	Round string `cbor:"round"`
+	From  string `cbor:"from"`
+	Boxes []Box  `cbor:"boxes"`
 }
 
 // Dealt is what one site of U2 sent to the delivery's recipient.
 type Dealt struct {
-	From    string `cbor:"from"`
-	PKShare []byte `cbor:"pk_share"`
-	PKSig   []byte `cbor:"pk_sig"`
-	Box     []byte `cbor:"box"` // empty for the recipient's own entry
+	From string `cbor:"from"`
+	Box  []byte `cbor:"box"` // empty for the recipient's own entry
 }
 
 // Delivery is what the aggregator relays to one site of U2 after key
-// sharing: every U2 site's signed public-key share, and the box each sent
-// to this site. The site sums the shares into the collective key itself.
+// sharing: the sites of U2 and the box each sent to this site.
 type Delivery struct {
 	Round string  `cbor:"round"`
 	To    string  `cbor:"to"`
 	From  []Dealt `cbor:"from"`
 }
 
-// Ciphertext is a site's encrypted input: ⌈Dim/N⌉ BGV ciphertexts under
-// the collective public key.
+// Ciphertext is a site's encrypted input: ⌈Dim/(N·lanes)⌉ BGV
+// ciphertexts under the site's own secret key s_i, each (c0, a_k) with
+// a_k the round's k-th public polynomial (the CRS), so only the c0 travel.
+// The sum of the sites' c0 with a_k is an encryption of the summed inputs
+// under Σ s_i, which t sites decrypt from their Shamir shares.
 type Ciphertext struct {
-	Round string `cbor:"round"`
-	From  string `cbor:"from"`
-	Cts   []CT   `cbor:"cts"`
-}
-
-// CT is one BGV ciphertext (c0, c1) as two marshalled ring polynomials in
-// the NTT domain; the receiver rebuilds the metadata itself rather than
-// trusting the sender's.
-type CT struct {
-	C0 []byte `cbor:"c0"`
-	C1 []byte `cbor:"c1"`
+	Round string   `cbor:"round"`
+	From  string   `cbor:"from"`
+	C0    [][]byte `cbor:"c0"` // marshalled ring polynomials, NTT domain
 }
 
 // DecryptRequest asks the Decryptors (exactly t sites) for partial
-// decryptions of the sum of the Contributors' ciphertexts, of which it
-// carries the c1 polynomials (all a partial decryption needs). Attempt
-// counts the requests of the round: a new one follows when a decryptor
-// did not answer.
+// decryptions of the sum of the Contributors' ciphertexts: each decryptor
+// combines the Shamir shares it holds of the contributors' keys and
+// switches the round's public polynomials (all a partial decryption
+// needs). Attempt counts the requests of the round: a new one follows
+// when a decryptor did not answer.
 type DecryptRequest struct {
 	Round        string   `cbor:"round"`
 	Attempt      int      `cbor:"attempt"`
 	Contributors []string `cbor:"contributors"`
 	Decryptors   []string `cbor:"decryptors"`
-	C1           [][]byte `cbor:"c1"`
 }
 
 // DecryptShare is one decryptor's partial decryption, smudged.
@@ -223,21 +201,6 @@ func (r *round) checkAdvert(a *Advert) error {
 	if len(a.BoxKey) != 32 || !verify(pub, a.signedBytes(), a.Sig) {
 		return diag.New(diag.SecAggBadSignature, r.subject(), "the advert of %q is unsigned or mis-signed", a.Site).
 			WithHelp("check the site's public key in the federation file")
-	}
-	return nil
-}
-
-func (r *round) checkPKShare(from string, share, sig []byte) error {
-	pub, ok := r.keys[from]
-	if !ok {
-		return diag.New(diag.SecAggUnknownSite, r.subject(), "a public-key share from %q, not a member", from)
-	}
-	if len(share) != r.s.pkSize {
-		return malformed("public-key share", "%q sent %d bytes, want %d", from, len(share), r.s.pkSize)
-	}
-	if !verify(pub, pkSignedBytes(r.session, from, share), sig) {
-		return diag.New(diag.SecAggBadSignature, r.subject(), "the public-key share of %q is unsigned or mis-signed", from).
-			WithHelp("a relay altered the share, or the site signs with another key than the federation file's")
 	}
 	return nil
 }

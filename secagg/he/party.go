@@ -29,14 +29,16 @@ type Party struct {
 
 	box     *ecdh.PrivateKey
 	boxKeys map[string][]byte // U1's advertised box keys
-	sk      *rlwe.SecretKey
-	pkShare []byte
-	own     mhe.ShamirSecretShare // the share of its own key at its own point
+	sk      *rlwe.SecretKey   // its own key, until it has encrypted
+	own     mhe.ShamirSecretShare
 	u2      []string
-	tsk     mhe.ShamirSecretShare // its t-of-|U2| share of the collective key
-	step    int
-	// opened is the digest of the one ciphertext (contributors and c1)
-	// this site decrypts in the round; answered the attempts it answered.
+	// held are the Shamir shares, at this site's point, of the keys of
+	// U2 (its own included): a decryption combines those of the sum's
+	// contributors, whose keys the sum is encrypted under.
+	held map[string]mhe.ShamirSecretShare
+	step int
+	// opened is the digest of the one sum (its contributors) this site
+	// decrypts in the round; answered the attempts it answered.
 	opened   []byte
 	answered map[int]bool
 	aborted  error
@@ -75,7 +77,12 @@ func (c *Party) wipe() {
 		zero(c.sk.Value.Q.Coeffs)
 	}
 	c.sk, c.box = nil, nil
-	c.tsk, c.own = mhe.ShamirSecretShare{}, mhe.ShamirSecretShare{}
+	zero(c.own.Q.Coeffs)
+	c.own = mhe.ShamirSecretShare{}
+	for _, sh := range c.held {
+		zero(sh.Q.Coeffs)
+	}
+	c.held = nil
 }
 
 func (c *Party) order(step int, what string) error {
@@ -105,8 +112,8 @@ func (c *Party) Advertise() (*Advert, error) {
 }
 
 // Share checks the relayed adverts (U1), draws the site's secret key,
-// and returns its signed public-key share and its secret key
-// Shamir-shared t-of-|U1|, one sealed share per other site of U1.
+// and returns it Shamir-shared t-of-|U1|, one sealed share per other site
+// of U1.
 func (c *Party) Share(ks *KeySet) (*Shares, error) {
 	if err := c.order(1, "share"); err != nil {
 		return nil, err
@@ -136,17 +143,7 @@ func (c *Party) Share(ks *KeySet) (*Shares, error) {
 	}
 	params := r.s.params
 	c.sk = rlwe.NewKeyGenerator(params).GenSecretKeyNew() // lattigo's PRNG keyed from crypto/rand
-	ckg := mhe.NewPublicKeyGenProtocol(params)
-	crp := ckg.SampleCRP(r.crs())
-	share := ckg.AllocateShare()
-	ckg.GenShare(c.sk, crp, &share)
-	pkb, err := share.MarshalBinary()
-	if err != nil {
-		return nil, c.abort(err)
-	}
-	c.pkShare = pkb
-	out := &Shares{Round: r.p.Round, From: c.site, PKShare: pkb,
-		PKSig: signPK(c.id, r.session, c.site, pkb)}
+	out := &Shares{Round: r.p.Round, From: c.site}
 
 	thr := mhe.NewThresholdizer(params)
 	poly, err := thr.GenShamirPolynomial(r.t, c.sk)
@@ -211,10 +208,12 @@ func (c *Party) CheckInput(y []int64) error {
 	return nil
 }
 
-// Encrypt checks the delivery (U2, the signed public-key shares, the boxes
-// sent to this site), forms the collective public key and this site's
-// threshold share of the collective secret key, and returns y encrypted
-// under the collective key.
+// Encrypt checks the delivery (U2, the boxes sent to this site), keeps
+// the Shamir shares it carries, and returns y packed (Params.Lanes values
+// per coefficient) and encrypted under the site's own secret key, with
+// the round's public polynomials as c1 (lattigo's secret-key encryptor
+// drawing its uniform element from the CRS: rlwe.Encryptor.WithPRNG).
+// The key is wiped afterwards: only the shares remain.
 func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 	if err := c.order(2, "encrypt"); err != nil {
 		return nil, err
@@ -229,30 +228,17 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 	if d.To != c.site {
 		return nil, c.abort(diag.New(diag.SecAggUnknownSite, c.subject(), "a delivery addressed to %q", d.To))
 	}
-	params := r.s.params
-	ckg := mhe.NewPublicKeyGenProtocol(params)
-	agg := ckg.AllocateShare()
-	thr := mhe.NewThresholdizer(params)
-	c.tsk = thr.AllocateThresholdSecretShare()
-	seen := map[string]bool{}
+	c.held = map[string]mhe.ShamirSecretShare{}
 	for _, e := range d.From {
-		if _, ok := c.boxKeys[e.From]; !ok || seen[e.From] {
+		_, known := c.boxKeys[e.From]
+		if _, dup := c.held[e.From]; !known || dup {
 			return nil, c.abort(diag.New(diag.SecAggUnknownSite, c.subject(), "the delivery names %q, not once a site of the key set", e.From))
 		}
-		seen[e.From] = true
-		if err := r.checkPKShare(e.From, e.PKShare, e.PKSig); err != nil {
-			return nil, c.abort(err)
-		}
-		var sh mhe.PublicKeyGenShare
-		if err := sh.UnmarshalBinary(e.PKShare); err != nil {
-			return nil, c.abort(malformed("public-key share", "from %q: %v", e.From, err))
-		}
-		ckg.AggregateShares(agg, sh, &agg)
 		if e.From == c.site {
-			if !bytes.Equal(e.PKShare, c.pkShare) {
-				return nil, c.abort(diag.New(diag.SecAggBadSignature, c.subject(), "the delivery alters this site's own public-key share"))
+			if len(e.Box) != 0 {
+				return nil, c.abort(malformed("delivery", "a box from this site to itself"))
 			}
-			thr.AggregateShares(c.tsk, c.own, &c.tsk)
+			c.held[e.From] = c.own
 			continue
 		}
 		key, err := boxKey(c.box, c.boxKeys[e.From], r.session, e.From, c.site)
@@ -264,42 +250,37 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 			return nil, c.abort(diag.New(diag.SecAggDecrypt, c.subject(), "the key share from %q fails authentication", e.From).
 				WithHelp("the share was altered in transit or sealed for another round"))
 		}
-		var sh2 mhe.ShamirSecretShare
-		err = sh2.UnmarshalBinary(b)
+		var sh mhe.ShamirSecretShare
+		err = sh.UnmarshalBinary(b)
 		clear(b)
-		if err != nil {
-			return nil, c.abort(malformed("key share", "from %q: %v", e.From, err))
+		if err != nil || sh.Q.N() != r.s.params.N() || sh.LevelQ() != r.s.params.MaxLevel() || sh.LevelP() != -1 {
+			return nil, c.abort(malformed("key share", "from %q: not a share of the round's ring (%v)", e.From, err))
 		}
-		if err := thr.AggregateShares(c.tsk, sh2, &c.tsk); err != nil {
-			return nil, c.abort(malformed("key share", "from %q: %v", e.From, err))
-		}
+		c.held[e.From] = sh
 	}
-	if !seen[c.site] {
+	if _, ok := c.held[c.site]; !ok {
 		return nil, c.abort(diag.New(diag.SecAggUnknownSite, c.subject(), "the delivery leaves this site out of the key").
 			WithHelp("the aggregator dropped this site's shares; it takes no further part"))
 	}
-	if len(seen) < c.need {
-		return nil, c.abort(diag.New(diag.SecAggBelowThreshold, c.subject(), "%d sites shared keys; this site needs at least %d", len(seen), c.need).
+	if len(c.held) < c.need {
+		return nil, c.abort(diag.New(diag.SecAggBelowThreshold, c.subject(), "%d sites shared keys; this site needs at least %d", len(c.held), c.need).
 			WithHelp("the round goes on without this site"))
 	}
-	c.u2 = make([]string, 0, len(seen))
-	for s := range seen {
+	c.u2 = make([]string, 0, len(c.held))
+	for s := range c.held {
 		c.u2 = append(c.u2, s)
 	}
 	slices.Sort(c.u2)
-	zero(c.sk.Value.Q.Coeffs) // the threshold share replaces the key and its own share
-	c.sk, c.own = nil, mhe.ShamirSecretShare{}
 
-	pk := rlwe.NewPublicKey(params)
-	ckg.GenPublicKey(agg, ckg.SampleCRP(r.crs()), pk)
-	enc := rlwe.NewEncryptor(params, pk) // its PRNG is keyed from crypto/rand
+	params := r.s.params
+	enc := rlwe.NewEncryptor(params, c.sk).WithPRNG(r.crs()) // noise from lattigo's PRNG keyed from crypto/rand; c1 from the CRS
 	ecd := heint.NewEncoder(params)
 	pt := r.newPlaintext()
-	out := &Ciphertext{Round: r.p.Round, From: c.site, Cts: make([]CT, r.cts)}
-	n := r.s.slots
+	packed := make([]int64, r.s.slots)
+	out := &Ciphertext{Round: r.p.Round, From: c.site, C0: make([][]byte, r.cts)}
 	for k := range r.cts {
-		chunk := y[k*n : min((k+1)*n, len(y))]
-		if err := ecd.Encode(chunk, pt); err != nil {
+		r.pack(packed, y, k)
+		if err := ecd.Encode(packed, pt); err != nil {
 			return nil, c.abort(err)
 		}
 		ct := r.newCiphertext()
@@ -307,18 +288,16 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 			return nil, c.abort(err)
 		}
 		params.RingQ().Reduce(ct.Value[0], ct.Value[0])
-		params.RingQ().Reduce(ct.Value[1], ct.Value[1])
 		c0, err := ct.Value[0].MarshalBinary()
 		if err != nil {
 			return nil, c.abort(err)
 		}
-		c1, err := ct.Value[1].MarshalBinary()
-		if err != nil {
-			return nil, c.abort(err)
-		}
-		out.Cts[k] = CT{C0: c0, C1: c1}
+		out.C0[k] = c0
 	}
+	clear(packed)
 	zero(pt.Value.Coeffs)
+	zero(c.sk.Value.Q.Coeffs) // the shares replace the key
+	c.sk = nil
 	c.step = 3
 	return out, nil
 }
@@ -328,8 +307,9 @@ func (c *Party) Encrypt(d *Delivery, y []int64) (*Ciphertext, error) {
 // contributors than max(3, t, RequireSurvivors), one that leaves this site
 // out of the contributors or of the decryptors, decryptors that are not
 // exactly t sites of U2, an attempt it answered already, and — the "never
-// both secrets" analogue — any ciphertext other than the first it was
-// asked to open in the round (SC6010).
+// both secrets" analogue — any sum other than the first it was asked to
+// open in the round (SC6010): a sum is named by its contributors, whose
+// keys the decryptors combine, so no request can open one site's input.
 func (c *Party) Decrypt(req *DecryptRequest) (*DecryptShare, error) {
 	if c.aborted != nil || c.step < 3 {
 		if err := c.order(3, "decrypt"); err != nil {
@@ -374,17 +354,9 @@ func (c *Party) Decrypt(req *DecryptRequest) (*DecryptShare, error) {
 	if !slices.Contains(req.Decryptors, c.site) {
 		return refuse("this site is not among the decryptors")
 	}
-	if len(req.C1) != r.cts {
-		return refuse("%d ciphertexts to decrypt; the round has %d", len(req.C1), r.cts)
-	}
-	h := sha256.New()
-	h.Write(mustEncode(req.Contributors))
-	for _, b := range req.C1 {
-		h.Write(b)
-	}
-	dg := h.Sum(nil)
-	if c.opened != nil && !bytes.Equal(c.opened, dg) {
-		return refuse("a second, different ciphertext to decrypt in one round")
+	dg := sha256.Sum256(mustEncode(req.Contributors))
+	if c.opened != nil && !bytes.Equal(c.opened, dg[:]) {
+		return refuse("a second, different sum to decrypt in one round")
 	}
 	params := r.s.params
 	points := make([]mhe.ShamirPublicPoint, len(c.u2))
@@ -397,8 +369,17 @@ func (c *Party) Decrypt(req *DecryptRequest) (*DecryptShare, error) {
 	for i, s := range req.Decryptors {
 		active[i] = mhe.ShamirPublicPoint(r.points[s])
 	}
+	// The share of the contributors' summed key Σ s_i at this site's point.
+	thr := mhe.NewThresholdizer(params)
+	tsk := thr.AllocateThresholdSecretShare()
+	defer zero(tsk.Q.Coeffs)
+	for _, s := range req.Contributors {
+		if err := thr.AggregateShares(tsk, c.held[s], &tsk); err != nil {
+			return nil, c.abort(err)
+		}
+	}
 	add := rlwe.NewSecretKey(params)
-	if err := cmb.GenAdditiveShare(active, own, c.tsk, add); err != nil {
+	if err := cmb.GenAdditiveShare(active, own, tsk, add); err != nil {
 		return nil, c.abort(err)
 	}
 	defer zero(add.Value.Q.Coeffs)
@@ -408,24 +389,14 @@ func (c *Party) Decrypt(req *DecryptRequest) (*DecryptShare, error) {
 	}
 	zeroKey := rlwe.NewSecretKey(params)
 	out := &DecryptShare{Round: r.p.Round, From: c.site, Attempt: req.Attempt, Shares: make([][]byte, r.cts)}
-	for k, b := range req.C1 {
-		c1, err := r.unmarshalPoly("ciphertext to decrypt", b)
-		if err != nil {
-			return nil, c.abort(err)
-		}
-		ct := r.ciphertext(r.s.params.RingQ().NewPoly(), c1)
+	for k, a := range r.uniform() {
+		ct := r.ciphertext(params.RingQ().NewPoly(), a)
 		sh := cks.AllocateShare(params.MaxLevel())
 		cks.GenShare(add, zeroKey, ct, &sh)
-		params.RingQ().Reduce(sh.Value, sh.Value) // GenShare reduces lazily: send canonical residues
-		if out.Shares[k], err = sh.Value.MarshalBinary(); err != nil {
-			return nil, c.abort(err)
-		}
+		params.RingQ().Reduce(sh.Value, sh.Value) // GenShare reduces lazily
+		out.Shares[k] = r.marshalShare(sh.Value)
 	}
-	c.opened = dg
+	c.opened = dg[:]
 	c.answered[req.Attempt] = true
 	return out, nil
-}
-
-func signPK(id ed25519.PrivateKey, session []byte, from string, share []byte) []byte {
-	return signBytes(id, pkSignedBytes(session, from, share))
 }

@@ -11,8 +11,8 @@ import (
 // round at its decryption phase: each bad request is refused with its
 // code and aborts the site that saw it (SC6017 afterwards), and the
 // one-ciphertext rule (the analogue of masking's "never both secrets")
-// holds — a site that opened the sum refuses to open a single site's
-// ciphertext in the same round. With four of seven sites aborted the round
+// holds — a site that opened the sum refuses to open a sum of other
+// contributors in the same round. With four of seven sites aborted the round
 // ends without a sum.
 func TestDecryptRefusals(t *testing.T) {
 	p, keys := testRound(t, 7, 50, 1000) // t = 4
@@ -62,19 +62,18 @@ func TestDecryptRefusals(t *testing.T) {
 				t.Errorf("%s: the site did not abort: %v", b.name, err)
 			}
 		}
-		// A decryptor opens the sum, then is asked to open one site's
-		// ciphertext (relabelled as the sum) and to answer attempt 0 again.
+		// A decryptor opens the sum, then is asked to open the sum of
+		// all contributors but one (which, with the first, would give
+		// that site's input away).
 		dec := parties[req.Decryptors[0]]
 		if _, err := dec.Decrypt(clone(req)); err != nil {
 			t.Fatal(err)
 		}
-		single := clone(req)
-		single.Attempt = 1
-		for k, c := range sent[req.Decryptors[1]].Cts {
-			single.C1[k] = c.C1
-		}
-		if _, err := dec.Decrypt(single); !hasCode(err, diag.SecAggBothSecrets) {
-			t.Errorf("a second ciphertext in one round: want SC6010, got %v", err)
+		fewer := clone(req)
+		fewer.Attempt = 1
+		fewer.Contributors = slices.DeleteFunc(fewer.Contributors, func(s string) bool { return s == victims[0].site })
+		if _, err := dec.Decrypt(fewer); !hasCode(err, diag.SecAggBothSecrets) {
+			t.Errorf("a second sum in one round: want SC6010, got %v", err)
 		}
 		// That decryptor is now aborted too: four of seven sites are, so
 		// the round cannot find t = 4 decryptors and ends without a sum.

@@ -59,7 +59,7 @@ func TestHostileRequests(t *testing.T) {
 	if mine[0]&0xe0 != 0xa0 {
 		t.Fatalf("an advert does not start with a short map header: %x", mine[:1])
 	}
-	early := must(t, (&he.Shares{Round: p.Round, From: "hospital-a", PKShare: []byte{1}, PKSig: []byte{2}}).Marshal)
+	early := must(t, (&he.Shares{Round: p.Round, From: "hospital-a", Boxes: []he.Box{{To: "hospital-b", Sealed: []byte{1}}}}).Marshal)
 	for _, tc := range []struct {
 		name, as, method, path, ctype string
 		body                          []byte

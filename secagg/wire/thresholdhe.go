@@ -45,16 +45,16 @@ var thresholdHE = scheme{
 			limit: func(n, _ int64) int64 { return 4<<10 + (n+1)*(poly()+1024) },
 			parse: parseAdd(he.ParseShares, func(m *he.Shares) string { return m.From }, (*he.Aggregator).AddShares)},
 		{path: "ciphertext", what: "ciphertext", phase: phaseOf(he.PhaseEncrypt), big: true,
-			limit: func(_, cts int64) int64 { return 1<<10 + cts*(2*poly()+64) },
+			limit: func(_, cts int64) int64 { return 1<<10 + cts*(poly()+64) }, // one c0 per ciphertext
 			parse: parseAdd(he.ParseCiphertext, func(m *he.Ciphertext) string { return m.From }, (*he.Aggregator).AddCiphertext)},
 		{path: "decshare", what: "partial decryption", phase: phaseOf(he.PhaseDecrypt),
-			limit: func(_, cts int64) int64 { return 1<<10 + cts*(poly()+32) },
+			limit: func(_, cts int64) int64 { return 1<<10 + cts*(int64(he.ShareBytes())+32) },
 			parse: parseAdd(he.ParseDecryptShare, func(m *he.DecryptShare) string { return m.From }, (*he.Aggregator).AddDecryptShare)},
 	},
 	gets: []get{
 		{pattern: "keyset", what: "key set", bound: func(n, _ int64) int64 { return 4<<10 + n<<10 }},
-		{pattern: "delivery", what: "delivery", bound: func(n, _ int64) int64 { return 4<<10 + n*(2*poly()+1024) }},
-		{pattern: "decrypt", what: "decrypt request", bound: func(n, cts int64) int64 { return 4<<10 + n*256 + cts*(poly()+32) }, ready: heDecrypt},
+		{pattern: "delivery", what: "delivery", bound: func(n, _ int64) int64 { return 4<<10 + n*(poly()+1024) }},
+		{pattern: "decrypt", what: "decrypt request", bound: func(n, _ int64) int64 { return 4<<10 + n*256 }, ready: heDecrypt},
 	},
 }
 

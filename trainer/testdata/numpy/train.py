@@ -96,6 +96,10 @@ def probe(params):
         for line in f:
             if line.startswith("CapEff:"):
                 reached["capabilities"] = int(line.split()[1], 16)
+            elif line.startswith("CapBnd:"):
+                reached["bounding"] = int(line.split()[1], 16)
+            elif line.startswith("NoNewPrivs:"):
+                reached["no_new_privs"] = int(line.split()[1])
     st.write_outputs(examples=0, metrics=reached)
     sys.exit(0)
 
