@@ -41,8 +41,7 @@ func EvalRecords(spec model.Spec, w []float64, d *model.Dataset) (iter.Seq[[]flo
 	}
 	return func(yield func([]float64) bool) {
 		v := make([]float64, 3)
-		for i := range d.Rows() {
-			p := m.Predict(d.Row(i))
+		for i, p := range m.Predictions(d) {
 			y := d.Y[i]
 			var loss float64
 			correct := false

@@ -2,6 +2,7 @@ package model
 
 import (
 	"math"
+	"slices"
 	"math/rand/v2"
 	"testing"
 )
@@ -120,5 +121,33 @@ func TestScoringWorkspace(t *testing.T) {
 	}
 	if math.Abs(loss/float64(d.Rows())-want.Loss) > 1e-9 {
 		t.Fatalf("cnn: Predict's mean log-loss %v, Evaluate's %v", loss/float64(d.Rows()), want.Loss)
+	}
+}
+
+// Predictions gives Predict's outputs, bit for bit, for every kind (a
+// block of rows computes each row as one row alone does), standardised
+// by m.Std as Predict is, and stops when the caller does.
+func TestPredictionsArePredicts(t *testing.T) {
+	for _, tc := range gradCases {
+		m := mustNew(t, tc.spec, 3)
+		randomParams(m, 5)
+		d := tc.data()
+		std := FitStandardizer(d)
+		m.Std = &std
+		n := 0
+		for i, p := range m.Predictions(d) {
+			if want := m.Predict(d.Row(i)); !slices.Equal(p, want) || i != n {
+				t.Fatalf("%s: row %d (the %dth yielded): Predictions %v, Predict %v", tc.spec.Kind, i, n, p, want)
+			}
+			n++
+		}
+		if n != d.Rows() {
+			t.Fatalf("%s: %d predictions for %d rows", tc.spec.Kind, n, d.Rows())
+		}
+		for i := range m.Predictions(d) {
+			if i == 2 {
+				break
+			}
+		}
 	}
 }

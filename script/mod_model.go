@@ -563,12 +563,11 @@ func predictions(st *callState, m *model.Model, d *model.Dataset) (starlark.Valu
 		return nil, err
 	}
 	outs := make([]starlark.Value, n)
-	for i := range n {
-		p := m.Predict(d.Row(i))
+	for i, p := range m.Predictions(d) {
 		if err := st.reserve(bytesOf(len(p)), "model.predictions"); err != nil {
 			return nil, err
 		}
-		outs[i] = newVector(p)
+		outs[i] = newVector(slices.Clone(p))
 	}
 	labels, err := st.newOwnedVector(n, "model.predictions")
 	if err != nil {
