@@ -27,7 +27,7 @@ import (
 // inputs and must learn every shift of a segment apart, the cnn shares
 // its kernels across the image. fl simulate of the same specs over the
 // same sites scored 0.88–0.90 (cnn, five runs) against 0.63–0.66 (mlp);
-// live, 0.89–0.91 against 0.63–0.65 (under -short 0.76–0.79 against
+// live, 0.89–0.91 against 0.62–0.65 (under -short 0.76–0.79 against
 // 0.42–0.47).
 func TestFLCNNBeatsMLP(t *testing.T) {
 	t.Parallel() // its own cluster, ports and directories
