@@ -64,10 +64,12 @@ func (s Spec) convLayers() ([]convLayer, int, float64, error) {
 			return bad("use fewer convolution layers, or a larger image: each halves the map", "convolution layer %d gets a %d×%d map, which 2×2 pooling cannot halve", i+1, h, w)
 		}
 		l := convLayer{h: h, w: w, cin: c, cout: cout, ph: h / 2, pw: w / 2}
-		n := float64(cout)*float64(l.taps()) + float64(cout)
-		params += n
+		// Counted in floats so no product overflows; each product rounded
+		// (float64()) so no multiply-add is fused (the package's rule,
+		// TestReplayablePackagesHaveNoFMA).
+		params += float64(float64(cout)*float64(l.taps())) + float64(cout)
 		// A row's activations: im2col, output map, pooled map.
-		act += float64(h*w)*float64(l.taps()) + float64(h*w*cout) + float64(l.ph*l.pw*cout)
+		act += float64(float64(h*w)*float64(l.taps())) + float64(float64(h*w)*float64(cout)) + float64(l.ph*l.pw*cout)
 		if params > maxParams || act > maxParams {
 			return bad("use fewer channels or a smaller image", "the convolution layers would hold more than %d values per example", maxParams)
 		}
