@@ -41,13 +41,12 @@ func EvalRecords(spec model.Spec, w []float64, d *model.Dataset) (iter.Seq[[]flo
 	}
 	return func(yield func([]float64) bool) {
 		v := make([]float64, 3)
-		for i := range d.Rows() {
-			p := m.Predict(d.Row(i))
+		for i, p := range m.Predictions(d) {
 			y := d.Y[i]
 			var loss float64
 			correct := false
 			switch {
-			case spec.Kind == model.KindLinear || (spec.Kind == model.KindMLP && spec.Classes == 1):
+			case spec.ClassCount() == 0: // regression
 				r := p[0] - y
 				loss = 0.5 * r * r
 			case len(p) == 1:

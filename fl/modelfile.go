@@ -32,11 +32,15 @@ const ModelFileFormat = "scellis/model/v3"
 // any language; `scellis model eval` and `model predict` read it.
 type ModelFile struct {
 	Format string `json:"format"`
-	// Model: kind (logistic, softmax, linear, mlp), inputs, hidden width,
-	// and the label classes (0..K−1; empty for regression).
+	// Model: kind (logistic, softmax, linear, mlp, cnn), inputs, hidden
+	// width, a cnn's image shape [height, width, channels] and output
+	// channels per convolution layer, and the label classes (0..K−1;
+	// empty for regression).
 	Kind     string    `json:"kind"`
 	Inputs   int       `json:"inputs"`
 	Hidden   int       `json:"hidden,omitempty"`
+	Image    []int     `json:"image,omitempty"`
+	Conv     []int     `json:"conv,omitempty"`
 	Classes  []float64 `json:"classes"`
 	Features []string  `json:"features"` // input order; empty: unnamed (every non-label column, in file order)
 	Label    string    `json:"label,omitempty"`
@@ -143,11 +147,14 @@ func NewModelFile(spec *Canonical, global Global, std *Standardization) (*ModelF
 	if len(w) != layout.Params {
 		return nil, fmt.Errorf("fl: the global state's w has %d values; a %s model of %d inputs has %d", len(w), ms.Kind, ms.Inputs, layout.Params)
 	}
-	f := &ModelFile{Format: ModelFileFormat, Kind: ms.Kind, Inputs: ms.Inputs, Hidden: ms.Hidden,
+	f := &ModelFile{Format: ModelFileFormat, Kind: ms.Kind, Inputs: ms.Inputs, Hidden: ms.Hidden, Conv: slices.Clone(ms.Conv),
 		Features: slices.Clone(spec.Spec.Model.Features), Label: spec.Spec.Model.Label,
 		Params: w, Layout: layout, Global: global, Classes: []float64{}}
 	for k := range ms.ClassCount() {
 		f.Classes = append(f.Classes, float64(k))
+	}
+	if ms.Kind == model.KindCNN {
+		f.Image = ms.Image[:]
 	}
 	if std != nil {
 		f.Standardization = *std
@@ -159,11 +166,17 @@ func NewModelFile(spec *Canonical, global Global, std *Standardization) (*ModelF
 
 // Spec returns the model.Spec the file describes.
 func (f *ModelFile) Spec() model.Spec {
-	s := model.Spec{Kind: f.Kind, Inputs: f.Inputs, Hidden: f.Hidden}
+	s := model.Spec{Kind: f.Kind, Inputs: f.Inputs, Hidden: f.Hidden, Conv: f.Conv}
+	if len(f.Image) == 3 {
+		s.Image = [3]int(f.Image)
+	} else if len(f.Image) != 0 {
+		s.Image = [3]int{-1, -1, -1} // not a shape: Validate refuses it
+	}
+	deep := f.Kind == model.KindMLP || f.Kind == model.KindCNN
 	switch {
-	case f.Kind == model.KindMLP && len(f.Classes) == 0:
+	case deep && len(f.Classes) == 0:
 		s.Classes = 1
-	case f.Kind == model.KindSoftmax || f.Kind == model.KindMLP:
+	case f.Kind == model.KindSoftmax || deep:
 		s.Classes = len(f.Classes)
 	}
 	return s

@@ -297,9 +297,9 @@ func DecodeRoundResult(b []byte) (*RoundResult, Global, error) {
 }
 
 // Params returns the strategy params of a run: the spec's params, with
-// the model's kind, classes and hidden width from the spec's model where
-// the params do not set them (the fl-common params model, classes,
-// hidden). The aggregator (init, update_dims, server_step) and the silos
+// the model's kind, classes, hidden width and a cnn's image shape and
+// convolution channels from the spec's model where the params do not set
+// them (the fl-common params model, classes, hidden, image, conv). The aggregator (init, update_dims, server_step) and the silos
 // (client_step) both use it, so they agree on the model.
 func (c *Canonical) Params() map[string]any {
 	p := maps.Clone(c.Spec.Params)
@@ -314,5 +314,14 @@ func (c *Canonical) Params() map[string]any {
 	set("model", c.Spec.Model.Kind, c.Spec.Model.Kind == "")
 	set("classes", int64(c.Spec.Model.Classes), c.Spec.Model.Classes == 0)
 	set("hidden", int64(c.Spec.Model.Hidden), c.Spec.Model.Hidden == 0)
+	ints := func(v []int) []any {
+		out := make([]any, len(v))
+		for i, x := range v {
+			out[i] = int64(x)
+		}
+		return out
+	}
+	set("image", ints(c.Spec.Model.Image), len(c.Spec.Model.Image) == 0)
+	set("conv", ints(c.Spec.Model.Conv), len(c.Spec.Model.Conv) == 0)
 	return p
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/internal/safefile"
 	"github.com/scellis/scellis/internal/yamlpos"
+	"github.com/scellis/scellis/model"
 	"github.com/scellis/scellis/secagg"
 	"github.com/scellis/scellis/trainer"
 	"github.com/scellis/scellis/trust"
@@ -137,6 +138,12 @@ type ModelSpec struct {
 	Inputs  int    `cbor:"inputs" json:"inputs"`
 	Classes int    `cbor:"classes,omitempty" json:"classes,omitempty"`
 	Hidden  int    `cbor:"hidden,omitempty" json:"hidden,omitempty"`
+	// Image is a cnn's input shape [height, width, channels]
+	// (model.image; channels 1 when given as [height, width]): a row's
+	// inputs are its pixels row-major, channels last (model.Spec.Image).
+	Image []int `cbor:"image,omitempty" json:"image,omitempty"`
+	// Conv is a cnn's output channels per convolution layer (model.conv).
+	Conv []int `cbor:"conv,omitempty" json:"conv,omitempty"`
 	// Features names the model's inputs in order; silos pick their
 	// columns by these names (and refuse a dataset that lacks one). Empty:
 	// every non-label column, in the silo's file order.
@@ -307,7 +314,7 @@ func (s *RunSpec) parseStrategy(d *yamlpos.Decoder, n *yaml.Node) {
 
 // parseModel reads the run's model section.
 func (s *RunSpec) parseModel(d *yamlpos.Decoder, n *yaml.Node) {
-	mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "features", "label", "class")
+	mf := d.Fields(n, "model", "kind", "inputs", "classes", "hidden", "image", "conv", "features", "label", "class")
 	if c := mf["class"]; c != nil {
 		s.Model.Class = parseClass(d, c, "model.class")
 	}
@@ -343,6 +350,72 @@ func (s *RunSpec) parseModel(d *yamlpos.Decoder, n *yaml.Node) {
 	}
 	if l := mf["label"]; l != nil {
 		s.Model.Label = d.Str(l, "model.label")
+	}
+	s.parseCNN(d, n, mf)
+}
+
+// parseCNN reads a cnn's image shape and convolution layers, and checks
+// the shape they give (every side and channel count at least 1, inputs
+// the image's values, a map at least 2×2 before each pooling) with the
+// model package's own check. Their size is bounded only by the model
+// package's parameter bound; how large a model a silo trains is its
+// policy's say (policy.max_model_params).
+func (s *RunSpec) parseCNN(d *yamlpos.Decoder, n *yaml.Node, mf map[string]*yaml.Node) {
+	img, conv := mf["image"], mf["conv"]
+	if s.Model.Kind != model.KindCNN {
+		for _, key := range []string{"image", "conv"} {
+			if v := mf[key]; v != nil {
+				d.Errorf(v, diag.InvalidValue, "model."+key, "drop model."+key+", or train kind: cnn",
+					"model.%s is a cnn's, and the model is %s", key, s.Model.Kind)
+			}
+		}
+		return
+	}
+	before := len(d.Diags)
+	if _, ok := s.Params["classes"]; s.Model.Classes == 0 && !ok {
+		d.Errorf(n, diag.MissingField, "model.classes", "give model.classes: the number of label classes (every silo must agree on it), 1 for regression",
+			"a cnn needs model.classes")
+	}
+	if img == nil || conv == nil {
+		d.Errorf(n, diag.MissingField, "model", "give model.image: [height, width, channels] and model.conv: [channels of each convolution layer], e.g. image: [16, 16, 1], conv: [8, 16]",
+			"a cnn needs model.image and model.conv")
+		return
+	}
+	items := d.Seq(img, "model.image")
+	if len(items) != 2 && len(items) != 3 {
+		d.Errorf(img, diag.InvalidValue, "model.image", "give [height, width] or [height, width, channels]",
+			"model.image has %d values", len(items))
+		return
+	}
+	for i, item := range items {
+		s.Model.Image = append(s.Model.Image, int(d.Integer(item, fmt.Sprintf("model.image[%d]", i), 1, 1<<20)))
+	}
+	if len(s.Model.Image) == 2 {
+		s.Model.Image = append(s.Model.Image, 1)
+	}
+	for i, item := range d.Seq(conv, "model.conv") {
+		s.Model.Conv = append(s.Model.Conv, int(d.Integer(item, fmt.Sprintf("model.conv[%d]", i), 1, 1<<20)))
+	}
+	if len(s.Model.Conv) == 0 {
+		d.Errorf(conv, diag.InvalidValue, "model.conv", "list the output channels of each convolution layer, e.g. [8, 16]",
+			"model.conv is empty")
+	}
+	if len(d.Diags) > before {
+		return
+	}
+	classes := s.Model.Classes
+	if classes == 0 {
+		classes = 2 // the shape's check; the strategy requires the classes
+	}
+	spec := model.Spec{Kind: model.KindCNN, Inputs: s.Model.Inputs, Classes: classes, Hidden: s.Model.Hidden,
+		Image: [3]int(s.Model.Image), Conv: s.Model.Conv}
+	if err := spec.Validate(); err != nil {
+		var dg *diag.Diagnostic
+		if errors.As(err, &dg) {
+			d.Errorf(img, dg.Code, "model", dg.Help, "%s", dg.Message)
+		} else {
+			d.Errorf(img, diag.InvalidValue, "model", "", "%v", err)
+		}
 	}
 }
 

@@ -257,6 +257,8 @@ func asNumber(v any) (float64, bool) {
 		return x, true
 	case int64:
 		return float64(x), true
+	case int:
+		return float64(x), true
 	}
 	return 0, false
 }

@@ -60,26 +60,9 @@ func Init(ctx context.Context, env script.Env, s *Strategy, dims int) (Global, e
 }
 
 func defaultInit(s *Strategy, dims int) (Global, error) {
-	str := func(k, def string) string {
-		if v, ok := s.Params[k].(string); ok {
-			return v
-		}
-		return def
-	}
-	integer := func(k string) int {
-		switch x := s.Params[k].(type) {
-		case int:
-			return x
-		case int64:
-			return int(x)
-		}
-		return 0
-	}
-	spec := model.Spec{Kind: str("model", model.KindLogistic), Inputs: dims, Classes: integer("classes"), Hidden: integer("hidden")}
-	if spec.Kind == model.KindMLP && spec.Hidden == 0 {
-		spec.Hidden = 16
-	}
-	m, err := model.New(spec, uint64(integer("init_seed")))
+	seed, _ := asNumber(s.Params["init_seed"])
+	spec := paramsModelSpec(s.Params, dims)
+	m, err := model.New(spec, uint64(seed))
 	if err != nil {
 		return nil, contract(s, "client_step", "has no init, and the params do not describe a model: %v", err)
 	}

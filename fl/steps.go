@@ -100,11 +100,18 @@ func (s *RunSpec) TrainStep(t int) int {
 }
 
 // ModelSpec is the model the run trains, as the model package builds it:
-// the strategy params' model, classes and hidden (Canonical.Params, which
-// defaults them from the spec), with fl-common's default hidden width.
+// the strategy params' model, classes, hidden, image and conv
+// (Canonical.Params, which defaults them from the spec), with fl-common's
+// default hidden width.
 func (c *Canonical) ModelSpec() model.Spec {
-	p := c.Params()
-	ms := model.Spec{Kind: "logistic", Inputs: c.Spec.Model.Inputs}
+	return paramsModelSpec(c.Params(), c.Spec.Model.Inputs)
+}
+
+// paramsModelSpec is the model strategy params p describe over inputs
+// features: fl-common's model, classes, hidden (16 for an mlp when unset),
+// image and conv.
+func paramsModelSpec(p map[string]any, inputs int) model.Spec {
+	ms := model.Spec{Kind: model.KindLogistic, Inputs: inputs}
 	if k, ok := p["model"].(string); ok {
 		ms.Kind = k
 	}
@@ -116,6 +123,21 @@ func (c *Canonical) ModelSpec() model.Spec {
 	} else if ms.Kind == model.KindMLP {
 		ms.Hidden = 16
 	}
+	ints := func(v any) []int {
+		l, _ := v.([]any)
+		var out []int
+		for _, x := range l {
+			n, _ := asNumber(x)
+			out = append(out, int(n))
+		}
+		return out
+	}
+	if img := ints(p["image"]); len(img) == 3 {
+		ms.Image = [3]int(img)
+	} else if len(img) == 2 {
+		ms.Image = [3]int{img[0], img[1], 1}
+	}
+	ms.Conv = ints(p["conv"])
 	return ms
 }
 

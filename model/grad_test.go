@@ -18,6 +18,11 @@ var gradCases = []struct {
 	{Spec{Kind: KindMLP, Inputs: 3, Classes: 1, Hidden: 5}, func() *Dataset { return linearData(30, []float64{1, -1, 2}, 0, 0.1, 4) }},
 	{Spec{Kind: KindMLP, Inputs: 4, Classes: 2, Hidden: 6}, func() *Dataset { return logisticData(30, []float64{1, -2, 0.5, 0}, 0, 5) }},
 	{Spec{Kind: KindMLP, Inputs: 3, Classes: 3, Hidden: 4}, func() *Dataset { return classData(30, 3, 3, 6) }},
+	// cnns: odd sides (a pooled row and column dropped), several
+	// channels, with and without a dense layer, every head.
+	{Spec{Kind: KindCNN, Inputs: 60, Classes: 3, Image: [3]int{6, 5, 2}, Conv: []int{3, 2}}, func() *Dataset { return classData(12, 60, 3, 7) }},
+	{Spec{Kind: KindCNN, Inputs: 16, Classes: 2, Hidden: 3, Image: [3]int{4, 4, 1}, Conv: []int{2}}, func() *Dataset { return logisticData(12, make([]float64, 16), 0.2, 8) }},
+	{Spec{Kind: KindCNN, Inputs: 24, Classes: 1, Hidden: 2, Image: [3]int{4, 6, 1}, Conv: []int{2, 2}}, func() *Dataset { return linearData(12, make([]float64, 24), 1, 0.5, 9) }},
 }
 
 // randomParams gives every parameter a non-trivial value, so no gradient

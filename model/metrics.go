@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 
@@ -221,4 +222,39 @@ func AUC(scores, labels []float64) float64 {
 		return 0
 	}
 	return (rankSum - float64(pos*(pos+1)*0.5)) / (pos * neg)
+}
+
+// Predictions yields, for each row i of d in order, m's output for it as
+// Predict gives it (the same values), scoring in blocks with one
+// workspace rather than one per row: a cnn's maps for one row are
+// 10^4–10^6 values, which Predict allocates on every call. The output
+// slice is reused: copy it to keep it. It panics if m.Check(d) fails.
+func (m *Model) Predictions(d *Dataset) iter.Seq2[int, []float64] {
+	return func(yield func(int, []float64) bool) {
+		l := m.mustCheck(d)
+		ws := newScoringWorkspace(l, evalChunk)
+		out := make([]float64, l.out)
+		i := 0
+		stop := false
+		m.eachChunk(l, d, ws, func(x blas64.General, y []float64) {
+			if stop {
+				return
+			}
+			ws.forward(m.Params, x)
+			for k := range y {
+				copy(out, ws.z[k*l.out:(k+1)*l.out])
+				switch l.head {
+				case headSigmoid:
+					out[0] = sigmoid(out[0])
+				case headSoftmax:
+					softmaxInPlace(out)
+				}
+				if !yield(i, out) {
+					stop = true
+					return
+				}
+				i++
+			}
+		})
+	}
 }

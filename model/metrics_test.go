@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -82,6 +83,12 @@ func TestScoringWorkspace(t *testing.T) {
 		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 90_909, Classes: 2}, 5},
 		{Spec{Kind: KindMLP, Inputs: 9, Hidden: 909_090, Classes: 2}, minScoringRows},
 		{Spec{Kind: KindLogistic, Inputs: 1 << 20}, 1},
+		// A cnn's: 12,299 values a 16×16 glyph (11,520 of im2col, maps
+		// and pooled maps with their arg max; the input, dense layer and
+		// outputs): 42 rows in 4 MiB.
+		{Spec{Kind: KindCNN, Inputs: 256, Classes: 10, Hidden: 512, Image: [3]int{16, 16, 1}, Conv: []int{8, 16}}, 42},
+		// A 256×256 colour image's are too many for 4 MiB: the least, four rows.
+		{Spec{Kind: KindCNN, Inputs: 256 * 256 * 3, Classes: 10, Image: [3]int{256, 256, 3}, Conv: []int{16}}, minScoringRows},
 	} {
 		l, err := c.spec.layout()
 		if err != nil {
@@ -91,7 +98,7 @@ func TestScoringWorkspace(t *testing.T) {
 		if ws.cap != c.rows || ws.dh != nil {
 			t.Errorf("%+v: a scoring pass holds %d rows (dh %d), want %d and none", c.spec, ws.cap, len(ws.dh), c.rows)
 		}
-		if ws.cap > minScoringRows && 8*ws.cap*(l.in+l.hidden+l.out+1) > scoringBytes {
+		if ws.cap > minScoringRows && 8*ws.cap*(l.in+l.hidden+l.out+1+l.convRowFloats(true)) > scoringBytes {
 			t.Errorf("%+v: %d rows of activations exceed %d bytes", c.spec, ws.cap, scoringBytes)
 		}
 	}
@@ -100,5 +107,47 @@ func TestScoringWorkspace(t *testing.T) {
 	m := mustNew(t, Spec{Kind: KindMLP, Inputs: 3, Hidden: 17, Classes: 4}, 5)
 	if got, want := evaluate(m, d, 7), evaluate(m, d, evalChunk); got.Correct != want.Correct || math.Abs(got.Loss-want.Loss) > 1e-12 {
 		t.Fatalf("in blocks of 7 rows %+v, of %d rows %+v", got, evalChunk, want)
+	}
+	// A cnn's too, and Predict (one row at a time) agrees with them.
+	d = classData(100, 48, 3, 9)
+	m = mustNew(t, Spec{Kind: KindCNN, Inputs: 48, Classes: 3, Hidden: 4, Image: [3]int{4, 4, 3}, Conv: []int{5}}, 5)
+	got, want := evaluate(m, d, 7), evaluate(m, d, evalChunk)
+	if got.Correct != want.Correct || math.Abs(got.Loss-want.Loss) > 1e-12 || math.Abs(m.Loss(d)-want.Loss) > 1e-12 {
+		t.Fatalf("cnn: in blocks of 7 rows %+v, of %d rows %+v, Loss %v", got, evalChunk, want, m.Loss(d))
+	}
+	var loss float64
+	for i := range d.Rows() {
+		loss -= math.Log(m.Predict(d.Row(i))[int(d.Y[i])])
+	}
+	if math.Abs(loss/float64(d.Rows())-want.Loss) > 1e-9 {
+		t.Fatalf("cnn: Predict's mean log-loss %v, Evaluate's %v", loss/float64(d.Rows()), want.Loss)
+	}
+}
+
+// Predictions gives Predict's outputs, bit for bit, for every kind (a
+// block of rows computes each row as one row alone does), standardised
+// by m.Std as Predict is, and stops when the caller does.
+func TestPredictionsArePredicts(t *testing.T) {
+	for _, tc := range gradCases {
+		m := mustNew(t, tc.spec, 3)
+		randomParams(m, 5)
+		d := tc.data()
+		std := FitStandardizer(d)
+		m.Std = &std
+		n := 0
+		for i, p := range m.Predictions(d) {
+			if want := m.Predict(d.Row(i)); !slices.Equal(p, want) || i != n {
+				t.Fatalf("%s: row %d (the %dth yielded): Predictions %v, Predict %v", tc.spec.Kind, i, n, p, want)
+			}
+			n++
+		}
+		if n != d.Rows() {
+			t.Fatalf("%s: %d predictions for %d rows", tc.spec.Kind, n, d.Rows())
+		}
+		for i := range m.Predictions(d) {
+			if i == 2 {
+				break
+			}
+		}
 	}
 }

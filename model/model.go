@@ -20,17 +20,19 @@ type Model struct {
 // New returns a model with deterministic initial parameters. Logistic,
 // softmax and linear models (convex) start at zero, whatever the seed; an mlp
 // draws its weights from the Glorot uniform distribution with a generator
-// keyed by seed, and starts its biases at zero.
+// keyed by seed, and starts its biases at zero; a cnn draws its kernels
+// from He's uniform distribution (±√(6/fan-in)) and its dense weights as
+// an mlp does, from the same generator in layer order.
 func New(spec Spec, seed uint64) (*Model, error) {
 	l, err := spec.layout()
 	if err != nil {
 		return nil, err
 	}
 	m := &Model{Spec: spec, Params: make([]float64, l.n)}
-	if l.hidden > 0 {
+	if l.hidden > 0 || l.conv != nil {
 		r := newRand("init", seed)
-		glorot := func(w []float64, fanIn, fanOut int) {
-			a := math.Sqrt(6 / float64(fanIn+fanOut))
+		// uniform fills w from [−a, a).
+		uniform := func(w []float64, a float64) {
 			for i := range w {
 				// 2u − 1 for u uniform on [0, 1) in steps of 2⁻⁵³, as
 				// (k − 2⁵²)·2⁻⁵²: exact, with no multiply-add to fuse.
@@ -38,8 +40,16 @@ func New(spec Spec, seed uint64) (*Model, error) {
 				w[i] = a * (float64(k-1<<52) * 0x1p-52)
 			}
 		}
-		glorot(m.Params[l.w1:l.b1], l.in, l.hidden)
-		glorot(m.Params[l.w2:l.b2], l.hidden, l.out)
+		glorot := func(w []float64, fanIn, fanOut int) { uniform(w, math.Sqrt(6/float64(fanIn+fanOut))) }
+		// A convolution feeds a ReLU: He's uniform bound √(6/fan-in)
+		// keeps the activations' scale from layer to layer.
+		for _, c := range l.conv {
+			uniform(m.Params[c.wOff:c.bOff], math.Sqrt(6/float64(c.taps())))
+		}
+		if l.hidden > 0 {
+			glorot(m.Params[l.w1:l.b1], l.dense, l.hidden)
+		}
+		glorot(m.Params[l.w2:l.b2], l.feed(), l.out)
 	}
 	return m, nil
 }

@@ -15,11 +15,12 @@ type workspace struct {
 	// scoring: the workspace only scores (forward passes): it holds no
 	// gradient buffer (dh), which for an MLP is as large as h.
 	scoring bool
-	xb      []float64 // cap×in: gathered (and standardised) batch rows
-	yb      []float64 // cap: their labels
-	h       []float64 // cap×hidden: tanh activations
-	dh      []float64 // cap×hidden: gradient w.r.t. the pre-activations
-	z       []float64 // cap×out: outputs (logits), then ∂loss/∂output after the head
+	xb      []float64    // cap×in: gathered (and standardised) batch rows
+	yb      []float64    // cap: their labels
+	h       []float64    // cap×hidden: tanh activations
+	dh      []float64    // cap×hidden: gradient w.r.t. the pre-activations
+	z       []float64    // cap×out: outputs (logits), then ∂loss/∂output after the head
+	cb      *convBuffers // a cnn's convolution layers (nil for the other kinds)
 }
 
 func newWorkspace(l layout, rows int) *workspace {
@@ -49,9 +50,9 @@ const scoringBytes = 4 << 20
 // scored 5× slower than five; four rows of activations are about
 // 4/(inputs+2) of a binary MLP's bytes: a third over nine inputs).
 func scoringRows(l layout, rows int) int {
-	perRow := 8 * (l.in + l.hidden + l.out + 1)
+	perRow := 8 * (l.in + l.hidden + l.out + 1 + l.convRowFloats(true))
 	least := 1
-	if l.hidden > 0 {
+	if l.hidden > 0 || l.conv != nil {
 		least = minScoringRows
 	}
 	return max(1, min(rows, max(least, scoringBytes/perRow)))
@@ -74,6 +75,9 @@ func (ws *workspace) grow(rows int) {
 		ws.dh = make([]float64, rows*l.hidden)
 	}
 	ws.z = make([]float64, rows*l.out)
+	if l.conv != nil {
+		ws.cb = newConvBuffers(l, rows, ws.scoring)
+	}
 }
 
 // rowView is one example as a 1×len(x) matrix, without allocating.
@@ -91,7 +95,7 @@ func matrix(data []float64, r, c int) blas64.General {
 }
 
 // input returns the matrix feeding the output layer for the last forward
-// pass: the hidden activations, or x itself.
+// pass: the hidden activations, or x itself (for a cnn, its features).
 func (ws *workspace) input(x blas64.General) blas64.General {
 	if ws.l.hidden > 0 {
 		return matrix(ws.h, x.Rows, ws.l.hidden)
@@ -100,12 +104,16 @@ func (ws *workspace) input(x blas64.General) blas64.General {
 }
 
 // forward computes the outputs (pre-head) for the rows of x into ws.z, and
-// the hidden activations into ws.h. x.Rows must not exceed ws.cap.
+// the hidden activations into ws.h (and a cnn's maps into ws.cb). x.Rows
+// must not exceed ws.cap.
 func (ws *workspace) forward(p []float64, x blas64.General) {
 	l, b := ws.l, x.Rows
+	if l.conv != nil {
+		x = ws.convForward(p, x)
+	}
 	in := x
 	if l.hidden > 0 {
-		w1 := matrix(p[l.w1:l.b1], l.hidden, l.in)
+		w1 := matrix(p[l.w1:l.b1], l.hidden, l.dense)
 		h := matrix(ws.h, b, l.hidden)
 		gemmNT(x, w1, h)
 		b1 := p[l.b1:l.w2]
@@ -178,6 +186,9 @@ func (ws *workspace) head(y []float64, withLoss bool) float64 {
 // overwritten, not accumulated.
 func (ws *workspace) backward(p []float64, x blas64.General, grad []float64) {
 	l, b := ws.l, x.Rows
+	if l.conv != nil {
+		x = ws.features(b)
+	}
 	feed := l.feed()
 	in := ws.input(x)
 	r := ws.z[:b*l.out]
@@ -197,7 +208,17 @@ func (ws *workspace) backward(p []float64, x blas64.General, grad []float64) {
 			}
 		}
 	}
+	// A cnn's features get ∂loss/∂features into its last pooled map's
+	// gradient: R·W2 without a dense layer, dh·W1 with one.
+	var dfeat blas64.General
+	if l.conv != nil {
+		dfeat = matrix(ws.cb.dpool[len(l.conv)-1], b, l.dense)
+	}
 	if l.hidden == 0 {
+		if l.conv != nil {
+			gemmNN(matrix(r, b, l.out), matrix(p[l.w2:l.b2], l.out, l.dense), dfeat)
+			ws.convBackward(p, b, grad)
+		}
 		return
 	}
 	// ∂loss/∂h = R·W2, then through tanh: ⊙ (1 − h²).
@@ -213,7 +234,11 @@ func (ws *workspace) backward(p []float64, x blas64.General, grad []float64) {
 			gb1[j] += drow[j]
 		}
 	}
-	gemmTN(dh, x, matrix(grad[l.w1:l.b1], l.hidden, l.in))
+	gemmTN(dh, x, matrix(grad[l.w1:l.b1], l.hidden, l.dense))
+	if l.conv != nil {
+		gemmNN(dh, matrix(p[l.w1:l.b1], l.hidden, l.dense), dfeat)
+		ws.convBackward(p, b, grad)
+	}
 }
 
 // lossGrad runs a full pass over the rows of x with labels y: it returns the

@@ -55,7 +55,8 @@ type TrainConfig struct {
 	Adam *AdamState
 	// Interrupt, when set, is called after every optimizer step with the
 	// work the step did (examples × parameters, about the multiply-adds of
-	// its gradients, plus a fixed cost per step). A non-nil error stops training at once: Train returns
+	// its gradients — for a cnn its convolutions' multiply-adds instead of
+	// their parameters —, plus the update and a fixed cost per step). A non-nil error stops training at once: Train returns
 	// it, and the parameters are left as the last step made them. The
 	// sandbox uses it to charge training to the step budget and to honour
 	// cancellation (a shard timeout, SIGINT) inside a long run.
@@ -294,7 +295,7 @@ func (t *trainer) interrupt(examples int) error {
 	if t.cfg.Interrupt == nil {
 		return nil
 	}
-	return t.cfg.Interrupt((examples+1)*len(t.m.Params) + stepOverhead)
+	return t.cfg.Interrupt(examples*t.l.exampleWork() + len(t.m.Params) + stepOverhead)
 }
 
 // stepOverhead is the fixed cost of an optimizer step (gathering the batch,

@@ -108,6 +108,7 @@ func TestTrainDeterministic(t *testing.T) {
 		{Spec{Kind: KindLogistic, Inputs: 5}, logisticData(1000, []float64{1, 2, 3, 4, 5}, 0, 1), TrainConfig{Epochs: 3, BatchSize: 50, LR: 0.1, L2: 0.01, Seed: 9}},
 		{Spec{Kind: KindSoftmax, Inputs: 6, Classes: 5}, classData(1000, 6, 5, 2), TrainConfig{Steps: 77, BatchSize: 33, LR: 0.01, Optimizer: OptAdamW, WeightDecay: 0.01, Seed: 9}},
 		{Spec{Kind: KindMLP, Inputs: 6, Classes: 5, Hidden: 70}, classData(1000, 6, 5, 3), TrainConfig{Epochs: 2, BatchSize: 200, LR: 0.01, Seed: 9}},
+		{Spec{Kind: KindCNN, Inputs: 64, Classes: 3, Hidden: 5, Image: [3]int{8, 8, 1}, Conv: []int{3, 4}}, classData(200, 64, 3, 4), TrainConfig{Epochs: 2, BatchSize: 16, LR: 0.01, Seed: 9}},
 	}
 	for _, tc := range cases {
 		run := func() []float64 {
@@ -137,6 +138,15 @@ func TestNewDeterministic(t *testing.T) {
 	}
 	if len(a.Params) != spec.NumParams() || spec.NumParams() != 8*5+8+3*8+3 {
 		t.Errorf("mlp has %d params, NumParams %d", len(a.Params), spec.NumParams())
+	}
+	cnn := Spec{Kind: KindCNN, Inputs: 48, Classes: 3, Hidden: 4, Image: [3]int{4, 4, 3}, Conv: []int{5}}
+	a, b, c = mustNew(t, cnn, 1), mustNew(t, cnn, 1), mustNew(t, cnn, 2)
+	if !slices.Equal(a.Params, b.Params) || slices.Equal(a.Params, c.Params) {
+		t.Error("cnn initialisation is not a function of the seed")
+	}
+	// 5 kernels of 3·3·3 and their biases, a 2×2×5 map to 4 units, 3 outputs.
+	if want := 5*27 + 5 + 4*20 + 4 + 3*4 + 3; len(a.Params) != want || cnn.NumParams() != want {
+		t.Errorf("cnn has %d params, NumParams %d, want %d", len(a.Params), cnn.NumParams(), want)
 	}
 	for _, v := range mustNew(t, Spec{Kind: KindSoftmax, Inputs: 3, Classes: 4}, 9).Params {
 		if v != 0 {

@@ -14,7 +14,8 @@ import (
 )
 
 // modelValue is a trained *model.Model inside Starlark: an opaque handle
-// with attributes kind, inputs, classes, hidden and size (parameters).
+// with attributes kind, inputs, classes, hidden, image and conv (a cnn's
+// shape) and size (parameters).
 type modelValue struct {
 	m *model.Model
 	// What model.train did: optimizer steps and example gradients (0 for a
@@ -34,7 +35,7 @@ func (m *modelValue) Freeze()               {}
 func (m *modelValue) Truth() starlark.Bool  { return true }
 func (m *modelValue) Hash() (uint32, error) { return 0, fmt.Errorf("unhashable type: model") }
 func (m *modelValue) AttrNames() []string {
-	return []string{"classes", "examples", "hidden", "inputs", "kind", "size", "steps"}
+	return []string{"classes", "conv", "examples", "hidden", "image", "inputs", "kind", "size", "steps"}
 }
 func (m *modelValue) Attr(name string) (starlark.Value, error) {
 	s := m.m.Spec
@@ -47,6 +48,19 @@ func (m *modelValue) Attr(name string) (starlark.Value, error) {
 		return starlark.MakeInt(s.Classes), nil
 	case "hidden":
 		return starlark.MakeInt(s.Hidden), nil
+	case "image", "conv":
+		v := s.Conv
+		if name == "image" {
+			if s.Kind != model.KindCNN {
+				return starlark.NewList(nil), nil
+			}
+			v = s.Image[:]
+		}
+		l := make([]starlark.Value, len(v))
+		for i, x := range v {
+			l[i] = starlark.MakeInt(x)
+		}
+		return starlark.NewList(l), nil
 	case "size":
 		return starlark.MakeInt(len(m.m.Params)), nil
 	case "steps":
@@ -101,6 +115,71 @@ func classesOf(kind string, d *model.Dataset) int {
 	return 1
 }
 
+// shapeArgs are the arguments that shape a model besides its kind,
+// inputs and classes: an mlp's or a cnn's hidden width, a cnn's image
+// shape and convolution channels.
+type shapeArgs struct {
+	hidden int
+	image  imageArg
+	conv   convArg
+}
+
+// imageArg unpacks a cnn's image shape: None, or a list or tuple
+// [height, width] or [height, width, channels] (channels 1 when left out).
+type imageArg [3]int
+
+func (a *imageArg) Unpack(v starlark.Value) error {
+	n, err := intList(v, "image")
+	if err != nil || n == nil {
+		return err
+	}
+	switch len(n) {
+	case 2:
+		*a = imageArg{n[0], n[1], 1}
+	case 3:
+		*a = imageArg(n)
+	default:
+		return fmt.Errorf("image must be [height, width] or [height, width, channels], got %d values", len(n))
+	}
+	return nil
+}
+
+// convArg unpacks a cnn's output channels per convolution layer: None, or
+// a list or tuple of ints.
+type convArg []int
+
+func (a *convArg) Unpack(v starlark.Value) error {
+	n, err := intList(v, "conv")
+	*a = n
+	return err
+}
+
+// intList reads None (nil) or a list or tuple of ints.
+func intList(v starlark.Value, what string) ([]int, error) {
+	if v == starlark.None {
+		return nil, nil
+	}
+	it, ok := v.(starlark.Indexable)
+	if !ok {
+		return nil, fmt.Errorf("%s must be a list of ints, got %s", what, v.Type())
+	}
+	out := make([]int, it.Len())
+	for i := range out {
+		n, err := toInt(it.Index(i), fmt.Sprintf("%s[%d]", what, i))
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// spec is the Spec of a model of kind over inputs with classes and this
+// shape.
+func (a shapeArgs) spec(kind string, inputs, classes int) model.Spec {
+	return model.Spec{Kind: kind, Inputs: inputs, Classes: classes, Hidden: a.hidden, Image: [3]int(a.image), Conv: a.conv}
+}
+
 // trainArgs are model.train's arguments.
 type trainArgs struct {
 	kind        string
@@ -108,7 +187,7 @@ type trainArgs struct {
 	epochs      int
 	batch       int
 	lr, l2      num
-	hidden      int
+	shape       shapeArgs
 	seed        uint64
 	optimizer   string
 	classes     int
@@ -125,7 +204,7 @@ func trainModel(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starla
 	a := trainArgs{kind: model.KindLogistic, epochs: 10, batch: 32, lr: 0.1, optimizer: model.OptSGD,
 		init: starlark.None, anchor: starlark.None, correction: starlark.None, adamState: starlark.None}
 	if err := unpack("model.train", args, kw, "kind?", &a.kind, "data", &a.ds, "epochs?", &a.epochs, "batch_size?", &a.batch,
-		"lr?", &a.lr, "l2?", &a.l2, "hidden?", &a.hidden, "seed?", &a.seed, "optimizer?", &a.optimizer,
+		"lr?", &a.lr, "l2?", &a.l2, "hidden?", &a.shape.hidden, "image?", &a.shape.image, "conv?", &a.shape.conv, "seed?", &a.seed, "optimizer?", &a.optimizer,
 		"classes?", &a.classes, "steps?", &a.steps, "init?", &a.init, "mu?", &a.mu, "anchor?", &a.anchor,
 		"correction?", &a.correction, "adam_state?", &a.adamState, "weight_decay?", &a.weightDecay); err != nil {
 		return nil, err
@@ -140,13 +219,14 @@ func trainModel(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starla
 			return nil, err
 		}
 	}
-	spec, err := specFor(a.kind, d.Dims(), a.classes, a.hidden, len(init), d, "init")
+	spec, err := specFor(a.kind, d.Dims(), a.classes, a.shape, len(init), d, "init")
 	if err != nil {
 		return nil, err
 	}
 	n := spec.NumParams()
-	// Parameters, gradient, optimizer state and the copies below.
-	if err := st.reserve(bytesOf2(6, n), "model.train"); err != nil {
+	// Parameters, gradient, optimizer state and the copies below, and a
+	// cnn's maps for a minibatch.
+	if err := st.reserve(bytesOf2(6, n)+uint64(spec.ConvBytes(min(max(a.batch, 1), d.Rows()))), "model.train"); err != nil {
 		return nil, err
 	}
 	m, err := model.New(spec, a.seed)
@@ -255,7 +335,8 @@ func (st *callState) toAdamState(v starlark.Value, n int) (*model.AdamState, err
 // mlp with three or more outputs), else from d's labels (see classesOf).
 // With nParams > 0 the Spec must have exactly that many parameters. what
 // names the vector in messages.
-func specFor(kind string, inputs, classes, hidden, nParams int, d *model.Dataset, what string) (model.Spec, error) {
+func specFor(kind string, inputs, classes int, shape shapeArgs, nParams int, d *model.Dataset, what string) (model.Spec, error) {
+	hidden := shape.hidden
 	if classes == 0 && nParams > 0 {
 		switch kind {
 		case model.KindSoftmax:
@@ -271,7 +352,7 @@ func specFor(kind string, inputs, classes, hidden, nParams int, d *model.Dataset
 	if classes == 0 && d != nil {
 		classes = classesOf(kind, d)
 	}
-	spec := model.Spec{Kind: kind, Inputs: inputs, Classes: classes, Hidden: hidden}
+	spec := shape.spec(kind, inputs, classes)
 	if err := spec.Validate(); err != nil {
 		return spec, modelError(err)
 	}
@@ -306,7 +387,7 @@ func metricsDict(spec model.Spec, met model.Metrics) *starlark.Dict {
 // lend makes the model's parameters the vector itself rather than a copy:
 // for a model that only scores (evaluate_params), which never writes them
 // (vectors are immutable).
-func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, classes, hidden int, d *model.Dataset, lend bool) (*model.Model, error) {
+func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, classes int, shape shapeArgs, d *model.Dataset, lend bool) (*model.Model, error) {
 	p, err := st.toVector(pv, "params")
 	if err != nil {
 		return nil, err
@@ -314,7 +395,7 @@ func paramsModel(st *callState, fn, kind string, pv starlark.Value, inputs, clas
 	if len(p) == 0 {
 		return nil, fmt.Errorf("params is empty")
 	}
-	spec, err := specFor(kind, inputs, classes, hidden, len(p), d, "params")
+	spec, err := specFor(kind, inputs, classes, shape, len(p), d, "params")
 	if err != nil {
 		return nil, err
 	}
@@ -339,16 +420,17 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 	"evaluate_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var kind string
 		var pv, ds starlark.Value
-		var classes, hidden int
+		var classes int
+		var shape shapeArgs
 		if err := unpack("model.evaluate_params", args, kw, "kind", &kind, "params", &pv, "data", &ds,
-			"classes?", &classes, "hidden?", &hidden); err != nil {
+			"classes?", &classes, "hidden?", &shape.hidden, "image?", &shape.image, "conv?", &shape.conv); err != nil {
 			return nil, err
 		}
 		d, err := st.toDataset(ds, "data")
 		if err != nil {
 			return nil, err
 		}
-		m, err := paramsModel(st, "model.evaluate_params", kind, pv, d.Dims(), classes, hidden, d, true)
+		m, err := paramsModel(st, "model.evaluate_params", kind, pv, d.Dims(), classes, shape, d, true)
 		if err != nil {
 			return nil, err
 		}
@@ -360,12 +442,13 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 	"from_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		var kind string
 		var pv starlark.Value
-		var inputs, classes, hidden int
+		var inputs, classes int
+		var shape shapeArgs
 		if err := unpack("model.from_params", args, kw, "kind", &kind, "params", &pv, "inputs", &inputs,
-			"classes?", &classes, "hidden?", &hidden); err != nil {
+			"classes?", &classes, "hidden?", &shape.hidden, "image?", &shape.image, "conv?", &shape.conv); err != nil {
 			return nil, err
 		}
-		m, err := paramsModel(st, "model.from_params", kind, pv, inputs, classes, hidden, nil, false)
+		m, err := paramsModel(st, "model.from_params", kind, pv, inputs, classes, shape, nil, false)
 		if err != nil {
 			return nil, err
 		}
@@ -373,13 +456,14 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 	},
 	"init_params": func(st *callState, args starlark.Tuple, kw []starlark.Tuple) (starlark.Value, error) {
 		kind := model.KindLogistic
-		var inputs, classes, hidden int
+		var inputs, classes int
+		var shape shapeArgs
 		var seed uint64
 		if err := unpack("model.init_params", args, kw, "kind?", &kind, "inputs", &inputs,
-			"classes?", &classes, "hidden?", &hidden, "seed?", &seed); err != nil {
+			"classes?", &classes, "hidden?", &shape.hidden, "image?", &shape.image, "conv?", &shape.conv, "seed?", &seed); err != nil {
 			return nil, err
 		}
-		spec := model.Spec{Kind: kind, Inputs: inputs, Classes: classes, Hidden: hidden}
+		spec := shape.spec(kind, inputs, classes)
 		if err := spec.Validate(); err != nil {
 			return nil, modelError(err)
 		}
@@ -449,7 +533,7 @@ var modelModule = makeModule("model", map[string]nativeFunc{
 })
 
 func isRegression(s model.Spec) bool {
-	return s.Kind == model.KindLinear || (s.Kind == model.KindMLP && s.Classes == 1)
+	return s.ClassCount() == 0
 }
 
 // modelAndData unpacks (m, data) and checks that the model fits the data.
@@ -479,12 +563,11 @@ func predictions(st *callState, m *model.Model, d *model.Dataset) (starlark.Valu
 		return nil, err
 	}
 	outs := make([]starlark.Value, n)
-	for i := range n {
-		p := m.Predict(d.Row(i))
+	for i, p := range m.Predictions(d) {
 		if err := st.reserve(bytesOf(len(p)), "model.predictions"); err != nil {
 			return nil, err
 		}
-		outs[i] = newVector(p)
+		outs[i] = newVector(slices.Clone(p))
 	}
 	labels, err := st.newOwnedVector(n, "model.predictions")
 	if err != nil {

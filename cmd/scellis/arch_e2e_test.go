@@ -16,9 +16,18 @@ import (
 // smallest sizes that showed it: an MLP fold (gonum's kernels, math.Tanh
 // and math.Exp, fused multiply-adds in training), a matrix product of
 // normal draws (gonum's Dgemm, NormFloat64's tail) and a logistic grid
-// (the sigmoid's math.Exp, fused updates); and content of a user's own
-// calling the math module's exp, log and tanh (mathFnsProgram).
+// (the sigmoid's math.Exp, fused updates); content of a user's own
+// calling the math module's exp, log and tanh (mathFnsProgram); and a
+// small cnn trained and scored by content (cnnProgram: im2col, ReLU, max
+// pooling and their gradients, on the package's kernels).
 var crossArchJobs = map[string]string{
+	"cnn": `name: cnn-small
+program: ./cnn.star
+partitioner: {use: range, params: {start: 0, count: 2, chunks: 2}}
+reducer: concat
+inputs:
+  data: {path: hospital.csv, label: outcome, class: confidential}
+`,
 	"mathfns": `name: mathfns-small
 program: ./fns.star
 partitioner: {use: range, params: {start: 0, count: 600, chunks: 2}}
@@ -50,6 +59,16 @@ inputs:
   data: {path: hospital.csv, label: outcome, class: confidential}
 `,
 }
+
+// cnnProgram trains a cnn over the nine features as a 3×3 image (four
+// channels, pooled to 1×1, a dense layer of three) and returns its
+// parameters and its loss.
+const cnnProgram = `def run(params, inputs):
+    train, test = data.standardize(inputs["data"], inputs["data"])
+    m = model.train(kind = "cnn", data = train, image = [3, 3], conv = [4], hidden = 3, classes = 2,
+                    epochs = 2, batch_size = 16, lr = 0.1, seed = params["start"])
+    return [list(model.params(m)), model.evaluate(m, test)["loss"]]
+`
 
 // mathFnsProgram returns exp, log and tanh of normal draws.
 const mathFnsProgram = `def run(params, inputs):
@@ -91,7 +110,7 @@ func TestReplayableAcrossArchitectures(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(dir, "job.yaml"), []byte(job), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			for file, body := range map[string][]byte{"hospital.csv": csv, "fns.star": []byte(mathFnsProgram)} {
+			for file, body := range map[string][]byte{"hospital.csv": csv, "fns.star": []byte(mathFnsProgram), "cnn.star": []byte(cnnProgram)} {
 				if err := os.WriteFile(filepath.Join(dir, file), body, 0o644); err != nil {
 					t.Fatal(err)
 				}

@@ -214,8 +214,8 @@ func evalTrainerModel(cmd *cobra.Command, tf *trainerFlags, path string, f *fl.M
 func predicted(m *model.Model, d *model.Dataset) ([]int, [][]float64) {
 	cls := make([]int, d.Rows())
 	probs := make([][]float64, d.Rows())
-	for i := range d.Rows() {
-		p := m.Predict(d.Row(i))
+	for i, out := range m.Predictions(d) {
+		p := slices.Clone(out)
 		probs[i] = p
 		if len(p) == 1 {
 			if p[0] >= 0.5 {
