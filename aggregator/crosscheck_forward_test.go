@@ -14,14 +14,7 @@ import (
 // again (a forward retried after its answer was lost) are taken as done
 // and not summed twice; other bytes for the same site are refused.
 func TestShadowSumTakesARetriedForwardOnce(t *testing.T) {
-	p := secagg.Params{Round: "shadow", Dim: 4, Clip: 1, PRG: secagg.DefaultPRG()}
-	for _, id := range []string{"s1", "s2", "s3"} {
-		pub, _, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Members = append(p.Members, secagg.Member{ID: id, Key: pub})
-	}
+	p := threeSiteParams(t, "shadow")
 	acc, err := secagg.NewAccumulator(p)
 	if err != nil {
 		t.Fatal(err)
@@ -52,14 +45,7 @@ func sumBytes(b []byte, _ map[string]bool) []byte { return b }
 // drops the older one's) and makes none for a round the leader would not
 // record: a compromised leader cannot fill its memory with sums.
 func TestShadowSumsAreBounded(t *testing.T) {
-	p := secagg.Params{Round: "bounded", Dim: 4, Clip: 1, PRG: secagg.DefaultPRG()}
-	for _, id := range []string{"s1", "s2", "s3"} {
-		pub, _, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Members = append(p.Members, secagg.Member{ID: id, Key: pub})
-	}
+	p := threeSiteParams(t, "bounded")
 	runA, runB := content.Hash([]byte("run a")), content.Hash([]byte("run b"))
 	r1, r2, rb := content.Hash([]byte("a round 1")), content.Hash([]byte("a round 2")), content.Hash([]byte("b round 1"))
 	var s shadowSums
@@ -80,4 +66,19 @@ func TestShadowSumsAreBounded(t *testing.T) {
 	if _, ok := s.m[rb]; !ok {
 		t.Fatal("a refused round dropped its run's sum")
 	}
+}
+
+// threeSiteParams are a round's secure-aggregation parameters over three
+// sites with fresh keys and four values.
+func threeSiteParams(t *testing.T, round string) secagg.Params {
+	t.Helper()
+	p := secagg.Params{Round: round, Dim: 4, Clip: 1, PRG: secagg.DefaultPRG()}
+	for _, id := range []string{"s1", "s2", "s3"} {
+		pub, _, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Members = append(p.Members, secagg.Member{ID: id, Key: pub})
+	}
+	return p
 }
