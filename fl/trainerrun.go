@@ -8,6 +8,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/scellis/scellis/catalog"
 	"github.com/scellis/scellis/content"
 	"github.com/scellis/scellis/diag"
 	"github.com/scellis/scellis/dp"
@@ -23,9 +24,9 @@ import (
 // strategy given by ref or path). Federated evaluation is the trainer's
 // evaluate (TrainerEvalRelease).
 func parseTrainerRun(d *yamlpos.Decoder, f map[string]*yaml.Node, s *RunSpec) {
-	if s.Strategy == "scaffold" {
+	if builtinSizesItsUpdate(s.Strategy) {
 		d.Errorf(strategyUse(f["strategy"]), diag.TrainerStrategy, "strategy", trainerStrategyHelp,
-			"strategy scaffold with a trainer: a trainer returns its trained weights, not SCAFFOLD's control variates")
+			"strategy %s with a trainer: it sizes its update itself (update_dims), as SCAFFOLD does for its control variates; a trainer returns only its trained weights", s.Strategy)
 	}
 	if n := f["standardize"]; n != nil && s.Standardize != StandardizeNone {
 		d.Errorf(n, diag.InvalidValue, "standardize", "drop standardize (or write none): the trainer reads its data file as it is and normalises it itself",
@@ -50,6 +51,19 @@ func strategyUse(n *yaml.Node) *yaml.Node {
 		}
 	}
 	return n
+}
+
+// builtinSizesItsUpdate reports whether name is a built-in strategy of
+// the catalog that sizes its update itself (update_dims): refused with a
+// trainer at the spec's line (Resolve refuses any other such strategy,
+// by ref or path, without one).
+func builtinSizesItsUpdate(name string) bool {
+	c, err := catalog.BuiltinLazy()
+	if err != nil {
+		return false
+	}
+	e, ok := c.Lookup(name)
+	return ok && e.HasFunc("update_dims")
 }
 
 // checkTrainerStrategy refuses, for a trainer run, a strategy that sizes
