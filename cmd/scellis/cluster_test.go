@@ -404,15 +404,21 @@ func (c *cluster) mustCLI(as string, args ...string) string {
 }
 
 type jobStatus struct {
-	State  string
-	Counts struct{ Total, Verified, Unverified, Leased, Pending int }
-	Shards []struct {
+	State string
+	// SubmittedAt and DoneAt are by the leader's replicated clock (Unix ms).
+	SubmittedAt int64 `json:"submitted_at"`
+	DoneAt      int64 `json:"done_at"`
+	Counts      struct{ Total, Verified, Unverified, Leased, Pending int }
+	Shards      []struct {
 		Index    int
 		State    string
 		Price    int64
 		Agreeing []string
 		Losers   []string
 		Leases   []struct{ Peer string }
+		// DecidedAt is when the shard was decided, by the leader's
+		// replicated clock (Unix ms), as a run's started_at and done_at.
+		DecidedAt int64 `json:"decided_at"`
 	}
 }
 
