@@ -32,9 +32,10 @@ type cluster struct {
 	// env, when set, adds variables to a member's processes (start), e.g.
 	// a SCELLIS_TEST_FAULT (fl_he_e2e_test.go).
 	env map[string][]string
-	// nice, when set, runs a member's processes (start) at that niceness:
-	// on one test machine, the stand-in for a member on a machine of its
-	// own, whose CPU load is not the others' (share_e2e_test.go).
+	// nice, when set, runs a member's processes (start) at that niceness
+	// and under SCHED_IDLE: on one test machine, the stand-in for a member
+	// on a machine of its own, whose CPU load is not the others'
+	// (share_e2e_test.go).
 	nice map[string]int
 }
 
@@ -197,6 +198,14 @@ func (c *cluster) start(name string, args ...string) {
 		}
 		cmd.Args = append([]string{niceBin, "-n", strconv.Itoa(n)}, cmd.Args...)
 		cmd.Path = niceBin
+		// And under SCHED_IDLE where chrt is at hand: at a niceness
+		// alone, a member of the cluster that woke on a core this one's
+		// work held waited for its time slice to end, which a machine of
+		// its own would not make it do.
+		if chrt, err := exec.LookPath("chrt"); err == nil {
+			cmd.Args = append([]string{chrt, "--idle", "0"}, cmd.Args...)
+			cmd.Path = chrt
+		}
 	}
 	cmd.Env = append(cmd.Env, c.env[name]...)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -404,15 +413,21 @@ func (c *cluster) mustCLI(as string, args ...string) string {
 }
 
 type jobStatus struct {
-	State  string
-	Counts struct{ Total, Verified, Unverified, Leased, Pending int }
-	Shards []struct {
+	State string
+	// SubmittedAt and DoneAt are by the leader's replicated clock (Unix ms).
+	SubmittedAt int64 `json:"submitted_at"`
+	DoneAt      int64 `json:"done_at"`
+	Counts      struct{ Total, Verified, Unverified, Leased, Pending int }
+	Shards      []struct {
 		Index    int
 		State    string
 		Price    int64
 		Agreeing []string
 		Losers   []string
 		Leases   []struct{ Peer string }
+		// DecidedAt is when the shard was decided, by the leader's
+		// replicated clock (Unix ms), as a run's started_at and done_at.
+		DecidedAt int64 `json:"decided_at"`
 	}
 }
 

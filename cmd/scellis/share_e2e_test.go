@@ -24,15 +24,26 @@ type sharedFederation struct {
 	generic []string          // silos whose policy takes generic shards
 	rounds  []string          // silos that take training rounds alone
 	metrics map[string]string // silo → its metrics_listen address
+	nRounds int               // the training run's rounds
+	nShards int               // the sweep's shards: a multiple of 12
 	sweeps  int
 	runs    int
 }
 
-// sharedRounds is the training run's length.
-const sharedRounds = 12
+// The issue's sizes: a 12-round training run, a 120-shard sweep.
+const (
+	sharedRounds = 12
+	sharedShards = 120
+)
 
-func startSharedFederation(t testing.TB) *sharedFederation {
-	f := &sharedFederation{generic: []string{"hospital-a", "hospital-b"}, rounds: []string{"hospital-c", "hospital-d"}, metrics: map[string]string{}}
+// startSharedFederation starts the federation for runs of rounds rounds
+// and sweeps of shards shards (a multiple of 12, at most 120).
+func startSharedFederation(t testing.TB, rounds, shards int) *sharedFederation {
+	if shards%12 != 0 || shards < 12 || shards > 120 {
+		t.Fatalf("a sweep of %d shards: the grid is 12 learning rates × up to 10 penalties", shards)
+	}
+	f := &sharedFederation{generic: []string{"hospital-a", "hospital-b"}, rounds: []string{"hospital-c", "hospital-d"}, metrics: map[string]string{},
+		nRounds: rounds, nShards: shards}
 	silos := append(append([]string{}, f.generic...), f.rounds...)
 	ms := append([]member{{"w1", "worker"}, {"w2", "worker"}, {"alice", "researcher"}}, siloMembers(silos)...)
 	c := newCluster(t, "consortium", 1, ms...)
@@ -64,40 +75,43 @@ func startSharedFederation(t testing.TB) *sharedFederation {
 		c.start(s, "silo", "--config", s+".yaml")
 	}
 	// The workers stand for machines of their own: at the lowest CPU
-	// priority here, their shards do not take the cores of the silos and
-	// the aggregator, whose sharing is what is measured.
+	// priority here (niceness 19, SCHED_IDLE), their shards do not take
+	// the cores of the silos and the aggregator, whose sharing is what is
+	// measured.
 	c.nice = map[string]int{"w1": 19, "w2": 19}
 	c.startWorker("w1")
 	c.startWorker("w2")
 	return f
 }
 
-// writeSweep writes a new 120-shard sweep (train-eval over a 12 × 10 grid
-// on site 1's rows; its seed makes each one a new job) and returns its file.
+// writeSweep writes a new sweep of nShards shards (train-eval over a grid
+// of 12 learning rates × nShards/12 penalties on site 1's rows; its seed
+// makes each one a new job) and returns its file.
 func (f *sharedFederation) writeSweep() string {
 	f.sweeps++
+	l2 := []string{"0.0", "0.0001", "0.0003", "0.001", "0.003", "0.01", "0.03", "0.1", "0.3", "1.0"}[:f.nShards/12]
 	name := fmt.Sprintf("sweep-%d.yaml", f.sweeps)
-	f.c.write(name, fmt.Sprintf(`name: sweep120
+	f.c.write(name, fmt.Sprintf(`name: sweep%d
 program: train-eval
 partitioner:
   use: grid
-  params: {lr: [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5], l2: [0.0, 0.0001, 0.0003, 0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0]}
+  params: {lr: [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5], l2: [%s]}
 reducer: {use: collect, params: {metric: auc, goal: max}}
 params: {model: logistic, epochs: 1000, batch_size: 32, test_frac: 0.3, seed: %d}
 inputs:
   data: {path: data/hospital-1.csv, label: outcome, class: confidential}
-`, f.sweeps))
+`, f.nShards, strings.Join(l2, ", "), f.sweeps))
 	return name
 }
 
-// writeRun writes the README's run.yaml with sharedRounds rounds (its name
+// writeRun writes the README's run.yaml with nRounds rounds (its name
 // makes each one a new run) and returns its file.
 func (f *sharedFederation) writeRun(t testing.TB) string {
 	f.runs++
 	y := readmeBlock(t, "run.yaml")
-	y = strings.Replace(y, "rounds: 10", "rounds: "+strconv.Itoa(sharedRounds), 1)
+	y = strings.Replace(y, "rounds: 10", "rounds: "+strconv.Itoa(f.nRounds), 1)
 	y = strings.Replace(y, "name: fedprox-hospitals", fmt.Sprintf("name: fedprox-hospitals-%d", f.runs), 1)
-	if !strings.Contains(y, "rounds: "+strconv.Itoa(sharedRounds)) || !strings.Contains(y, fmt.Sprintf("name: fedprox-hospitals-%d", f.runs)) {
+	if !strings.Contains(y, "rounds: "+strconv.Itoa(f.nRounds)) || !strings.Contains(y, fmt.Sprintf("name: fedprox-hospitals-%d", f.runs)) {
 		t.Fatalf("the README's run.yaml changed; adapt this test:\n%s", y)
 	}
 	name := fmt.Sprintf("run-%d.yaml", f.runs)
@@ -136,23 +150,39 @@ func (f *sharedFederation) submitSweep(t testing.TB, file string) string {
 }
 
 // waitSweep waits until the sweep is done and checks every shard verified.
-// It follows the job's event stream (`job watch`), not its status: a
-// status poll is a process, a TLS handshake and a linearizable read each,
-// load on the machine and on the Raft log the run shares.
-// The watch gets 15 minutes, not cli's 4: generic shards run at nice 19,
-// and beside 16 busy loops (.ci/stress) the sweep moved at 0.3 shards/s —
-// slow, but moving, which the watch's own output shows if it fails.
-func (f *sharedFederation) waitSweep(t testing.TB, id string) {
+func (f *sharedFederation) waitSweep(t testing.TB, id string) jobStatus {
+	return f.watchSweep(t, id)()
+}
+
+// watchSweep starts following the sweep to its end and returns the wait
+// for it: the wait checks every shard verified and returns the job's
+// status with its shards. It follows the job's event stream (`job watch`),
+// not its status: a status poll is a process, a TLS handshake and a
+// linearizable read each, load on the machine and on the Raft log the run
+// shares. The watch gets 15 minutes, not cli's 4: generic shards run at
+// the lowest CPU priority, and beside 16 busy loops (.ci/stress) the sweep moved at 0.3
+// shards/s — slow, but moving, which the watch's own output shows if it
+// fails.
+func (f *sharedFederation) watchSweep(t testing.TB, id string) (wait func() jobStatus) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
-	defer cancel()
 	cmd := f.c.cliCmd(ctx, "alice", "job", "watch", id)
 	var out, errs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errs
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("job watch: %v\n%s%s", err, out.String(), errs.String())
+	if err := cmd.Start(); err != nil {
+		cancel()
+		t.Fatalf("job watch: %v", err)
 	}
-	if st := f.c.status("alice", id); st.Counts.Verified != 120 {
-		t.Fatalf("the sweep ended with %d of 120 shards verified: %+v", st.Counts.Verified, st.Counts)
+	return func() jobStatus {
+		t.Helper()
+		defer cancel()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("job watch: %v\n%s%s", err, out.String(), errs.String())
+		}
+		st := f.c.status("alice", id)
+		if st.Counts.Verified != f.nShards {
+			t.Fatalf("the sweep ended with %d of %d shards verified: %+v", st.Counts.Verified, f.nShards, st.Counts)
+		}
+		return st
 	}
 }
 
@@ -160,8 +190,9 @@ func (f *sharedFederation) waitSweep(t testing.TB, id string) {
 // the README's 12-round run launched while a 120-shard sweep is under way
 // both finish; every round sums all four silos at the first attempt (no
 // silo was late to a round, so none sat behind generic work); no peer
-// handed a lease back; the silos whose policy refuses generic shards were
-// granted only their rounds' shards, and the two that take them ran part
+// handed a lease back or let one expire (pool peers' released and expired
+// counts, and the silos' hand-back series); the silos whose policy
+// refuses generic shards were granted only their rounds' shards, and the two that take them ran part
 // of the sweep. (Before lease kinds, the pool granted every silo the
 // sweep's shards ahead of its round — a sweep submitted first comes first
 // — and two of them handed each back, again and again, while the round
@@ -172,7 +203,7 @@ func TestSilosSharedByRoundsAndSweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process federated run and sweep")
 	}
-	f := startSharedFederation(t)
+	f := startSharedFederation(t, sharedRounds, sharedShards)
 	started := time.Now()
 	sweep := f.submitSweep(t, f.writeSweep())
 	run, train := f.runToEnd(t, f.writeRun(t))
@@ -191,8 +222,8 @@ func TestSilosSharedByRoundsAndSweep(t *testing.T) {
 	}
 	recs := f.c.peers("alice")
 	for peer, r := range recs {
-		if r.Released != 0 {
-			t.Errorf("%s handed %d leases back: %+v", peer, r.Released, r)
+		if r.Released != 0 || r.Expired != 0 {
+			t.Errorf("%s handed %d leases back and let %d expire: %+v", peer, r.Released, r.Expired, r)
 		}
 	}
 	for _, s := range f.rounds {
@@ -242,7 +273,7 @@ func TestSiloWithoutGenericShardsIsNeverGrantedOne(t *testing.T) {
 	c.start("hospital-a", "silo", "--config", "hospital-a.yaml")
 	waitFor(t, "hospital-a's /metrics", untilNoticed(), func() bool { return scrape(t, metrics) != nil })
 	c.startWorker("w1")
-	f := &sharedFederation{c: c}
+	f := &sharedFederation{c: c, nShards: sharedShards}
 	id := strings.TrimSpace(c.mustCLI("alice", "job", "submit", f.writeSweep()))
 	f.waitSweep(t, id)
 	if r, ok := c.peers("alice")["hospital-a"]; ok && (r.Leases != 0 || r.Released != 0) {
@@ -252,7 +283,7 @@ func TestSiloWithoutGenericShardsIsNeverGrantedOne(t *testing.T) {
 	if m[`scellis_silo_leases_total{kind="generic"}`] != 0 || m["scellis_silo_leases_handed_back_total"] != 0 {
 		t.Fatalf("hospital-a's lease series: generic %v, handed back %v; want 0 and 0", m[`scellis_silo_leases_total{kind="generic"}`], m["scellis_silo_leases_handed_back_total"])
 	}
-	if w := c.peers("alice")["w1"]; w.Leases < 120 {
-		t.Fatalf("the worker was granted %d leases for the sweep's 120 shards", w.Leases)
+	if w := c.peers("alice")["w1"]; w.Leases < sharedShards {
+		t.Fatalf("the worker was granted %d leases for the sweep's %d shards", w.Leases, sharedShards)
 	}
 }
