@@ -221,13 +221,19 @@ verification: {replicas: 2}
 		v, ok := r.Eps["h1/patients"]
 		return v, ok && v > 0
 	})
-	if steps := distinct(eps); len(steps) != 3 || !increasing(eps) {
-		t.Fatalf("h1's cumulative ε did not rise once per round: the pictures showed %v", eps)
+	// As with the loss curve, one picture may show two rounds' charges at
+	// once (a plain go test at load 4 saw 9.23 then 11.82, round 1's
+	// value never drawn). What holds: ε only rises, the page showed it
+	// before the run's last charge (it updated live), and every value it
+	// showed is one of the ledger's cumulative charges (below).
+	if steps := distinct(eps); len(steps) < 2 || len(steps) > 3 || !increasing(eps) {
+		t.Fatalf("h1's cumulative ε did not rise live round by round: the pictures showed %v", eps)
+	}
+	type charge struct {
+		Cumulative float64 `json:"cumulative_epsilon"`
 	}
 	var ledger struct {
-		Charges []struct {
-			Cumulative float64 `json:"cumulative_epsilon"`
-		} `json:"charges"`
+		Charges []charge `json:"charges"`
 	}
 	if err := json.Unmarshal([]byte(mustRun(t, scellisCmd(t, c.dir, "--json", "ledger", "show", "--ledger", filepath.Join("h1", "data", "privacy.ledger")))), &ledger); err != nil || len(ledger.Charges) != 3 {
 		t.Fatalf("h1's ledger: %v %+v", err, ledger)
@@ -235,9 +241,9 @@ verification: {replicas: 2}
 	if last := ledger.Charges[2].Cumulative; fmt.Sprintf("%.9g", last) != fmt.Sprintf("%.9g", eps[len(eps)-1]) {
 		t.Fatalf("the Studio shows h1's cumulative ε %v, its ledger %v", eps[len(eps)-1], last)
 	}
-	for i, ch := range ledger.Charges {
-		if distinct(eps)[i] != ch.Cumulative {
-			t.Fatalf("round %d: the Studio showed cumulative ε %v, the ledger's charge says %v", i+1, distinct(eps)[i], ch.Cumulative)
+	for _, v := range distinct(eps) {
+		if !slices.ContainsFunc(ledger.Charges, func(ch charge) bool { return ch.Cumulative == v }) {
+			t.Fatalf("the Studio showed cumulative ε %v, which is none of the ledger's charges %+v", v, ledger.Charges)
 		}
 	}
 	// h1's own records in full: one per round of both runs, three of them
