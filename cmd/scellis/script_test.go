@@ -2,9 +2,11 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"testing"
 
@@ -24,9 +26,29 @@ func TestMain(m *testing.M) {
 	// they start and their folders — the scellis binary they build
 	// (scellisBinary, 50 MB) included — end with the test binary, even
 	// when go test is killed.
-	testscript.Main(testharness.Wrap(m), map[string]func(){
+	testscript.Main(testharness.Wrap(latencyBound{m}), map[string]func(){
 		"scellis": func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 	})
+}
+
+// latencyBound runs m's tests with go test's -parallel at twice the
+// cores unless the command line sets it. This package's multi-process
+// tests (t.Parallel, each with its own processes, ports and folders)
+// spend most of their time waiting on elections, deadlines and fsyncs,
+// not computing: on two cores, four at a time take the package from
+// about 320 s (go test's default, one per core) to about 200 s. They
+// wait on events, not sleeps, so the extra load does not make them fail
+// (.ci/run has passed -parallel 4 since issue 35).
+type latencyBound struct{ m interface{ Run() int } }
+
+func (l latencyBound) Run() int {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(2*runtime.GOMAXPROCS(0)))
+	}
+	return l.m.Run()
 }
 
 // TestScripts runs cmd/scellis/testdata/script/*.txtar: CLI tests written as
