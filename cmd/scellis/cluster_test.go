@@ -32,10 +32,9 @@ type cluster struct {
 	// env, when set, adds variables to a member's processes (start), e.g.
 	// a SCELLIS_TEST_FAULT (fl_he_e2e_test.go).
 	env map[string][]string
-	// nice, when set, runs a member's processes (start) at that niceness
-	// and under SCHED_IDLE: on one test machine, the stand-in for a member
-	// on a machine of its own, whose CPU load is not the others'
-	// (share_e2e_test.go).
+	// nice, when set, runs a member's processes (start) at that niceness:
+	// on one test machine, the stand-in for a member on a machine of its
+	// own, whose CPU load is not the others' (share_e2e_test.go).
 	nice map[string]int
 }
 
@@ -198,14 +197,6 @@ func (c *cluster) start(name string, args ...string) {
 		}
 		cmd.Args = append([]string{niceBin, "-n", strconv.Itoa(n)}, cmd.Args...)
 		cmd.Path = niceBin
-		// And under SCHED_IDLE where chrt is at hand: at a niceness
-		// alone, a member of the cluster that woke on a core this one's
-		// work held waited for its time slice to end, which a machine of
-		// its own would not make it do.
-		if chrt, err := exec.LookPath("chrt"); err == nil {
-			cmd.Args = append([]string{chrt, "--idle", "0"}, cmd.Args...)
-			cmd.Path = chrt
-		}
 	}
 	cmd.Env = append(cmd.Env, c.env[name]...)
 	cmd.Stdout, cmd.Stderr = log, log

@@ -13,7 +13,7 @@ import (
 // iterations, with the sweep first on odd ones) so that the machine's load
 // drifting over the benchmark weighs on both alike.
 //
-//	go test -run '^$' -bench SharedSilos -benchtime 4x ./cmd/scellis/
+//	go test -run '^$' -bench SharedSilos -benchtime 6x ./cmd/scellis/
 //
 // Metrics, each run's time by the leader's replicated clock (fl status's
 // started_at and done_at):

@@ -75,9 +75,8 @@ func startSharedFederation(t testing.TB, rounds, shards int) *sharedFederation {
 		c.start(s, "silo", "--config", s+".yaml")
 	}
 	// The workers stand for machines of their own: at the lowest CPU
-	// priority here (niceness 19, SCHED_IDLE), their shards do not take
-	// the cores of the silos and the aggregator, whose sharing is what is
-	// measured.
+	// priority here, their shards do not take the cores of the silos and
+	// the aggregator, whose sharing is what is measured.
 	c.nice = map[string]int{"w1": 19, "w2": 19}
 	c.startWorker("w1")
 	c.startWorker("w2")
@@ -160,7 +159,7 @@ func (f *sharedFederation) waitSweep(t testing.TB, id string) jobStatus {
 // not its status: a status poll is a process, a TLS handshake and a
 // linearizable read each, load on the machine and on the Raft log the run
 // shares. The watch gets 15 minutes, not cli's 4: generic shards run at
-// the lowest CPU priority, and beside 16 busy loops (.ci/stress) the sweep moved at 0.3
+// nice 19, and beside 16 busy loops (.ci/stress) the sweep moved at 0.3
 // shards/s — slow, but moving, which the watch's own output shows if it
 // fails.
 func (f *sharedFederation) watchSweep(t testing.TB, id string) (wait func() jobStatus) {

@@ -107,12 +107,9 @@ type Limits struct {
 	WallClock time.Duration
 	// MaxOutput bounds the response (0: DefaultMaxOutput).
 	MaxOutput int
-	// Nice, when positive, is the child's niceness (1 to 19), and on
-	// Linux its threads run under SCHED_IDLE: it takes only the cores
-	// nothing else wants, and a thread of another process that wakes
-	// takes the core from it at once (a niceness alone only lowered its
-	// share: every hop of a round's step waited out a generic shard's
-	// time slice). A silo runs generic pool shards so, beside its
+	// Nice, when positive, is the child's niceness (1 to 19): it runs
+	// at a lower CPU priority than its parent, taking only the cores
+	// nothing else wants. A silo runs generic pool shards so, beside its
 	// training rounds (docs/silo.md). 0: the parent's.
 	Nice int
 }
@@ -438,8 +435,7 @@ func run(h Handler, req []byte) (resp []byte, err error) {
 
 // limitMemory caps the address space at what is mapped now plus mem, and
 // tells the garbage collector to work hard before that limit is reached.
-// lowerPriority sets every thread of this process to niceness nice and,
-// on Linux, to SCHED_IDLE (idleThread).
+// lowerPriority sets every thread of this process to niceness nice.
 // Linux keeps a niceness per thread, and a thread takes its creator's:
 // once every thread has it, every later one has it too. The threads are
 // listed until a pass finds none it had not set (the runtime may start
@@ -466,7 +462,6 @@ func lowerPriority(nice int) error {
 			if err != nil && !errors.Is(err, syscall.ESRCH) && !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EPERM) {
 				return fmt.Errorf("setting thread %d's niceness to %d: %w", tid, nice, err)
 			}
-			idleThread(tid)
 		}
 		if !fresh {
 			return nil
