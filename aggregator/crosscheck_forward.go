@@ -97,8 +97,15 @@ func (s *shadowSums) readBody(w http.ResponseWriter, r *http.Request) ([]byte, e
 // is new. A round too large to record is refused; the run's older rounds'
 // sums, and sums older than shadowKeep, are dropped.
 func (s *shadowSums) open(run, ref content.Ref, b *fl.RoundBundle) (*shadowSum, error) {
-	if size := int64(len(b.SecAgg.Members)) * int64(b.SecAgg.Dim+1) * 8; b.SecAgg.Dim < 0 || size > crossCheckMaxTranscript {
-		return nil, fmt.Errorf("round bundle %s: its masked inputs (%d sites of %d values) are over the %d MiB a cross-checked round may hold", ref.Short(), len(b.SecAgg.Members), b.SecAgg.Dim, crossCheckMaxTranscript>>20)
+	p := b.SecAgg
+	if p.Dim < 0 || p.Dim > secagg.MaxDim || int64(len(p.Members))*int64(p.Dim+1)*8 > crossCheckMaxTranscript {
+		return nil, fmt.Errorf("round bundle %s: its masked inputs (%d sites of %d values) are over the %d MiB a cross-checked round may hold", ref.Short(), len(p.Members), p.Dim, crossCheckMaxTranscript>>20)
+	}
+	// Made before anything is dropped: a bundle whose parameters do not
+	// make a round leaves the run's sum as it was.
+	acc, err := secagg.NewAccumulator(p)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,10 +119,6 @@ func (s *shadowSums) open(run, ref content.Ref, b *fl.RoundBundle) (*shadowSum, 
 		if v.run == run || time.Since(v.at) > shadowKeep {
 			delete(s.m, k)
 		}
-	}
-	acc, err := secagg.NewAccumulator(b.SecAgg)
-	if err != nil {
-		return nil, err
 	}
 	sh := &shadowSum{run: run, acc: acc, hashes: map[string]content.Ref{}, at: time.Now()}
 	s.m[ref] = sh

@@ -66,6 +66,16 @@ func TestShadowSumsAreBounded(t *testing.T) {
 	if _, ok := s.m[rb]; !ok {
 		t.Fatal("a refused round dropped its run's sum")
 	}
+	// A dimension whose size in bytes overflows int64 is refused too,
+	// and drops nothing.
+	wrap := *b
+	wrap.SecAgg.Dim = 1 << 61
+	if _, err := s.open(runB, content.Hash([]byte("wrap")), &wrap); err == nil {
+		t.Fatal("a sum was made for a round whose size overflows")
+	}
+	if _, ok := s.m[rb]; !ok {
+		t.Fatal("a round of an overflowing size dropped its run's sum")
+	}
 }
 
 // threeSiteParams are a round's secure-aggregation parameters over three
